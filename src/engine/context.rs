@@ -1,0 +1,480 @@
+//! `Ctx`: what a run body calls. Each durable call (`step`, `sleep`,
+//! `sleep_until`, `wait_for_event`) takes the next position in the journal;
+//! on replay the journaled outcome is returned without running anything.
+//!
+//! Architecture invariant: a `Done` entry's body never runs again, and a
+//! durable call that does not match its journal entry (name or kind) is a
+//! `JournalMismatch`, never a silent re-run.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::rc::Rc;
+
+use futures_util::future::{select, Either};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::limits::{SLEEP_MS_MAX, STEP_NAME_CHARS_MAX, STEP_RESULT_BYTES_MAX, STEP_RETRY_INLINE_MS_MAX};
+
+use super::clock::Clock;
+use super::config::StepConfig;
+use super::error::{RunError, StepFailure};
+use super::journal::{Entry, EntryKind, EntryState, JournalStore};
+
+/// What an operator asked of a pass in progress; the next durable call
+/// honours it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    Pause,
+    Terminate,
+}
+
+/// Shared between the executor that owns the instance and the pass.
+pub type InterruptFlag = Rc<Cell<Option<Interrupt>>>;
+
+/// Per-pass counters, for tests and the benchmark.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassStats {
+    /// Journal writes made in this pass.
+    pub journal_writes: u32,
+    /// Step bodies actually executed (attempts) in this pass.
+    pub bodies_run: u32,
+    /// Durable calls answered from the journal.
+    pub replayed: u32,
+}
+
+pub struct Ctx<'a> {
+    journal: &'a dyn JournalStore,
+    clock: &'a dyn Clock,
+    instance_id: String,
+    ceiling_at_ms: i64,
+    max_duration_ms: i64,
+    max_steps: u32,
+    entries: RefCell<Vec<Entry>>,
+    cursor: Cell<u32>,
+    occurrences: RefCell<HashMap<String, u32>>,
+    next_rev: Cell<i64>,
+    interrupt: InterruptFlag,
+    stats: Cell<PassStats>,
+}
+
+/// What a position in the journal holds for the call being made.
+struct Slot {
+    seq: u32,
+    name: String,
+    existing: Option<Entry>,
+}
+
+impl<'a> Ctx<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        journal: &'a dyn JournalStore,
+        clock: &'a dyn Clock,
+        instance_id: String,
+        started_ms: i64,
+        max_duration_ms: i64,
+        max_steps: u32,
+        entries: Vec<Entry>,
+        interrupt: InterruptFlag,
+    ) -> Ctx<'a> {
+        let next_rev = entries.iter().map(|e| e.rev).max().unwrap_or(0) + 1;
+        Ctx {
+            journal,
+            clock,
+            instance_id,
+            ceiling_at_ms: started_ms.saturating_add(max_duration_ms),
+            max_duration_ms,
+            max_steps,
+            entries: RefCell::new(entries),
+            cursor: Cell::new(0),
+            occurrences: RefCell::new(HashMap::new()),
+            next_rev: Cell::new(next_rev),
+            interrupt,
+            stats: Cell::new(PassStats::default()),
+        }
+    }
+
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    pub fn stats(&self) -> PassStats {
+        self.stats.get()
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut PassStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Runs `body` as a durable step: returns its journaled result if it
+    /// already completed, else runs it (attempt 1, 2, ... passed to the
+    /// body) with the configured retries and timeout, and journals the
+    /// result. Bodies may run more than once (a crash mid-attempt), so they
+    /// must be idempotent or observe-then-act (ADR-0001 rule 2).
+    pub async fn step<T, F, Fut>(&self, name: &str, cfg: StepConfig, mut body: F) -> Result<T, RunError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, StepFailure>>,
+    {
+        let slot = self.slot(name, EntryKind::Step)?;
+        let mut attempt = 1;
+        let mut started_ms = self.clock.now_ms();
+        if let Some(e) = &slot.existing {
+            match e.state {
+                EntryState::Done => return self.replayed(e),
+                EntryState::Failed => return Err(self.replayed_error(e)),
+                EntryState::Retrying => {
+                    let wake = e.wake_at_ms.unwrap_or(started_ms);
+                    if started_ms < wake {
+                        return Err(self.suspend(wake, format!("retry of step {:?}", slot.name)));
+                    }
+                    attempt = e.attempts + 1;
+                    started_ms = e.started_ms;
+                }
+                EntryState::Waiting => return Err(self.mismatch(&slot, e, EntryKind::Step)),
+            }
+        }
+        self.check_interrupt()?;
+        loop {
+            let now = self.clock.now_ms();
+            let remaining_ms = self.ceiling_at_ms - now;
+            if remaining_ms <= 0 {
+                return Err(self.fail(&slot, EntryKind::Step, attempt - 1, started_ms, self.ceiling(&slot.name, "step")));
+            }
+            let limit_ms = cfg.timeout_ms.min(remaining_ms);
+            self.bump(|s| s.bodies_run += 1);
+            let outcome = {
+                let work = Box::pin(body(attempt));
+                let timer = self.clock.sleep(limit_ms);
+                match select(work, timer).await {
+                    Either::Left((r, _)) => Some(r),
+                    Either::Right(_) => None,
+                }
+            };
+            let failure = match outcome {
+                Some(Ok(value)) => return self.complete_step(&slot, attempt, started_ms, value),
+                Some(Err(f)) => f,
+                None if limit_ms < cfg.timeout_ms => {
+                    let err = self.ceiling(&slot.name, "step");
+                    return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
+                }
+                None => StepFailure::retryable(
+                    "StepTimedOut",
+                    format!("attempt {attempt} exceeded {} ms", cfg.timeout_ms),
+                ),
+            };
+            if !failure.retryable {
+                let err = RunError::NonRetryable { step: slot.name.clone(), failure };
+                return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
+            }
+            if attempt > cfg.retries.limit {
+                let err = if failure.tag == "StepTimedOut" {
+                    RunError::StepTimedOut { step: slot.name.clone(), timeout_ms: cfg.timeout_ms }
+                } else {
+                    RunError::RetriesExhausted { step: slot.name.clone(), attempts: attempt, last: failure }
+                };
+                return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
+            }
+            let delay_ms = cfg.delay_before_retry_ms(attempt);
+            if delay_ms <= STEP_RETRY_INLINE_MS_MAX {
+                self.clock.sleep(delay_ms).await;
+                attempt += 1;
+                continue;
+            }
+            // A long backoff suspends the instance instead of holding it.
+            let wake = self.clock.now_ms() + delay_ms;
+            self.write(Entry {
+                state: EntryState::Retrying,
+                value: None,
+                error_tag: Some(failure.tag.clone()),
+                error_message: Some(failure.message.clone()),
+                attempts: attempt,
+                wake_at_ms: Some(wake),
+                finished_ms: None,
+                ..self.blank(&slot, EntryKind::Step, started_ms)
+            })?;
+            return Err(self.suspend(wake, format!("retry of step {:?}", slot.name)));
+        }
+    }
+
+    /// Suspends the instance for `ms` (at most 365 days).
+    pub async fn sleep(&self, name: &str, ms: i64) -> Result<(), RunError> {
+        if !(0..=SLEEP_MS_MAX).contains(&ms) {
+            return Err(RunError::InvalidStep {
+                step: name.to_owned(),
+                reason: format!("sleep of {ms} ms is outside 0..={SLEEP_MS_MAX}"),
+            });
+        }
+        self.sleep_to(name, |now| now + ms).await
+    }
+
+    /// Suspends the instance until `at_ms` (at most 365 days ahead).
+    pub async fn sleep_until(&self, name: &str, at_ms: i64) -> Result<(), RunError> {
+        let now = self.clock.now_ms();
+        if at_ms - now > SLEEP_MS_MAX {
+            return Err(RunError::InvalidStep {
+                step: name.to_owned(),
+                reason: format!("sleep_until {at_ms} is more than 365 days ahead"),
+            });
+        }
+        self.sleep_to(name, |_| at_ms).await
+    }
+
+    async fn sleep_to(&self, name: &str, wake_of: impl FnOnce(i64) -> i64) -> Result<(), RunError> {
+        let slot = self.slot(name, EntryKind::Sleep)?;
+        let now = self.clock.now_ms();
+        let (wake, started_ms) = match &slot.existing {
+            Some(e) => match e.state {
+                EntryState::Done => {
+                    self.bump(|s| s.replayed += 1);
+                    return Ok(());
+                }
+                EntryState::Failed => return Err(self.replayed_error(e)),
+                EntryState::Waiting => (e.wake_at_ms.unwrap_or(now), e.started_ms),
+                EntryState::Retrying => return Err(self.mismatch(&slot, e, EntryKind::Sleep)),
+            },
+            None => {
+                self.check_interrupt()?;
+                (wake_of(now), now)
+            }
+        };
+        if now >= wake {
+            self.write(Entry {
+                state: EntryState::Done,
+                finished_ms: Some(now),
+                wake_at_ms: Some(wake),
+                ..self.blank(&slot, EntryKind::Sleep, started_ms)
+            })?;
+            return Ok(());
+        }
+        if now >= self.ceiling_at_ms {
+            let err = self.ceiling(&slot.name, "sleep");
+            return Err(self.fail(&slot, EntryKind::Sleep, 0, started_ms, err));
+        }
+        if slot.existing.is_none() {
+            self.write(Entry {
+                state: EntryState::Waiting,
+                wake_at_ms: Some(wake),
+                ..self.blank(&slot, EntryKind::Sleep, started_ms)
+            })?;
+        }
+        Err(self.suspend(wake, format!("sleep {:?}", slot.name)))
+    }
+
+    /// Waits for an event of `event_type`, at most `timeout_ms`. An event
+    /// sent before the wait is kept and consumed here, oldest first. A
+    /// timeout is `RunError::EventTimedOut`, which the run may catch.
+    pub async fn wait_for_event(&self, name: &str, event_type: &str, timeout_ms: i64) -> Result<Value, RunError> {
+        if !(0..=SLEEP_MS_MAX).contains(&timeout_ms) {
+            return Err(RunError::InvalidStep {
+                step: name.to_owned(),
+                reason: format!("event timeout of {timeout_ms} ms is outside 0..={SLEEP_MS_MAX}"),
+            });
+        }
+        let slot = self.slot(name, EntryKind::Wait)?;
+        let now = self.clock.now_ms();
+        let (wake, started_ms) = match &slot.existing {
+            Some(e) => match e.state {
+                EntryState::Done => return self.replayed(e),
+                EntryState::Failed => return Err(self.replayed_error(e)),
+                EntryState::Waiting => (e.wake_at_ms.unwrap_or(now), e.started_ms),
+                EntryState::Retrying => return Err(self.mismatch(&slot, e, EntryKind::Wait)),
+            },
+            None => {
+                self.check_interrupt()?;
+                (now + timeout_ms, now)
+            }
+        };
+        if let Some(event) = self.journal.next_event(event_type)? {
+            let entry = Entry {
+                state: EntryState::Done,
+                value: Some(event.payload.clone()),
+                finished_ms: Some(now),
+                wake_at_ms: Some(wake),
+                rev: self.take_rev(),
+                ..self.blank(&slot, EntryKind::Wait, started_ms)
+            };
+            self.journal.consume_event(event.seq, &entry)?;
+            self.remember(entry);
+            return serde_json::from_str(&event.payload)
+                .map_err(|e| RunError::InvalidInput { message: format!("event payload: {e}") });
+        }
+        if now >= wake {
+            let err = RunError::EventTimedOut { step: slot.name.clone(), event_type: event_type.to_owned(), timeout_ms };
+            return Err(self.fail(&slot, EntryKind::Wait, 0, started_ms, err));
+        }
+        if now >= self.ceiling_at_ms {
+            let err = self.ceiling(&slot.name, "wait for event");
+            return Err(self.fail(&slot, EntryKind::Wait, 0, started_ms, err));
+        }
+        if slot.existing.is_none() {
+            self.write(Entry {
+                state: EntryState::Waiting,
+                wake_at_ms: Some(wake),
+                ..self.blank(&slot, EntryKind::Wait, started_ms)
+            })?;
+        }
+        Err(self.suspend(wake, format!("event {event_type:?} for {:?}", slot.name)))
+    }
+
+    // --- positions and journal writes ---
+
+    fn slot(&self, name: &str, kind: EntryKind) -> Result<Slot, RunError> {
+        if name.is_empty() || name.chars().count() > STEP_NAME_CHARS_MAX {
+            return Err(RunError::InvalidStep {
+                step: name.chars().take(64).collect(),
+                reason: format!("step names are 1 to {STEP_NAME_CHARS_MAX} characters"),
+            });
+        }
+        let keyed = {
+            let mut occ = self.occurrences.borrow_mut();
+            let n = occ.entry(name.to_owned()).or_insert(0);
+            *n += 1;
+            if *n == 1 { name.to_owned() } else { format!("{name}#{n}") }
+        };
+        let seq = self.cursor.get();
+        self.cursor.set(seq + 1);
+        let existing = self.entries.borrow().get(seq as usize).cloned();
+        if let Some(e) = &existing {
+            if e.name != keyed || e.kind != kind {
+                return Err(RunError::JournalMismatch {
+                    index: seq,
+                    expected: format!("{} {:?}", e.kind.as_str(), e.name),
+                    actual: format!("{} {:?}", kind.as_str(), keyed),
+                });
+            }
+        } else if seq >= self.max_steps {
+            return Err(RunError::StepLimitExceeded { limit: self.max_steps });
+        }
+        Ok(Slot { seq, name: keyed, existing })
+    }
+
+    fn mismatch(&self, slot: &Slot, e: &Entry, kind: EntryKind) -> RunError {
+        RunError::JournalMismatch {
+            index: slot.seq,
+            expected: format!("{} {:?} in state {}", e.kind.as_str(), e.name, e.state.as_str()),
+            actual: format!("{} {:?}", kind.as_str(), slot.name),
+        }
+    }
+
+    fn blank(&self, slot: &Slot, kind: EntryKind, started_ms: i64) -> Entry {
+        Entry {
+            seq: slot.seq,
+            name: slot.name.clone(),
+            kind,
+            state: EntryState::Done,
+            value: None,
+            error_tag: None,
+            error_message: None,
+            attempts: 0,
+            started_ms,
+            finished_ms: None,
+            wake_at_ms: None,
+            rev: 0,
+        }
+    }
+
+    fn take_rev(&self) -> i64 {
+        let rev = self.next_rev.get();
+        self.next_rev.set(rev + 1);
+        rev
+    }
+
+    fn remember(&self, entry: Entry) {
+        self.bump(|s| s.journal_writes += 1);
+        let mut entries = self.entries.borrow_mut();
+        let i = entry.seq as usize;
+        if i < entries.len() {
+            entries[i] = entry;
+        } else {
+            entries.push(entry);
+        }
+    }
+
+    /// One journal write: the only way the context changes the journal.
+    fn write(&self, mut entry: Entry) -> Result<(), RunError> {
+        entry.rev = self.take_rev();
+        self.journal.put_entry(&entry)?;
+        self.remember(entry);
+        Ok(())
+    }
+
+    fn complete_step<T: Serialize>(&self, slot: &Slot, attempt: u32, started_ms: i64, value: T) -> Result<T, RunError> {
+        let json = serde_json::to_string(&value)
+            .map_err(|e| RunError::InvalidStep { step: slot.name.clone(), reason: format!("result does not serialize: {e}") })?;
+        if json.len() > STEP_RESULT_BYTES_MAX {
+            let err = RunError::StepResultTooLarge { step: slot.name.clone(), bytes: json.len(), max_bytes: STEP_RESULT_BYTES_MAX };
+            return Err(self.fail(slot, EntryKind::Step, attempt, started_ms, err));
+        }
+        self.write(Entry {
+            state: EntryState::Done,
+            value: Some(json),
+            attempts: attempt,
+            finished_ms: Some(self.clock.now_ms()),
+            ..self.blank(slot, EntryKind::Step, started_ms)
+        })?;
+        Ok(value)
+    }
+
+    /// Journals a typed failure; replay returns the same error.
+    fn fail(&self, slot: &Slot, kind: EntryKind, attempts: u32, started_ms: i64, err: RunError) -> RunError {
+        let entry = Entry {
+            state: EntryState::Failed,
+            value: serde_json::to_string(&err).ok(),
+            error_tag: Some(err.tag().to_owned()),
+            error_message: Some(err.to_string()),
+            attempts,
+            finished_ms: Some(self.clock.now_ms()),
+            ..self.blank(slot, kind, started_ms)
+        };
+        match self.write(entry) {
+            Ok(()) => err,
+            Err(store) => store,
+        }
+    }
+
+    fn replayed<T: DeserializeOwned>(&self, e: &Entry) -> Result<T, RunError> {
+        self.bump(|s| s.replayed += 1);
+        let json = e.value.as_deref().unwrap_or("null");
+        serde_json::from_str(json).map_err(|err| RunError::JournalMismatch {
+            index: e.seq,
+            expected: format!("result of {:?} as journaled", e.name),
+            actual: format!("a type that does not decode it: {err}"),
+        })
+    }
+
+    fn replayed_error(&self, e: &Entry) -> RunError {
+        self.bump(|s| s.replayed += 1);
+        e.value
+            .as_deref()
+            .and_then(|v| serde_json::from_str::<RunError>(v).ok())
+            .unwrap_or_else(|| RunError::Store { message: format!("journaled error of {:?} does not decode", e.name) })
+    }
+
+    fn ceiling(&self, name: &str, what: &str) -> RunError {
+        RunError::RunDurationExceeded { max_duration_ms: self.max_duration_ms, in_progress: format!("{what} {name:?}") }
+    }
+
+    /// Suspends until `wake_ms`, or the run ceiling if that comes first (the
+    /// pass then fails `RunDurationExceeded` naming this call).
+    fn suspend(&self, wake_ms: i64, waiting_on: String) -> RunError {
+        RunError::Suspended { wake_at_ms: wake_ms.min(self.ceiling_at_ms), waiting_on }
+    }
+
+    fn check_interrupt(&self) -> Result<(), RunError> {
+        match self.interrupt.get() {
+            None => Ok(()),
+            Some(Interrupt::Terminate) => Err(RunError::Terminated),
+            Some(Interrupt::Pause) => Err(RunError::Suspended { wake_at_ms: i64::MAX, waiting_on: "pause".into() }),
+        }
+    }
+}

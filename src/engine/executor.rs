@@ -1,0 +1,338 @@
+//! The executor: creates an instance, runs passes of its body, and applies
+//! operator commands. One executor per instance at a time is guaranteed by
+//! the caller (a Durable Object per instance in the Worker).
+//!
+//! A pass loads the journal, runs the body from the top (replaying
+//! journaled calls), and ends in exactly one of: suspended (a wake-up time),
+//! complete, skipped, or errored. At the end of every pass the instance's
+//! state and changed timeline reach D1 in one batch.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::limits::{
+    EXECUTOR_CRASHES_MAX, RUN_DURATION_MS_DEFAULT, STEPS_PER_RUN_MAX_CEILING, STEPS_PER_RUN_MAX_DEFAULT,
+    STEP_RESULT_BYTES_MAX,
+};
+use crate::store::executions;
+use crate::store::Database;
+
+use super::clock::Clock;
+use super::context::{Ctx, Interrupt, InterruptFlag, PassStats};
+use super::error::RunError;
+use super::id::InstanceId;
+use super::journal::{InstanceRecord, JournalStore};
+use super::status::Status;
+
+/// How a run body ends when it does not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    Complete(Value),
+    /// Ended without doing its work (`not-configured`, `superseded`, ...).
+    Skipped { reason: String },
+}
+
+/// The registered runs, by name. Implemented by `runs::Registry` in the
+/// Worker and by test registries natively.
+#[async_trait(?Send)]
+pub trait RunRegistry {
+    async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError>;
+}
+
+/// A request to create an instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    /// The semantic idempotency key, e.g. `check:octo/hello:0123456789ab`.
+    pub key: String,
+    pub run: String,
+    pub input: Value,
+    #[serde(default)]
+    pub repo: Option<String>,
+    #[serde(default)]
+    pub entity: Option<String>,
+    #[serde(default)]
+    pub sha: Option<String>,
+    /// Step count limit; default 10,000, at most 25,000.
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    /// Run ceiling; default 6 h.
+    #[serde(default)]
+    pub max_duration_ms: Option<i64>,
+}
+
+impl CreateRequest {
+    pub fn id(&self) -> InstanceId {
+        InstanceId::from_key(&self.key)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Created {
+    pub id: String,
+    pub created: bool,
+    pub status: Status,
+}
+
+/// How a pass ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassResult {
+    pub status: Status,
+    /// When the instance must run again (its alarm), if it waits on time.
+    pub wake_at_ms: Option<i64>,
+    pub stats: PassStats,
+    /// The D1 mirror failed; D1 catches up at the next pass.
+    pub mirror_error: Option<String>,
+}
+
+/// An operator's command on an instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    Terminate,
+    Pause,
+    Resume,
+    /// Restart from the top, or from the first step named `from_step`.
+    Restart { from_step: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommandError {
+    NotFound,
+    /// The command does not apply in the instance's current status.
+    Conflict(String),
+    Store(String),
+}
+
+impl From<crate::store::StoreError> for CommandError {
+    fn from(e: crate::store::StoreError) -> Self {
+        CommandError::Store(e.to_string())
+    }
+}
+
+pub struct Engine<'a> {
+    pub journal: &'a dyn JournalStore,
+    pub index: &'a dyn Database,
+    pub clock: &'a dyn Clock,
+}
+
+impl<'a> Engine<'a> {
+    /// Creates the instance, or answers with the existing one (the id is the
+    /// idempotency key). D1 is written first so a create that dies half way
+    /// is completed by the next attempt rather than answered "exists".
+    pub async fn create(&self, req: &CreateRequest) -> Result<Created, RunError> {
+        let id = req.id();
+        if let Some(rec) = self.journal.load_instance()? {
+            return Ok(Created { id: rec.id, created: false, status: rec.status });
+        }
+        let now = self.clock.now_ms();
+        let max_steps = req.max_steps.unwrap_or(STEPS_PER_RUN_MAX_DEFAULT).clamp(1, STEPS_PER_RUN_MAX_CEILING);
+        let rec = InstanceRecord {
+            id: id.to_string(),
+            key: req.key.clone(),
+            run: req.run.clone(),
+            input: serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput { message: e.to_string() })?,
+            status: Status::Queued,
+            repo: req.repo.clone(),
+            entity: req.entity.clone(),
+            sha: req.sha.clone(),
+            created_ms: now,
+            started_ms: None,
+            wake_at_ms: Some(now),
+            finished_ms: None,
+            reason: None,
+            error_tag: None,
+            error_message: None,
+            output: None,
+            max_steps,
+            max_duration_ms: req.max_duration_ms.filter(|d| *d > 0).unwrap_or(RUN_DURATION_MS_DEFAULT),
+            passes: 0,
+            clean_passes: 0,
+            mirrored_rev: 0,
+        };
+        executions::insert(self.index, &rec).await?;
+        self.journal.save_instance(&rec)?;
+        Ok(Created { id: rec.id, created: true, status: Status::Queued })
+    }
+
+    /// Runs one pass of the body if the instance is runnable.
+    pub async fn pass(&self, runs: &dyn RunRegistry, interrupt: &InterruptFlag) -> Result<PassResult, RunError> {
+        let Some(mut rec) = self.journal.load_instance()? else {
+            return Err(RunError::Store { message: "instance does not exist".into() });
+        };
+        if !rec.status.is_runnable() {
+            return Ok(PassResult { status: rec.status, wake_at_ms: rec.wake_at_ms, stats: PassStats::default(), mirror_error: None });
+        }
+        let now = self.clock.now_ms();
+        let crashes = rec.passes - rec.clean_passes;
+        let mut stats = PassStats::default();
+        let result = if crashes >= EXECUTOR_CRASHES_MAX {
+            Err(RunError::ExecutorCrashLoop { crashes })
+        } else {
+            rec.passes += 1;
+            rec.started_ms.get_or_insert(now);
+            rec.status = Status::Running;
+            self.journal.save_instance(&rec)?;
+            let ctx = Ctx::new(
+                self.journal,
+                self.clock,
+                rec.id.clone(),
+                rec.started_ms.unwrap_or(now),
+                rec.max_duration_ms,
+                rec.max_steps,
+                self.journal.entries()?,
+                interrupt.clone(),
+            );
+            let result = match serde_json::from_str::<Value>(&rec.input) {
+                Ok(input) => runs.execute(&rec.run, &ctx, &input).await,
+                Err(e) => Err(RunError::InvalidInput { message: e.to_string() }),
+            };
+            stats = ctx.stats();
+            result
+        };
+        // A storage fault is not the run's failure: leave the instance as
+        // it is (the pass counts as crashed) and let the alarm or the sweep
+        // retry.
+        if let Err(RunError::Store { message }) = &result {
+            return Err(RunError::Store { message: message.clone() });
+        }
+        let now = self.clock.now_ms();
+        self.settle(&mut rec, result, interrupt.get(), now);
+        rec.clean_passes = rec.passes;
+        let mirror_error = self.mirror(&mut rec, now).await.err();
+        self.journal.save_instance(&rec)?;
+        Ok(PassResult { status: rec.status, wake_at_ms: rec.wake_at_ms, stats, mirror_error })
+    }
+
+    /// Decides the instance's status from how the body ended: the one place
+    /// a pass changes it.
+    fn settle(&self, rec: &mut InstanceRecord, result: Result<RunOutcome, RunError>, interrupt: Option<Interrupt>, now: i64) {
+        rec.reason = None;
+        match (result, interrupt) {
+            (Err(RunError::Suspended { .. }), Some(Interrupt::Pause)) => {
+                rec.status = Status::Paused;
+                rec.wake_at_ms = None;
+            }
+            (Err(RunError::Suspended { wake_at_ms, waiting_on }), _) => {
+                rec.status = Status::Waiting;
+                rec.wake_at_ms = Some(wake_at_ms);
+                rec.reason = Some(waiting_on);
+            }
+            (Ok(RunOutcome::Complete(v)), _) => {
+                let json = serde_json::to_string(&v).unwrap_or_else(|_| "null".into());
+                if json.len() > STEP_RESULT_BYTES_MAX {
+                    let e = RunError::StepResultTooLarge { step: "(run result)".into(), bytes: json.len(), max_bytes: STEP_RESULT_BYTES_MAX };
+                    finish(rec, Status::Errored, Some(&e), now);
+                } else {
+                    rec.output = Some(json);
+                    finish(rec, Status::Complete, None, now);
+                }
+            }
+            (Ok(RunOutcome::Skipped { reason }), _) => {
+                finish(rec, Status::Skipped, None, now);
+                rec.reason = Some(reason);
+            }
+            (Err(RunError::Terminated), _) => finish(rec, Status::Terminated, Some(&RunError::Terminated), now),
+            (Err(e), _) => finish(rec, Status::Errored, Some(&e), now),
+        }
+    }
+
+    /// Sends the record and every entry written since the last mirror to D1
+    /// in one batch.
+    async fn mirror(&self, rec: &mut InstanceRecord, now: i64) -> Result<(), String> {
+        let changed = self.journal.entries_since(rec.mirrored_rev).map_err(|e| e.to_string())?;
+        let step_count = self.journal.entries().map_err(|e| e.to_string())?.len() as u32;
+        let stmts = executions::mirror_stmts(rec, &changed, step_count, now);
+        self.index.batch(stmts).await.map_err(|e| e.to_string())?;
+        if let Some(max) = changed.iter().map(|e| e.rev).max() {
+            rec.mirrored_rev = rec.mirrored_rev.max(max);
+        }
+        Ok(())
+    }
+
+    /// Keeps an event for the instance. Returns whether a pass should run
+    /// now (the instance is waiting and may be waiting for this event).
+    pub fn send_event(&self, event_type: &str, payload: &Value) -> Result<bool, CommandError> {
+        let rec = self.journal.load_instance()?.ok_or(CommandError::NotFound)?;
+        if rec.status.is_terminal() {
+            return Err(CommandError::Conflict(format!("instance is {}", rec.status.as_str())));
+        }
+        let payload = serde_json::to_string(payload).map_err(|e| CommandError::Conflict(e.to_string()))?;
+        self.journal.push_event(event_type, &payload, self.clock.now_ms())?;
+        Ok(rec.status == Status::Waiting || rec.status == Status::Queued)
+    }
+
+    /// Applies an operator command to an instance that no pass is running
+    /// (a running pass is interrupted by the caller instead). Returns the
+    /// new status.
+    pub async fn command(&self, cmd: &Command) -> Result<Status, CommandError> {
+        let mut rec = self.journal.load_instance()?.ok_or(CommandError::NotFound)?;
+        let now = self.clock.now_ms();
+        let mut extra = Vec::new();
+        match cmd {
+            Command::Terminate => {
+                if rec.status.is_terminal() {
+                    return Err(CommandError::Conflict(format!("instance is already {}", rec.status.as_str())));
+                }
+                finish(&mut rec, Status::Terminated, Some(&RunError::Terminated), now);
+            }
+            Command::Pause => {
+                if !rec.status.is_runnable() {
+                    return Err(CommandError::Conflict(format!("cannot pause a {} instance", rec.status.as_str())));
+                }
+                rec.status = Status::Paused;
+                rec.wake_at_ms = None;
+            }
+            Command::Resume => {
+                if rec.status != Status::Paused {
+                    return Err(CommandError::Conflict(format!("cannot resume a {} instance", rec.status.as_str())));
+                }
+                rec.status = Status::Waiting;
+                rec.wake_at_ms = Some(now);
+            }
+            Command::Restart { from_step } => {
+                let seq = match from_step {
+                    None => 0,
+                    Some(name) => self
+                        .journal
+                        .entries()?
+                        .iter()
+                        .find(|e| &e.name == name)
+                        .map(|e| e.seq)
+                        .ok_or_else(|| CommandError::Conflict(format!("no step named {name:?} in the journal")))?,
+                };
+                self.journal.truncate_from(seq)?;
+                extra.push(executions::delete_steps_from(&rec.id, seq));
+                rec.status = Status::Queued;
+                rec.started_ms = None;
+                rec.wake_at_ms = Some(now);
+                rec.finished_ms = None;
+                rec.reason = None;
+                rec.error_tag = None;
+                rec.error_message = None;
+                rec.output = None;
+                rec.passes = 0;
+                rec.clean_passes = 0;
+            }
+        }
+        let step_count = self.journal.entries()?.len() as u32;
+        let mut stmts = executions::mirror_stmts(&rec, &[], step_count, now);
+        stmts.extend(extra);
+        self.index.batch(stmts).await?;
+        self.journal.save_instance(&rec)?;
+        Ok(rec.status)
+    }
+
+    /// The instance's record, if it exists here.
+    pub fn record(&self) -> Result<Option<InstanceRecord>, CommandError> {
+        Ok(self.journal.load_instance()?)
+    }
+}
+
+fn finish(rec: &mut InstanceRecord, status: Status, err: Option<&RunError>, now: i64) {
+    rec.status = status;
+    rec.wake_at_ms = None;
+    rec.finished_ms = Some(now);
+    rec.error_tag = err.map(|e| e.tag().to_owned());
+    rec.error_message = err.map(|e| e.to_string());
+}

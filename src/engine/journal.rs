@@ -1,0 +1,135 @@
+//! What an instance's own storage holds: its record, its step journal and
+//! its event inbox. The storage is the authoritative truth of the instance;
+//! D1 holds a mirror (see `store::executions`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::StoreError;
+
+use super::status::Status;
+
+/// The instance itself, one row in its own storage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    pub id: String,
+    /// The semantic key the id was normalized from.
+    pub key: String,
+    pub run: String,
+    /// The run's input, JSON.
+    pub input: String,
+    pub status: Status,
+    pub repo: Option<String>,
+    pub entity: Option<String>,
+    pub sha: Option<String>,
+    pub created_ms: i64,
+    /// Journaled start of the first pass: the run ceiling counts from here,
+    /// so it is the same on every replay.
+    pub started_ms: Option<i64>,
+    pub wake_at_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    pub reason: Option<String>,
+    pub error_tag: Option<String>,
+    pub error_message: Option<String>,
+    /// The result, JSON, when complete.
+    pub output: Option<String>,
+    pub max_steps: u32,
+    pub max_duration_ms: i64,
+    /// Executor passes started and passes that ended normally: a gap means
+    /// the executor died mid-pass.
+    pub passes: u32,
+    pub clean_passes: u32,
+    /// Journal revision already mirrored to D1.
+    pub mirrored_rev: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    Step,
+    Sleep,
+    Wait,
+}
+
+impl EntryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Step => "step",
+            EntryKind::Sleep => "sleep",
+            EntryKind::Wait => "wait",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryState {
+    /// Result journaled; replay returns it.
+    Done,
+    /// Ended in a typed error; replay returns the same error.
+    Failed,
+    /// An attempt failed and the next waits for its backoff.
+    Retrying,
+    /// A sleep or an event wait in progress.
+    Waiting,
+}
+
+impl EntryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryState::Done => "done",
+            EntryState::Failed => "failed",
+            EntryState::Retrying => "retrying",
+            EntryState::Waiting => "waiting",
+        }
+    }
+}
+
+/// One durable call of the run body, at its position `seq`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub seq: u32,
+    pub name: String,
+    pub kind: EntryKind,
+    pub state: EntryState,
+    /// Done: the result JSON. Failed: the `RunError` JSON.
+    pub value: Option<String>,
+    pub error_tag: Option<String>,
+    pub error_message: Option<String>,
+    pub attempts: u32,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    pub wake_at_ms: Option<i64>,
+    /// Write revision, increasing across the journal: what changed since the
+    /// last D1 mirror is `rev > mirrored_rev`.
+    pub rev: i64,
+}
+
+/// An event sent to the instance, kept until a wait consumes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: i64,
+    pub event_type: String,
+    pub payload: String,
+    pub received_ms: i64,
+}
+
+/// The instance's own storage. Synchronous, as a Durable Object's SQLite
+/// storage is; every method is one local write or read.
+pub trait JournalStore {
+    fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError>;
+    fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError>;
+    fn entries(&self) -> Result<Vec<Entry>, StoreError>;
+    /// Writes one entry (insert or replace at its `seq`).
+    fn put_entry(&self, entry: &Entry) -> Result<(), StoreError>;
+    /// Removes entries from `seq` on (restart from a step).
+    fn truncate_from(&self, seq: u32) -> Result<(), StoreError>;
+    fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError>;
+    fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError>;
+    /// The oldest event of this type no wait has consumed.
+    fn next_event(&self, event_type: &str) -> Result<Option<Event>, StoreError>;
+    /// Marks the event consumed by the wait at `entry_seq` and writes that
+    /// entry, as one unit.
+    fn consume_event(&self, event_seq: i64, entry: &Entry) -> Result<(), StoreError>;
+    /// Wipes everything (retention purge of a finished instance).
+    fn clear(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,3 @@
+pub mod engine;
+pub mod limits;
+pub mod store;

@@ -1,0 +1,98 @@
+//! Every bound Sluice enforces, in one place, units last, each with why.
+//!
+//! Relations between constants are checked at compile time at the bottom.
+
+/// GitHub caps webhook payloads at 25 MB; anything larger is not from GitHub.
+pub const WEBHOOK_BODY_BYTES_MAX: usize = 25 * 1024 * 1024;
+
+/// ADR-0001 platform fact: 10,000 steps per instance by default.
+pub const STEPS_PER_RUN_MAX_DEFAULT: u32 = 10_000;
+/// ADR-0001: configurable up to 25,000.
+pub const STEPS_PER_RUN_MAX_CEILING: u32 = 25_000;
+
+/// ADR-0001: a step result is capped at 1 MiB; larger outputs go to R2.
+pub const STEP_RESULT_BYTES_MAX: usize = 1024 * 1024;
+
+/// Step names are keys in the journal and the D1 timeline; 256 keeps rows small.
+pub const STEP_NAME_CHARS_MAX: usize = 256;
+
+/// Instance ids name Durable Objects and D1 rows; 100 matches Workflows.
+pub const INSTANCE_ID_CHARS_MAX: usize = 100;
+
+/// ADR-0001: the maximum sleep is 365 days.
+pub const SLEEP_MS_MAX: i64 = 365 * 24 * 3600 * 1000;
+
+/// Default run ceiling when a run declares none: long enough for any CI
+/// command (which has its own 1 h timeout) plus queueing, short enough that
+/// a wedged instance is noticed the same day.
+pub const RUN_DURATION_MS_DEFAULT: i64 = 6 * 3600 * 1000;
+
+/// Default per-step wall-clock timeout: bounds a wedged step well inside the
+/// run ceiling (ADR-0001 corollary: waits name themselves).
+pub const STEP_TIMEOUT_MS_DEFAULT: i64 = 10 * 60 * 1000;
+
+/// Default retries for a step: Workflows' default of 5 retries.
+pub const STEP_RETRY_LIMIT_DEFAULT: u32 = 5;
+/// Default delay before the first retry (Workflows uses 10 s; a CI step's
+/// transient faults are mostly network blips, so 1 s retries sooner).
+pub const STEP_RETRY_DELAY_MS_DEFAULT: i64 = 1_000;
+/// Retry delays are capped so exponential backoff cannot outgrow a run.
+pub const STEP_RETRY_DELAY_MS_MAX: i64 = 3600 * 1000;
+/// Retry delays up to this are waited in-process; longer ones suspend the
+/// instance (durably) so a long backoff costs no CPU.
+pub const STEP_RETRY_INLINE_MS_MAX: i64 = 2_000;
+
+/// An executor that crashed this many times in a row on the same instance
+/// (process killed, isolate aborted) fails it rather than crash-looping.
+pub const EXECUTOR_CRASHES_MAX: u32 = 5;
+
+/// Completed instances are kept 30 days (ADR-0001: Workflows' retention).
+pub const RETENTION_MS_DEFAULT: i64 = 30 * 24 * 3600 * 1000;
+
+/// The sweep resumes an instance whose wake-up is this overdue: longer than
+/// an alarm's usual lateness (a few ms) so it does not race live alarms.
+pub const SWEEP_OVERDUE_MS: i64 = 30_000;
+/// Instances the sweep resumes per pass: bounds one scheduled invocation.
+pub const SWEEP_BATCH_MAX: u32 = 100;
+/// Completed instances purged per sweep pass, likewise.
+pub const PURGE_BATCH_MAX: u32 = 500;
+
+/// Installation tokens last 1 h; refresh 5 min early so a token never
+/// expires mid-request.
+pub const TOKEN_REFRESH_MARGIN_MS: i64 = 5 * 60 * 1000;
+/// App JWTs: GitHub refuses `exp` more than 10 min after `iat`; 9 min leaves
+/// room for clock drift, and `iat` is back-dated 60 s for the same reason.
+pub const APP_JWT_TTL_S: i64 = 9 * 60;
+pub const APP_JWT_BACKDATE_S: i64 = 60;
+
+/// Default timeout of a configured command (`[check] timeout`).
+pub const COMMAND_TIMEOUT_MS_DEFAULT: i64 = 30 * 60 * 1000;
+/// Hard cap on any command: the sandbox agent refuses longer ones too.
+pub const COMMAND_TIMEOUT_MS_MAX: i64 = 3600 * 1000;
+/// One long-poll of a detached process: below the agent's own cap (25 s)
+/// and short enough that a lost container is noticed quickly.
+pub const PROCESS_POLL_MS: i64 = 20_000;
+
+/// Lines of the log tail put in a check run summary: enough to see the
+/// failure, far under GitHub's 65,535-character summary limit.
+pub const LOG_TAIL_LINES_MAX: usize = 60;
+/// Bytes of that tail, likewise.
+pub const LOG_TAIL_BYTES_MAX: usize = 16 * 1024;
+/// GitHub rejects check run summaries longer than this.
+pub const CHECK_SUMMARY_CHARS_MAX: usize = 65_535;
+
+/// `.sluice.toml` larger than this is refused: config, not data.
+pub const CONFIG_BYTES_MAX: usize = 64 * 1024;
+
+/// Steps listed by `GET /v1/executions/{id}`; a run may have 10,000.
+pub const STEPS_LISTED_MAX: u32 = 1_000;
+/// Executions listed per page by `GET /v1/executions`.
+pub const EXECUTIONS_LISTED_MAX: u32 = 200;
+
+const _: () = assert!(STEPS_PER_RUN_MAX_DEFAULT <= STEPS_PER_RUN_MAX_CEILING);
+const _: () = assert!(STEP_RETRY_INLINE_MS_MAX < STEP_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(COMMAND_TIMEOUT_MS_DEFAULT <= COMMAND_TIMEOUT_MS_MAX);
+const _: () = assert!(COMMAND_TIMEOUT_MS_MAX < RUN_DURATION_MS_DEFAULT);
+const _: () = assert!((APP_JWT_TTL_S + APP_JWT_BACKDATE_S) <= 10 * 60);
+const _: () = assert!(LOG_TAIL_BYTES_MAX * 2 < CHECK_SUMMARY_CHARS_MAX);
+const _: () = assert!(STEPS_LISTED_MAX <= STEPS_PER_RUN_MAX_DEFAULT);

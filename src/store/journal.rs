@@ -1,0 +1,223 @@
+//! `JournalStore` over any synchronous SQL storage: a Durable Object's
+//! SQLite in the Worker, `rusqlite` natively. The SQL is written once here.
+
+use serde::Deserialize;
+
+use crate::engine::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord, JournalStore};
+
+use super::sql::{decode, split_statements, Param, StoreError, SyncSql};
+
+/// The journal schema, applied by every instance on start.
+pub const JOURNAL_SCHEMA: &str = include_str!("journal.sql");
+
+/// Version of the record JSON, so a future field change can be migrated.
+const RECORD_VERSION: u32 = 1;
+
+pub struct SqlJournal<S: SyncSql> {
+    sql: S,
+}
+
+impl<S: SyncSql> SqlJournal<S> {
+    /// Wraps the storage and ensures the schema exists.
+    pub fn open(sql: S) -> Result<SqlJournal<S>, StoreError> {
+        for s in split_statements(JOURNAL_SCHEMA) {
+            sql.exec(&s, &[])?;
+        }
+        Ok(SqlJournal { sql })
+    }
+
+    pub fn storage(&self) -> &S {
+        &self.sql
+    }
+}
+
+#[derive(Deserialize)]
+struct RecordRow {
+    record: String,
+}
+
+#[derive(serde::Serialize, Deserialize)]
+struct VersionedRecord {
+    v: u32,
+    #[serde(flatten)]
+    record: InstanceRecord,
+}
+
+#[derive(Deserialize)]
+struct EntryRow {
+    seq: u32,
+    name: String,
+    kind: String,
+    state: String,
+    value: Option<String>,
+    error_tag: Option<String>,
+    error_message: Option<String>,
+    attempts: u32,
+    started_ms: i64,
+    finished_ms: Option<i64>,
+    wake_at_ms: Option<i64>,
+    rev: i64,
+}
+
+impl EntryRow {
+    fn into_entry(self) -> Result<Entry, StoreError> {
+        let kind = match self.kind.as_str() {
+            "step" => EntryKind::Step,
+            "sleep" => EntryKind::Sleep,
+            "wait" => EntryKind::Wait,
+            other => return Err(StoreError::Decode(format!("journal kind {other:?}"))),
+        };
+        let state = match self.state.as_str() {
+            "done" => EntryState::Done,
+            "failed" => EntryState::Failed,
+            "retrying" => EntryState::Retrying,
+            "waiting" => EntryState::Waiting,
+            other => return Err(StoreError::Decode(format!("journal state {other:?}"))),
+        };
+        Ok(Entry {
+            seq: self.seq,
+            name: self.name,
+            kind,
+            state,
+            value: self.value,
+            error_tag: self.error_tag,
+            error_message: self.error_message,
+            attempts: self.attempts,
+            started_ms: self.started_ms,
+            finished_ms: self.finished_ms,
+            wake_at_ms: self.wake_at_ms,
+            rev: self.rev,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct EventRow {
+    seq: i64,
+    #[serde(rename = "type")]
+    event_type: String,
+    payload: String,
+    received_ms: i64,
+}
+
+const SELECT_ENTRIES: &str = "SELECT seq, name, kind, state, value, error_tag, error_message, \
+     attempts, started_ms, finished_ms, wake_at_ms, rev FROM journal";
+
+fn entry_params(e: &Entry) -> Vec<Param> {
+    vec![
+        Param::from(e.seq),
+        Param::from(e.name.as_str()),
+        Param::from(e.kind.as_str()),
+        Param::from(e.state.as_str()),
+        Param::from(e.value.clone()),
+        Param::from(e.error_tag.clone()),
+        Param::from(e.error_message.clone()),
+        Param::from(e.attempts),
+        Param::from(e.started_ms),
+        Param::from(e.finished_ms),
+        Param::from(e.wake_at_ms),
+        Param::from(e.rev),
+    ]
+}
+
+const UPSERT_ENTRY: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, state, value, \
+     error_tag, error_message, attempts, started_ms, finished_ms, wake_at_ms, rev) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+
+impl<S: SyncSql> JournalStore for SqlJournal<S> {
+    fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError> {
+        let rows = self.sql.exec("SELECT record FROM instance WHERE singleton = 1", &[])?;
+        let Some(row) = decode::<RecordRow>(rows)?.into_iter().next() else {
+            return Ok(None);
+        };
+        let v: VersionedRecord =
+            serde_json::from_str(&row.record).map_err(|e| StoreError::Decode(e.to_string()))?;
+        if v.v != RECORD_VERSION {
+            return Err(StoreError::Decode(format!("instance record version {}", v.v)));
+        }
+        Ok(Some(v.record))
+    }
+
+    fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(&VersionedRecord { v: RECORD_VERSION, record: record.clone() })
+            .map_err(|e| StoreError::Decode(e.to_string()))?;
+        self.sql.exec(
+            "INSERT OR REPLACE INTO instance (singleton, record) VALUES (1, ?1)",
+            &[Param::Text(json)],
+        )?;
+        Ok(())
+    }
+
+    fn entries(&self) -> Result<Vec<Entry>, StoreError> {
+        let rows = self.sql.exec(&format!("{SELECT_ENTRIES} ORDER BY seq"), &[])?;
+        decode::<EntryRow>(rows)?.into_iter().map(EntryRow::into_entry).collect()
+    }
+
+    fn put_entry(&self, entry: &Entry) -> Result<(), StoreError> {
+        self.sql.exec(UPSERT_ENTRY, &entry_params(entry))?;
+        Ok(())
+    }
+
+    fn truncate_from(&self, seq: u32) -> Result<(), StoreError> {
+        self.sql.exec("DELETE FROM journal WHERE seq >= ?1", &[Param::from(seq)])?;
+        // Events consumed by removed waits are delivered again on replay.
+        self.sql.exec(
+            "UPDATE events SET consumed_by = NULL WHERE consumed_by >= ?1",
+            &[Param::from(seq)],
+        )?;
+        Ok(())
+    }
+
+    fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError> {
+        let rows =
+            self.sql.exec(&format!("{SELECT_ENTRIES} WHERE rev > ?1 ORDER BY seq"), &[Param::from(rev)])?;
+        decode::<EntryRow>(rows)?.into_iter().map(EntryRow::into_entry).collect()
+    }
+
+    fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError> {
+        let rows = self.sql.exec(
+            "INSERT INTO events (type, payload, received_ms) VALUES (?1, ?2, ?3) RETURNING seq",
+            &[Param::from(event_type), Param::from(payload), Param::from(now_ms)],
+        )?;
+        #[derive(Deserialize)]
+        struct Seq {
+            seq: i64,
+        }
+        decode::<Seq>(rows)?
+            .into_iter()
+            .next()
+            .map(|s| s.seq)
+            .ok_or_else(|| StoreError::Decode("insert returned no seq".into()))
+    }
+
+    fn next_event(&self, event_type: &str) -> Result<Option<Event>, StoreError> {
+        let rows = self.sql.exec(
+            "SELECT seq, type, payload, received_ms FROM events \
+             WHERE type = ?1 AND consumed_by IS NULL ORDER BY seq LIMIT 1",
+            &[Param::from(event_type)],
+        )?;
+        Ok(decode::<EventRow>(rows)?.into_iter().next().map(|r| Event {
+            seq: r.seq,
+            event_type: r.event_type,
+            payload: r.payload,
+            received_ms: r.received_ms,
+        }))
+    }
+
+    fn consume_event(&self, event_seq: i64, entry: &Entry) -> Result<(), StoreError> {
+        // Both writes land in one implicit transaction in a Durable Object
+        // (no await between them); natively the test store is in memory.
+        self.sql.exec(
+            "UPDATE events SET consumed_by = ?1 WHERE seq = ?2",
+            &[Param::from(entry.seq), Param::from(event_seq)],
+        )?;
+        self.put_entry(entry)
+    }
+
+    fn clear(&self) -> Result<(), StoreError> {
+        self.sql.exec("DELETE FROM journal", &[])?;
+        self.sql.exec("DELETE FROM events", &[])?;
+        self.sql.exec("DELETE FROM instance", &[])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,527 @@
+//! The engine's contract, natively: real SQLite for the journal and for
+//! D1's tables (same migrations), a clock driven by the test.
+
+mod common;
+
+use std::future::pending;
+
+use async_trait::async_trait;
+use common::{block_on, Effects, World, T0};
+use futures::FutureExt;
+use serde_json::{json, Value};
+use sluice::engine::{
+    Backoff, Command, CreateRequest, Ctx, Interrupt, RunError, RunOutcome, RunRegistry, Status, StepConfig,
+    StepFailure,
+};
+use sluice::store::executions;
+
+/// The runs these tests drive; every side effect is counted in `effects`.
+#[derive(Default)]
+struct Runs {
+    effects: Effects,
+}
+
+fn cfg_fast(limit: u32) -> StepConfig {
+    StepConfig::default().retries(limit, 100, Backoff::Constant)
+}
+
+#[async_trait(?Send)]
+impl RunRegistry for Runs {
+    async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError> {
+        let fx = &self.effects;
+        match run {
+            "replay" => {
+                let a: u32 = ctx.step("a", StepConfig::default(), |_| async { Ok(fx.hit("a")) }).await?;
+                ctx.sleep("nap", 1_000).await?;
+                let b: u32 = ctx.step("b", StepConfig::default(), |_| async { Ok(fx.hit("b") * 10) }).await?;
+                Ok(RunOutcome::Complete(json!(a + b)))
+            }
+            "flaky" => {
+                let n: u32 = ctx
+                    .step("flaky", cfg_fast(3), |attempt| async move {
+                        fx.hit("flaky");
+                        if attempt < 3 {
+                            Err(StepFailure::retryable("Blip", format!("attempt {attempt}")))
+                        } else {
+                            Ok(attempt)
+                        }
+                    })
+                    .await?;
+                Ok(RunOutcome::Complete(json!(n)))
+            }
+            "always-fails" => {
+                ctx.step("doomed", cfg_fast(2), |_| async {
+                    fx.hit("doomed");
+                    Err::<(), _>(StepFailure::retryable("Blip", "no"))
+                })
+                .await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "fatal" => {
+                ctx.step("fatal", cfg_fast(5), |_| async {
+                    fx.hit("fatal");
+                    Err::<(), _>(StepFailure::fatal("BadConfig", "refused"))
+                })
+                .await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "hangs" => {
+                ctx.step("hang", cfg_fast(1).timeout_ms(50), |_| async {
+                    fx.hit("hang");
+                    pending::<Result<(), StepFailure>>().await
+                })
+                .await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "long-backoff" => {
+                let cfg = StepConfig::default().retries(1, 60_000, Backoff::Constant);
+                let n: u32 = ctx
+                    .step("slow-retry", cfg, |attempt| async move {
+                        fx.hit("slow-retry");
+                        if attempt == 1 { Err(StepFailure::retryable("Blip", "first")) } else { Ok(attempt) }
+                    })
+                    .await?;
+                Ok(RunOutcome::Complete(json!(n)))
+            }
+            "event" => {
+                let v = ctx.wait_for_event("approval", "approve", 10_000).await?;
+                fx.hit("after-event");
+                Ok(RunOutcome::Complete(v))
+            }
+            "two-events" => {
+                let a = ctx.wait_for_event("first", "tick", 10_000).await?;
+                let b = ctx.wait_for_event("second", "tick", 10_000).await?;
+                Ok(RunOutcome::Complete(json!([a, b])))
+            }
+            "event-timeout-caught" => match ctx.wait_for_event("approval", "approve", 1_000).await {
+                Err(RunError::EventTimedOut { .. }) => Ok(RunOutcome::Complete(json!("timed out"))),
+                other => Ok(RunOutcome::Complete(other?)),
+            },
+            "ceiling" => {
+                ctx.step("quick", StepConfig::default(), |_| async { Ok(1) }).await?;
+                ctx.sleep("too-long", 60_000).await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "many-steps" => {
+                let n = input.as_u64().unwrap_or(0);
+                for i in 0..n {
+                    ctx.step("s", StepConfig::default(), |_| async move { Ok(i) }).await?;
+                }
+                Ok(RunOutcome::Complete(json!(n)))
+            }
+            "big-result" => {
+                ctx.step("big", StepConfig::default(), |_| async { Ok("x".repeat(2 * 1024 * 1024)) }).await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "renamed" => {
+                // The step's name depends on the input's "v", as if the run's
+                // code changed under a live instance.
+                let v = fx.hit("renamed-pass");
+                let name = if v == 1 { "old-name" } else { "new-name" };
+                ctx.step(name, StepConfig::default(), |_| async { Ok(1) }).await?;
+                ctx.sleep("nap", 10).await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "crashy" => {
+                ctx.step("before", StepConfig::default(), |_| async { Ok(fx.hit("before")) }).await?;
+                ctx.step("work", StepConfig::default(), |_| async {
+                    // The first two attempts hang until the pass is dropped.
+                    if fx.hit("work") <= 2 {
+                        pending::<()>().await;
+                    }
+                    Ok(())
+                })
+                .await?;
+                Ok(RunOutcome::Complete(json!(fx.count("work"))))
+            }
+            "skips" => Ok(RunOutcome::Skipped { reason: "not-configured".into() }),
+            "loop-sleep" => {
+                for i in 0..3 {
+                    ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) }).await?;
+                    ctx.sleep("pause", 100).await?;
+                }
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            other => Err(RunError::UnknownRun { run: other.into() }),
+        }
+    }
+}
+
+fn req(run: &str, input: Value) -> CreateRequest {
+    CreateRequest {
+        key: format!("test:{run}"),
+        run: run.into(),
+        input,
+        repo: Some("octo/hello".into()),
+        entity: None,
+        sha: None,
+        max_steps: None,
+        max_duration_ms: None,
+    }
+}
+
+/// Creates and runs passes until the instance stops waiting on time,
+/// advancing the clock to each wake-up. Bounded by `passes_max`.
+fn run_to_end(w: &World, runs: &Runs, passes_max: u32) -> Status {
+    for _ in 0..passes_max {
+        let r = block_on(w.engine().pass(runs, &w.interrupt)).expect("pass");
+        match (r.status, r.wake_at_ms) {
+            (Status::Waiting, Some(wake)) => w.clock.set(wake.max(w.clock.0.get())),
+            (s, _) => return s,
+        }
+    }
+    panic!("instance did not finish in {passes_max} passes");
+}
+
+fn row(w: &World, id: &str) -> executions::ExecutionRow {
+    block_on(executions::get(w.index.as_ref(), id)).expect("query").expect("row exists")
+}
+
+#[test]
+fn create_is_idempotent_by_key() {
+    let w = World::new();
+    let r = req("replay", json!(null));
+    let first = block_on(w.engine().create(&r)).unwrap();
+    let second = block_on(w.engine().create(&r)).unwrap();
+    assert!(first.created);
+    assert!(!second.created);
+    assert_eq!(first.id, second.id);
+    let rows = block_on(executions::list(w.index.as_ref(), &Default::default(), 10)).unwrap();
+    assert_eq!(rows.len(), 1);
+}
+
+#[test]
+fn replay_returns_journaled_values_and_never_reruns_a_completed_step() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p1.status, Status::Waiting);
+    assert_eq!(p1.wake_at_ms, Some(T0 + 1_000));
+    // Woken early (a stray alarm): still waiting, nothing re-run.
+    let early = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(early.status, Status::Waiting);
+    w.clock.advance(1_000);
+    let p2 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p2.status, Status::Complete);
+    assert_eq!(runs.effects.count("a"), 1, "step a ran once across three passes");
+    assert_eq!(runs.effects.count("b"), 1);
+    assert_eq!(p2.stats.replayed, 1, "a was answered from the journal");
+    let r = row(&w, &c.id);
+    assert_eq!(r.status, "complete");
+    assert_eq!(r.output_json.as_deref(), Some("11"));
+    let steps = block_on(executions::steps(w.index.as_ref(), &c.id, 100)).unwrap();
+    let names: Vec<_> = steps.iter().map(|s| (s.name.as_str(), s.state.as_str())).collect();
+    assert_eq!(names, [("a", "done"), ("nap", "done"), ("b", "done")]);
+}
+
+#[test]
+fn retries_pass_the_attempt_number_and_succeed() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("flaky", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 5), Status::Complete);
+    assert_eq!(runs.effects.count("flaky"), 3);
+    assert_eq!(row(&w, &c.id).output_json.as_deref(), Some("3"));
+    // Two constant 100 ms backoffs were waited in-process.
+    assert_eq!(w.clock.0.get(), T0 + 200);
+}
+
+#[test]
+fn exhausted_retries_fail_with_the_last_error() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("always-fails", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 5), Status::Errored);
+    assert_eq!(runs.effects.count("doomed"), 3, "1 attempt + 2 retries");
+    let r = row(&w, &c.id);
+    assert_eq!(r.error_tag.as_deref(), Some("RetriesExhausted"));
+    assert!(r.error_message.unwrap().contains("Blip"));
+    let steps = block_on(executions::steps(w.index.as_ref(), &c.id, 10)).unwrap();
+    assert_eq!(steps[0].state, "failed");
+    assert_eq!(steps[0].attempts, 3);
+    assert_eq!(steps[0].error_tag.as_deref(), Some("RetriesExhausted"));
+}
+
+#[test]
+fn non_retryable_fails_at_once() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("fatal", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Errored);
+    assert_eq!(runs.effects.count("fatal"), 1);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("NonRetryable"));
+}
+
+#[test]
+fn a_step_that_hangs_times_out_per_attempt() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("hangs", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Errored);
+    assert_eq!(runs.effects.count("hang"), 2, "timed out, retried once, timed out");
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("StepTimedOut"));
+}
+
+#[test]
+fn a_long_backoff_suspends_the_instance() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("long-backoff", json!(null)))).unwrap();
+    let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!((p1.status, p1.wake_at_ms), (Status::Waiting, Some(T0 + 60_000)));
+    w.clock.advance(30_000);
+    let early = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(early.status, Status::Waiting);
+    assert_eq!(runs.effects.count("slow-retry"), 1, "no attempt before the backoff ends");
+    w.clock.advance(30_000);
+    let p2 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p2.status, Status::Complete);
+    assert_eq!(runs.effects.count("slow-retry"), 2);
+}
+
+#[test]
+fn an_event_sent_before_the_wait_is_kept() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("event", json!(null)))).unwrap();
+    w.engine().send_event("approve", &json!({"by": "ana"})).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
+    assert_eq!(w.engine().record().unwrap().unwrap().output.as_deref(), Some(r#"{"by":"ana"}"#));
+}
+
+#[test]
+fn an_event_sent_during_the_wait_resumes_it() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("event", json!(null)))).unwrap();
+    let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!((p1.status, p1.wake_at_ms), (Status::Waiting, Some(T0 + 10_000)));
+    // Another event type does not satisfy the wait.
+    assert!(w.engine().send_event("other", &json!(1)).unwrap());
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Waiting);
+    w.clock.advance(100);
+    assert!(w.engine().send_event("approve", &json!("yes")).unwrap());
+    let p2 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p2.status, Status::Complete);
+    assert_eq!(runs.effects.count("after-event"), 1);
+}
+
+#[test]
+fn events_are_consumed_in_order_one_per_wait() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("two-events", json!(null)))).unwrap();
+    w.engine().send_event("tick", &json!(1)).unwrap();
+    w.engine().send_event("tick", &json!(2)).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
+    assert_eq!(w.engine().record().unwrap().unwrap().output.as_deref(), Some("[1,2]"));
+}
+
+#[test]
+fn an_event_timeout_is_a_typed_error_the_run_can_catch() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("event-timeout-caught", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
+    assert_eq!(w.engine().record().unwrap().unwrap().output.as_deref(), Some(r#""timed out""#));
+    let steps = w.journal_entries();
+    assert_eq!(steps[0].error_tag.as_deref(), Some("EventTimedOut"));
+}
+
+#[test]
+fn the_ceiling_fails_naming_the_wait_in_progress() {
+    let w = World::new();
+    let runs = Runs::default();
+    let mut r = req("ceiling", json!(null));
+    r.max_duration_ms = Some(5_000);
+    let c = block_on(w.engine().create(&r)).unwrap();
+    let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p1.wake_at_ms, Some(T0 + 5_000), "woken at the ceiling, not after the sleep");
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Errored);
+    let row = row(&w, &c.id);
+    assert_eq!(row.error_tag.as_deref(), Some("RunDurationExceeded"));
+    assert!(row.error_message.unwrap().contains("sleep \"too-long\""));
+}
+
+#[test]
+fn the_step_limit_is_enforced() {
+    let w = World::new();
+    let runs = Runs::default();
+    let mut r = req("many-steps", json!(5));
+    r.max_steps = Some(3);
+    let c = block_on(w.engine().create(&r)).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Errored);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("StepLimitExceeded"));
+}
+
+#[test]
+fn repeated_step_names_are_keyed_by_occurrence() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("loop-sleep", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 10), Status::Complete);
+    let names: Vec<String> = w.journal_entries().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["tick", "pause", "tick#2", "pause#2", "tick#3", "pause#3"]);
+}
+
+#[test]
+fn an_oversized_result_is_refused() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("big-result", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Errored);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("StepResultTooLarge"));
+}
+
+#[test]
+fn a_changed_step_name_is_a_journal_mismatch() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("renamed", json!(null)))).unwrap();
+    assert_eq!(block_on(w.engine().pass(&runs, &w.interrupt)).unwrap().status, Status::Waiting);
+    w.clock.advance(10);
+    assert_eq!(block_on(w.engine().pass(&runs, &w.interrupt)).unwrap().status, Status::Errored);
+    let r = row(&w, &c.id);
+    assert_eq!(r.error_tag.as_deref(), Some("JournalMismatch"));
+    assert!(r.error_message.unwrap().contains("old-name"));
+}
+
+#[test]
+fn a_crashed_pass_resumes_without_rerunning_completed_steps() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("crashy", json!(null)))).unwrap();
+    w.clock.freeze_timers(true);
+    for _ in 0..2 {
+        // The pass hangs inside "work"; dropping it is the executor dying.
+        assert!(w.engine().pass(&runs, &w.interrupt).now_or_never().is_none());
+    }
+    w.clock.freeze_timers(false);
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
+    assert_eq!(runs.effects.count("before"), 1, "completed before the crashes, never again");
+    assert_eq!(runs.effects.count("work"), 3, "the interrupted step is retried");
+}
+
+#[test]
+fn a_crash_loop_is_bounded() {
+    let w = World::new();
+    let runs = Runs::default();
+    let mut r = req("crashy", json!(null));
+    r.key = "test:crash-loop".into();
+    let c = block_on(w.engine().create(&r)).unwrap();
+    w.clock.freeze_timers(true);
+    for _ in 0..sluice::limits::EXECUTOR_CRASHES_MAX {
+        // Each pass hangs (frozen timers, "work" pending) and is dropped.
+        runs.effects.0.borrow_mut().insert("work".into(), 0);
+        assert!(w.engine().pass(&runs, &w.interrupt).now_or_never().is_none());
+    }
+    w.clock.freeze_timers(false);
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Errored);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("ExecutorCrashLoop"));
+}
+
+#[test]
+fn skipped_runs_record_their_reason() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("skips", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 1), Status::Skipped);
+    let r = row(&w, &c.id);
+    assert_eq!(r.reason.as_deref(), Some("not-configured"));
+    assert!(r.finished_ms.is_some());
+}
+
+#[test]
+fn d1_sees_one_batch_per_pass_and_no_round_trip_per_step() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("many-steps", json!(100)))).unwrap();
+    let before = w.index.calls.get();
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Complete);
+    assert_eq!(w.index.calls.get() - before, 1, "one D1 batch for 100 steps");
+    assert_eq!(p.stats.journal_writes, 100, "one journal write per step");
+    let steps = block_on(executions::steps(w.index.as_ref(), "test-many-steps-", 1)).unwrap();
+    assert!(steps.is_empty(), "sanity: ids are normalized, not raw keys");
+}
+
+#[test]
+fn a_failed_mirror_is_caught_up_by_the_next_pass() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    w.index.fail_next_batch.set(true);
+    let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert!(p1.mirror_error.is_some());
+    assert_eq!(row(&w, &c.id).status, "queued", "D1 is stale after the failed batch");
+    w.clock.advance(1_000);
+    block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    let steps = block_on(executions::steps(w.index.as_ref(), &c.id, 10)).unwrap();
+    assert_eq!(steps.len(), 3, "the first pass's steps reached D1 with the second");
+    assert_eq!(row(&w, &c.id).status, "complete");
+}
+
+#[test]
+fn terminate_pause_resume_and_restart() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+
+    assert_eq!(block_on(w.engine().command(&Command::Pause)).unwrap(), Status::Paused);
+    w.clock.advance(5_000);
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Paused, "a paused instance does not run");
+    assert_eq!(row(&w, &c.id).status, "paused");
+    assert!(block_on(w.engine().command(&Command::Pause)).is_err());
+
+    assert_eq!(block_on(w.engine().command(&Command::Resume)).unwrap(), Status::Waiting);
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
+    assert_eq!(runs.effects.count("a"), 1);
+
+    assert!(block_on(w.engine().command(&Command::Terminate)).is_err(), "finished stays finished");
+
+    // Restart from "b": "a" is kept, "b" runs again.
+    let st = block_on(w.engine().command(&Command::Restart { from_step: Some("b".into()) })).unwrap();
+    assert_eq!(st, Status::Queued);
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
+    assert_eq!((runs.effects.count("a"), runs.effects.count("b")), (1, 2));
+
+    // Restart from the top: everything runs again.
+    block_on(w.engine().command(&Command::Restart { from_step: None })).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
+    assert_eq!((runs.effects.count("a"), runs.effects.count("b")), (2, 3));
+
+    // Terminate a waiting instance.
+    block_on(w.engine().command(&Command::Restart { from_step: None })).unwrap();
+    block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(block_on(w.engine().command(&Command::Terminate)).unwrap(), Status::Terminated);
+    let r = row(&w, &c.id);
+    assert_eq!((r.status.as_str(), r.error_tag.as_deref()), ("terminated", Some("Terminated")));
+    assert!(w.engine().send_event("approve", &json!(1)).is_err());
+}
+
+#[test]
+fn an_interrupt_stops_a_running_pass_at_its_next_durable_call() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    w.interrupt.set(Some(Interrupt::Terminate));
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Terminated);
+    assert_eq!(runs.effects.count("a"), 0);
+}
+
+trait JournalPeek {
+    fn journal_entries(&self) -> Vec<sluice::engine::journal::Entry>;
+}
+
+impl JournalPeek for World {
+    fn journal_entries(&self) -> Vec<sluice::engine::journal::Entry> {
+        use sluice::engine::journal::JournalStore;
+        self.journal.entries().unwrap()
+    }
+}
