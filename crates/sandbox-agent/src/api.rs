@@ -1,0 +1,406 @@
+//! HTTP routing, authentication, request parsing and JSON errors.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Request, Response};
+
+use crate::exec;
+use crate::limits::{EXEC_TIMEOUT_MS_MAX, ID_CHARS_MAX, REQUEST_BYTES_MAX, WAIT_MS_MAX};
+use crate::lock;
+use crate::process::Registry;
+use crate::workspace::Workspaces;
+
+pub struct State {
+    token: Option<String>,
+    workspaces: Workspaces,
+    processes: Arc<Registry>,
+}
+
+impl State {
+    pub fn new(root: &Path, token: Option<String>) -> std::io::Result<Self> {
+        Ok(State {
+            token,
+            workspaces: Workspaces::new(root)?,
+            processes: Arc::default(),
+        })
+    }
+}
+
+/// An error answered as `{"error": {"code", "message"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 for a well-formed JSON body whose fields are unacceptable.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(400, "invalid_request", message)
+    }
+}
+
+type Reply = (u16, Value);
+
+impl From<ApiError> for Reply {
+    fn from(e: ApiError) -> Reply {
+        (
+            e.status,
+            json!({"error": {"code": e.code, "message": e.message}}),
+        )
+    }
+}
+
+/// Answers one request. Runs on its own thread; a panic in a handler becomes a 500 here
+/// instead of a dropped connection.
+pub fn serve(state: &State, mut request: Request) {
+    let started = Instant::now();
+    let reply = panic::catch_unwind(AssertUnwindSafe(|| route(state, &mut request)))
+        .unwrap_or_else(|_| {
+            ApiError::new(
+                500,
+                "internal",
+                "the request handler panicked; see agent logs",
+            )
+            .into()
+        });
+    let path = request
+        .url()
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!(
+        "{} {path} -> {} ({} ms)",
+        request.method(),
+        reply.0,
+        started.elapsed().as_millis()
+    );
+    respond(request, reply);
+}
+
+/// Answers a request the server has no thread for.
+pub fn respond_busy(request: Request) {
+    let error = ApiError::new(
+        503,
+        "server_busy",
+        "too many requests in flight; retry shortly",
+    );
+    respond(request, error.into());
+}
+
+fn respond(request: Request, (status, body): Reply) {
+    let mut response = Response::from_data(body.to_string())
+        .with_status_code(status)
+        // Always send Content-Length (tiny_http switches to chunked above 32 KiB by default).
+        .with_chunked_threshold(usize::MAX);
+    if let Ok(header) = Header::from_bytes("Content-Type", "application/json") {
+        response.add_header(header);
+    }
+    // The client may have gone away; nothing useful to do about it.
+    let _ = request.respond(response);
+}
+
+fn route(state: &State, request: &mut Request) -> Reply {
+    match route_inner(state, request) {
+        Ok(reply) => reply,
+        Err(e) => e.into(),
+    }
+}
+
+fn route_inner(state: &State, request: &mut Request) -> Result<Reply, ApiError> {
+    let url = request.url().to_owned();
+    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+    let method = request.method().clone();
+    if path == "/healthz" {
+        return match method {
+            Method::Get => Ok((
+                200,
+                json!({"ok": true, "version": env!("CARGO_PKG_VERSION")}),
+            )),
+            _ => Err(method_not_allowed()),
+        };
+    }
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return Err(not_found());
+    };
+    authorize(state, request)?;
+    let segments: Vec<&str> = rest.split('/').collect();
+    match (&method, segments.as_slice()) {
+        (Method::Post, ["workspaces"]) => create_workspace(state, read_json(request)?),
+        (Method::Get, ["workspaces", id]) => get_workspace(state, id),
+        (Method::Delete, ["workspaces", id]) => delete_workspace(state, id),
+        (Method::Post, ["exec"]) => run_exec(state, read_json(request)?),
+        (Method::Post, ["processes"]) => start_process(state, read_json(request)?),
+        (Method::Get, ["processes", id]) => get_process(state, id, query),
+        (_, ["workspaces" | "exec" | "processes"] | ["workspaces" | "processes", _]) => {
+            Err(method_not_allowed())
+        }
+        _ => Err(not_found()),
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(404, "not_found", "no such endpoint")
+}
+
+fn method_not_allowed() -> ApiError {
+    ApiError::new(405, "method_not_allowed", "method not allowed here")
+}
+
+/// Requires `Authorization: Bearer <token>` when a token is configured.
+fn authorize(state: &State, request: &Request) -> Result<(), ApiError> {
+    let Some(expected) = &state.token else {
+        return Ok(());
+    };
+    let presented = request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .and_then(|h| {
+            let value = h.value.as_str();
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+    match presented {
+        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
+        _ => Err(ApiError::new(
+            401,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )),
+    }
+}
+
+/// Compares without an early exit so timing does not reveal how much of a guess matched
+/// (the length is not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads a JSON body of at most `REQUEST_BYTES_MAX` bytes into `T`.
+fn read_json<T: DeserializeOwned>(request: &mut Request) -> Result<T, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            "body_too_large",
+            format!("request body exceeds {REQUEST_BYTES_MAX} bytes"),
+        )
+    };
+    if request.body_length().is_some_and(|n| n > REQUEST_BYTES_MAX) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    request
+        .as_reader()
+        .take(REQUEST_BYTES_MAX as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| ApiError::new(400, "invalid_body", format!("cannot read body: {e}")))?;
+    if body.len() > REQUEST_BYTES_MAX {
+        return Err(too_large());
+    }
+    serde_json::from_slice(&body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError::invalid(e.to_string()),
+        _ => ApiError::new(400, "invalid_json", e.to_string()),
+    })
+}
+
+/// Ids become directory names and registry keys: 1..=ID_CHARS_MAX of `[A-Za-z0-9_-]`.
+fn validate_id(id: &str, what: &str) -> Result<(), ApiError> {
+    let ok = (1..=ID_CHARS_MAX).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            400,
+            "invalid_id",
+            format!("{what} id must be 1 to {ID_CHARS_MAX} characters of A-Z a-z 0-9 _ -"),
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckoutRequest {
+    workspace: String,
+    repo_url: String,
+    sha: String,
+    token: Option<String>,
+}
+
+fn create_workspace(state: &State, req: CheckoutRequest) -> Result<Reply, ApiError> {
+    validate_id(&req.workspace, "workspace")?;
+    let checkout = state.workspaces.checkout(
+        &req.workspace,
+        &req.repo_url,
+        &req.sha,
+        req.token.as_deref(),
+    )?;
+    Ok((
+        201,
+        json!({
+            "workspace": req.workspace,
+            "sha": req.sha.to_ascii_lowercase(),
+            "path": checkout.path.to_string_lossy(),
+            "duration_ms": checkout.duration_ms,
+        }),
+    ))
+}
+
+fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
+    validate_id(id, "workspace")?;
+    let exists = state.workspaces.existing(id).is_some();
+    let sha = state.workspaces.head(id);
+    Ok((200, json!({"workspace": id, "exists": exists, "sha": sha})))
+}
+
+fn delete_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
+    validate_id(id, "workspace")?;
+    let deleted = state.workspaces.delete(id)?;
+    Ok((200, json!({"deleted": deleted})))
+}
+
+/// The command fields shared by `/v1/exec` and `/v1/processes`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandSpec {
+    workspace: String,
+    command: String,
+    timeout_ms: u64,
+    env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProcessRequest {
+    id: String,
+    workspace: String,
+    command: String,
+    timeout_ms: u64,
+    env: Option<BTreeMap<String, String>>,
+}
+
+/// Checks a command request's fields and returns its timeout.
+fn validate_spec(spec: &CommandSpec) -> Result<Duration, ApiError> {
+    validate_id(&spec.workspace, "workspace")?;
+    if !(1..=EXEC_TIMEOUT_MS_MAX).contains(&spec.timeout_ms) {
+        return Err(ApiError::invalid(format!(
+            "timeout_ms must be between 1 and {EXEC_TIMEOUT_MS_MAX}"
+        )));
+    }
+    if spec.command.is_empty() || spec.command.contains('\0') {
+        return Err(ApiError::invalid(
+            "command must be non-empty and contain no NUL",
+        ));
+    }
+    let env_ok = spec
+        .env
+        .iter()
+        .flatten()
+        .all(|(k, v)| !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0'));
+    if !env_ok {
+        return Err(ApiError::invalid(
+            "env names must be non-empty without '=' or NUL, and values without NUL",
+        ));
+    }
+    Ok(Duration::from_millis(spec.timeout_ms))
+}
+
+fn workspace_dir(state: &State, id: &str) -> Result<PathBuf, ApiError> {
+    state.workspaces.existing(id).ok_or_else(|| {
+        ApiError::new(
+            404,
+            "workspace_not_found",
+            format!("workspace {id} does not exist"),
+        )
+    })
+}
+
+fn spawn(dir: &Path, spec: &CommandSpec) -> Result<exec::Running, ApiError> {
+    let env = spec.env.clone().unwrap_or_default();
+    exec::spawn(exec::shell_command(dir, &spec.command, &env))
+        .map_err(|e| ApiError::new(500, "spawn_failed", format!("cannot start sh: {e}")))
+}
+
+fn run_exec(state: &State, spec: CommandSpec) -> Result<Reply, ApiError> {
+    let timeout = validate_spec(&spec)?;
+    let dir = workspace_dir(state, &spec.workspace)?;
+    let running = spawn(&dir, &spec)?;
+    let output = running.output();
+    let finished = running.wait(timeout);
+    let captured = lock(&output).capture();
+    Ok((
+        200,
+        json!({
+            "exit_code": finished.exit_code,
+            "signal": finished.signal,
+            "timed_out": finished.timed_out,
+            "output": captured.text,
+            "output_bytes": captured.bytes,
+            "output_truncated": captured.truncated,
+            "duration_ms": finished.duration_ms,
+        }),
+    ))
+}
+
+fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> {
+    validate_id(&req.id, "process")?;
+    let spec = CommandSpec {
+        workspace: req.workspace,
+        command: req.command,
+        timeout_ms: req.timeout_ms,
+        env: req.env,
+    };
+    // Validated even for a replay, so a malformed request never looks accepted. The workspace
+    // is only required to start a process: a replay may outlive its workspace.
+    let timeout = validate_spec(&spec)?;
+    let (process, created) = state.processes.start(&req.id, timeout, || {
+        spawn(&workspace_dir(state, &spec.workspace)?, &spec)
+    })?;
+    Ok((if created { 201 } else { 200 }, process.to_json()))
+}
+
+fn get_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> {
+    validate_id(id, "process")?;
+    let mut wait_ms = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("wait_ms", value)) => {
+                wait_ms = value
+                    .parse::<u64>()
+                    .map_err(|_| ApiError::invalid("wait_ms must be a non-negative integer"))?;
+            }
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "unknown query parameter {pair:?}"
+                )))
+            }
+        }
+    }
+    let process = state
+        .processes
+        .get(id)
+        .ok_or_else(|| ApiError::new(404, "process_not_found", format!("no process {id}")))?;
+    process.wait(Duration::from_millis(wait_ms.min(WAIT_MS_MAX)));
+    Ok((200, process.to_json()))
+}

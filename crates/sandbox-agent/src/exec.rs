@@ -1,0 +1,343 @@
+//! Running one command: its own process group, stdout and stderr interleaved into one bounded
+//! buffer, and the whole group killed at the timeout.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::io::{self, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::limits::{
+    KILL_REAP_MS, OUTPUT_BYTES_MAX, OUTPUT_DRAIN_MS, OUTPUT_HEAD_BYTES, OUTPUT_READ_CHUNK_BYTES,
+    WAIT_POLL_MS_MAX, WAIT_POLL_MS_MIN,
+};
+use crate::lock;
+
+/// PATH for commands when the agent itself has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The agent's PATH, or a standard one when the agent has none (a bare container entrypoint).
+pub fn path_env() -> OsString {
+    std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into())
+}
+
+/// Builds `sh -c <command>` for a step: runs in `dir` with a minimal environment (so the agent's
+/// own secrets never leak into user code) plus the caller's `env`, which may override it.
+pub fn shell_command(dir: &Path, command: &str, env: &BTreeMap<String, String>) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", path_env())
+        .env("HOME", dir)
+        .env("LANG", "C.UTF-8")
+        .envs(env);
+    cmd
+}
+
+/// Output of a command as it is kept in memory: the first `OUTPUT_HEAD_BYTES` and the most
+/// recent bytes, `OUTPUT_BYTES_MAX` in total, so the tail (where errors are) is never lost.
+#[derive(Default)]
+pub struct Output {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total_bytes: u64,
+}
+
+/// A rendering of `Output` for a response.
+pub struct Captured {
+    pub text: String,
+    pub bytes: u64,
+    pub truncated: bool,
+}
+
+impl Output {
+    fn push(&mut self, chunk: &[u8]) {
+        self.total_bytes += chunk.len() as u64;
+        let head_take = OUTPUT_HEAD_BYTES
+            .saturating_sub(self.head.len())
+            .min(chunk.len());
+        self.head.extend_from_slice(&chunk[..head_take]);
+        let rest = &chunk[head_take..];
+        let tail_max = OUTPUT_BYTES_MAX - OUTPUT_HEAD_BYTES;
+        let rest = &rest[rest.len().saturating_sub(tail_max)..];
+        let overflow = (self.tail.len() + rest.len()).saturating_sub(tail_max);
+        self.tail.drain(..overflow);
+        self.tail.extend(rest);
+    }
+
+    pub fn retained_bytes(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    pub fn capture(&self) -> Captured {
+        let omitted_bytes = self.total_bytes - self.retained_bytes() as u64;
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        let text = if omitted_bytes == 0 {
+            // Nothing cut: decode as one buffer so a character split across head and tail
+            // survives.
+            let mut all = self.head.clone();
+            all.extend_from_slice(&tail);
+            String::from_utf8_lossy(&all).into_owned()
+        } else {
+            // The cut may land inside a UTF-8 character: skip its continuation bytes (at most
+            // 3) rather than render a replacement character.
+            let skip = tail
+                .iter()
+                .take(3)
+                .take_while(|b| (**b & 0b1100_0000) == 0b1000_0000)
+                .count();
+            format!(
+                "{}\n[sluice-sandbox-agent: {omitted_bytes} bytes of output omitted]\n{}",
+                String::from_utf8_lossy(&self.head),
+                String::from_utf8_lossy(&tail[skip..])
+            )
+        };
+        Captured {
+            text,
+            bytes: self.total_bytes,
+            truncated: omitted_bytes > 0,
+        }
+    }
+}
+
+/// How a command ended.
+pub struct Finished {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+}
+
+/// A started command. Dropping it without `wait` kills its process group, so an unwinding
+/// handler never leaves a command running unobserved.
+pub struct Running {
+    child: Child,
+    output: Arc<Mutex<Output>>,
+    reader_done: mpsc::Receiver<()>,
+    started: Instant,
+    reaped: bool,
+}
+
+/// Starts `command` in its own process group with stdin null and stdout+stderr on one pipe,
+/// so the captured output keeps the order in which the command wrote it.
+pub fn spawn(mut command: Command) -> io::Result<Running> {
+    let (reader, writer) = io::pipe()?;
+    let output = Arc::new(Mutex::new(Output::default()));
+    let (done_tx, reader_done) = mpsc::channel();
+    let sink = output.clone();
+    // Started before the child so a failed thread spawn leaves nothing to clean up.
+    thread::Builder::new()
+        .name("output".into())
+        .spawn(move || {
+            read_into(reader, &sink);
+            let _ = done_tx.send(());
+        })?;
+    command
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .process_group(0);
+    let started = Instant::now();
+    let child = command.spawn()?;
+    // `command` holds our copies of the pipe's write end; the reader sees EOF only once every
+    // copy is closed, so close ours now. (On the error paths above, dropping does the same.)
+    drop(command);
+    Ok(Running {
+        child,
+        output,
+        reader_done,
+        started,
+        reaped: false,
+    })
+}
+
+/// Copies the pipe into `output` until EOF, i.e. until every process holding the write end
+/// has exited or closed it (bounded by the kill in `Running::wait`).
+fn read_into(mut reader: io::PipeReader, output: &Mutex<Output>) {
+    let mut buf = vec![0u8; OUTPUT_READ_CHUNK_BYTES];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => lock(output).push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+impl Running {
+    /// The live output buffer, readable while the command runs.
+    pub fn output(&self) -> Arc<Mutex<Output>> {
+        self.output.clone()
+    }
+
+    /// Waits for the command to exit, killing its process group at `timeout`.
+    pub fn wait(mut self, timeout: Duration) -> Finished {
+        let deadline = self.started + timeout;
+        let mut poll_ms = WAIT_POLL_MS_MIN;
+        let mut timed_out = false;
+        // Bounded by `deadline`: past it the group is killed and the loop ends.
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) => {}
+                Err(_) => {
+                    // We can no longer observe the child: stop it rather than leak it.
+                    self.kill_group();
+                    break reap(&mut self.child);
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                timed_out = true;
+                self.kill_group();
+                break reap(&mut self.child);
+            }
+            thread::sleep(Duration::from_millis(poll_ms).min(deadline - now));
+            poll_ms = (poll_ms * 2).min(WAIT_POLL_MS_MAX);
+        };
+        self.reaped = true;
+        // Background children may still hold the output pipe; give them a moment to finish
+        // writing, then kill the rest of the group so the call returns.
+        let drain = Duration::from_millis(OUTPUT_DRAIN_MS);
+        if self.reader_done.recv_timeout(drain).is_err() {
+            self.kill_group();
+            // If something escaped the group (setsid) and still holds the pipe, give up on
+            // the remaining output; the reader thread ends when that process does.
+            let _ = self.reader_done.recv_timeout(drain);
+        }
+        Finished {
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            timed_out,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+        }
+    }
+
+    fn kill_group(&self) {
+        kill_group(self.child.id());
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.kill_group();
+            reap(&mut self.child);
+        }
+    }
+}
+
+/// SIGKILLs every process in the group led by `pgid` (the child spawned with
+/// `process_group(0)`), so grandchildren like a backgrounded `sleep` die too.
+fn kill_group(pgid: u32) {
+    match i32::try_from(pgid) {
+        // kill(0) and kill(-1) would hit our own group or every process we may signal.
+        Ok(pgid) if pgid > 1 => {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Reaps a child that was just SIGKILLed, waiting at most `KILL_REAP_MS`. A child stuck in
+/// uninterruptible I/O past that stays a zombie rather than blocking the caller forever.
+fn reap(child: &mut Child) -> Option<ExitStatus> {
+    let deadline = Instant::now() + Duration::from_millis(KILL_REAP_MS);
+    let mut poll_ms = WAIT_POLL_MS_MIN;
+    // Bounded by `deadline`.
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(poll_ms));
+                poll_ms = (poll_ms * 2).min(WAIT_POLL_MS_MAX);
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Runs a command to completion (or `timeout`) and returns how it ended plus its output.
+pub fn run(command: Command, timeout: Duration) -> io::Result<(Finished, Captured)> {
+    let running = spawn(command)?;
+    let output = running.output();
+    let finished = running.wait(timeout);
+    let captured = lock(&output).capture();
+    Ok((finished, captured))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_keeps_everything_under_the_cap() {
+        let mut out = Output::default();
+        out.push(b"hello ");
+        out.push(b"world");
+        let c = out.capture();
+        assert_eq!(c.text, "hello world");
+        assert_eq!(c.bytes, 11);
+        assert!(!c.truncated);
+    }
+
+    #[test]
+    fn output_keeps_head_and_tail_when_truncated() {
+        let mut out = Output::default();
+        out.push(&vec![b'h'; OUTPUT_HEAD_BYTES]);
+        // Many small chunks, then one larger than the whole tail budget.
+        for _ in 0..1000 {
+            out.push(&[b'~'; 1000]);
+        }
+        out.push(&vec![b'y'; OUTPUT_BYTES_MAX]);
+        out.push(b"END");
+        assert_eq!(out.retained_bytes(), OUTPUT_BYTES_MAX);
+        let c = out.capture();
+        assert!(c.truncated);
+        assert_eq!(
+            c.bytes,
+            (OUTPUT_HEAD_BYTES + 1000 * 1000 + OUTPUT_BYTES_MAX + 3) as u64
+        );
+        assert!(c.text.starts_with(&"h".repeat(OUTPUT_HEAD_BYTES)));
+        assert!(c.text.ends_with("yyyEND"));
+        assert!(!c.text.contains('~'), "the middle is dropped");
+        assert!(c.text.contains("bytes of output omitted"));
+    }
+
+    #[test]
+    fn output_split_character_is_not_mangled() {
+        let mut out = Output::default();
+        let mut data = vec![b'a'; OUTPUT_HEAD_BYTES - 1];
+        data.extend_from_slice("é".as_bytes()); // 2 bytes: straddles head and tail
+        out.push(&data);
+        assert_eq!(
+            out.capture().text,
+            format!("{}é", "a".repeat(OUTPUT_HEAD_BYTES - 1))
+        );
+    }
+
+    #[test]
+    fn run_reports_exit_code_and_signal() {
+        let env = BTreeMap::new();
+        let dir = std::env::temp_dir();
+        let timeout = Duration::from_secs(10);
+        let (fin, out) = run(shell_command(&dir, "echo a; exit 7", &env), timeout).expect("run");
+        assert_eq!(
+            (fin.exit_code, fin.signal, fin.timed_out),
+            (Some(7), None, false)
+        );
+        assert_eq!(out.text, "a\n");
+        let (fin, _) = run(shell_command(&dir, "kill -TERM $$", &env), timeout).expect("run");
+        assert_eq!((fin.exit_code, fin.signal), (None, Some(libc::SIGTERM)));
+    }
+}

@@ -1,0 +1,67 @@
+//! Every bound the agent enforces, in one place, each with the reason for its value.
+
+/// Largest accepted request body. Requests carry a command line and an env map, never file
+/// contents, so 1 MiB is generous while keeping a hostile client from exhausting memory.
+pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+
+/// Requests handled at once (each gets its own thread). A run drives one step at a time, plus a
+/// few long-polls and health checks; 32 leaves headroom without letting a flood of blocking
+/// `exec` calls pin unbounded threads and output buffers.
+pub const REQUESTS_CONCURRENT_MAX: usize = 32;
+
+/// Longest workspace or process id. Ids are caller-chosen keys (run/job/step names); 100
+/// characters fits them and keeps paths far below filesystem name limits (255).
+pub const ID_CHARS_MAX: usize = 100;
+
+/// Bound on each git command of a checkout. A full-history fallback fetch of a large repository
+/// can take minutes; past 10 minutes the step should fail and be retried rather than hang.
+pub const GIT_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+
+/// Largest `timeout_ms` a caller may ask for. One hour matches the longest CI step we intend
+/// to support; anything longer should be split into steps.
+pub const EXEC_TIMEOUT_MS_MAX: u64 = 60 * 60 * 1000;
+
+/// Output kept in memory per command. 4 MiB covers the logs of nearly every build step while
+/// keeping the worst case (all concurrent commands at the cap) within a small container.
+pub const OUTPUT_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Leading part of the output always kept when truncating: the first lines usually say what
+/// ran (versions, config); the remaining budget keeps the tail, where failures show up.
+pub const OUTPUT_HEAD_BYTES: usize = 64 * 1024;
+
+/// Size of one read from a command's output pipe; matches the Linux default pipe capacity.
+pub const OUTPUT_READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// First and last sleep between `try_wait` polls. Starting at 1 ms keeps quick commands (git
+/// plumbing) quick; backing off to 50 ms keeps an hour-long command to ~20 wakeups a second,
+/// and 50 ms is far below any timeout precision a caller cares about.
+pub const WAIT_POLL_MS_MIN: u64 = 1;
+pub const WAIT_POLL_MS_MAX: u64 = 50;
+
+/// How long to wait for the output pipe to close after the command exited. Background children
+/// that still hold the pipe get this long, then the process group is killed so the call returns.
+pub const OUTPUT_DRAIN_MS: u64 = 2_000;
+
+/// How long to wait for a SIGKILLed command to be reaped. SIGKILL is immediate unless the
+/// process is stuck in uninterruptible I/O; after 5 s we report the kill and stop waiting.
+pub const KILL_REAP_MS: u64 = 5_000;
+
+/// Longest long-poll on `GET /v1/processes/{id}?wait_ms=N`. Stays under common 30 s proxy and
+/// subrequest idle timeouts so the response always arrives; callers simply poll again.
+pub const WAIT_MS_MAX: u64 = 25_000;
+
+/// Detached processes running at once. A job rarely needs more than a few background services;
+/// 16 bounds threads, process groups and output buffers (16 x OUTPUT_BYTES_MAX).
+pub const PROCESSES_MAX: usize = 16;
+
+/// Finished process records kept so a retried step can still observe the exit. 256 covers
+/// every step of a large job; older records are evicted first.
+pub const FINISHED_PROCESSES_MAX: usize = 256;
+
+/// Output bytes retained across all finished process records (oldest evicted first), so 256
+/// records at the full output cap cannot hold 1 GiB of memory.
+pub const FINISHED_OUTPUT_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Git output quoted in a `checkout_failed` message: the tail holds git's actual error line,
+/// and 4 KiB keeps the error response small.
+pub const ERROR_OUTPUT_BYTES_MAX: usize = 4 * 1024;

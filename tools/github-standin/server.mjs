@@ -1,0 +1,1048 @@
+// GitHub stand-in: a local HTTP server speaking the subset of GitHub's REST API (App installation
+// tokens, repository contents, refs, branches, check runs) and smart-HTTP git that Sluice uses,
+// backed by real bare git repositories. Used by end-to-end tests and by `npm start` without a
+// real GitHub App. Also runnable as a CLI (see parseCli below).
+
+import { spawn } from 'node:child_process';
+import { createPublicKey, randomInt, verify as verifySignature } from 'node:crypto';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { resolve as resolvePath } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { commitFiles, isValidName, readGit, repoExists, repoPath } from './git.mjs';
+import { accountId, repoId } from './webhooks.mjs';
+
+// Request bodies are JSON documents or git negotiation; 10 MiB is far above either in tests and
+// bounds memory per request.
+const MAX_BODY_BYTES = 10 * 1024 * 1024;
+// A clone of a test repository takes well under a second; 60 s leaves room for a loaded CI machine
+// while making sure a wedged `git http-backend` cannot hold a connection and a process forever.
+const GIT_BACKEND_TIMEOUT_MS = 60_000;
+// CGI headers from git http-backend are a handful of short lines; more means the child is broken.
+const MAX_CGI_HEADER_BYTES = 64 * 1024;
+// GitHub: the JWT 'exp' may be at most 10 minutes in the future.
+const MAX_JWT_EXP_AHEAD_SECONDS = 600;
+// Clock drift allowance for a JWT 'iat' slightly in the future (GitHub tolerates small drift and
+// recommends back-dating iat by 60 s).
+const MAX_JWT_IAT_AHEAD_SECONDS = 60;
+// GitHub's contents API returns file content inline only up to 1 MB; larger files come back with
+// encoding "none" and empty content.
+const MAX_INLINE_CONTENT_BYTES = 1024 * 1024;
+// GitHub's documented maximum for check run output.summary and output.text.
+const MAX_OUTPUT_CHARS = 65535;
+// GitHub's documented maximum number of annotations per check run request.
+const MAX_ANNOTATIONS_PER_REQUEST = 50;
+// Recorded calls are kept for inspection; the oldest are dropped beyond this so a long `npm start`
+// session cannot grow without bound.
+const MAX_RECORDED_CALLS = 10_000;
+// In-memory check runs and live tokens are likewise bounded.
+const MAX_CHECK_RUNS = 100_000;
+const MAX_LIVE_TOKENS = 10_000;
+// GitHub pagination defaults for list endpoints.
+const DEFAULT_PER_PAGE = 30;
+const MAX_PER_PAGE = 100;
+
+const APP_PERMISSIONS = { checks: 'write', contents: 'read', metadata: 'read' };
+const PERMISSION_RANK = { read: 1, write: 2 };
+const CHECK_STATUSES = ['queued', 'in_progress', 'completed'];
+const CHECK_CONCLUSIONS = ['action_required', 'cancelled', 'failure', 'neutral', 'success', 'skipped', 'stale', 'timed_out'];
+const TOKEN_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+// Branch/tag/sha names accepted as a `ref`; excludes git revision syntax (`:`, `^`, `~`, `..`,
+// `@{`) so a ref can never be interpreted as anything but a name.
+const REF_RE = /^(?![-/])(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+#-]{1,255}$/;
+const SHA_RE = /^[0-9a-f]{40}$/;
+const WRITE_METHODS = new Set(['POST', 'PATCH', 'PUT', 'DELETE']);
+
+const DOCS = {
+  root: 'https://docs.github.com/rest',
+  token: 'https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app',
+  repo: 'https://docs.github.com/rest/repos/repos#get-a-repository',
+  contents: 'https://docs.github.com/rest/repos/contents#get-repository-content',
+  ref: 'https://docs.github.com/rest/git/refs#get-a-reference',
+  branch: 'https://docs.github.com/rest/branches/branches#get-a-branch',
+  createRun: 'https://docs.github.com/rest/checks/runs#create-a-check-run',
+  updateRun: 'https://docs.github.com/rest/checks/runs#update-a-check-run',
+  getRun: 'https://docs.github.com/rest/checks/runs#get-a-check-run',
+  listRuns: 'https://docs.github.com/rest/checks/runs#list-check-runs-for-a-git-reference',
+};
+
+class ApiError extends Error {
+  constructor(status, message, documentationUrl = DOCS.root, extra = {}, headers = {}) {
+    super(message);
+    this.status = status;
+    this.body = { message, documentation_url: documentationUrl, ...extra, status: String(status) };
+    this.headers = headers;
+  }
+}
+
+const notFound = (doc = DOCS.root) => new ApiError(404, 'Not Found', doc);
+const invalidRequest = (detail, doc) => new ApiError(422, `Invalid request.\n\n${detail}`, doc);
+
+function isoSeconds(ms) {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+function sendJson(res, status, body, headers = {}) {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'Content-Type': 'application/json; charset=utf-8',
+    'Content-Length': Buffer.byteLength(text),
+    ...headers,
+  });
+  res.end(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication
+
+function parseAuthorization(header) {
+  const match = /^(\S+)\s+(\S+)\s*$/.exec(header ?? '');
+  if (!match) return { scheme: null, credential: null };
+  const scheme = { bearer: 'Bearer', token: 'token', basic: 'Basic' }[match[1].toLowerCase()] ?? null;
+  return { scheme, credential: scheme ? match[2] : null };
+}
+
+function decodeJsonPart(part) {
+  if (!/^[A-Za-z0-9_-]+$/.test(part)) return null;
+  try {
+    const value = JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
+    return value && typeof value === 'object' ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+// Verifies an App JWT the way GitHub does; returns null when valid, else GitHub's error message.
+function jwtProblem(jwt, { appId, publicKey, nowSec }) {
+  const undecodable = 'A JSON web token could not be decoded';
+  const parts = (jwt ?? '').split('.');
+  if (parts.length !== 3) return undecodable;
+  const [header, claims] = parts.slice(0, 2).map(decodeJsonPart);
+  if (!header || !claims || header.alg !== 'RS256' || !/^[A-Za-z0-9_-]+$/.test(parts[2])) return undecodable;
+  if (claims.iss === undefined || String(claims.iss) !== String(appId)) {
+    return "'Issuer' claim ('iss') must be the ID of this GitHub App";
+  }
+  const signed = Buffer.from(`${parts[0]}.${parts[1]}`);
+  if (!verifySignature('RSA-SHA256', signed, publicKey, Buffer.from(parts[2], 'base64url'))) return undecodable;
+  if (!Number.isInteger(claims.iat) || claims.iat > nowSec + MAX_JWT_IAT_AHEAD_SECONDS) {
+    return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued";
+  }
+  if (!Number.isInteger(claims.exp) || claims.exp <= nowSec) {
+    return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires";
+  }
+  if (claims.exp > nowSec + MAX_JWT_EXP_AHEAD_SECONDS) return "'Expiration time' claim ('exp') is too far in the future";
+  return null;
+}
+
+function randomToken() {
+  let body = '';
+  for (let i = 0; i < 36; i++) body += TOKEN_ALPHABET[randomInt(TOKEN_ALPHABET.length)];
+  return `ghs_${body}`;
+}
+
+function requestedPermissions(requested) {
+  if (requested === undefined) return { ...APP_PERMISSIONS };
+  if (!requested || typeof requested !== 'object' || Array.isArray(requested)) {
+    throw invalidRequest('"permissions" must be an object.', DOCS.token);
+  }
+  for (const [name, level] of Object.entries(requested)) {
+    const granted = APP_PERMISSIONS[name];
+    if (!granted || !PERMISSION_RANK[level] || PERMISSION_RANK[level] > PERMISSION_RANK[granted]) {
+      throw new ApiError(422, 'The permissions requested are not granted to this installation.', DOCS.token);
+    }
+  }
+  // GitHub always includes metadata:read in installation tokens.
+  return { ...requested, metadata: 'read' };
+}
+
+function hasPermission(token, name, level) {
+  return (PERMISSION_RANK[token.permissions[name]] ?? 0) >= PERMISSION_RANK[level];
+}
+
+function requirePermission(token, name, level) {
+  if (!hasPermission(token, name, level)) {
+    throw new ApiError(403, 'Resource not accessible by integration', DOCS.root);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request plumbing
+
+function payloadTooLarge() {
+  return new ApiError(413, 'Payload Too Large', DOCS.root, {}, { Connection: 'close' });
+}
+
+// Reads a request body of at most MAX_BODY_BYTES. Beyond that the 413 is answered with
+// "Connection: close" and the rest of the upload is discarded until Node closes the socket.
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    if (Number(req.headers['content-length'] ?? 0) > MAX_BODY_BYTES) {
+      reject(payloadTooLarge());
+      return;
+    }
+    const chunks = [];
+    let size = 0;
+    const onData = (chunk) => {
+      size += chunk.length;
+      if (size <= MAX_BODY_BYTES) {
+        chunks.push(chunk);
+        return;
+      }
+      req.off('data', onData);
+      reject(payloadTooLarge());
+    };
+    req.on('data', onData);
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+// Empty bodies count as `{}` (GitHub accepts body-less POSTs such as access_tokens).
+function parseJsonBody(raw) {
+  if (raw.length === 0) return {};
+  try {
+    return JSON.parse(raw.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+function requireObjectBody(ctx) {
+  if (ctx.body === undefined) throw new ApiError(400, 'Problems parsing JSON', DOCS.root);
+  if (!ctx.body || typeof ctx.body !== 'object' || Array.isArray(ctx.body)) {
+    throw invalidRequest('Invalid input: the request body must be a JSON object.', DOCS.root);
+  }
+  return ctx.body;
+}
+
+function decodeSegment(segment) {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw notFound();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Git reads
+
+async function tryGit(dir, args) {
+  try {
+    return await readGit(dir, args);
+  } catch {
+    return null;
+  }
+}
+
+async function revParse(dir, rev) {
+  const out = await tryGit(dir, ['rev-parse', '--verify', '--quiet', rev]);
+  return out ? out.toString().trim() : null;
+}
+
+// Resolves a branch, tag, full ref or (abbreviated) sha to a commit sha, like GitHub's `ref`.
+async function resolveCommit(dir, ref) {
+  if (typeof ref !== 'string' || !REF_RE.test(ref)) return null;
+  const candidates = [`refs/heads/${ref}`, `refs/tags/${ref}`];
+  if (ref.startsWith('refs/')) candidates.unshift(ref);
+  if (/^[0-9a-f]{4,40}$/i.test(ref)) candidates.push(ref.toLowerCase());
+  for (const candidate of candidates) {
+    const sha = await revParse(dir, `${candidate}^{commit}`);
+    if (sha) return sha;
+  }
+  return null;
+}
+
+async function defaultBranch(dir) {
+  const out = await tryGit(dir, ['symbolic-ref', '--short', 'HEAD']);
+  return out ? out.toString().trim() : 'main';
+}
+
+// `git ls-tree -z -l` lines: "<mode> <type> <sha> <size>\t<path>".
+function parseLsTree(buf) {
+  return buf
+    .toString('utf8')
+    .split('\0')
+    .filter(Boolean)
+    .map((line) => {
+      const tab = line.indexOf('\t');
+      const [mode, type, sha, size] = line.slice(0, tab).trim().split(/\s+/);
+      return { mode, type, sha, size: size === '-' ? 0 : Number(size), path: line.slice(tab + 1) };
+    });
+}
+
+function parseSignature(line) {
+  const match = /^(.*) <(.*)> (\d+) [+-]\d{4}$/.exec(line ?? '');
+  if (!match) return null;
+  return { name: match[1], email: match[2], date: isoSeconds(Number(match[3]) * 1000) };
+}
+
+async function readCommit(dir, sha) {
+  const text = (await readGit(dir, ['cat-file', 'commit', sha])).toString('utf8');
+  const split = text.indexOf('\n\n');
+  const headers = text.slice(0, split).split('\n');
+  const field = (name) => headers.filter((h) => h.startsWith(`${name} `)).map((h) => h.slice(name.length + 1));
+  return {
+    tree: field('tree')[0],
+    parents: field('parent'),
+    author: parseSignature(field('author')[0]),
+    committer: parseSignature(field('committer')[0]),
+    message: split === -1 ? '' : text.slice(split + 2).replace(/\n$/, ''),
+  };
+}
+
+function wrapBase64(buf) {
+  const b64 = buf.toString('base64');
+  // GitHub (Ruby's Base64.encode64) breaks lines every 60 characters and ends with a newline.
+  return b64 ? `${b64.match(/.{1,60}/g).join('\n')}\n` : '';
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server
+
+export async function startStandin({
+  port = 0, reposDir, appId, publicKeyPem, installations = [42], tokenTtlSeconds = 3600, log = false,
+} = {}) {
+  if (!reposDir) throw new Error('startStandin: reposDir is required');
+  if (appId === undefined || appId === null) throw new Error('startStandin: appId is required');
+  if (!publicKeyPem) throw new Error('startStandin: publicKeyPem is required');
+  const root = resolvePath(reposDir);
+  mkdirSync(root, { recursive: true });
+  // createPublicKey accepts SPKI and PKCS#1 public keys and derives the public half of a private key.
+  const publicKey = createPublicKey(publicKeyPem);
+  const installationIds = new Set(installations.map(Number));
+
+  const state = {
+    baseUrl: null,
+    calls: [],
+    checkRuns: new Map(), // id -> { repo: 'owner/name', run, history }
+    checkSuites: new Map(), // 'owner/name@sha' -> suite id
+    tokens: new Map(), // token -> { installationId, expiresAtMs, permissions }
+    nextCallSeq: 1,
+    // Ids above 2^31 catch 32-bit truncation in clients; the random offset catches hard-coded ids.
+    nextCheckRunId: 4_000_000_001 + randomInt(1_000_000) * 1000,
+    nextCheckSuiteId: 9_000_000_001 + randomInt(1_000_000) * 1000,
+  };
+  const children = new Set();
+
+  // -- auth ------------------------------------------------------------------------------------
+
+  function liveToken(credential) {
+    const token = credential && state.tokens.get(credential);
+    return token && token.expiresAtMs > Date.now() ? token : null;
+  }
+
+  function requireInstallationToken(ctx) {
+    const token = ctx.auth.scheme === 'Bearer' || ctx.auth.scheme === 'token' ? liveToken(ctx.auth.credential) : null;
+    if (!token) throw new ApiError(401, 'Bad credentials', DOCS.root);
+    return token;
+  }
+
+  function basicAuthToken(ctx) {
+    if (ctx.auth.scheme !== 'Basic') return null;
+    const decoded = Buffer.from(ctx.auth.credential, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    return colon === -1 ? null : liveToken(decoded.slice(colon + 1));
+  }
+
+  function storeToken(installationId, permissions) {
+    const now = Date.now();
+    for (const [key, value] of state.tokens) if (value.expiresAtMs <= now) state.tokens.delete(key);
+    if (state.tokens.size >= MAX_LIVE_TOKENS) state.tokens.delete(state.tokens.keys().next().value);
+    const token = randomToken();
+    // Whole seconds, so the advertised expires_at is exactly when the token stops working.
+    const expiresAtMs = Math.floor(now / 1000) * 1000 + tokenTtlSeconds * 1000;
+    state.tokens.set(token, { installationId, expiresAtMs, permissions });
+    return { token, expiresAtMs };
+  }
+
+  // -- helpers shared by repo endpoints ----------------------------------------------------------
+
+  function repoUrls(owner, repo) {
+    return { api: `${state.baseUrl}/repos/${owner}/${repo}`, html: `${state.baseUrl}/${owner}/${repo}` };
+  }
+
+  function requireRepo(owner, repo, doc) {
+    if (!repoExists(root, owner, repo)) throw notFound(doc);
+    return repoPath(root, owner, repo);
+  }
+
+  // -- handlers: apps --------------------------------------------------------------------------
+
+  async function createAccessToken(ctx, rawInstallationId) {
+    const jwtError = ctx.auth.scheme === 'Bearer'
+      ? jwtProblem(ctx.auth.credential, { appId, publicKey, nowSec: Math.floor(Date.now() / 1000) })
+      : 'A JSON web token could not be decoded';
+    if (jwtError) throw new ApiError(401, jwtError, DOCS.token);
+    const installationId = Number(rawInstallationId);
+    if (!/^\d+$/.test(rawInstallationId) || !installationIds.has(installationId)) throw notFound(DOCS.token);
+    const body = requireObjectBody(ctx);
+    const permissions = requestedPermissions(body.permissions);
+    const { token, expiresAtMs } = storeToken(installationId, permissions);
+    sendJson(ctx.res, 201, { token, expires_at: isoSeconds(expiresAtMs), permissions, repository_selection: 'all' });
+  }
+
+  // -- handlers: repositories --------------------------------------------------------------------
+
+  async function getRepo(ctx, owner, repo) {
+    requirePermission(ctx.token, 'metadata', 'read');
+    const dir = requireRepo(owner, repo, DOCS.repo);
+    const urls = repoUrls(owner, repo);
+    const id = repoId(owner, repo);
+    sendJson(ctx.res, 200, {
+      id,
+      node_id: `R_${Buffer.from(String(id)).toString('base64url')}`,
+      name: repo,
+      full_name: `${owner}/${repo}`,
+      owner: { login: owner, id: accountId(owner), type: 'User', url: `${state.baseUrl}/users/${owner}` },
+      private: false,
+      visibility: 'public',
+      fork: false,
+      html_url: urls.html,
+      url: urls.api,
+      clone_url: `${urls.html}.git`,
+      default_branch: await defaultBranch(dir),
+    });
+  }
+
+  function contentEntry(owner, repo, ref, entry) {
+    const urls = repoUrls(owner, repo);
+    const name = entry.path.split('/').pop();
+    const type = entry.type === 'tree' ? 'dir' : entry.type === 'commit' ? 'submodule' : entry.mode === '120000' ? 'symlink' : 'file';
+    const encodedPath = entry.path.split('/').map(encodeURIComponent).join('/');
+    const url = `${urls.api}/contents/${encodedPath}?ref=${encodeURIComponent(ref)}`;
+    const gitUrl = entry.type === 'commit' ? null : `${urls.api}/git/${entry.type === 'tree' ? 'trees' : 'blobs'}/${entry.sha}`;
+    const htmlUrl = entry.type === 'commit' ? null : `${urls.html}/${type === 'dir' ? 'tree' : 'blob'}/${ref}/${encodedPath}`;
+    return {
+      type,
+      size: entry.type === 'blob' ? entry.size : 0,
+      name,
+      path: entry.path,
+      sha: entry.sha,
+      url,
+      git_url: gitUrl,
+      html_url: htmlUrl,
+      download_url: entry.type === 'blob' ? `${urls.html}/raw/${ref}/${encodedPath}` : null,
+      _links: { self: url, git: gitUrl, html: htmlUrl },
+    };
+  }
+
+  async function fileObject(dir, owner, repo, ref, entry) {
+    const base = contentEntry(owner, repo, ref, entry);
+    if (base.type === 'symlink') {
+      return { ...base, target: (await readGit(dir, ['cat-file', 'blob', entry.sha])).toString('utf8') };
+    }
+    if (base.type !== 'file') return base;
+    if (entry.size > MAX_INLINE_CONTENT_BYTES) return { ...base, encoding: 'none', content: '' };
+    const blob = await readGit(dir, ['cat-file', 'blob', entry.sha]);
+    return { ...base, encoding: 'base64', content: wrapBase64(blob) };
+  }
+
+  // Normalises a contents path; '.'/'..' segments never name anything on GitHub.
+  function contentPath(raw) {
+    const parts = (raw ?? '').split('/').filter(Boolean).map(decodeSegment);
+    if (parts.some((p) => p === '.' || p === '..' || p.includes('\0'))) throw notFound(DOCS.contents);
+    return parts.join('/');
+  }
+
+  async function getContents(ctx, owner, repo, rawPath) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.contents);
+    const path = contentPath(rawPath);
+    const ref = ctx.query.get('ref') || (await defaultBranch(dir));
+    const commit = await resolveCommit(dir, ref);
+    if (!commit) throw notFound(DOCS.contents);
+    const [entry] = path ? parseLsTree(await readGit(dir, ['ls-tree', '-z', '-l', commit, '--', path])) : [{ type: 'tree' }];
+    if (!entry || (path && entry.path !== path)) throw notFound(DOCS.contents);
+    if (entry.type !== 'tree') {
+      sendJson(ctx.res, 200, await fileObject(dir, owner, repo, ref, entry));
+      return;
+    }
+    const listArgs = path ? ['ls-tree', '-z', '-l', commit, '--', `${path}/`] : ['ls-tree', '-z', '-l', commit];
+    const entries = parseLsTree(await readGit(dir, listArgs));
+    sendJson(ctx.res, 200, entries.map((e) => contentEntry(owner, repo, ref, e)));
+  }
+
+  async function getRef(ctx, owner, repo, rawRef) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.ref);
+    const ref = rawRef.split('/').map(decodeSegment).join('/');
+    if (!REF_RE.test(ref) || !/^(heads|tags)\//.test(ref)) throw notFound(DOCS.ref);
+    const out = await tryGit(dir, ['show-ref', '--verify', `refs/${ref}`]);
+    if (!out) throw notFound(DOCS.ref);
+    const sha = out.toString().split(' ')[0];
+    const type = (await readGit(dir, ['cat-file', '-t', sha])).toString().trim();
+    const urls = repoUrls(owner, repo);
+    sendJson(ctx.res, 200, {
+      ref: `refs/${ref}`,
+      node_id: `REF_${Buffer.from(`${repoId(owner, repo)}:refs/${ref}`).toString('base64url')}`,
+      url: `${urls.api}/git/refs/${ref}`,
+      object: { sha, type, url: `${urls.api}/git/${type}s/${sha}` },
+    });
+  }
+
+  async function getBranch(ctx, owner, repo, rawBranch) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.branch);
+    const branch = rawBranch.split('/').map(decodeSegment).join('/');
+    const sha = REF_RE.test(branch) ? await revParse(dir, `refs/heads/${branch}^{commit}`) : null;
+    if (!sha) throw new ApiError(404, 'Branch not found', DOCS.branch);
+    const commit = await readCommit(dir, sha);
+    const urls = repoUrls(owner, repo);
+    const commitUrl = `${urls.api}/commits/${sha}`;
+    sendJson(ctx.res, 200, {
+      name: branch,
+      commit: {
+        sha,
+        node_id: `C_${Buffer.from(sha).toString('base64url')}`,
+        commit: {
+          author: commit.author,
+          committer: commit.committer,
+          message: commit.message,
+          tree: { sha: commit.tree, url: `${urls.api}/git/trees/${commit.tree}` },
+          url: `${urls.api}/git/commits/${sha}`,
+          comment_count: 0,
+        },
+        url: commitUrl,
+        html_url: `${urls.html}/commit/${sha}`,
+        parents: commit.parents.map((p) => ({ sha: p, url: `${urls.api}/commits/${p}`, html_url: `${urls.html}/commit/${p}` })),
+      },
+      _links: { self: `${urls.api}/branches/${branch}`, html: `${urls.html}/tree/${branch}` },
+      protected: false,
+      protection: { enabled: false, required_status_checks: { enforcement_level: 'off', contexts: [], checks: [] } },
+      protection_url: `${urls.api}/branches/${branch}/protection`,
+    });
+  }
+
+  // -- handlers: check runs ----------------------------------------------------------------------
+
+  function optionalString(body, key, doc) {
+    if (!(key in body) || body[key] === null) return;
+    if (typeof body[key] !== 'string') throw invalidRequest(`For 'properties/${key}', ${JSON.stringify(body[key])} is not a string.`, doc);
+  }
+
+  function optionalEnum(body, key, allowed, doc) {
+    if (!(key in body) || body[key] === null) return;
+    if (!allowed.includes(body[key])) throw invalidRequest(`For 'properties/${key}', ${JSON.stringify(body[key])} is not a member of enum.`, doc);
+  }
+
+  function optionalTimestamp(body, key, doc) {
+    if (!(key in body) || body[key] === null) return undefined;
+    const ms = typeof body[key] === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(body[key]) ? Date.parse(body[key]) : NaN;
+    if (Number.isNaN(ms)) throw invalidRequest(`For 'properties/${key}', ${JSON.stringify(body[key])} is not a date-time.`, doc);
+    return isoSeconds(ms);
+  }
+
+  function charCount(text) {
+    return [...text].length;
+  }
+
+  function validateOutput(output, doc) {
+    if (output === undefined || output === null) return undefined;
+    if (typeof output !== 'object' || Array.isArray(output)) throw invalidRequest(`For 'properties/output', ${JSON.stringify(output)} is not an object.`, doc);
+    for (const key of ['title', 'summary']) {
+      if (output[key] === undefined || output[key] === null) throw invalidRequest(`"${key}" wasn't supplied.`, doc);
+      optionalString(output, key, doc);
+    }
+    optionalString(output, 'text', doc);
+    for (const key of ['summary', 'text']) {
+      if (typeof output[key] === 'string' && charCount(output[key]) > MAX_OUTPUT_CHARS) {
+        throw invalidRequest(`For 'properties/${key}', the value is longer than ${MAX_OUTPUT_CHARS} characters.`, doc);
+      }
+    }
+    const annotations = output.annotations ?? [];
+    if (!Array.isArray(annotations) || annotations.length > MAX_ANNOTATIONS_PER_REQUEST) {
+      throw invalidRequest(`For 'properties/annotations', at most ${MAX_ANNOTATIONS_PER_REQUEST} annotations are allowed per request.`, doc);
+    }
+    return { title: output.title, summary: output.summary, text: output.text ?? null, annotations: annotations.length };
+  }
+
+  // Validates a create/update body without side effects; returns the normalised fields.
+  function checkRunFields(body, doc) {
+    for (const key of ['name', 'details_url', 'external_id']) optionalString(body, key, doc);
+    if ('name' in body && !body.name) throw invalidRequest('"name" wasn\'t supplied.', doc);
+    optionalEnum(body, 'status', CHECK_STATUSES, doc);
+    optionalEnum(body, 'conclusion', CHECK_CONCLUSIONS, doc);
+    const fields = {};
+    for (const key of ['name', 'details_url', 'external_id', 'status', 'conclusion']) {
+      if (key in body) fields[key] = body[key];
+    }
+    for (const key of ['started_at', 'completed_at']) {
+      if (key in body) fields[key] = optionalTimestamp(body, key, doc) ?? null;
+    }
+    const output = validateOutput(body.output, doc);
+    if (output) fields.output = output;
+    return fields;
+  }
+
+  // GitHub: a conclusion or completed_at implies status "completed", which requires a conclusion.
+  function nextStatus(current, fields, nowIso, doc) {
+    const completing = fields.conclusion != null || fields.completed_at != null;
+    const status = completing ? 'completed' : (fields.status ?? current.status);
+    if (status !== 'completed') return { status, conclusion: null, completed_at: null };
+    const conclusion = fields.conclusion ?? current.conclusion;
+    if (!conclusion) {
+      throw new ApiError(422, 'Validation Failed', doc, {
+        errors: [{ resource: 'CheckRun', field: 'conclusion', code: 'missing_field' }],
+      });
+    }
+    return { status, conclusion, completed_at: fields.completed_at ?? current.completed_at ?? nowIso };
+  }
+
+  function applyFields(run, fields, nowIso, doc) {
+    const next = nextStatus(run, fields, nowIso, doc);
+    for (const key of ['name', 'details_url', 'external_id', 'started_at']) {
+      if (key in fields) run[key] = fields[key];
+    }
+    if (fields.output) {
+      const { annotations, ...text } = fields.output;
+      run.output = { ...run.output, ...text, annotations_count: run.output.annotations_count + annotations };
+    }
+    Object.assign(run, next);
+  }
+
+  function checkSuiteId(repoKey, sha) {
+    const key = `${repoKey}@${sha}`;
+    if (!state.checkSuites.has(key)) state.checkSuites.set(key, state.nextCheckSuiteId++);
+    return state.checkSuites.get(key);
+  }
+
+  function newCheckRun(owner, repo, headSha, nowIso) {
+    const id = state.nextCheckRunId++;
+    const urls = repoUrls(owner, repo);
+    const url = `${urls.api}/check-runs/${id}`;
+    return {
+      id,
+      head_sha: headSha,
+      node_id: `CR_${Buffer.from(String(id)).toString('base64url')}`,
+      external_id: null,
+      url,
+      html_url: `${urls.html}/runs/${id}`,
+      details_url: null,
+      status: 'queued',
+      conclusion: null,
+      started_at: nowIso,
+      completed_at: null,
+      output: { title: null, summary: null, text: null, annotations_count: 0, annotations_url: `${url}/annotations` },
+      name: null,
+      check_suite: { id: checkSuiteId(`${owner}/${repo}`, headSha) },
+      app: { id: Number(appId), slug: 'sluice', name: 'Sluice' },
+      pull_requests: [],
+    };
+  }
+
+  function recordHistory(entry) {
+    entry.history.push({ status: entry.run.status, conclusion: entry.run.conclusion, at_ms: Date.now() });
+  }
+
+  async function createCheckRun(ctx, owner, repo) {
+    requirePermission(ctx.token, 'checks', 'write');
+    const dir = requireRepo(owner, repo, DOCS.createRun);
+    const body = requireObjectBody(ctx);
+    for (const key of ['name', 'head_sha']) {
+      if (body[key] === undefined || body[key] === null) throw invalidRequest(`"${key}" wasn't supplied.`, DOCS.createRun);
+    }
+    optionalString(body, 'head_sha', DOCS.createRun);
+    const fields = checkRunFields(body, DOCS.createRun);
+    const headSha = body.head_sha;
+    const exists = SHA_RE.test(headSha) && (await revParse(dir, `${headSha}^{commit}`)) === headSha;
+    if (!exists) throw new ApiError(422, `No commit found for SHA: ${headSha}`, DOCS.createRun);
+    if (state.checkRuns.size >= MAX_CHECK_RUNS) throw new ApiError(403, 'Check run limit of the stand-in reached', DOCS.createRun);
+    const nowIso = isoSeconds(Date.now());
+    const run = newCheckRun(owner, repo, headSha, nowIso);
+    applyFields(run, fields, nowIso, DOCS.createRun);
+    const entry = { repo: `${owner}/${repo}`, run, history: [] };
+    recordHistory(entry);
+    state.checkRuns.set(run.id, entry);
+    sendJson(ctx.res, 201, run);
+  }
+
+  function requireCheckRun(owner, repo, rawId, doc) {
+    requireRepo(owner, repo, doc);
+    const entry = /^\d+$/.test(rawId) ? state.checkRuns.get(Number(rawId)) : undefined;
+    if (!entry || entry.repo !== `${owner}/${repo}`) throw notFound(doc);
+    return entry;
+  }
+
+  async function updateCheckRun(ctx, owner, repo, rawId) {
+    requirePermission(ctx.token, 'checks', 'write');
+    const entry = requireCheckRun(owner, repo, rawId, DOCS.updateRun);
+    const fields = checkRunFields(requireObjectBody(ctx), DOCS.updateRun);
+    applyFields(entry.run, fields, isoSeconds(Date.now()), DOCS.updateRun);
+    recordHistory(entry);
+    sendJson(ctx.res, 200, entry.run);
+  }
+
+  async function getCheckRun(ctx, owner, repo, rawId) {
+    requirePermission(ctx.token, 'checks', 'read');
+    sendJson(ctx.res, 200, requireCheckRun(owner, repo, rawId, DOCS.getRun).run);
+  }
+
+  function pageParams(query) {
+    const perPage = Math.min(Math.max(Number.parseInt(query.get('per_page') ?? '', 10) || DEFAULT_PER_PAGE, 1), MAX_PER_PAGE);
+    const page = Math.max(Number.parseInt(query.get('page') ?? '', 10) || 1, 1);
+    return { start: (page - 1) * perPage, end: page * perPage };
+  }
+
+  // GitHub's default filter=latest keeps only the most recent run of each name.
+  function latestPerName(runs) {
+    const latest = new Map();
+    for (const run of runs) if (!latest.has(run.name) || latest.get(run.name).id < run.id) latest.set(run.name, run);
+    return [...latest.values()];
+  }
+
+  async function listCheckRunsForRef(ctx, owner, repo, rawRef) {
+    requirePermission(ctx.token, 'checks', 'read');
+    const dir = requireRepo(owner, repo, DOCS.listRuns);
+    const ref = rawRef.split('/').map(decodeSegment).join('/');
+    const sha = await resolveCommit(dir, ref);
+    if (!sha) throw new ApiError(422, `No commit found for SHA: ${ref}`, DOCS.listRuns);
+    const { query } = ctx;
+    let runs = [...state.checkRuns.values()]
+      .filter((e) => e.repo === `${owner}/${repo}` && e.run.head_sha === sha)
+      .map((e) => e.run);
+    if (query.has('check_name')) runs = runs.filter((r) => r.name === query.get('check_name'));
+    if (query.has('status')) runs = runs.filter((r) => r.status === query.get('status'));
+    if ((query.get('filter') ?? 'latest') === 'latest') runs = latestPerName(runs);
+    runs.sort((a, b) => b.id - a.id);
+    const { start, end } = pageParams(query);
+    sendJson(ctx.res, 200, { total_count: runs.length, check_runs: runs.slice(start, end) });
+  }
+
+  // -- handlers: stand-in control ----------------------------------------------------------------
+
+  function controlCalls(ctx) {
+    const method = ctx.query.get('method')?.toUpperCase();
+    const prefix = ctx.query.get('path_prefix');
+    const calls = state.calls.filter((c) => (!method || c.method === method) && (!prefix || c.path.startsWith(prefix)));
+    sendJson(ctx.res, 200, { calls });
+  }
+
+  function controlCheckRuns(ctx) {
+    const repo = ctx.query.get('repo');
+    const runs = [...state.checkRuns.values()]
+      .filter((e) => !repo || e.repo === repo)
+      .map((e) => ({ ...e.run, repository: e.repo, history: e.history }));
+    sendJson(ctx.res, 200, { check_runs: runs });
+  }
+
+  function controlCommit(ctx, owner, repo) {
+    if (!isValidName(owner) || !isValidName(repo)) throw notFound();
+    const { branch = 'main', files = {}, message = 'Update files', removeOthers = false } = requireObjectBody(ctx);
+    const filesOk = files && typeof files === 'object' && !Array.isArray(files)
+      && Object.values(files).every((v) => typeof v === 'string' || v === null);
+    if (!filesOk || typeof branch !== 'string' || !REF_RE.test(branch) || typeof message !== 'string') {
+      throw invalidRequest('Expected {branch: string, files: {path: string|null}, message: string, removeOthers: boolean}.', DOCS.root);
+    }
+    let sha;
+    try {
+      sha = commitFiles(root, owner, repo, { branch, files, message, removeOthers: Boolean(removeOthers) });
+    } catch (err) {
+      throw invalidRequest(String(err.message).split('\n')[0], DOCS.root);
+    }
+    sendJson(ctx.res, 201, { sha });
+  }
+
+  function controlReset(ctx) {
+    state.calls.length = 0;
+    state.checkRuns.clear();
+    state.checkSuites.clear();
+    sendJson(ctx.res, 200, { ok: true });
+  }
+
+  // -- routing -----------------------------------------------------------------------------------
+
+  const R = '([^/]+)';
+  const routes = [
+    { method: 'GET', re: /^\/_standin\/healthz$/, handler: (ctx) => sendJson(ctx.res, 200, { ok: true }) },
+    { method: 'GET', re: /^\/_standin\/calls$/, handler: controlCalls },
+    { method: 'GET', re: /^\/_standin\/check-runs$/, handler: controlCheckRuns },
+    { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/commits$`), handler: controlCommit },
+    { method: 'POST', re: /^\/_standin\/reset$/, handler: controlReset },
+    { method: 'POST', re: new RegExp(`^/app/installations/${R}/access_tokens$`), handler: createAccessToken },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/contents(?:/(.*))?$`), handler: getContents, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/ref/(.+)$`), handler: getRef, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/branches/(.+)$`), handler: getBranch, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/check-runs$`), handler: createCheckRun, auth: true },
+    { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/check-runs/${R}$`), handler: updateCheckRun, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/check-runs/${R}$`), handler: getCheckRun, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/commits/(.+)/check-runs$`), handler: listCheckRunsForRef, auth: true },
+  ];
+  // Owner and repo segments are single path segments; later captures (paths, refs) stay raw so
+  // their slashes survive and each handler decodes them per segment.
+  const DECODED_CAPTURES = 2;
+  const GIT_ROUTE = /^\/([^/]+)\/([^/]+?)(?:\.git)?\/(info\/refs|git-upload-pack|git-receive-pack)$/;
+
+  function matchRoute(method, path) {
+    for (const route of routes) {
+      const match = route.re.exec(path);
+      if (!match || route.method !== method) continue;
+      const params = match.slice(1).map((p, i) => (p !== undefined && i < DECODED_CAPTURES ? decodeSegment(p) : p));
+      return { route, params };
+    }
+    return null;
+  }
+
+  async function handleApi(ctx) {
+    const matched = matchRoute(ctx.method, ctx.path);
+    if (!matched) throw notFound();
+    const raw = await readBody(ctx.req);
+    ctx.body = parseJsonBody(raw);
+    ctx.call.body = raw.length > 0 ? (ctx.body ?? null) : null;
+    if (matched.route.auth) ctx.token = requireInstallationToken(ctx);
+    await matched.route.handler(ctx, ...matched.params);
+  }
+
+  // -- git smart HTTP ----------------------------------------------------------------------------
+
+  function parseCgiHead(head) {
+    const headers = {};
+    let status = 200;
+    for (const line of head.split(/\r?\n/)) {
+      const colon = line.indexOf(':');
+      if (colon <= 0) continue;
+      const name = line.slice(0, colon).trim();
+      const value = line.slice(colon + 1).trim();
+      if (name.toLowerCase() === 'status') status = Number.parseInt(value, 10) || 500;
+      else headers[name] = value;
+    }
+    return { status, headers };
+  }
+
+  function backendEnv(ctx, pathInfo) {
+    const { req } = ctx;
+    const env = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME ?? root,
+      GIT_CONFIG_NOSYSTEM: '1',
+      GIT_CONFIG_GLOBAL: '/dev/null',
+      GIT_PROJECT_ROOT: root,
+      GIT_HTTP_EXPORT_ALL: '1',
+      GATEWAY_INTERFACE: 'CGI/1.1',
+      SERVER_PROTOCOL: 'HTTP/1.1',
+      REQUEST_METHOD: req.method,
+      PATH_INFO: pathInfo,
+      QUERY_STRING: ctx.rawQuery,
+      REMOTE_ADDR: req.socket.remoteAddress ?? '',
+      CONTENT_TYPE: req.headers['content-type'] ?? '',
+    };
+    if (req.headers['content-length'] !== undefined) env.CONTENT_LENGTH = req.headers['content-length'];
+    if (req.headers['git-protocol'] !== undefined) env.HTTP_GIT_PROTOCOL = req.headers['git-protocol'];
+    // http-backend inflates gzip request bodies itself when told the encoding.
+    if (req.headers['content-encoding'] !== undefined) env.HTTP_CONTENT_ENCODING = req.headers['content-encoding'];
+    return env;
+  }
+
+  // Runs `git http-backend` as a CGI program: request body to stdin, CGI headers parsed from
+  // stdout, remaining stdout streamed as the response body.
+  function runHttpBackend(ctx, pathInfo) {
+    const { req, res } = ctx;
+    return new Promise((resolve) => {
+      const child = spawn('git', ['http-backend'], { env: backendEnv(ctx, pathInfo), stdio: ['pipe', 'pipe', 'pipe'] });
+      children.add(child);
+      let stderr = '';
+      let head = Buffer.alloc(0);
+      let headersDone = false;
+      let failed = false;
+      const fail = (status, message) => {
+        if (failed) return;
+        failed = true;
+        child.kill('SIGKILL');
+        if (res.headersSent) res.destroy();
+        else sendJson(res, status, { message, documentation_url: DOCS.root, status: String(status) }, { Connection: 'close' });
+      };
+      const timer = setTimeout(() => fail(504, 'git http-backend timed out'), GIT_BACKEND_TIMEOUT_MS);
+
+      let received = 0;
+      req.on('data', (chunk) => {
+        received += chunk.length;
+        if (received > MAX_BODY_BYTES) {
+          req.unpipe(child.stdin);
+          fail(413, 'Payload Too Large');
+        }
+      });
+      req.pipe(child.stdin);
+      child.stdin.on('error', () => {}); // EPIPE when the child exits early; reported via exit status.
+      child.stderr.on('data', (chunk) => {
+        if (stderr.length < MAX_CGI_HEADER_BYTES) stderr += chunk;
+      });
+
+      const onHeadData = (chunk) => {
+        if (failed) return; // a 413/504 has already been answered
+        head = Buffer.concat([head, chunk]);
+        const text = head.toString('latin1');
+        const end = /\r?\n\r?\n/.exec(text);
+        if (!end) {
+          if (head.length > MAX_CGI_HEADER_BYTES) fail(502, 'git http-backend sent oversized headers');
+          return;
+        }
+        headersDone = true;
+        child.stdout.off('data', onHeadData);
+        const { status, headers } = parseCgiHead(text.slice(0, end.index));
+        res.writeHead(status, headers);
+        res.write(head.subarray(end.index + end[0].length));
+        child.stdout.pipe(res);
+      };
+      child.stdout.on('data', onHeadData);
+
+      res.on('close', () => child.kill('SIGKILL'));
+      child.on('close', (code) => {
+        clearTimeout(timer);
+        children.delete(child);
+        if (!headersDone && !res.headersSent) {
+          if (log) console.error(`git http-backend exited ${code}: ${stderr.trim()}`);
+          sendJson(res, 502, { message: 'git http-backend failed', documentation_url: DOCS.root, status: '502' });
+        }
+        resolve();
+      });
+      child.on('error', (err) => {
+        clearTimeout(timer);
+        children.delete(child);
+        if (!res.headersSent) sendJson(res, 500, { message: `cannot run git: ${err.message}`, documentation_url: DOCS.root, status: '500' });
+        resolve();
+      });
+    });
+  }
+
+  async function handleGit(ctx, [, rawOwner, rawRepo, endpoint]) {
+    const owner = decodeSegment(rawOwner);
+    const repo = decodeSegment(rawRepo);
+    const token = basicAuthToken(ctx);
+    if (!token) throw new ApiError(401, 'Invalid username or token.', DOCS.root, {}, { 'WWW-Authenticate': 'Basic realm="GitHub"' });
+    if (!repoExists(root, owner, repo) || !hasPermission(token, 'contents', 'read')) {
+      throw new ApiError(404, 'Repository not found.', DOCS.root);
+    }
+    const service = endpoint === 'info/refs' ? ctx.query.get('service') : endpoint;
+    if (service === 'git-receive-pack') throw new ApiError(403, 'Write access to repository not granted.', DOCS.root);
+    const methodOk = endpoint === 'info/refs' ? ctx.method === 'GET' : ctx.method === 'POST';
+    if (!methodOk || service !== 'git-upload-pack') throw notFound();
+    await runHttpBackend(ctx, `/${owner}/${repo}.git/${endpoint}`);
+  }
+
+  // -- request entry point -----------------------------------------------------------------------
+
+  function recordCall(ctx) {
+    const call = {
+      seq: state.nextCallSeq++,
+      method: ctx.method,
+      path: ctx.path,
+      query: Object.fromEntries(ctx.query),
+      status: null,
+      write: WRITE_METHODS.has(ctx.method),
+      body: null,
+      auth_scheme: ctx.auth.scheme,
+      at_ms: Date.now(),
+    };
+    state.calls.push(call);
+    if (state.calls.length > MAX_RECORDED_CALLS) state.calls.shift();
+    return call;
+  }
+
+  async function handle(req, res) {
+    // The path is routed exactly as sent (no dot-segment normalisation), so '..' can never be
+    // resolved into a different repository or file; handlers reject such segments.
+    const target = req.url ?? '/';
+    const queryStart = target.indexOf('?');
+    const path = queryStart === -1 ? target : target.slice(0, queryStart);
+    const rawQuery = queryStart === -1 ? '' : target.slice(queryStart + 1);
+    const ctx = {
+      req, res, method: req.method, path, rawQuery, query: new URLSearchParams(rawQuery),
+      auth: parseAuthorization(req.headers.authorization), body: undefined, token: null,
+    };
+    // Control endpoints are not recorded: tests read the log through them.
+    ctx.call = ctx.path.startsWith('/_standin/') ? {} : recordCall(ctx);
+    res.on('close', () => {
+      ctx.call.status = res.statusCode;
+      if (log) console.error(`${ctx.method} ${req.url} -> ${res.statusCode}`);
+    });
+    try {
+      const git = GIT_ROUTE.exec(ctx.path);
+      if (git && !ctx.path.startsWith('/repos/') && !ctx.path.startsWith('/_standin/')) await handleGit(ctx, git);
+      else await handleApi(ctx);
+    } catch (err) {
+      if (err instanceof ApiError) {
+        sendJson(res, err.status, err.body, err.headers);
+        if (err.headers.Connection === 'close') req.resume();
+        return;
+      }
+      if (log) console.error(err);
+      sendJson(res, 500, { message: 'Internal Server Error', documentation_url: DOCS.root, status: '500' });
+    }
+  }
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch(() => res.destroy());
+  });
+  await new Promise((resolveListen, rejectListen) => {
+    server.once('error', rejectListen);
+    server.listen(port, '127.0.0.1', resolveListen);
+  });
+  const actualPort = server.address().port;
+  state.baseUrl = `http://127.0.0.1:${actualPort}`;
+
+  return {
+    url: state.baseUrl,
+    port: actualPort,
+    state,
+    close() {
+      for (const child of children) child.kill('SIGKILL');
+      server.closeAllConnections();
+      return new Promise((resolveClose) => server.close(() => resolveClose()));
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// CLI
+
+function parseCli(argv) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      port: { type: 'string', default: '8790' },
+      'repos-dir': { type: 'string' },
+      'app-id': { type: 'string' },
+      'public-key-file': { type: 'string' },
+      'installation-id': { type: 'string', multiple: true },
+      'token-ttl-seconds': { type: 'string', default: '3600' },
+      log: { type: 'boolean', default: false },
+    },
+  });
+  for (const required of ['repos-dir', 'app-id', 'public-key-file']) {
+    if (!values[required]) throw new Error(`missing --${required}`);
+  }
+  return {
+    port: Number(values.port),
+    reposDir: values['repos-dir'],
+    appId: values['app-id'],
+    publicKeyPem: readFileSync(values['public-key-file'], 'utf8'),
+    installations: (values['installation-id'] ?? ['42']).map(Number),
+    tokenTtlSeconds: Number(values['token-ttl-seconds']),
+    log: values.log,
+  };
+}
+
+async function main() {
+  let opts;
+  try {
+    opts = parseCli(process.argv.slice(2));
+  } catch (err) {
+    console.error(`github-standin: ${err.message}`);
+    console.error('usage: node server.mjs --port 8790 --repos-dir DIR --app-id ID --public-key-file FILE [--installation-id 42]... [--token-ttl-seconds N] [--log]');
+    process.exit(2);
+  }
+  const standin = await startStandin(opts);
+  console.log(`github-standin listening on ${standin.url}`);
+  const stop = () => standin.close().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(resolvePath(process.argv[1])).href) {
+  await main();
+}

@@ -1,0 +1,854 @@
+// Tests for the GitHub stand-in: real HTTP against a started server, real bare git repositories in
+// a temp dir, real RSA keys. Run with `node --test tools/github-standin/`.
+
+import assert from 'node:assert/strict';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { createHash, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { gzipSync } from 'node:zlib';
+import { commitFiles, createRepo, headSha } from './git.mjs';
+import { startStandin } from './server.mjs';
+import { pullRequestPayload, pushPayload, repoId, sendWebhook, signBody } from './webhooks.mjs';
+
+const execFileAsync = promisify(execFile);
+const HERE = fileURLToPath(new URL('.', import.meta.url));
+const APP_ID = 1234;
+const INSTALLATION = 42;
+const OWNER = 'acme';
+const REPO = 'widgets';
+const BIG_FILE_BYTES = 1024 * 1024 + 10; // just over GitHub's 1 MB inline-content limit
+// Git must not consult the invoking user's config, credential helpers or a terminal.
+const GIT_ENV = { ...process.env, GIT_TERMINAL_PROMPT: '0', GIT_CONFIG_NOSYSTEM: '1', GIT_CONFIG_GLOBAL: '/dev/null', GIT_ASKPASS: '', SSH_ASKPASS: '' };
+
+let tmp;
+let reposDir;
+let keys;
+let otherKeys;
+let standin;
+let mainSha;
+let firstSha;
+let featureSha;
+
+function rsaKeys() {
+  return generateKeyPairSync('rsa', { modulusLength: 2048 });
+}
+
+function b64url(value) {
+  return Buffer.from(JSON.stringify(value)).toString('base64url');
+}
+
+function makeJwt(privateKey, claims = {}, header = { alg: 'RS256', typ: 'JWT' }) {
+  const now = Math.floor(Date.now() / 1000);
+  const body = { iat: now - 60, exp: now + 540, iss: APP_ID, ...claims };
+  const signingInput = `${b64url(header)}.${b64url(body)}`;
+  const signature = sign('RSA-SHA256', Buffer.from(signingInput), privateKey).toString('base64url');
+  return `${signingInput}.${signature}`;
+}
+
+async function request(method, path, { auth, body, rawBody, headers = {}, base = standin.url } = {}) {
+  const init = { method, headers: { ...headers } };
+  if (auth) init.headers.Authorization = auth;
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers['Content-Type'] = 'application/json';
+  }
+  if (rawBody !== undefined) init.body = rawBody;
+  const res = await fetch(`${base}${path}`, init);
+  const text = await res.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // leave json null; tests asserting on JSON will fail loudly
+  }
+  return { status: res.status, headers: res.headers, json, text };
+}
+
+// fetch() normalises dot segments (even percent-encoded ones); this sends the path verbatim.
+function rawGet(path, auth) {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port: standin.port, path, headers: { Authorization: auth } }, (res) => {
+      let text = '';
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode, json: JSON.parse(text) }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function issueToken(jwtClaims = {}, body) {
+  const res = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, {
+    auth: `Bearer ${makeJwt(keys.privateKey, jwtClaims)}`,
+    body,
+  });
+  assert.equal(res.status, 201, res.text);
+  return res.json.token;
+}
+
+function gitHashObject(content) {
+  const buf = Buffer.from(content);
+  return createHash('sha1').update(`blob ${buf.length}\0`).update(buf).digest('hex');
+}
+
+function basicHeader(token) {
+  return `Authorization: Basic ${Buffer.from(`x-access-token:${token}`).toString('base64')}`;
+}
+
+async function gitClone(url, dest, extraArgs = []) {
+  return execFileAsync('git', ['-c', 'credential.helper=', ...extraArgs, 'clone', '--quiet', url, dest], { env: GIT_ENV });
+}
+
+before(() => {
+  tmp = mkdtempSync(join(tmpdir(), 'standin-test-'));
+  reposDir = join(tmp, 'repos');
+  keys = rsaKeys();
+  otherKeys = rsaKeys();
+  firstSha = commitFiles(reposDir, OWNER, REPO, {
+    files: { 'README.md': 'first\n', 'docs/guide.md': 'guide\n' },
+    message: 'first commit',
+  });
+  mainSha = commitFiles(reposDir, OWNER, REPO, {
+    files: {
+      'README.md': '# Widgets\n'.repeat(20),
+      '.sluice/config.yml': 'steps:\n  - run: cargo test\n',
+      'big.bin': 'x'.repeat(BIG_FILE_BYTES),
+    },
+    message: 'second commit',
+  });
+  featureSha = commitFiles(reposDir, OWNER, REPO, { branch: 'feature/x', files: { 'feature.txt': 'feature\n' }, message: 'feature' });
+});
+
+before(async () => {
+  standin = await startStandin({
+    reposDir,
+    appId: APP_ID,
+    publicKeyPem: keys.publicKey.export({ type: 'spki', format: 'pem' }),
+    installations: [INSTALLATION],
+  });
+});
+
+after(async () => {
+  await standin?.close();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+// ---------------------------------------------------------------------------------------------
+// git.mjs
+
+test('git helpers: createRepo is idempotent and commitFiles keeps, replaces and removes files', () => {
+  const dir = createRepo(reposDir, 'helpers', 'repo');
+  assert.equal(createRepo(reposDir, 'helpers', 'repo'), dir);
+  assert.equal(headSha(reposDir, 'helpers', 'repo', 'main'), null);
+  const a = commitFiles(reposDir, 'helpers', 'repo', { files: { 'a.txt': 'a', 'b/c.txt': 'c' }, message: 'a' });
+  assert.match(a, /^[0-9a-f]{40}$/);
+  assert.equal(headSha(reposDir, 'helpers', 'repo'), a);
+  const b = commitFiles(reposDir, 'helpers', 'repo', { files: { 'd.txt': 'd', 'a.txt': null }, message: 'b' });
+  const lsTree = (rev) => execFileSyncGit(dir, ['ls-tree', '-r', '--name-only', rev]).trim().split('\n');
+  assert.deepEqual(lsTree(b), ['b/c.txt', 'd.txt']);
+  assert.equal(execFileSyncGit(dir, ['rev-parse', `${b}^`]).trim(), a);
+  const c = commitFiles(reposDir, 'helpers', 'repo', { files: { 'only.txt': 'o' }, removeOthers: true });
+  assert.deepEqual(lsTree(c), ['only.txt']);
+  assert.equal(execFileSyncGit(dir, ['symbolic-ref', 'HEAD']).trim(), 'refs/heads/main');
+  assert.throws(() => createRepo(reposDir, '..', 'x'), /invalid owner\/repo/);
+  assert.throws(() => commitFiles(reposDir, 'helpers', 'repo', { files: { '../escape': 'x' } }), /invalid file path/);
+});
+
+// Synchronous git is fine here only because no server request is in flight meanwhile.
+function execFileSyncGit(gitDir, args) {
+  return execFileSync('git', [`--git-dir=${gitDir}`, ...args], { env: GIT_ENV, encoding: 'utf8' });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Installation access tokens
+
+test('access token: a valid JWT gets a ghs_ token with GitHub-shaped fields', async () => {
+  const before = Date.now();
+  const res = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, {
+    auth: `Bearer ${makeJwt(keys.privateKey)}`,
+  });
+  assert.equal(res.status, 201);
+  assert.equal(res.headers.get('content-type'), 'application/json; charset=utf-8');
+  assert.match(res.json.token, /^ghs_[A-Za-z0-9]{36}$/);
+  assert.match(res.json.expires_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
+  const expires = Date.parse(res.json.expires_at);
+  assert.ok(Math.abs(expires - (before + 3600_000)) < 5_000, `expires_at ${res.json.expires_at}`);
+  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'read', metadata: 'read' });
+  assert.equal(res.json.repository_selection, 'all');
+});
+
+test('access token: GitHub\'s documented claims (iat now-60, exp now+600) and a string iss are accepted', async () => {
+  const now = Math.floor(Date.now() / 1000);
+  await issueToken({ iat: now - 60, exp: now + 600 });
+  await issueToken({ iss: String(APP_ID) });
+});
+
+test('access token: JWT problems are 401 with GitHub\'s messages', async () => {
+  const now = Math.floor(Date.now() / 1000);
+  const path = `/app/installations/${INSTALLATION}/access_tokens`;
+  const undecodable = 'A JSON web token could not be decoded';
+  const hs256 = makeJwt(keys.privateKey, {}, { alg: 'HS256', typ: 'JWT' });
+  const cases = [
+    [undefined, undecodable],
+    ['Bearer not.a.jwt', undecodable],
+    ['Bearer abc', undecodable],
+    [`Bearer ${hs256}`, undecodable],
+    [`token ${makeJwt(keys.privateKey)}`, undecodable],
+    [`Bearer ${makeJwt(otherKeys.privateKey)}`, undecodable],
+    [`Bearer ${makeJwt(keys.privateKey, { iss: 999 })}`, /'iss'/],
+    [`Bearer ${makeJwt(keys.privateKey, { iss: undefined })}`, /'iss'/],
+    [`Bearer ${makeJwt(keys.privateKey, { exp: now - 5 })}`, /'exp'.*future time/],
+    [`Bearer ${makeJwt(keys.privateKey, { exp: String(now + 60) })}`, /'exp'/],
+    [`Bearer ${makeJwt(keys.privateKey, { iat: now, exp: now + 601 + 5 })}`, "'Expiration time' claim ('exp') is too far in the future"],
+    [`Bearer ${makeJwt(keys.privateKey, { iat: now + 120, exp: now + 300 })}`, /'iat'/],
+  ];
+  for (const [auth, expected] of cases) {
+    const res = await request('POST', path, { auth });
+    assert.equal(res.status, 401, `${auth}: ${res.text}`);
+    if (expected instanceof RegExp) assert.match(res.json.message, expected);
+    else assert.equal(res.json.message, expected);
+    assert.match(res.json.documentation_url, /^https:\/\/docs\.github\.com\/rest/);
+  }
+});
+
+test('access token: a tampered payload fails signature verification', async () => {
+  const [h, , s] = makeJwt(keys.privateKey).split('.');
+  const now = Math.floor(Date.now() / 1000);
+  const forged = `${h}.${b64url({ iat: now - 60, exp: now + 500, iss: APP_ID, extra: 1 })}.${s}`;
+  const res = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth: `Bearer ${forged}` });
+  assert.equal(res.status, 401);
+  assert.equal(res.json.message, 'A JSON web token could not be decoded');
+});
+
+test('access token: unknown installation is 404, bad body is 400', async () => {
+  const auth = `Bearer ${makeJwt(keys.privateKey)}`;
+  for (const id of ['43', 'abc']) {
+    const res = await request('POST', `/app/installations/${id}/access_tokens`, { auth });
+    assert.equal(res.status, 404);
+    assert.equal(res.json.message, 'Not Found');
+  }
+  const bad = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, {
+    auth, rawBody: '{not json', headers: { 'Content-Type': 'application/json' },
+  });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.message, 'Problems parsing JSON');
+});
+
+test('access token: requested permissions narrow the token and cannot exceed the app\'s', async () => {
+  const auth = `Bearer ${makeJwt(keys.privateKey)}`;
+  const tooMuch = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth, body: { permissions: { contents: 'write' } } });
+  assert.equal(tooMuch.status, 422);
+  const narrow = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth, body: { permissions: { checks: 'read' } } });
+  assert.equal(narrow.status, 201);
+  assert.deepEqual(narrow.json.permissions, { checks: 'read', metadata: 'read' });
+  const write = await request('POST', `/repos/${OWNER}/${REPO}/check-runs`, {
+    auth: `token ${narrow.json.token}`, body: { name: 'ci', head_sha: mainSha },
+  });
+  assert.equal(write.status, 403);
+  assert.equal(write.json.message, 'Resource not accessible by integration');
+  const contents = await request('GET', `/repos/${OWNER}/${REPO}/contents/README.md`, { auth: `token ${narrow.json.token}` });
+  assert.equal(contents.status, 403);
+});
+
+test('app key formats: PKCS#1 public, PKCS#1 private and PKCS#8 private PEMs all verify JWTs', async () => {
+  const pems = [
+    keys.publicKey.export({ type: 'pkcs1', format: 'pem' }),
+    keys.privateKey.export({ type: 'pkcs1', format: 'pem' }),
+    keys.privateKey.export({ type: 'pkcs8', format: 'pem' }),
+  ];
+  assert.match(pems[0], /BEGIN RSA PUBLIC KEY/);
+  assert.match(pems[1], /BEGIN RSA PRIVATE KEY/);
+  assert.match(pems[2], /BEGIN PRIVATE KEY/);
+  for (const publicKeyPem of pems) {
+    const other = await startStandin({ reposDir, appId: APP_ID, publicKeyPem });
+    try {
+      const ok = await request('POST', `/app/installations/42/access_tokens`, { base: other.url, auth: `Bearer ${makeJwt(keys.privateKey)}` });
+      assert.equal(ok.status, 201);
+      const bad = await request('POST', `/app/installations/42/access_tokens`, { base: other.url, auth: `Bearer ${makeJwt(otherKeys.privateKey)}` });
+      assert.equal(bad.status, 401);
+    } finally {
+      await other.close();
+    }
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Token auth on /repos
+
+test('repos endpoints: missing, unknown, expired and JWT credentials are "Bad credentials"', async () => {
+  const token = await issueToken();
+  const expired = await issueToken();
+  standin.state.tokens.get(expired).expiresAtMs = Date.now() - 1;
+  const path = `/repos/${OWNER}/${REPO}`;
+  for (const auth of [undefined, 'token ghs_000000000000000000000000000000000000', `token ${expired}`, `Bearer ${makeJwt(keys.privateKey)}`, `Basic ${Buffer.from(`x:${token}`).toString('base64')}`]) {
+    const res = await request('GET', path, { auth });
+    assert.equal(res.status, 401, String(auth));
+    assert.equal(res.json.message, 'Bad credentials');
+  }
+  for (const auth of [`token ${token}`, `Bearer ${token}`]) {
+    assert.equal((await request('GET', path, { auth })).status, 200, auth);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Repository reads
+
+test('GET repo: repository object with clone_url on the stand-in; unknown repos 404', async () => {
+  const auth = `token ${await issueToken()}`;
+  const res = await request('GET', `/repos/${OWNER}/${REPO}`, { auth });
+  assert.equal(res.status, 200);
+  assert.equal(res.json.id, repoId(OWNER, REPO));
+  assert.equal(res.json.name, REPO);
+  assert.equal(res.json.full_name, `${OWNER}/${REPO}`);
+  assert.equal(res.json.owner.login, OWNER);
+  assert.equal(res.json.private, false);
+  assert.equal(res.json.default_branch, 'main');
+  assert.equal(res.json.clone_url, `${standin.url}/${OWNER}/${REPO}.git`);
+  for (const path of [`/repos/${OWNER}/nope`, `/repos/nobody/${REPO}`, `/repos/${OWNER}/%2E%2E`, `/repos/${OWNER}/..`, `/repos/${OWNER}/%E0%A4%A`]) {
+    const missing = await rawGet(path, auth);
+    assert.equal(missing.status, 404, path);
+    assert.equal(missing.json.message, 'Not Found');
+  }
+});
+
+test('GET contents: file object with wrapped base64 content at the default branch, a branch and a sha', async () => {
+  const auth = `token ${await issueToken()}`;
+  const readme = '# Widgets\n'.repeat(20);
+  const res = await request('GET', `/repos/${OWNER}/${REPO}/contents/README.md`, { auth });
+  assert.equal(res.status, 200);
+  const file = res.json;
+  assert.equal(file.type, 'file');
+  assert.equal(file.encoding, 'base64');
+  assert.equal(file.name, 'README.md');
+  assert.equal(file.path, 'README.md');
+  assert.equal(file.size, Buffer.byteLength(readme));
+  assert.equal(file.sha, gitHashObject(readme));
+  assert.equal(Buffer.from(file.content, 'base64').toString(), readme);
+  const lines = file.content.split('\n');
+  assert.equal(lines.pop(), '', 'content ends with a newline');
+  assert.ok(lines.length > 1 && lines.every((l) => l.length <= 60) && lines[0].length === 60);
+  assert.equal(file.url, `${standin.url}/repos/${OWNER}/${REPO}/contents/README.md?ref=main`);
+  assert.equal(file.git_url, `${standin.url}/repos/${OWNER}/${REPO}/git/blobs/${file.sha}`);
+  for (const key of ['html_url', 'download_url']) assert.equal(typeof file[key], 'string');
+  assert.deepEqual(file._links, { self: file.url, git: file.git_url, html: file.html_url });
+
+  const atFirst = await request('GET', `/repos/${OWNER}/${REPO}/contents/README.md?ref=${firstSha}`, { auth });
+  assert.equal(Buffer.from(atFirst.json.content, 'base64').toString(), 'first\n');
+  const nested = await request('GET', `/repos/${OWNER}/${REPO}/contents/.sluice/config.yml?ref=main`, { auth });
+  assert.equal(Buffer.from(nested.json.content, 'base64').toString(), 'steps:\n  - run: cargo test\n');
+  const onBranch = await request('GET', `/repos/${OWNER}/${REPO}/contents/feature.txt?ref=feature/x`, { auth });
+  assert.equal(onBranch.status, 200);
+  assert.equal(Buffer.from(onBranch.json.content, 'base64').toString(), 'feature\n');
+});
+
+test('GET contents: directories list entries; files over 1 MB have encoding "none"', async () => {
+  const auth = `token ${await issueToken()}`;
+  const root = await request('GET', `/repos/${OWNER}/${REPO}/contents/`, { auth });
+  assert.equal(root.status, 200);
+  assert.deepEqual(root.json.map((e) => [e.name, e.type]).sort(), [['.sluice', 'dir'], ['README.md', 'file'], ['big.bin', 'file'], ['docs', 'dir']]);
+  const docs = await request('GET', `/repos/${OWNER}/${REPO}/contents/docs?ref=${firstSha}`, { auth });
+  assert.deepEqual(docs.json.map((e) => e.path), ['docs/guide.md']);
+  assert.equal(docs.json[0].size, 6);
+  const big = await request('GET', `/repos/${OWNER}/${REPO}/contents/big.bin`, { auth });
+  assert.equal(big.json.encoding, 'none');
+  assert.equal(big.json.content, '');
+  assert.equal(big.json.size, BIG_FILE_BYTES);
+});
+
+test('GET contents: missing path or ref is GitHub\'s 404 body', async () => {
+  const auth = `token ${await issueToken()}`;
+  const expected = { message: 'Not Found', documentation_url: 'https://docs.github.com/rest/repos/contents#get-repository-content', status: '404' };
+  const paths = [
+    'contents/nope.txt',
+    'contents/docs/guide.md/more',
+    'contents/README?ref=main',
+    `contents/README.md?ref=${'0'.repeat(40)}`,
+    'contents/README.md?ref=no-such-branch',
+    'contents/README.md?ref=main:README.md',
+    'contents/README.md?ref=main~1',
+    'contents/docs/%2E%2E/README.md',
+    'contents/docs/../README.md',
+    'contents/feature.txt',
+  ];
+  for (const p of paths) {
+    const res = await rawGet(`/repos/${OWNER}/${REPO}/${p}`, auth);
+    assert.equal(res.status, 404, p);
+    assert.deepEqual(res.json, expected, p);
+  }
+});
+
+test('GET git/ref/heads: ref object for branches with slashes; unknown 404', async () => {
+  const auth = `token ${await issueToken()}`;
+  const res = await request('GET', `/repos/${OWNER}/${REPO}/git/ref/heads/main`, { auth });
+  assert.equal(res.status, 200);
+  assert.equal(res.json.ref, 'refs/heads/main');
+  assert.equal(typeof res.json.node_id, 'string');
+  assert.equal(res.json.url, `${standin.url}/repos/${OWNER}/${REPO}/git/refs/heads/main`);
+  assert.deepEqual(res.json.object, { sha: mainSha, type: 'commit', url: `${standin.url}/repos/${OWNER}/${REPO}/git/commits/${mainSha}` });
+  const feature = await request('GET', `/repos/${OWNER}/${REPO}/git/ref/heads/feature/x`, { auth });
+  assert.equal(feature.json.object.sha, featureSha);
+  for (const ref of ['heads/nope', 'heads/feature', 'main', 'heads/main~1']) {
+    const missing = await request('GET', `/repos/${OWNER}/${REPO}/git/ref/${ref}`, { auth });
+    assert.equal(missing.status, 404, ref);
+  }
+});
+
+test('GET branches: branch object with commit sha and parents; unknown 404', async () => {
+  const auth = `token ${await issueToken()}`;
+  const res = await request('GET', `/repos/${OWNER}/${REPO}/branches/main`, { auth });
+  assert.equal(res.status, 200);
+  assert.equal(res.json.name, 'main');
+  assert.equal(res.json.protected, false);
+  assert.equal(res.json.commit.sha, mainSha);
+  assert.equal(res.json.commit.commit.message, 'second commit');
+  assert.deepEqual(res.json.commit.parents.map((p) => p.sha), [firstSha]);
+  assert.equal(res.json.commit.commit.author.name, 'Sluice Stand-in');
+  const feature = await request('GET', `/repos/${OWNER}/${REPO}/branches/feature/x`, { auth });
+  assert.equal(feature.json.commit.sha, featureSha);
+  const missing = await request('GET', `/repos/${OWNER}/${REPO}/branches/nope`, { auth });
+  assert.equal(missing.status, 404);
+  assert.equal(missing.json.message, 'Branch not found');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Check runs
+
+test('check runs: create, update through completion, get, and list for a ref', async () => {
+  const auth = `token ${await issueToken()}`;
+  const base = `/repos/${OWNER}/${REPO}`;
+  const created = await request('POST', `${base}/check-runs`, {
+    auth, body: { name: 'sluice / build', head_sha: mainSha, details_url: 'https://ci.example/run/1', external_id: 'run-1' },
+  });
+  assert.equal(created.status, 201, created.text);
+  const run = created.json;
+  assert.ok(Number.isSafeInteger(run.id) && run.id > 2 ** 31);
+  assert.equal(run.name, 'sluice / build');
+  assert.equal(run.head_sha, mainSha);
+  assert.equal(run.status, 'queued');
+  assert.equal(run.conclusion, null);
+  assert.equal(run.completed_at, null);
+  assert.match(run.started_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
+  assert.equal(run.details_url, 'https://ci.example/run/1');
+  assert.equal(run.external_id, 'run-1');
+  assert.equal(run.url, `${standin.url}${base}/check-runs/${run.id}`);
+  assert.equal(typeof run.html_url, 'string');
+  assert.equal(typeof run.node_id, 'string');
+  assert.deepEqual(run.output, { title: null, summary: null, text: null, annotations_count: 0, annotations_url: `${run.url}/annotations` });
+  assert.deepEqual(run.app, { id: APP_ID, slug: 'sluice', name: 'Sluice' });
+  assert.equal(typeof run.check_suite.id, 'number');
+  assert.deepEqual(run.pull_requests, []);
+
+  const progress = await request('PATCH', `${base}/check-runs/${run.id}`, { auth, body: { status: 'in_progress', output: { title: 'Building', summary: 'step 1/3' } } });
+  assert.equal(progress.status, 200);
+  assert.equal(progress.json.status, 'in_progress');
+  assert.equal(progress.json.output.title, 'Building');
+  assert.equal(progress.json.name, 'sluice / build', 'fields not sent are kept');
+
+  const done = await request('PATCH', `${base}/check-runs/${run.id}`, { auth, body: { conclusion: 'success', output: { title: 'Passed', summary: 'all green', text: 'details' } } });
+  assert.equal(done.json.status, 'completed', 'a conclusion completes the run');
+  assert.equal(done.json.conclusion, 'success');
+  assert.match(done.json.completed_at, /Z$/);
+  assert.deepEqual([done.json.output.summary, done.json.output.text], ['all green', 'details']);
+
+  const fetched = await request('GET', `${base}/check-runs/${run.id}`, { auth });
+  assert.deepEqual(fetched.json, done.json);
+
+  const second = await request('POST', `${base}/check-runs`, { auth, body: { name: 'sluice / lint', head_sha: mainSha, conclusion: 'failure', completed_at: '2026-01-02T03:04:05.678Z' } });
+  assert.equal(second.json.status, 'completed');
+  assert.equal(second.json.completed_at, '2026-01-02T03:04:05Z');
+  assert.ok(second.json.id > run.id, 'ids increase');
+  assert.equal(second.json.check_suite.id, run.check_suite.id, 'same head sha, same suite');
+  const rerun = await request('POST', `${base}/check-runs`, { auth, body: { name: 'sluice / build', head_sha: mainSha, status: 'in_progress' } });
+
+  const byBranch = await request('GET', `${base}/commits/main/check-runs`, { auth });
+  assert.equal(byBranch.status, 200);
+  assert.equal(byBranch.json.total_count, 2, 'filter=latest keeps the newest run per name');
+  assert.deepEqual(byBranch.json.check_runs.map((r) => r.id), [rerun.json.id, second.json.id]);
+  const all = await request('GET', `${base}/commits/${mainSha}/check-runs?filter=all`, { auth });
+  assert.equal(all.json.total_count, 3);
+  const named = await request('GET', `${base}/commits/${mainSha}/check-runs?check_name=${encodeURIComponent('sluice / lint')}`, { auth });
+  assert.deepEqual(named.json.check_runs.map((r) => r.id), [second.json.id]);
+  const paged = await request('GET', `${base}/commits/${mainSha}/check-runs?filter=all&per_page=1&page=2`, { auth });
+  assert.equal(paged.json.total_count, 3);
+  assert.deepEqual(paged.json.check_runs.map((r) => r.id), [second.json.id]);
+  const other = await request('GET', `${base}/commits/${firstSha}/check-runs`, { auth });
+  assert.deepEqual(other.json, { total_count: 0, check_runs: [] });
+  const unknownRef = await request('GET', `${base}/commits/nope/check-runs`, { auth });
+  assert.equal(unknownRef.status, 422);
+});
+
+test('check runs: validation errors follow GitHub\'s rules', async () => {
+  const auth = `token ${await issueToken()}`;
+  const path = `/repos/${OWNER}/${REPO}/check-runs`;
+  const post = (body) => request('POST', path, { auth, body });
+
+  const noConclusion = await post({ name: 'x', head_sha: mainSha, status: 'completed' });
+  assert.equal(noConclusion.status, 422);
+  assert.equal(noConclusion.json.message, 'Validation Failed');
+  assert.deepEqual(noConclusion.json.errors, [{ resource: 'CheckRun', field: 'conclusion', code: 'missing_field' }]);
+
+  const unknownSha = 'f'.repeat(40);
+  const noCommit = await post({ name: 'x', head_sha: unknownSha });
+  assert.equal(noCommit.status, 422);
+  assert.equal(noCommit.json.message, `No commit found for SHA: ${unknownSha}`);
+
+  const invalid = [
+    { head_sha: mainSha },
+    { name: '', head_sha: mainSha },
+    { name: 'x' },
+    { name: 'x', head_sha: 'main' },
+    { name: 'x', head_sha: mainSha.slice(0, 12) },
+    { name: 'x', head_sha: 42 },
+    { name: 7, head_sha: mainSha },
+    { name: 'x', head_sha: mainSha, status: 'done' },
+    { name: 'x', head_sha: mainSha, conclusion: 'passed' },
+    { name: 'x', head_sha: mainSha, started_at: 'yesterday' },
+    { name: 'x', head_sha: mainSha, output: { title: 't' } },
+    { name: 'x', head_sha: mainSha, output: { summary: 's' } },
+    { name: 'x', head_sha: mainSha, output: 'text' },
+    { name: 'x', head_sha: mainSha, output: { title: 't', summary: 's'.repeat(65536) } },
+    { name: 'x', head_sha: mainSha, output: { title: 't', summary: 's', text: 't'.repeat(65536) } },
+    [],
+  ];
+  for (const body of invalid) {
+    const res = await post(body);
+    assert.equal(res.status, 422, JSON.stringify(body).slice(0, 100));
+  }
+  const maxSummary = await post({ name: 'x', head_sha: mainSha, output: { title: 't', summary: 's'.repeat(65535) } });
+  assert.equal(maxSummary.status, 201);
+
+  const notJson = await request('POST', path, { auth, rawBody: 'name=x', headers: { 'Content-Type': 'application/json' } });
+  assert.equal(notJson.status, 400);
+  assert.equal(notJson.json.message, 'Problems parsing JSON');
+
+  const unknownRepo = await request('POST', `/repos/${OWNER}/nope/check-runs`, { auth, body: { name: 'x', head_sha: mainSha } });
+  assert.equal(unknownRepo.status, 404);
+});
+
+test('check runs: update and get validate ids and bodies', async () => {
+  const auth = `token ${await issueToken()}`;
+  const base = `/repos/${OWNER}/${REPO}/check-runs`;
+  const { json: run } = await request('POST', base, { auth, body: { name: 'u', head_sha: mainSha } });
+  for (const id of ['1', '99999999999', 'abc']) {
+    assert.equal((await request('PATCH', `${base}/${id}`, { auth, body: { status: 'in_progress' } })).status, 404, id);
+    assert.equal((await request('GET', `${base}/${id}`, { auth })).status, 404, id);
+  }
+  const otherRepo = commitFiles(reposDir, OWNER, 'other', { files: { a: 'a' } });
+  assert.match(otherRepo, /^[0-9a-f]{40}$/);
+  assert.equal((await request('GET', `/repos/${OWNER}/other/check-runs/${run.id}`, { auth })).status, 404, 'run belongs to another repo');
+
+  const completedNoConclusion = await request('PATCH', `${base}/${run.id}`, { auth, body: { status: 'completed' } });
+  assert.equal(completedNoConclusion.status, 422);
+  assert.equal(completedNoConclusion.json.message, 'Validation Failed');
+  const badEnum = await request('PATCH', `${base}/${run.id}`, { auth, body: { conclusion: 'great' } });
+  assert.equal(badEnum.status, 422);
+  const after = await request('GET', `${base}/${run.id}`, { auth });
+  assert.equal(after.json.status, 'queued', 'failed updates change nothing');
+  const notJson = await request('PATCH', `${base}/${run.id}`, { auth, rawBody: '{', headers: { 'Content-Type': 'application/json' } });
+  assert.equal(notJson.status, 400);
+  const completedAt = await request('PATCH', `${base}/${run.id}`, { auth, body: { completed_at: '2026-03-01T00:00:00Z', conclusion: 'cancelled' } });
+  assert.equal(completedAt.json.status, 'completed');
+  assert.equal(completedAt.json.completed_at, '2026-03-01T00:00:00Z');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Git smart HTTP
+
+test('git smart HTTP: clone with a Basic installation token works; without or with a bad one it fails', async () => {
+  const token = await issueToken();
+  const url = `${standin.url}/${OWNER}/${REPO}.git`;
+  const dest = join(tmp, 'clone-ok');
+  await gitClone(url, dest, ['-c', `http.extraHeader=${basicHeader(token)}`]);
+  assert.equal(readFileSync(join(dest, 'README.md'), 'utf8'), '# Widgets\n'.repeat(20));
+  const { stdout: head } = await execFileAsync('git', ['-C', dest, 'rev-parse', 'HEAD'], { env: GIT_ENV });
+  assert.equal(head.trim(), mainSha);
+
+  // GitHub serves any reachable commit by sha, which CI uses to check out a pull request head.
+  await execFileAsync('git', ['-C', dest, '-c', `http.extraHeader=${basicHeader(token)}`, 'fetch', '--quiet', 'origin', featureSha], { env: GIT_ENV });
+  const { stdout: type } = await execFileAsync('git', ['-C', dest, 'cat-file', '-t', featureSha], { env: GIT_ENV });
+  assert.equal(type.trim(), 'commit');
+
+  await assert.rejects(gitClone(url, join(tmp, 'clone-none')), /Authentication failed|could not read Username|terminal prompts disabled/);
+  await assert.rejects(gitClone(url, join(tmp, 'clone-bad'), ['-c', `http.extraHeader=${basicHeader('ghs_bogus')}`]), /Authentication failed|401|could not read/);
+  assert.equal(existsSync(join(tmp, 'clone-none', 'README.md')), false);
+
+  const protocolV0 = join(tmp, 'clone-v0');
+  await gitClone(url, protocolV0, ['-c', 'protocol.version=0', '-c', `http.extraHeader=${basicHeader(token)}`]);
+  assert.equal(readFileSync(join(protocolV0, '.sluice', 'config.yml'), 'utf8'), 'steps:\n  - run: cargo test\n');
+});
+
+test('git smart HTTP: gzip-encoded upload-pack requests are inflated by http-backend', async () => {
+  const token = await issueToken();
+  const want = `want ${mainSha} ofs-delta\n`;
+  const pktLine = (text) => `${(text.length + 4).toString(16).padStart(4, '0')}${text}`;
+  const negotiation = `${pktLine(want)}0000${pktLine('done\n')}`;
+  const res = await fetch(`${standin.url}/${OWNER}/${REPO}.git/git-upload-pack`, {
+    method: 'POST',
+    headers: {
+      Authorization: `Basic ${Buffer.from(`x-access-token:${token}`).toString('base64')}`,
+      'Content-Type': 'application/x-git-upload-pack-request',
+      'Content-Encoding': 'gzip',
+    },
+    body: gzipSync(negotiation),
+  });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-type'), 'application/x-git-upload-pack-result');
+  const body = Buffer.from(await res.arrayBuffer()).toString('latin1');
+  assert.ok(body.startsWith('0008NAK\n'), body.slice(0, 20));
+  assert.ok(body.includes('PACK'));
+});
+
+test('git smart HTTP: 401 carries WWW-Authenticate; receive-pack is refused; unknown repo 404', async () => {
+  const token = await issueToken();
+  const basic = `Basic ${Buffer.from(`x-access-token:${token}`).toString('base64')}`;
+  const refs = `/${OWNER}/${REPO}.git/info/refs?service=git-upload-pack`;
+  const unauthenticated = await request('GET', refs);
+  assert.equal(unauthenticated.status, 401);
+  assert.equal(unauthenticated.headers.get('www-authenticate'), 'Basic realm="GitHub"');
+  const tokenScheme = await request('GET', refs, { auth: `token ${token}` });
+  assert.equal(tokenScheme.status, 401);
+
+  const ok = await request('GET', refs, { auth: basic });
+  assert.equal(ok.status, 200);
+  assert.equal(ok.headers.get('content-type'), 'application/x-git-upload-pack-advertisement');
+  assert.match(ok.text, /# service=git-upload-pack/);
+  assert.ok(ok.text.includes(mainSha));
+
+  const receive = await request('GET', `/${OWNER}/${REPO}.git/info/refs?service=git-receive-pack`, { auth: basic });
+  assert.equal(receive.status, 403);
+  const receivePost = await request('POST', `/${OWNER}/${REPO}.git/git-receive-pack`, { auth: basic, rawBody: '0000' });
+  assert.equal(receivePost.status, 403);
+  const missing = await request('GET', `/${OWNER}/nope.git/info/refs?service=git-upload-pack`, { auth: basic });
+  assert.equal(missing.status, 404);
+
+  const clone = join(tmp, 'clone-push');
+  await gitClone(`${standin.url}/${OWNER}/${REPO}.git`, clone, ['-c', `http.extraHeader=${basicHeader(token)}`]);
+  writeFileSync(join(clone, 'pushed.txt'), 'nope');
+  const gitIn = (args) => execFileAsync('git', ['-C', clone, '-c', 'user.name=t', '-c', 'user.email=t@t', '-c', `http.extraHeader=${basicHeader(token)}`, ...args], { env: GIT_ENV });
+  await gitIn(['add', 'pushed.txt']);
+  await gitIn(['commit', '--quiet', '-m', 'push attempt']);
+  await assert.rejects(gitIn(['push', 'origin', 'HEAD:main']), /403|denied|not granted/);
+  assert.equal(headSha(reposDir, OWNER, REPO, 'main'), mainSha);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Control endpoints and general behaviour
+
+test('calls log: records requests with parsed bodies and auth scheme, never credentials', async () => {
+  await request('POST', '/_standin/reset');
+  const jwt = makeJwt(keys.privateKey);
+  const tokenRes = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth: `Bearer ${jwt}` });
+  const token = tokenRes.json.token;
+  await request('GET', `/repos/${OWNER}/${REPO}/contents/README.md?ref=main`, { auth: `token ${token}` });
+  await request('POST', `/repos/${OWNER}/${REPO}/check-runs`, { auth: `Bearer ${token}`, body: { name: 'log', head_sha: mainSha } });
+  await request('GET', `/${OWNER}/${REPO}.git/info/refs?service=git-upload-pack`, { auth: `Basic ${Buffer.from(`x-access-token:${token}`).toString('base64')}` });
+  await request('GET', '/nowhere');
+
+  const { json } = await request('GET', '/_standin/calls');
+  const summary = json.calls.map((c) => [c.method, c.path, c.status, c.auth_scheme, c.write]);
+  assert.deepEqual(summary, [
+    ['POST', `/app/installations/${INSTALLATION}/access_tokens`, 201, 'Bearer', true],
+    ['GET', `/repos/${OWNER}/${REPO}/contents/README.md`, 200, 'token', false],
+    ['POST', `/repos/${OWNER}/${REPO}/check-runs`, 201, 'Bearer', true],
+    ['GET', `/${OWNER}/${REPO}.git/info/refs`, 200, 'Basic', false],
+    ['GET', '/nowhere', 404, null, false],
+  ]);
+  assert.deepEqual(json.calls[1].query, { ref: 'main' });
+  assert.deepEqual(json.calls[2].body, { name: 'log', head_sha: mainSha });
+  assert.equal(json.calls[0].body, null, 'no request body is recorded as null');
+  assert.equal(json.calls[1].body, null);
+  assert.ok(json.calls.every((c, i) => c.seq > (json.calls[i - 1]?.seq ?? 0) && typeof c.at_ms === 'number'));
+  const serialized = JSON.stringify(json);
+  assert.ok(!serialized.includes(token) && !serialized.includes(jwt), 'no credential in the log');
+
+  const posts = await request('GET', `/_standin/calls?method=post&path_prefix=${encodeURIComponent(`/repos/${OWNER}/${REPO}/check-runs`)}`);
+  assert.deepEqual(posts.json.calls.map((c) => c.path), [`/repos/${OWNER}/${REPO}/check-runs`]);
+});
+
+test('control: check-runs with history, commits, reset, healthz', async () => {
+  await request('POST', '/_standin/reset');
+  const auth = `token ${await issueToken()}`;
+  const { json: run } = await request('POST', `/repos/${OWNER}/${REPO}/check-runs`, { auth, body: { name: 'h', head_sha: mainSha } });
+  await request('PATCH', `/repos/${OWNER}/${REPO}/check-runs/${run.id}`, { auth, body: { status: 'in_progress' } });
+  await request('PATCH', `/repos/${OWNER}/${REPO}/check-runs/${run.id}`, { auth, body: { conclusion: 'neutral' } });
+  const listed = await request('GET', `/_standin/check-runs?repo=${OWNER}/${REPO}`);
+  assert.equal(listed.json.check_runs.length, 1);
+  const [entry] = listed.json.check_runs;
+  assert.equal(entry.id, run.id);
+  assert.equal(entry.conclusion, 'neutral');
+  assert.deepEqual(entry.history.map((h) => [h.status, h.conclusion]), [['queued', null], ['in_progress', null], ['completed', 'neutral']]);
+  assert.ok(entry.history.every((h) => typeof h.at_ms === 'number'));
+  assert.deepEqual((await request('GET', '/_standin/check-runs?repo=someone/else')).json, { check_runs: [] });
+
+  const commit = await request('POST', '/_standin/repos/fresh/repo/commits', { body: { files: { 'x.txt': 'x' }, message: 'init' } });
+  assert.equal(commit.status, 201);
+  assert.equal(commit.json.sha, headSha(reposDir, 'fresh', 'repo', 'main'));
+  const onBranch = await request('POST', '/_standin/repos/fresh/repo/commits', { body: { branch: 'pr/1', files: { 'y.txt': 'y' } } });
+  assert.equal(onBranch.json.sha, headSha(reposDir, 'fresh', 'repo', 'pr/1'));
+  for (const body of [{ files: { 'x.txt': 5 } }, { files: { '../x': 'x' } }, { branch: 'a..b', files: {} }]) {
+    assert.equal((await request('POST', '/_standin/repos/fresh/repo/commits', { body })).status, 422, JSON.stringify(body));
+  }
+  assert.equal((await request('POST', '/_standin/repos/fresh/repo/commits', { rawBody: 'nope' })).status, 400);
+
+  assert.deepEqual((await request('GET', '/_standin/healthz')).json, { ok: true });
+  await request('POST', '/_standin/reset');
+  assert.deepEqual((await request('GET', '/_standin/check-runs')).json, { check_runs: [] });
+  assert.deepEqual((await request('GET', '/_standin/calls')).json, { calls: [] });
+  assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/check-runs/${run.id}`, { auth })).status, 404);
+});
+
+test('unknown paths and methods are GitHub-style 404 JSON; oversized bodies are 413', async () => {
+  for (const [method, path] of [['GET', '/'], ['GET', '/users/acme'], ['DELETE', `/repos/${OWNER}/${REPO}`], ['PUT', '/_standin/reset']]) {
+    const res = await request(method, path);
+    assert.equal(res.status, 404, `${method} ${path}`);
+    assert.deepEqual(res.json, { message: 'Not Found', documentation_url: 'https://docs.github.com/rest', status: '404' });
+    assert.equal(res.headers.get('content-type'), 'application/json; charset=utf-8');
+  }
+  const auth = `token ${await issueToken()}`;
+  const huge = await request('POST', `/repos/${OWNER}/${REPO}/check-runs`, { auth, rawBody: 'x'.repeat(11 * 1024 * 1024) });
+  assert.equal(huge.status, 413);
+  assert.equal(await chunkedUploadStatus(`/repos/${OWNER}/${REPO}/check-runs`, auth, 11 * 1024 * 1024), 413);
+  assert.equal((await request('GET', '/_standin/healthz')).status, 200, 'server still up');
+});
+
+// Streams `bytes` with chunked encoding (no Content-Length), resolving the response status.
+function chunkedUploadStatus(path, auth, bytes) {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port: standin.port, path, method: 'POST', headers: { Authorization: auth, 'Content-Type': 'application/json' } });
+    req.on('response', (res) => {
+      res.resume();
+      resolve(res.statusCode);
+    });
+    req.on('error', () => {}); // the server closes the socket while we are still writing
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const pump = () => {
+      while (sent < bytes) {
+        sent += chunk.length;
+        if (!req.write(chunk)) return void req.once('drain', pump);
+      }
+      req.end();
+    };
+    pump();
+    setTimeout(() => reject(new Error('no response to oversized chunked upload')), 10_000).unref();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Webhooks
+
+test('signBody matches GitHub\'s documented test vector', () => {
+  assert.equal(
+    signBody("It's a Secret to Everybody", 'Hello, World!'),
+    'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17',
+  );
+});
+
+test('payload builders produce GitHub webhook shapes', () => {
+  const cloneUrl = `${standin.url}/${OWNER}/${REPO}.git`;
+  const pr = pullRequestPayload({ owner: OWNER, repo: REPO, sha: featureSha, cloneUrl, number: 7, action: 'synchronize', headRef: 'feature/x' });
+  assert.equal(pr.action, 'synchronize');
+  assert.equal(pr.number, 7);
+  assert.equal(pr.pull_request.number, 7);
+  assert.equal(pr.pull_request.state, 'open');
+  assert.equal(pr.pull_request.draft, false);
+  assert.equal(pr.pull_request.head.sha, featureSha);
+  assert.equal(pr.pull_request.head.ref, 'feature/x');
+  assert.equal(pr.pull_request.head.repo.clone_url, cloneUrl);
+  assert.equal(pr.pull_request.base.ref, 'main');
+  assert.equal(pr.pull_request.user.login, 'octocat');
+  assert.deepEqual(
+    [pr.repository.id, pr.repository.name, pr.repository.full_name, pr.repository.owner.login, pr.repository.owner.type, pr.repository.private, pr.repository.default_branch],
+    [repoId(OWNER, REPO), REPO, `${OWNER}/${REPO}`, OWNER, 'User', false, 'main'],
+  );
+  assert.deepEqual([pr.sender.login, pr.sender.type, pr.installation.id], ['octocat', 'User', 42]);
+  const bot = pullRequestPayload({ owner: OWNER, repo: REPO, sha: featureSha, senderLogin: 'dependabot[bot]', senderType: 'Bot', draft: true, action: 'closed', installationId: 7 });
+  assert.deepEqual([bot.sender.type, bot.pull_request.draft, bot.pull_request.state, bot.installation.id], ['Bot', true, 'closed', 7]);
+
+  const push = pushPayload({ owner: OWNER, repo: REPO, after: mainSha, before: firstSha, cloneUrl });
+  assert.equal(push.ref, 'refs/heads/main');
+  assert.deepEqual([push.before, push.after, push.created, push.deleted, push.forced], [firstSha, mainSha, false, false, false]);
+  assert.equal(push.head_commit.id, mainSha);
+  assert.match(push.head_commit.timestamp, /Z$/);
+  assert.equal(typeof push.head_commit.message, 'string');
+  assert.equal(push.commits.length, 1);
+  assert.deepEqual([push.repository.owner.name, push.repository.owner.login], [OWNER, OWNER]);
+  assert.equal(push.repository.clone_url, cloneUrl);
+  assert.equal(typeof push.repository.created_at, 'number');
+  assert.equal(push.pusher.name, 'octocat');
+  assert.equal(push.installation.id, 42);
+  const created = pushPayload({ owner: OWNER, repo: REPO, after: mainSha });
+  assert.equal(created.created, true);
+  const deleted = pushPayload({ owner: OWNER, repo: REPO, before: mainSha, after: '0'.repeat(40) });
+  assert.deepEqual([deleted.deleted, deleted.head_commit, deleted.commits], [true, null, []]);
+});
+
+test('sendWebhook posts a signed delivery with GitHub headers and returns the parsed reply', async () => {
+  const received = [];
+  const receiver = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      received.push({ headers: req.headers, body: Buffer.concat(chunks).toString() });
+      res.writeHead(202, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ accepted: true }));
+    });
+  });
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  try {
+    const payload = pushPayload({ owner: OWNER, repo: REPO, after: mainSha });
+    const result = await sendWebhook({ url: `http://127.0.0.1:${receiver.address().port}/webhook`, secret: 's3cret', event: 'push', payload, deliveryId: 'd-1' });
+    assert.deepEqual(result, { status: 202, body: { accepted: true }, deliveryId: 'd-1' });
+    const [{ headers, body }] = received;
+    assert.deepEqual(JSON.parse(body), payload);
+    assert.equal(headers['content-type'], 'application/json');
+    assert.equal(headers['x-github-event'], 'push');
+    assert.equal(headers['x-github-delivery'], 'd-1');
+    assert.equal(headers['x-hub-signature-256'], signBody('s3cret', body));
+    assert.equal(headers['user-agent'], 'GitHub-Hookshot/standin');
+    const generated = await sendWebhook({ url: `http://127.0.0.1:${receiver.address().port}/`, secret: 's', event: 'ping', payload: {} });
+    assert.match(generated.deliveryId, /^[0-9a-f-]{36}$/);
+  } finally {
+    await new Promise((r) => receiver.close(r));
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// CLI
+
+test('CLI: prints the listening line and serves until terminated', async () => {
+  const keyFile = join(tmp, 'app.pem');
+  writeFileSync(keyFile, createPrivateKey(keys.privateKey.export({ type: 'pkcs1', format: 'pem' })).export({ type: 'pkcs1', format: 'pem' }));
+  const child = spawn(process.execPath, [join(HERE, 'server.mjs'), '--port', '0', '--repos-dir', reposDir, '--app-id', String(APP_ID), '--public-key-file', keyFile, '--installation-id', '42', '--installation-id', '77'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    const line = await new Promise((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+        if (out.includes('\n')) resolve(out.split('\n')[0]);
+      });
+      child.once('exit', (code) => reject(new Error(`exited ${code}`)));
+    });
+    const match = /^github-standin listening on (http:\/\/127\.0\.0\.1:(\d+))$/.exec(line);
+    assert.ok(match, line);
+    assert.deepEqual((await request('GET', '/_standin/healthz', { base: match[1] })).json, { ok: true });
+    const res = await request('POST', '/app/installations/77/access_tokens', { base: match[1], auth: `Bearer ${makeJwt(keys.privateKey)}` });
+    assert.equal(res.status, 201);
+  } finally {
+    child.kill('SIGTERM');
+  }
+  const code = await new Promise((r) => (child.exitCode !== null ? r(child.exitCode) : child.once('exit', r)));
+  assert.equal(code, 0);
+});
+
+test('CLI: missing required options exit with status 2 and usage', async () => {
+  const result = await execFileAsync(process.execPath, [join(HERE, 'server.mjs'), '--port', '0']).catch((err) => err);
+  assert.equal(result.code, 2);
+  assert.match(result.stderr, /missing --repos-dir/);
+});

@@ -1,0 +1,165 @@
+// Webhook helpers for tests: builders for GitHub `pull_request` and `push` payloads (same shapes
+// GitHub sends), HMAC signing as GitHub does it, and a sender that posts like GitHub-Hookshot.
+
+import { createHash, createHmac, randomUUID } from 'node:crypto';
+
+const ZERO_SHA = '0'.repeat(40);
+
+// Stable numeric ids derived from names, so a repository has the same id in webhook payloads and
+// in the stand-in's REST responses across runs (the Worker may key state on repository.id).
+function stableId(kind, name) {
+  return 1_000_000 + (createHash('sha256').update(`${kind}:${name}`).digest().readUInt32BE(0) % 900_000_000);
+}
+
+export function repoId(owner, repo) {
+  return stableId('repo', `${owner}/${repo}`);
+}
+
+export function accountId(login) {
+  return stableId('account', login);
+}
+
+function nodeId(prefix, id) {
+  return `${prefix}_${Buffer.from(String(id)).toString('base64url')}`;
+}
+
+function isoNow() {
+  return new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+function account(login, type) {
+  const id = accountId(login);
+  return { login, id, node_id: nodeId('U', id), type, site_admin: false, html_url: `https://github.com/${login}` };
+}
+
+function repository(owner, repo, cloneUrl) {
+  const id = repoId(owner, repo);
+  return {
+    id,
+    node_id: nodeId('R', id),
+    name: repo,
+    full_name: `${owner}/${repo}`,
+    private: false,
+    owner: account(owner, 'User'),
+    html_url: `https://github.com/${owner}/${repo}`,
+    url: `https://api.github.com/repos/${owner}/${repo}`,
+    clone_url: cloneUrl ?? `https://github.com/${owner}/${repo}.git`,
+    default_branch: 'main',
+    fork: false,
+    visibility: 'public',
+  };
+}
+
+function installation(installationId) {
+  return { id: installationId, node_id: nodeId('I', installationId) };
+}
+
+export function pullRequestPayload({
+  owner, repo, sha, action = 'opened', number = 1, draft = false, senderLogin = 'octocat', senderType = 'User',
+  installationId = 42, cloneUrl, baseRef = 'main', headRef = 'feature', baseSha = sha,
+}) {
+  const repoObj = repository(owner, repo, cloneUrl);
+  const user = account(senderLogin, senderType);
+  const now = isoNow();
+  const closed = action === 'closed';
+  const prId = stableId('pr', `${owner}/${repo}#${number}`);
+  return {
+    action,
+    number,
+    pull_request: {
+      url: `${repoObj.url}/pulls/${number}`,
+      id: prId,
+      node_id: nodeId('PR', prId),
+      html_url: `${repoObj.html_url}/pull/${number}`,
+      number,
+      state: closed ? 'closed' : 'open',
+      locked: false,
+      title: `Pull request #${number}`,
+      user,
+      body: null,
+      created_at: now,
+      updated_at: now,
+      closed_at: closed ? now : null,
+      merged_at: null,
+      merge_commit_sha: null,
+      draft,
+      head: { label: `${owner}:${headRef}`, ref: headRef, sha, user: repoObj.owner, repo: repoObj },
+      base: { label: `${owner}:${baseRef}`, ref: baseRef, sha: baseSha, user: repoObj.owner, repo: repoObj },
+      author_association: 'OWNER',
+      merged: false,
+      mergeable: null,
+    },
+    repository: repoObj,
+    sender: user,
+    installation: installation(installationId),
+  };
+}
+
+export function pushPayload({
+  owner, repo, ref = 'refs/heads/main', before = ZERO_SHA, after, installationId = 42, cloneUrl,
+  senderLogin = 'octocat', senderType = 'User', message = 'Update files',
+}) {
+  // Push payloads differ from other events: repository.owner also carries `name`, and
+  // created_at/pushed_at are Unix seconds rather than ISO strings.
+  const base = repository(owner, repo, cloneUrl);
+  const nowSec = Math.floor(Date.now() / 1000);
+  const repoObj = { ...base, owner: { name: owner, ...base.owner }, master_branch: 'main', created_at: nowSec, pushed_at: nowSec };
+  const deleted = after === ZERO_SHA;
+  const pusher = { name: senderLogin, email: `${senderLogin}@users.noreply.github.com` };
+  const commit = deleted ? null : {
+    id: after,
+    tree_id: null,
+    distinct: true,
+    message,
+    timestamp: isoNow(),
+    url: `${base.html_url}/commit/${after}`,
+    author: { ...pusher, username: senderLogin },
+    committer: { ...pusher, username: senderLogin },
+    added: [],
+    removed: [],
+    modified: [],
+  };
+  return {
+    ref,
+    before,
+    after,
+    created: before === ZERO_SHA,
+    deleted,
+    forced: false,
+    base_ref: null,
+    compare: `${base.html_url}/compare/${before.slice(0, 12)}...${after.slice(0, 12)}`,
+    commits: commit ? [commit] : [],
+    head_commit: commit,
+    repository: repoObj,
+    pusher,
+    sender: account(senderLogin, senderType),
+    installation: installation(installationId),
+  };
+}
+
+export function signBody(secret, bodyString) {
+  return `sha256=${createHmac('sha256', secret).update(bodyString).digest('hex')}`;
+}
+
+export async function sendWebhook({ url, secret, event, payload, deliveryId = randomUUID() }) {
+  const body = JSON.stringify(payload);
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json',
+      'X-GitHub-Event': event,
+      'X-GitHub-Delivery': deliveryId,
+      'X-Hub-Signature-256': signBody(secret, body),
+      'User-Agent': 'GitHub-Hookshot/standin',
+    },
+    body,
+  });
+  const text = await res.text();
+  let parsed = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // Non-JSON replies (plain "ok", HTML errors) are returned as text.
+  }
+  return { status: res.status, body: parsed, deliveryId };
+}
