@@ -1,3 +1,38 @@
+//! Sluice: CI/CD runs for GitHub repositories on a Cloudflare account you
+//! own. This file holds only the Worker's entry points; see ARCHITECTURE.md
+//! for the map.
+
+pub mod blobs;
 pub mod engine;
+pub mod github;
+pub mod http;
 pub mod limits;
+pub mod net;
+pub mod runs;
+pub mod sandbox;
+pub mod secret;
 pub mod store;
+
+#[cfg(target_arch = "wasm32")]
+pub mod worker_glue;
+
+#[cfg(target_arch = "wasm32")]
+mod entry {
+    use worker::{event, Context, Env, Request, Response, Result, ScheduleContext, ScheduledEvent};
+
+    #[event(start)]
+    fn start() {
+        console_error_panic_hook::set_once();
+    }
+
+    #[event(fetch)]
+    async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+        crate::worker_glue::handlers::fetch(req, env).await
+    }
+
+    #[event(scheduled)]
+    async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+        let report = crate::worker_glue::scheduled::sweep(&env).await;
+        worker::console_log!("sweep: resumed {}, purged {}, failed {}", report.resumed, report.purged, report.failed);
+    }
+}

@@ -49,6 +49,7 @@ pub struct Ctx<'a> {
     journal: &'a dyn JournalStore,
     clock: &'a dyn Clock,
     instance_id: String,
+    generation: u32,
     ceiling_at_ms: i64,
     max_duration_ms: i64,
     max_steps: u32,
@@ -73,6 +74,7 @@ impl<'a> Ctx<'a> {
         journal: &'a dyn JournalStore,
         clock: &'a dyn Clock,
         instance_id: String,
+        generation: u32,
         started_ms: i64,
         max_duration_ms: i64,
         max_steps: u32,
@@ -84,6 +86,7 @@ impl<'a> Ctx<'a> {
             journal,
             clock,
             instance_id,
+            generation,
             ceiling_at_ms: started_ms.saturating_add(max_duration_ms),
             max_duration_ms,
             max_steps,
@@ -98,6 +101,11 @@ impl<'a> Ctx<'a> {
 
     pub fn instance_id(&self) -> &str {
         &self.instance_id
+    }
+
+    /// How many times an operator restarted the instance.
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     pub fn now_ms(&self) -> i64 {

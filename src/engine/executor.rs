@@ -149,6 +149,7 @@ impl<'a> Engine<'a> {
             passes: 0,
             clean_passes: 0,
             mirrored_rev: 0,
+            generation: 0,
         };
         executions::insert(self.index, &rec).await?;
         self.journal.save_instance(&rec)?;
@@ -177,6 +178,7 @@ impl<'a> Engine<'a> {
                 self.journal,
                 self.clock,
                 rec.id.clone(),
+                rec.generation,
                 rec.started_ms.unwrap_or(now),
                 rec.max_duration_ms,
                 rec.max_steps,
@@ -313,6 +315,7 @@ impl<'a> Engine<'a> {
                 rec.output = None;
                 rec.passes = 0;
                 rec.clean_passes = 0;
+                rec.generation += 1;
             }
         }
         let step_count = self.journal.entries()?.len() as u32;

@@ -40,6 +40,10 @@ pub struct InstanceRecord {
     pub clean_passes: u32,
     /// Journal revision already mirrored to D1.
     pub mirrored_rev: i64,
+    /// Incremented by every operator restart, so side effects keyed by the
+    /// instance (sandbox process ids) are fresh after a restart.
+    #[serde(default)]
+    pub generation: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,10 @@
+//! Object storage for logs and large step outputs (R2 in the Worker).
+//! ADR-0001 rule 2: results over 1 MiB go here and the step returns a key.
+
+use async_trait::async_trait;
+
+#[async_trait(?Send)]
+pub trait Blobs {
+    async fn put_text(&self, key: &str, text: &str) -> Result<(), String>;
+    async fn get_text(&self, key: &str) -> Result<Option<String>, String>;
+}

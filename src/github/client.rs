@@ -1,0 +1,330 @@
+//! The REST calls Sluice makes, over a `Transport` (the Worker's fetch),
+//! with installation tokens cached until shortly before they expire.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::engine::Clock;
+use crate::limits::TOKEN_REFRESH_MARGIN_MS;
+use crate::net::{HttpRequest, HttpResponse, Transport};
+use crate::secret::Secret;
+
+use super::app::{app_jwt, Rs256Signer};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GitHubError {
+    /// HTTP status, or None when the request never got an answer.
+    pub status: Option<u16>,
+    pub message: String,
+    /// Sluice itself is misconfigured (no App key): retrying cannot help.
+    pub config: bool,
+}
+
+impl GitHubError {
+    pub fn network(message: impl Into<String>) -> GitHubError {
+        GitHubError { status: None, message: message.into(), config: false }
+    }
+
+    pub fn config(message: impl Into<String>) -> GitHubError {
+        GitHubError { status: None, message: message.into(), config: true }
+    }
+
+    /// Network faults, rate limits and 5xx are worth retrying; other 4xx
+    /// answers will not change.
+    pub fn retryable(&self) -> bool {
+        if self.config {
+            return false;
+        }
+        match self.status {
+            None => true,
+            Some(s) => s == 429 || s >= 500 || s == 403 && self.message.contains("rate limit"),
+        }
+    }
+}
+
+impl fmt::Display for GitHubError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(s) => write!(f, "GitHub answered {s}: {}", self.message),
+            None => write!(f, "GitHub unreachable: {}", self.message),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckConclusion {
+    Success,
+    Failure,
+    Neutral,
+    Cancelled,
+    TimedOut,
+    ActionRequired,
+    Skipped,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CheckRunUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conclusion: Option<CheckConclusion>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<CheckOutput>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckOutput {
+    pub title: String,
+    pub summary: String,
+}
+
+thread_local! {
+    /// Installation tokens per (API URL, installation), with their expiry in
+    /// ms. Per isolate: a cold isolate asks once more, which is harmless.
+    static TOKENS: RefCell<HashMap<(String, u64), (Secret, i64)>> = RefCell::new(HashMap::new());
+}
+
+pub struct GitHub<'a> {
+    pub transport: &'a dyn Transport,
+    pub signer: &'a dyn Rs256Signer,
+    pub clock: &'a dyn Clock,
+    pub api_url: String,
+    pub app_id: Option<String>,
+    /// PKCS#8 DER of the App's private key, or why there is none.
+    pub key_der: Result<Secret<Vec<u8>>, String>,
+}
+
+#[derive(Deserialize)]
+struct TokenAnswer {
+    token: String,
+    expires_at: String,
+}
+
+#[derive(Deserialize)]
+struct Content {
+    #[serde(default)]
+    encoding: Option<String>,
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RefAnswer {
+    object: RefObject,
+}
+
+#[derive(Deserialize)]
+struct RefObject {
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct CheckRunAnswer {
+    id: u64,
+    #[serde(default)]
+    external_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CheckRunList {
+    check_runs: Vec<CheckRunAnswer>,
+}
+
+#[derive(Deserialize)]
+struct ErrorAnswer {
+    message: String,
+}
+
+impl<'a> GitHub<'a> {
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.api_url.trim_end_matches('/'), path)
+    }
+
+    async fn call(&self, method: &'static str, path: &str, auth: &str, body: Option<String>) -> Result<HttpResponse, GitHubError> {
+        let mut headers = vec![
+            ("Accept".to_owned(), "application/vnd.github+json".to_owned()),
+            ("X-GitHub-Api-Version".to_owned(), "2022-11-28".to_owned()),
+            ("User-Agent".to_owned(), "sluice".to_owned()),
+            ("Authorization".to_owned(), auth.to_owned()),
+        ];
+        if body.is_some() {
+            headers.push(("Content-Type".to_owned(), "application/json".to_owned()));
+        }
+        let req = HttpRequest { method, url: self.url(path), headers, body };
+        self.transport.send(req).await.map_err(|m| GitHubError::network(m))
+    }
+
+    /// A 2xx answer, or the error GitHub gave.
+    fn expect_ok(resp: HttpResponse) -> Result<String, GitHubError> {
+        if (200..300).contains(&resp.status) {
+            return Ok(resp.body);
+        }
+        let message = serde_json::from_str::<ErrorAnswer>(&resp.body)
+            .map(|e| e.message)
+            .unwrap_or_else(|_| resp.body.chars().take(200).collect());
+        Err(GitHubError { status: Some(resp.status), message, config: false })
+    }
+
+    fn decode<T: for<'de> Deserialize<'de>>(body: &str, what: &str) -> Result<T, GitHubError> {
+        serde_json::from_str(body).map_err(|e| GitHubError::network(format!("unexpected {what} answer: {e}")))
+    }
+
+    /// An installation token, from the cache while it has more than 5
+    /// minutes left.
+    pub async fn installation_token(&self, installation: u64) -> Result<Secret, GitHubError> {
+        let now = self.clock.now_ms();
+        let cache_key = (self.api_url.clone(), installation);
+        let cached = TOKENS.with(|t| t.borrow().get(&cache_key).cloned());
+        if let Some((token, expires_ms)) = cached {
+            if expires_ms - now > TOKEN_REFRESH_MARGIN_MS {
+                return Ok(token);
+            }
+        }
+        let key = self.key_der.as_ref().map_err(|m| GitHubError::config(m.clone()))?;
+        let app_id = self.app_id.as_deref().ok_or_else(|| GitHubError::config("GITHUB_APP_ID is not set"))?;
+        let jwt = app_jwt(self.signer, key.expose(), app_id, now / 1000)
+            .await
+            .map_err(|m| GitHubError::network(format!("cannot sign the App JWT: {m}")))?;
+        let path = format!("/app/installations/{installation}/access_tokens");
+        let resp = self.call("POST", &path, &format!("Bearer {jwt}"), None).await?;
+        let answer: TokenAnswer = Self::decode(&Self::expect_ok(resp)?, "access token")?;
+        let expires_ms = parse_rfc3339_ms(&answer.expires_at)
+            .ok_or_else(|| GitHubError::network(format!("bad expires_at {:?}", answer.expires_at)))?;
+        let token = Secret::new(answer.token);
+        TOKENS.with(|t| t.borrow_mut().insert(cache_key, (token.clone(), expires_ms)));
+        Ok(token)
+    }
+
+    async fn auth(&self, installation: u64) -> Result<String, GitHubError> {
+        Ok(format!("token {}", self.installation_token(installation).await?.expose()))
+    }
+
+    /// A file's text at a ref, or None when the file does not exist there.
+    pub async fn file_at(&self, installation: u64, repo: &str, path: &str, git_ref: &str) -> Result<Option<String>, GitHubError> {
+        let auth = self.auth(installation).await?;
+        let resp = self.call("GET", &format!("/repos/{repo}/contents/{path}?ref={git_ref}"), &auth, None).await?;
+        if resp.status == 404 {
+            return Ok(None);
+        }
+        let content: Content = Self::decode(&Self::expect_ok(resp)?, "contents")?;
+        let (Some("base64"), Some(b64)) = (content.encoding.as_deref(), content.content) else {
+            return Err(GitHubError::network(format!("{path} is not a file")));
+        };
+        let cleaned: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
+        let bytes = STANDARD
+            .decode(cleaned)
+            .map_err(|e| GitHubError::network(format!("{path}: bad base64 ({e})")))?;
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| GitHubError::network(format!("{path} is not UTF-8 text")))
+    }
+
+    /// The commit a branch points at, or None when the branch is gone.
+    pub async fn branch_head(&self, installation: u64, repo: &str, branch: &str) -> Result<Option<String>, GitHubError> {
+        let auth = self.auth(installation).await?;
+        let resp = self.call("GET", &format!("/repos/{repo}/git/ref/heads/{branch}"), &auth, None).await?;
+        if resp.status == 404 {
+            return Ok(None);
+        }
+        let r: RefAnswer = Self::decode(&Self::expect_ok(resp)?, "ref")?;
+        Ok(Some(r.object.sha))
+    }
+
+    /// Finds the check run this instance created earlier (observe before
+    /// acting: a replayed create must not make a second check run).
+    pub async fn find_check_run(&self, installation: u64, repo: &str, sha: &str, name: &str, external_id: &str) -> Result<Option<u64>, GitHubError> {
+        let auth = self.auth(installation).await?;
+        let path = format!("/repos/{repo}/commits/{sha}/check-runs?check_name={name}&filter=all");
+        let list: CheckRunList = Self::decode(&Self::expect_ok(self.call("GET", &path, &auth, None).await?)?, "check runs")?;
+        Ok(list
+            .check_runs
+            .into_iter()
+            .find(|c| c.external_id.as_deref() == Some(external_id) && c.name.as_deref().is_none_or(|n| n == name))
+            .map(|c| c.id))
+    }
+
+    /// Creates a queued check run, or returns the one this instance already
+    /// created.
+    pub async fn ensure_check_run(&self, installation: u64, repo: &str, sha: &str, name: &str, external_id: &str, details_url: &str) -> Result<u64, GitHubError> {
+        if let Some(id) = self.find_check_run(installation, repo, sha, name, external_id).await? {
+            return Ok(id);
+        }
+        let auth = self.auth(installation).await?;
+        let body = json!({
+            "name": name,
+            "head_sha": sha,
+            "external_id": external_id,
+            "details_url": details_url,
+            "status": "queued",
+        });
+        let resp = self.call("POST", &format!("/repos/{repo}/check-runs"), &auth, Some(body.to_string())).await?;
+        let created: CheckRunAnswer = Self::decode(&Self::expect_ok(resp)?, "check run")?;
+        Ok(created.id)
+    }
+
+    pub async fn update_check_run(&self, installation: u64, repo: &str, id: u64, update: &CheckRunUpdate) -> Result<(), GitHubError> {
+        let auth = self.auth(installation).await?;
+        let body = serde_json::to_string(update).map_err(|e| GitHubError::network(e.to_string()))?;
+        let resp = self.call("PATCH", &format!("/repos/{repo}/check-runs/{id}"), &auth, Some(body)).await?;
+        Self::expect_ok(resp).map(|_| ())
+    }
+}
+
+/// Parses GitHub's `YYYY-MM-DDTHH:MM:SSZ` (fractions allowed) to ms.
+pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time = time.split('.').next()?;
+    let mut t = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from civil date (proleptic Gregorian), H. Hinnant's algorithm.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_githubs_timestamps() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_ms("2016-07-11T22:14:10Z"), Some(1_468_275_250_000));
+        assert_eq!(parse_rfc3339_ms("2024-02-29T12:00:00.123Z"), Some(1_709_208_000_000));
+        assert_eq!(parse_rfc3339_ms("2024-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339_ms("yesterday"), None);
+    }
+
+    #[test]
+    fn retryable_statuses() {
+        let e = |s| GitHubError { status: s, message: String::new(), config: false };
+        assert!(e(None).retryable());
+        assert!(e(Some(502)).retryable());
+        assert!(e(Some(429)).retryable());
+        assert!(!e(Some(422)).retryable());
+        assert!(!e(Some(404)).retryable());
+        assert!(!GitHubError::config("no key").retryable());
+    }
+}

@@ -1,0 +1,80 @@
+//! Request routing as a pure function, so tests check it without a socket.
+
+use crate::engine::{Command, InstanceId};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    Health,
+    Webhook,
+    ListExecutions,
+    CreateExecution,
+    GetExecution(InstanceId),
+    SendEvent(InstanceId, String),
+    Command(InstanceId, Command),
+    ListDeliveries,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteError {
+    NotFound,
+    MethodNotAllowed,
+    BadId(String),
+}
+
+/// Event types are path segments: same alphabet as ids.
+fn valid_event_type(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 100 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+}
+
+pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let id = |s: &str| InstanceId::parse(s).map_err(|e| RouteError::BadId(e.to_string()));
+    let only = |m: &str, r: Route| if method == m { Ok(r) } else { Err(RouteError::MethodNotAllowed) };
+    match segs.as_slice() {
+        ["healthz"] => only("GET", Route::Health),
+        ["webhooks", "github"] => only("POST", Route::Webhook),
+        ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
+        ["v1", "executions"] => match method {
+            "GET" => Ok(Route::ListExecutions),
+            "POST" => Ok(Route::CreateExecution),
+            _ => Err(RouteError::MethodNotAllowed),
+        },
+        ["v1", "executions", raw] => only("GET", Route::GetExecution(id(raw)?)),
+        ["v1", "executions", raw, "events", ty] => {
+            if !valid_event_type(ty) {
+                return Err(RouteError::BadId(format!("event type {ty:?} must be [A-Za-z0-9_.-]{{1,100}}")));
+            }
+            only("POST", Route::SendEvent(id(raw)?, (*ty).to_owned()))
+        }
+        ["v1", "executions", raw, verb] => {
+            let cmd = match *verb {
+                "terminate" => Command::Terminate,
+                "pause" => Command::Pause,
+                "resume" => Command::Resume,
+                // The step to restart from comes in the body.
+                "restart" => Command::Restart { from_step: None },
+                _ => return Err(RouteError::NotFound),
+            };
+            only("POST", Route::Command(id(raw)?, cmd))
+        }
+        _ => Err(RouteError::NotFound),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(route("GET", "/healthz"), Ok(Route::Health));
+        assert_eq!(route("POST", "/webhooks/github"), Ok(Route::Webhook));
+        assert_eq!(route("GET", "/webhooks/github"), Err(RouteError::MethodNotAllowed));
+        assert!(matches!(route("GET", "/v1/executions/check-a-1"), Ok(Route::GetExecution(_))));
+        assert!(matches!(route("GET", "/v1/executions/a:b"), Err(RouteError::BadId(_))));
+        assert!(matches!(route("POST", "/v1/executions/x/events/approve"), Ok(Route::SendEvent(_, t)) if t == "approve"));
+        assert!(matches!(route("POST", "/v1/executions/x/pause"), Ok(Route::Command(_, Command::Pause))));
+        assert_eq!(route("POST", "/v1/executions/x/explode"), Err(RouteError::NotFound));
+        assert_eq!(route("GET", "/nope"), Err(RouteError::NotFound));
+    }
+}

@@ -1,0 +1,69 @@
+//! The `check` run: on a pull request's head commit, run `[check] command`
+//! from `.sluice.toml` and report `sluice/check`.
+
+use std::collections::BTreeMap;
+
+use crate::engine::{Ctx, RunError, RunOutcome};
+
+use super::command::{run_command, CommandResult, CommandSpec};
+use super::config::{command_timeout_ms, ConfigState};
+use super::report::{reported, CheckTarget, Verdict};
+use super::triggers::CheckInput;
+use super::{read_config, RunEnv};
+
+pub const CHECK_RUN_NAME: &str = "sluice/check";
+
+pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget { name: CHECK_RUN_NAME, installation_id: input.installation_id, repo: &input.repo, sha: &input.sha };
+    let check = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await? {
+        ConfigState::Missing => return Ok(RunOutcome::Skipped { reason: "not-configured".into() }),
+        ConfigState::Invalid { message } => {
+            let summary = format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
+            return reported(ctx, env, &target, || async { Ok(Verdict::Failed { summary }) }).await;
+        }
+        ConfigState::Valid { config } => match config.check {
+            Some(check) => check,
+            None => return Ok(RunOutcome::Skipped { reason: "not-configured".into() }),
+        },
+    };
+    reported(ctx, env, &target, || async {
+        let timeout_ms = command_timeout_ms(check.timeout.as_deref())
+            .map_err(|m| RunError::InvalidInput { message: m })?;
+        let mut vars = BTreeMap::new();
+        vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
+        vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
+        vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
+        let spec = CommandSpec {
+            step: "run check command",
+            repo_url: &input.clone_url,
+            sha: &input.sha,
+            installation_id: input.installation_id,
+            command: &check.command,
+            timeout_ms,
+            env: vars,
+            secret_env: Vec::new(),
+        };
+        let result = run_command(ctx, env, &spec).await?;
+        Ok(verdict_of(&check.command, &result))
+    })
+    .await
+}
+
+/// Maps a command's end to a verdict, with the log tail in the summary.
+pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
+    let seconds = r.duration_ms.unwrap_or(0) as f64 / 1000.0;
+    let how = match (r.timed_out, r.exit_code) {
+        (true, _) => "timed out".to_owned(),
+        (false, Some(code)) => format!("exited with code {code}"),
+        (false, None) => "was killed by a signal".to_owned(),
+    };
+    let summary = format!(
+        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, stored at `{}`):\n\n```\n{}\n```",
+        r.output_bytes, r.log_key, r.tail
+    );
+    match (r.timed_out, r.exit_code) {
+        (true, _) => Verdict::TimedOut { summary },
+        (false, Some(0)) => Verdict::Passed { summary },
+        _ => Verdict::Failed { summary },
+    }
+}

@@ -1,0 +1,189 @@
+//! `.sluice.toml`: what a repository asks Sluice to run, read at the commit
+//! being run (so a change to the config is tested by the same commit).
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{COMMAND_TIMEOUT_MS_DEFAULT, COMMAND_TIMEOUT_MS_MAX, CONFIG_BYTES_MAX};
+
+pub const CONFIG_PATH: &str = ".sluice.toml";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoConfig {
+    #[serde(default)]
+    pub check: Option<CheckConfig>,
+    #[serde(default)]
+    pub deploy: Option<DeployConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckConfig {
+    /// A shell command run at the repository root.
+    pub command: String,
+    /// Go-style duration ("30m"); default 30 minutes, at most 1 hour.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployConfig {
+    /// The branch whose pushes deploy.
+    pub branch: String,
+    pub command: String,
+    /// Names of Worker secrets exported to the command.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Distinguishes two deploy lanes of one branch (ADR-0004's checkLabel).
+    #[serde(default)]
+    pub label: Option<String>,
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub queue: Option<QueueConfig>,
+}
+
+/// The queue policy of a deploy group; every setting off when absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    #[serde(default)]
+    pub supersede: Option<bool>,
+    #[serde(default)]
+    pub queued_timeout: Option<String>,
+    #[serde(default)]
+    pub supersede_after: Option<String>,
+    #[serde(default)]
+    pub confirmation_timeout: Option<String>,
+}
+
+/// What reading the config at a commit found. Journaled as a step result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ConfigState {
+    Missing,
+    Invalid { message: String },
+    Valid { config: RepoConfig },
+}
+
+pub fn parse(text: &str) -> ConfigState {
+    if text.len() > CONFIG_BYTES_MAX {
+        return ConfigState::Invalid { message: format!("{CONFIG_PATH} is larger than {CONFIG_BYTES_MAX} bytes") };
+    }
+    let config: RepoConfig = match toml::from_str(text) {
+        Ok(c) => c,
+        Err(e) => return ConfigState::Invalid { message: e.to_string() },
+    };
+    if let Err(message) = validate(&config) {
+        return ConfigState::Invalid { message };
+    }
+    ConfigState::Valid { config }
+}
+
+fn validate(c: &RepoConfig) -> Result<(), String> {
+    if let Some(check) = &c.check {
+        if check.command.trim().is_empty() {
+            return Err("[check] command is empty".into());
+        }
+        command_timeout_ms(check.timeout.as_deref())?;
+    }
+    if let Some(d) = &c.deploy {
+        if d.command.trim().is_empty() {
+            return Err("[deploy] command is empty".into());
+        }
+        if d.branch.trim().is_empty() {
+            return Err("[deploy] branch is empty".into());
+        }
+        command_timeout_ms(d.timeout.as_deref())?;
+        for s in &d.secrets {
+            if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!("[deploy] secret name {s:?} must be [A-Za-z0-9_]+"));
+            }
+        }
+        if let Some(q) = &d.queue {
+            for (name, v) in [
+                ("queued_timeout", &q.queued_timeout),
+                ("supersede_after", &q.supersede_after),
+                ("confirmation_timeout", &q.confirmation_timeout),
+            ] {
+                if let Some(v) = v {
+                    parse_duration_ms(v).map_err(|e| format!("[deploy.queue] {name}: {e}"))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A command's timeout: the configured one, or the default, capped.
+pub fn command_timeout_ms(configured: Option<&str>) -> Result<i64, String> {
+    let ms = match configured {
+        None => COMMAND_TIMEOUT_MS_DEFAULT,
+        Some(v) => parse_duration_ms(v)?,
+    };
+    if ms <= 0 || ms > COMMAND_TIMEOUT_MS_MAX {
+        return Err(format!("timeout must be between 1s and {}m", COMMAND_TIMEOUT_MS_MAX / 60_000));
+    }
+    Ok(ms)
+}
+
+/// Parses Go-style durations: "90s", "30m", "2h", "1h30m", "500ms".
+pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total: i64 = 0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("bad duration {s:?}: expected a number"));
+        }
+        let n: i64 = rest[..digits].parse().map_err(|_| format!("bad duration {s:?}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_ms = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            u => return Err(format!("bad duration {s:?}: unknown unit {u:?} (use ms, s, m, h, d)")),
+        };
+        rest = &rest[unit_len..];
+        total = n.checked_mul(unit_ms).and_then(|v| total.checked_add(v)).ok_or_else(|| format!("duration {s:?} is too large"))?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("30m"), Ok(1_800_000));
+        assert_eq!(parse_duration_ms("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("72h"), Ok(259_200_000));
+        for bad in ["", "m", "10", "10x", "1.5h", "99999999999999999999h"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn configs() {
+        let ok = parse("[check]\ncommand = \"cargo test\"\ntimeout = \"10m\"\n");
+        let ConfigState::Valid { config } = ok else { panic!("{ok:?}") };
+        assert_eq!(config.check.unwrap().command, "cargo test");
+        assert!(matches!(parse("[chek]\ncommand = \"x\""), ConfigState::Invalid { .. }));
+        assert!(matches!(parse("[check]\ncommand = \"\""), ConfigState::Invalid { .. }));
+        assert!(matches!(parse("[check]\ncommand = \"x\"\ntimeout = \"2h\""), ConfigState::Invalid { .. }));
+        assert!(matches!(parse("not toml ["), ConfigState::Invalid { .. }));
+        let d = parse("[deploy]\nbranch = \"main\"\ncommand = \"./deploy\"\nsecrets = [\"CF_TOKEN\"]\n[deploy.queue]\nsupersede_after = \"30m\"\n");
+        assert!(matches!(d, ConfigState::Valid { .. }), "{d:?}");
+        assert!(matches!(parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"A B\"]"), ConfigState::Invalid { .. }));
+    }
+}

@@ -1,0 +1,59 @@
+//! The run registry and each run. A run is an async function over a
+//! `Ctx` and a `RunEnv` (the services it may use), reading as a short list
+//! of durable steps.
+
+pub mod check;
+pub mod command;
+pub mod config;
+pub mod report;
+pub mod triggers;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::blobs::Blobs;
+use crate::engine::{Ctx, RunError, RunOutcome, RunRegistry};
+use crate::github::GitHub;
+use crate::sandbox::Sandbox;
+
+use config::{ConfigState, CONFIG_PATH};
+use report::{github_failure, github_step};
+
+/// The services a run may use.
+pub struct RunEnv<'a> {
+    pub github: GitHub<'a>,
+    pub sandbox: &'a dyn Sandbox,
+    pub blobs: &'a dyn Blobs,
+    /// The Worker's own base URL, for check run details links.
+    pub public_url: String,
+}
+
+pub struct Registry<'a> {
+    pub env: RunEnv<'a>,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(input: &Value) -> Result<T, RunError> {
+    serde_json::from_value(input.clone()).map_err(|e| RunError::InvalidInput { message: e.to_string() })
+}
+
+#[async_trait(?Send)]
+impl RunRegistry for Registry<'_> {
+    async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError> {
+        match run {
+            "check" => check::run(ctx, &self.env, &decode(input)?).await,
+            other => Err(RunError::UnknownRun { run: other.to_owned() }),
+        }
+    }
+}
+
+/// Reads `.sluice.toml` at a commit, as a step.
+pub async fn read_config(ctx: &Ctx<'_>, env: &RunEnv<'_>, installation_id: u64, repo: &str, sha: &str) -> Result<ConfigState, RunError> {
+    ctx.step("read config", github_step(), |_| async {
+        let text = env.github.file_at(installation_id, repo, CONFIG_PATH, sha).await.map_err(github_failure)?;
+        Ok(match text {
+            None => ConfigState::Missing,
+            Some(t) => config::parse(&t),
+        })
+    })
+    .await
+}

@@ -1,0 +1,141 @@
+//! The shared skeleton of a run that reports through a check run: open it,
+//! run the body, conclude it from the body's verdict. A run reads as a
+//! short list of steps; no run repeats this.
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::engine::{Backoff, Ctx, RunError, RunOutcome, StepConfig, StepFailure};
+use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate, GitHubError};
+use crate::limits::CHECK_SUMMARY_CHARS_MAX;
+
+use super::RunEnv;
+
+/// GitHub calls: a few quick retries ride out a blip or a rate limit.
+const GITHUB_STEP_RETRIES: u32 = 4;
+const GITHUB_STEP_RETRY_DELAY_MS: i64 = 1_000;
+const GITHUB_STEP_TIMEOUT_MS: i64 = 60_000;
+
+pub fn github_step() -> StepConfig {
+    StepConfig::default()
+        .retries(GITHUB_STEP_RETRIES, GITHUB_STEP_RETRY_DELAY_MS, Backoff::Exponential)
+        .timeout_ms(GITHUB_STEP_TIMEOUT_MS)
+}
+
+pub fn github_failure(e: GitHubError) -> StepFailure {
+    StepFailure { tag: "GitHubApi".into(), message: e.to_string(), retryable: e.retryable() }
+}
+
+/// How a run's work ended. A verdict is not an error: an infrastructure
+/// fault never shows as a red test failure, a skip never as a failure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Passed { summary: String },
+    Failed { summary: String },
+    TimedOut { summary: String },
+    /// Sluice could not do the work (sandbox down, checkout failed).
+    InfraFault { summary: String },
+    /// Not done on purpose (superseded, not current), with the reason.
+    Skipped { reason: String, summary: String },
+}
+
+impl Verdict {
+    /// The one mapping from verdict to check run conclusion.
+    pub fn conclusion(&self) -> CheckConclusion {
+        match self {
+            Verdict::Passed { .. } => CheckConclusion::Success,
+            Verdict::Failed { .. } => CheckConclusion::Failure,
+            Verdict::TimedOut { .. } => CheckConclusion::TimedOut,
+            Verdict::InfraFault { .. } => CheckConclusion::Cancelled,
+            Verdict::Skipped { .. } => CheckConclusion::Neutral,
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Verdict::Passed { .. } => "Passed",
+            Verdict::Failed { .. } => "Failed",
+            Verdict::TimedOut { .. } => "Timed out",
+            Verdict::InfraFault { .. } => "Sluice could not run this",
+            Verdict::Skipped { .. } => "Skipped",
+        }
+    }
+
+    fn summary(&self) -> &str {
+        match self {
+            Verdict::Passed { summary }
+            | Verdict::Failed { summary }
+            | Verdict::TimedOut { summary }
+            | Verdict::InfraFault { summary }
+            | Verdict::Skipped { summary, .. } => summary,
+        }
+    }
+}
+
+/// Where a check run lives.
+pub struct CheckTarget<'a> {
+    pub name: &'a str,
+    pub installation_id: u64,
+    pub repo: &'a str,
+    pub sha: &'a str,
+}
+
+/// Opens the check run (queued, then in progress), runs `body`, and
+/// concludes the check run from its verdict. A body that fails (not a
+/// suspension) concludes the check run as an infrastructure fault and the
+/// instance errors with the body's typed error.
+pub async fn reported<F, Fut>(ctx: &Ctx<'_>, env: &RunEnv<'_>, target: &CheckTarget<'_>, body: F) -> Result<RunOutcome, RunError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<Verdict, RunError>>,
+{
+    let details_url = format!("{}/v1/executions/{}", env.public_url.trim_end_matches('/'), ctx.instance_id());
+    let id: u64 = ctx
+        .step("create check run", github_step(), |_| async {
+            env.github
+                .ensure_check_run(target.installation_id, target.repo, target.sha, target.name, ctx.instance_id(), &details_url)
+                .await
+                .map_err(github_failure)
+        })
+        .await?;
+    ctx.step("start check run", github_step(), |_| async move {
+        let update = CheckRunUpdate { status: Some("in_progress"), ..CheckRunUpdate::default() };
+        env.github.update_check_run(target.installation_id, target.repo, id, &update).await.map_err(github_failure)
+    })
+    .await?;
+    let (verdict, failure) = match body().await {
+        Ok(v) => (v, None),
+        Err(e) if e.is_suspension() || e == RunError::Terminated => return Err(e),
+        Err(e) => (Verdict::InfraFault { summary: format!("{} ({})", e, e.tag()) }, Some(e)),
+    };
+    conclude(ctx, env, target, id, &verdict).await?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(RunOutcome::Complete(json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }))),
+    }
+}
+
+/// Concludes the check run: a step, so it happens once.
+pub async fn conclude(ctx: &Ctx<'_>, env: &RunEnv<'_>, target: &CheckTarget<'_>, id: u64, verdict: &Verdict) -> Result<(), RunError> {
+    let mut summary = verdict.summary().to_owned();
+    if summary.len() > CHECK_SUMMARY_CHARS_MAX {
+        let mut cut = CHECK_SUMMARY_CHARS_MAX;
+        while !summary.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        summary.truncate(cut);
+    }
+    let update = CheckRunUpdate {
+        status: Some("completed"),
+        conclusion: Some(verdict.conclusion()),
+        output: Some(CheckOutput { title: verdict.title().to_owned(), summary }),
+        ..CheckRunUpdate::default()
+    };
+    ctx.step("complete check run", github_step(), |_| async {
+        env.github.update_check_run(target.installation_id, target.repo, id, &update).await.map_err(github_failure)
+    })
+    .await
+}

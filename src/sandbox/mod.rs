@@ -1,0 +1,93 @@
+//! The `Sandbox` interface runs use to check out code and run commands,
+//! and its one implementation: the sandbox agent's HTTP API
+//! (`crates/sandbox-agent`), reached on localhost in development and
+//! through a Cloudflare Container in production.
+
+pub mod agent;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::secret::Secret;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxError {
+    /// The agent's error code (`checkout_failed`, `process_not_found`, ...)
+    /// or `unreachable` when no answer came back.
+    pub code: String,
+    pub message: String,
+    pub status: Option<u16>,
+}
+
+impl SandboxError {
+    /// Unreachable agents, busy agents and 5xx may recover; a checkout that
+    /// failed with 422 may too (a flaky network), bad requests never do.
+    pub fn retryable(&self) -> bool {
+        match self.status {
+            None => true,
+            Some(s) => s >= 500 || s == 429 || s == 409 || s == 422,
+        }
+    }
+}
+
+impl fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sandbox {}: {}", self.code, self.message)
+    }
+}
+
+pub struct Checkout<'a> {
+    pub workspace: &'a str,
+    pub repo_url: &'a str,
+    pub sha: &'a str,
+    pub token: Option<&'a Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct WorkspaceState {
+    pub exists: bool,
+    pub sha: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessSpec<'a> {
+    /// Caller-chosen idempotency key: starting an existing id returns it.
+    pub id: &'a str,
+    pub workspace: &'a str,
+    pub command: &'a str,
+    pub timeout_ms: i64,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ProcessState {
+    pub id: String,
+    /// running | exited | timed_out
+    pub status: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub output: String,
+    pub output_bytes: u64,
+    pub output_truncated: bool,
+    pub duration_ms: Option<i64>,
+}
+
+impl ProcessState {
+    pub fn finished(&self) -> bool {
+        self.status != "running"
+    }
+}
+
+#[async_trait(?Send)]
+pub trait Sandbox {
+    async fn checkout(&self, req: &Checkout<'_>) -> Result<(), SandboxError>;
+    async fn workspace(&self, workspace: &str) -> Result<WorkspaceState, SandboxError>;
+    /// Starts a detached process, or returns the one already known by id.
+    async fn start(&self, spec: &ProcessSpec<'_>) -> Result<ProcessState, SandboxError>;
+    /// The process's state, long-polling up to `wait_ms` for it to finish.
+    /// None when the agent does not know the id (a replaced container).
+    async fn process(&self, id: &str, wait_ms: i64) -> Result<Option<ProcessState>, SandboxError>;
+}

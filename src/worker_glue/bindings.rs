@@ -1,0 +1,35 @@
+//! Binding and variable names in one place, and typed access to them.
+
+use worker::Env;
+
+use crate::secret::Secret;
+
+pub const DB: &str = "DB";
+pub const RUN_INSTANCE: &str = "RUN_INSTANCE";
+pub const LOGS: &str = "LOGS";
+
+pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
+pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
+pub const GITHUB_APP_PRIVATE_KEY: &str = "GITHUB_APP_PRIVATE_KEY";
+pub const GITHUB_WEBHOOK_SECRET: &str = "GITHUB_WEBHOOK_SECRET";
+pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
+pub const SANDBOX_URL: &str = "SANDBOX_URL";
+pub const SANDBOX_AGENT_TOKEN: &str = "SANDBOX_AGENT_TOKEN";
+pub const PUBLIC_URL: &str = "PUBLIC_URL";
+
+pub const GITHUB_API_URL_DEFAULT: &str = "https://api.github.com";
+pub const SANDBOX_URL_DEFAULT: &str = "http://127.0.0.1:8791";
+
+/// A string binding (a var or a secret), or None when unset or empty.
+pub fn text(env: &Env, name: &str) -> Option<String> {
+    let v = env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok()?;
+    if v.is_empty() {
+        None
+    } else {
+        Some(v)
+    }
+}
+
+pub fn secret(env: &Env, name: &str) -> Option<Secret> {
+    text(env, name).map(Secret::new)
+}

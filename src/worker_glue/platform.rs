@@ -1,0 +1,187 @@
+//! Sluice's interfaces implemented on the Workers platform.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use serde_json::Value;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use worker::{D1Database, Delay, Fetch, Headers, Method, Request, RequestInit, SqlStorage, SqlStorageValue};
+
+use crate::blobs::Blobs;
+use crate::engine::Clock;
+use crate::github::app::Rs256Signer;
+use crate::net::{HttpRequest, HttpResponse, Transport};
+use crate::store::{Database, Param, Row, Stmt, StoreError, SyncSql};
+
+// --- time ---
+
+pub struct WorkerClock;
+
+impl Clock for WorkerClock {
+    fn now_ms(&self) -> i64 {
+        worker::Date::now().as_millis() as i64
+    }
+
+    fn sleep(&self, ms: i64) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        Box::pin(Delay::from(Duration::from_millis(ms.max(0) as u64)))
+    }
+}
+
+// --- D1 ---
+
+pub struct D1(pub D1Database);
+
+fn js_param(p: &Param) -> JsValue {
+    match p {
+        Param::Null => JsValue::NULL,
+        Param::Int(n) => JsValue::from_f64(*n as f64),
+        Param::Real(f) => JsValue::from_f64(*f),
+        Param::Text(s) => JsValue::from_str(s),
+    }
+}
+
+fn store_err(e: worker::Error) -> StoreError {
+    StoreError::Query(e.to_string())
+}
+
+fn to_rows(values: Vec<Value>) -> Vec<Row> {
+    values
+        .into_iter()
+        .filter_map(|v| match v {
+            Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+impl D1 {
+    fn prepare(&self, stmt: &Stmt) -> Result<worker::D1PreparedStatement, StoreError> {
+        let params: Vec<JsValue> = stmt.params.iter().map(js_param).collect();
+        self.0.prepare(stmt.sql.as_ref()).bind(&params).map_err(store_err)
+    }
+}
+
+#[async_trait(?Send)]
+impl Database for D1 {
+    async fn all(&self, stmt: Stmt) -> Result<Vec<Row>, StoreError> {
+        let result = self.prepare(&stmt)?.all().await.map_err(store_err)?;
+        Ok(to_rows(result.results::<Value>().map_err(store_err)?))
+    }
+
+    async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
+        let result = self.prepare(&stmt)?.run().await.map_err(store_err)?;
+        Ok(result.meta().map_err(store_err)?.and_then(|m| m.changes).unwrap_or(0) as u64)
+    }
+
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
+        let prepared = stmts.iter().map(|s| self.prepare(s)).collect::<Result<Vec<_>, _>>()?;
+        let results = self.0.batch(prepared).await.map_err(store_err)?;
+        results
+            .iter()
+            .map(|r| Ok(r.meta().map_err(store_err)?.and_then(|m| m.changes).unwrap_or(0) as u64))
+            .collect()
+    }
+}
+
+// --- a Durable Object's own SQLite storage ---
+
+pub struct DoSql(pub SqlStorage);
+
+impl SyncSql for DoSql {
+    fn exec(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, StoreError> {
+        let bindings: Vec<SqlStorageValue> = params
+            .iter()
+            .map(|p| match p {
+                Param::Null => SqlStorageValue::Null,
+                Param::Int(n) => SqlStorageValue::Integer(*n),
+                Param::Real(f) => SqlStorageValue::Float(*f),
+                Param::Text(s) => SqlStorageValue::String(s.clone()),
+            })
+            .collect();
+        let cursor = self.0.exec(sql, bindings).map_err(store_err)?;
+        Ok(to_rows(cursor.to_array::<Value>().map_err(store_err)?))
+    }
+}
+
+// --- fetch ---
+
+pub struct FetchTransport;
+
+#[async_trait(?Send)]
+impl Transport for FetchTransport {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
+        let headers = Headers::new();
+        for (k, v) in &req.headers {
+            headers.set(k, v).map_err(|e| e.to_string())?;
+        }
+        let mut init = RequestInit::new();
+        init.with_method(Method::from(req.method.to_owned())).with_headers(headers);
+        if let Some(body) = req.body {
+            init.with_body(Some(JsValue::from_str(&body)));
+        }
+        let request = Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())?;
+        let mut resp = Fetch::Request(request).send().await.map_err(|e| e.to_string())?;
+        let status = resp.status_code();
+        let body = resp.text().await.map_err(|e| e.to_string())?;
+        Ok(HttpResponse { status, body })
+    }
+}
+
+// --- WebCrypto RS256 ---
+
+pub struct WebCryptoSigner;
+
+fn js_err(e: JsValue) -> String {
+    e.as_string().or_else(|| e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message()))).unwrap_or_else(|| format!("{e:?}"))
+}
+
+#[async_trait(?Send)]
+impl Rs256Signer for WebCryptoSigner {
+    async fn sign(&self, pkcs8_der: &[u8], data: &[u8]) -> Result<Vec<u8>, String> {
+        let crypto: web_sys::Crypto = Reflect::get(&js_sys::global(), &JsValue::from_str("crypto"))
+            .map_err(js_err)?
+            .dyn_into()
+            .map_err(|_| "no WebCrypto in this runtime".to_owned())?;
+        let subtle = crypto.subtle();
+        let algorithm = Object::new();
+        let hash = Object::new();
+        Reflect::set(&hash, &"name".into(), &"SHA-256".into()).map_err(js_err)?;
+        Reflect::set(&algorithm, &"name".into(), &"RSASSA-PKCS1-v1_5".into()).map_err(js_err)?;
+        Reflect::set(&algorithm, &"hash".into(), &hash).map_err(js_err)?;
+        let key_data = Uint8Array::from(pkcs8_der).buffer();
+        let usages = Array::of1(&JsValue::from_str("sign"));
+        let key = JsFuture::from(subtle.import_key_with_object("pkcs8", &key_data, &algorithm, false, &usages).map_err(js_err)?)
+            .await
+            .map_err(js_err)?;
+        let key: web_sys::CryptoKey = key.dyn_into().map_err(|_| "importKey returned no key".to_owned())?;
+        let sig = JsFuture::from(subtle.sign_with_object_and_u8_array(&algorithm, &key, data).map_err(js_err)?)
+            .await
+            .map_err(js_err)?;
+        Ok(Uint8Array::new(&sig).to_vec())
+    }
+}
+
+// --- R2 ---
+
+pub struct R2(pub worker::Bucket);
+
+#[async_trait(?Send)]
+impl Blobs for R2 {
+    async fn put_text(&self, key: &str, text: &str) -> Result<(), String> {
+        self.0.put(key, text.as_bytes().to_vec()).execute().await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    async fn get_text(&self, key: &str) -> Result<Option<String>, String> {
+        let Some(obj) = self.0.get(key).execute().await.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let Some(body) = obj.body() else {
+            return Ok(None);
+        };
+        body.text().await.map(Some).map_err(|e| e.to_string())
+    }
+}
