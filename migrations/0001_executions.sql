@@ -50,6 +50,13 @@ CREATE TABLE executions (
   -- The run's result as JSON when complete (capped by the engine at 1 MiB).
   output_json TEXT,
   step_count INTEGER NOT NULL DEFAULT 0,
+  -- Cost counters, kept so operators and `npm run bench` can see what an
+  -- instance cost: writes to its own storage (the journal; one per step),
+  -- D1 round trips (one per pass: the mirror batch, plus the create), and
+  -- executor passes (one per wake-up).
+  journal_writes INTEGER NOT NULL DEFAULT 0,
+  index_round_trips INTEGER NOT NULL DEFAULT 0,
+  passes INTEGER NOT NULL DEFAULT 0,
   created_ms INTEGER NOT NULL,
   updated_ms INTEGER NOT NULL,
   -- Set when the instance reaches a terminal status; the sweep purges

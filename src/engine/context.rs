@@ -18,6 +18,8 @@ use serde_json::Value;
 
 use crate::limits::{SLEEP_MS_MAX, STEP_NAME_CHARS_MAX, STEP_RESULT_BYTES_MAX, STEP_RETRY_INLINE_MS_MAX};
 
+use crate::blobs::Blobs;
+
 use super::clock::Clock;
 use super::config::StepConfig;
 use super::error::{RunError, StepFailure};
@@ -47,6 +49,7 @@ pub struct PassStats {
 
 pub struct Ctx<'a> {
     journal: &'a dyn JournalStore,
+    blobs: Option<&'a dyn Blobs>,
     clock: &'a dyn Clock,
     instance_id: String,
     generation: u32,
@@ -72,6 +75,7 @@ impl<'a> Ctx<'a> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         journal: &'a dyn JournalStore,
+        blobs: Option<&'a dyn Blobs>,
         clock: &'a dyn Clock,
         instance_id: String,
         generation: u32,
@@ -84,6 +88,7 @@ impl<'a> Ctx<'a> {
         let next_rev = entries.iter().map(|e| e.rev).max().unwrap_or(0) + 1;
         Ctx {
             journal,
+            blobs,
             clock,
             instance_id,
             generation,
@@ -212,6 +217,37 @@ impl<'a> Ctx<'a> {
             })?;
             return Err(self.suspend(wake, format!("retry of step {:?}", slot.name)));
         }
+    }
+
+    /// A step whose output may exceed the 1 MiB result limit: the body's
+    /// text goes to object storage (R2) and the step journals and returns
+    /// its key (ADR-0001 rule 2). Read it back with `read_blob`.
+    pub async fn step_to_blob<F, Fut>(&self, name: &str, cfg: StepConfig, mut body: F) -> Result<String, RunError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<String, StepFailure>>,
+    {
+        let blobs = self.blobs.ok_or_else(|| RunError::InvalidStep {
+            step: name.to_owned(),
+            reason: "no object storage is configured for large step results".into(),
+        })?;
+        let key = format!("steps/{}/g{}/{}", self.instance_id, self.generation, self.cursor.get());
+        let key_ref = key.as_str();
+        self.step(name, cfg, |attempt| {
+            let text = body(attempt);
+            async move {
+                let text = text.await?;
+                blobs.put_text(key_ref, &text).await.map_err(|m| StepFailure::retryable("BlobStoreFailed", m))?;
+                Ok(key_ref.to_owned())
+            }
+        })
+        .await
+    }
+
+    /// Reads a large step result stored by `step_to_blob`.
+    pub async fn read_blob(&self, key: &str) -> Result<Option<String>, RunError> {
+        let blobs = self.blobs.ok_or_else(|| RunError::Store { message: "no object storage is configured".into() })?;
+        blobs.get_text(key).await.map_err(|m| RunError::Store { message: m })
     }
 
     /// Suspends the instance for `ms` (at most 365 days).

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::blobs::Blobs;
 use crate::limits::{
     EXECUTOR_CRASHES_MAX, RUN_DURATION_MS_DEFAULT, STEPS_PER_RUN_MAX_CEILING, STEPS_PER_RUN_MAX_DEFAULT,
     STEP_RESULT_BYTES_MAX,
@@ -112,6 +113,8 @@ impl From<crate::store::StoreError> for CommandError {
 
 pub struct Engine<'a> {
     pub journal: &'a dyn JournalStore,
+    /// Object storage for step results over 1 MiB (`Ctx::step_to_blob`).
+    pub blobs: Option<&'a dyn Blobs>,
     pub index: &'a dyn Database,
     pub clock: &'a dyn Clock,
 }
@@ -150,6 +153,8 @@ impl<'a> Engine<'a> {
             clean_passes: 0,
             mirrored_rev: 0,
             generation: 0,
+            journal_writes: 0,
+            index_round_trips: 1,
         };
         executions::insert(self.index, &rec).await?;
         self.journal.save_instance(&rec)?;
@@ -176,6 +181,7 @@ impl<'a> Engine<'a> {
             self.journal.save_instance(&rec)?;
             let ctx = Ctx::new(
                 self.journal,
+                self.blobs,
                 self.clock,
                 rec.id.clone(),
                 rec.generation,
@@ -201,6 +207,8 @@ impl<'a> Engine<'a> {
         let now = self.clock.now_ms();
         self.settle(&mut rec, result, interrupt.get(), now);
         rec.clean_passes = rec.passes;
+        rec.journal_writes += u64::from(stats.journal_writes);
+        rec.index_round_trips += 1;
         let mirror_error = self.mirror(&mut rec, now).await.err();
         self.journal.save_instance(&rec)?;
         Ok(PassResult { status: rec.status, wake_at_ms: rec.wake_at_ms, stats, mirror_error })

@@ -44,6 +44,11 @@ pub struct InstanceRecord {
     /// instance (sandbox process ids) are fresh after a restart.
     #[serde(default)]
     pub generation: u32,
+    /// Cost counters across all passes (mirrored to D1).
+    #[serde(default)]
+    pub journal_writes: u64,
+    #[serde(default)]
+    pub index_round_trips: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod command;
 pub mod config;
+pub mod probe;
 pub mod report;
 pub mod triggers;
 
@@ -41,6 +42,7 @@ impl RunRegistry for Registry<'_> {
     async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError> {
         match run {
             "check" => check::run(ctx, &self.env, &decode(input)?).await,
+            "probe" => probe::run(ctx, &self.env, &decode(input)?).await,
             other => Err(RunError::UnknownRun { run: other.to_owned() }),
         }
     }

@@ -26,6 +26,9 @@ pub struct ExecutionRow {
     pub input_json: String,
     pub output_json: Option<String>,
     pub step_count: i64,
+    pub journal_writes: i64,
+    pub index_round_trips: i64,
+    pub passes: i64,
     pub created_ms: i64,
     pub updated_ms: i64,
     pub finished_ms: Option<i64>,
@@ -47,7 +50,8 @@ pub struct StepRow {
 }
 
 const EXECUTION_COLUMNS: &str = "id, key, run, repo, entity, sha, status, reason, error_tag, \
-     error_message, wake_at_ms, input_json, output_json, step_count, created_ms, updated_ms, finished_ms";
+     error_message, wake_at_ms, input_json, output_json, step_count, journal_writes, index_round_trips, \
+     passes, created_ms, updated_ms, finished_ms";
 
 /// Records a new instance; a second insert of the same id or key is a no-op.
 /// Returns whether the row is new.
@@ -55,8 +59,8 @@ pub async fn insert(db: &dyn Database, rec: &InstanceRecord) -> Result<bool, Sto
     let changes = db
         .run(stmt!(
             "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
-             input_json, step_count, created_ms, updated_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?10)",
+             input_json, step_count, index_round_trips, created_ms, updated_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 1, ?10, ?10)",
             rec.id.as_str(),
             rec.key.as_str(),
             rec.run.as_str(),
@@ -78,8 +82,8 @@ pub fn mirror_stmts(rec: &InstanceRecord, changed: &[Entry], step_count: u32, no
     let mut stmts = Vec::with_capacity(changed.len() + 1);
     stmts.push(stmt!(
         "UPDATE executions SET status = ?2, reason = ?3, error_tag = ?4, error_message = ?5, \
-         wake_at_ms = ?6, output_json = ?7, step_count = ?8, updated_ms = ?9, finished_ms = ?10 \
-         WHERE id = ?1",
+         wake_at_ms = ?6, output_json = ?7, step_count = ?8, updated_ms = ?9, finished_ms = ?10, \
+         journal_writes = ?11, index_round_trips = ?12, passes = ?13 WHERE id = ?1",
         rec.id.as_str(),
         rec.status.as_str(),
         rec.reason.clone(),
@@ -90,6 +94,9 @@ pub fn mirror_stmts(rec: &InstanceRecord, changed: &[Entry], step_count: u32, no
         step_count,
         now_ms,
         rec.finished_ms,
+        rec.journal_writes as i64,
+        rec.index_round_trips as i64,
+        rec.passes,
     ));
     for e in changed {
         stmts.push(stmt!(

@@ -20,6 +20,9 @@ use crate::store::executions::{self, DeliveryRow, ListFilter};
 use super::bindings::{self, text};
 use super::platform::{FetchTransport, WebCryptoSigner, WorkerClock, D1, R2};
 
+/// Instances one `POST /v1/executions` batch may create: bounds one request.
+const BATCH_CREATE_MAX: usize = 100;
+
 /// Deliveries listed by `GET /v1/deliveries`.
 const DELIVERIES_LISTED_MAX: u32 = 200;
 
@@ -73,9 +76,28 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             json_ok(200, &json!({ "executions": rows }))
         }
         Route::CreateExecution => {
-            let create: CreateRequest = read_json(&mut req).await?;
-            let created = create_instance(env, &create).await?;
-            json_ok(if created.created { 201 } else { 200 }, &json!(created))
+            let body: Value = read_json(&mut req).await?;
+            let decode = |v: Value| {
+                serde_json::from_value::<CreateRequest>(v).map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))
+            };
+            match body {
+                // A batch: each created (or found) in order.
+                Value::Array(items) => {
+                    if items.len() > BATCH_CREATE_MAX {
+                        return Err(ApiError::new(413, "batch_too_large", format!("at most {BATCH_CREATE_MAX} instances per batch")));
+                    }
+                    let creates = items.into_iter().map(decode).collect::<std::result::Result<Vec<_>, _>>()?;
+                    let mut out = Vec::with_capacity(creates.len());
+                    for c in &creates {
+                        out.push(json!(create_instance(env, c).await?));
+                    }
+                    json_ok(200, &json!({ "instances": out }))
+                }
+                single => {
+                    let created = create_instance(env, &decode(single)?).await?;
+                    json_ok(if created.created { 201 } else { 200 }, &json!(created))
+                }
+            }
         }
         Route::GetExecution(id) => {
             let row = executions::get(&db, id.as_str()).await?.ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
@@ -273,6 +295,10 @@ struct NoBlobsCell(NoBlobs);
 unsafe impl Sync for NoBlobsCell {}
 
 impl RunEnvParts {
+    pub fn blobs(&self) -> Option<&dyn crate::blobs::Blobs> {
+        self.blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs)
+    }
+
     pub fn sandbox(&self) -> AgentSandbox<'_> {
         AgentSandbox { transport: &self.transport, base_url: self.sandbox_url.clone(), token: self.sandbox_token.clone() }
     }

@@ -74,7 +74,7 @@ impl DurableObject for RunInstance {
         };
         let index = D1(inner.env.d1(bindings::DB)?);
         let clock = WorkerClock;
-        let engine = Engine { journal, index: &index, clock: &clock };
+        let engine = Engine { journal, blobs: None, index: &index, clock: &clock };
         match path.as_str() {
             // The sweep's poke also creates: an instance whose create died
             // before reaching its object is rebuilt from D1's copy.
@@ -85,9 +85,10 @@ impl DurableObject for RunInstance {
                 };
                 match engine.create(&create).await {
                     Ok(created) => {
-                        let runnable = created.status.is_runnable();
-                        if runnable && (created.created || path == "/poke") {
-                            self.kick();
+                        if created.status.is_runnable() {
+                            // A poke (the sweep) of a busy instance must not
+                            // queue another pass behind the running one.
+                            self.kick(path == "/create");
                         }
                         json_response(200, &json!(created))
                     }
@@ -102,7 +103,7 @@ impl DurableObject for RunInstance {
                 match engine.send_event(&body.event_type, &body.payload) {
                     Ok(wake) => {
                         if wake {
-                            self.kick();
+                            self.kick(true);
                         }
                         json_response(202, &json!({ "accepted": true }))
                     }
@@ -120,7 +121,7 @@ impl DurableObject for RunInstance {
                 match engine.command(&cmd).await {
                     Ok(status) => {
                         if status.is_runnable() {
-                            self.kick();
+                            self.kick(true);
                         } else {
                             inner.state.storage().delete_alarm().await?;
                         }
@@ -141,7 +142,12 @@ impl DurableObject for RunInstance {
     }
 
     async fn alarm(&self) -> Result<Response> {
-        drive(self.inner.clone()).await;
+        if self.inner.running.get() {
+            // The watchdog of a pass still running (a long step): re-arm it.
+            arm_watchdog(&self.inner).await?;
+            return Response::ok("running");
+        }
+        drive(self.inner.clone(), true).await;
         Response::ok("done")
     }
 }
@@ -160,10 +166,12 @@ fn command_error(e: CommandError) -> Result<Response> {
 }
 
 impl RunInstance {
-    /// Starts a pass now without holding the caller's request open.
-    fn kick(&self) {
+    /// Starts a pass now without holding the caller's request open. When a
+    /// pass is already running, `rerun_if_busy` asks it for one more pass
+    /// (an event may have arrived after its wait was evaluated).
+    fn kick(&self, rerun_if_busy: bool) {
         let inner = self.inner.clone();
-        self.inner.state.wait_until(drive(inner));
+        self.inner.state.wait_until(drive(inner, rerun_if_busy));
     }
 
     /// A pass is running: operator commands that stop it are honoured at
@@ -181,13 +189,20 @@ impl RunInstance {
 }
 
 /// Runs passes until the instance waits, ends, or stops being triggered.
-async fn drive(inner: Rc<Inner>) {
+async fn drive(inner: Rc<Inner>, rerun_if_busy: bool) {
     if inner.running.replace(true) {
-        inner.rerun.set(true);
+        if rerun_if_busy {
+            inner.rerun.set(true);
+        }
         return;
     }
     for _ in 0..PASSES_PER_WAKE_MAX {
         inner.rerun.set(false);
+        // If this process dies mid-pass, the alarm resumes the instance
+        // (alarms survive restarts); the pass's end replaces it.
+        if let Err(e) = arm_watchdog(&inner).await {
+            worker::console_error!("watchdog alarm could not be set: {e}");
+        }
         let outcome = pass_once(&inner).await;
         if let Err(e) = schedule(&inner, &outcome).await {
             worker::console_error!("instance alarm could not be set: {e}");
@@ -200,12 +215,22 @@ async fn drive(inner: Rc<Inner>) {
     inner.running.set(false);
 }
 
+/// How soon a pass that died is resumed by its own alarm: long enough that
+/// a live pass's watchdog rarely fires (it is re-armed when it does), short
+/// enough that a crash costs seconds, not the sweep's minute.
+const PASS_WATCHDOG_MS: i64 = 15_000;
+
+async fn arm_watchdog(inner: &Inner) -> Result<()> {
+    let at = worker::Date::now().as_millis() as i64 + PASS_WATCHDOG_MS;
+    inner.state.storage().set_alarm(ScheduledTime::new(js_sys::Date::new(&js_sys::Number::from(at as f64)))).await
+}
+
 async fn pass_once(inner: &Inner) -> std::result::Result<PassResult, RunError> {
     let journal = inner.journal.as_ref().map_err(|e| RunError::Store { message: e.to_string() })?;
     let index = D1(inner.env.d1(bindings::DB).map_err(|e| RunError::Store { message: e.to_string() })?);
     let clock = WorkerClock;
-    let engine = Engine { journal, index: &index, clock: &clock };
     let parts = run_env_parts(&inner.env);
+    let engine = Engine { journal, blobs: parts.blobs(), index: &index, clock: &clock };
     let registry = parts.registry(&clock);
     let result = engine.pass(&registry, &inner.interrupt).await;
     match &result {

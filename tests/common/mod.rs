@@ -94,6 +94,22 @@ pub struct World {
     pub index: Rc<CountingDb>,
     pub clock: ManualClock,
     pub interrupt: InterruptFlag,
+    pub blobs: MemoryBlobs,
+}
+
+/// Object storage in memory.
+#[derive(Default)]
+pub struct MemoryBlobs(pub RefCell<std::collections::HashMap<String, String>>);
+
+#[async_trait(?Send)]
+impl sluice::blobs::Blobs for MemoryBlobs {
+    async fn put_text(&self, key: &str, text: &str) -> Result<(), String> {
+        self.0.borrow_mut().insert(key.to_owned(), text.to_owned());
+        Ok(())
+    }
+    async fn get_text(&self, key: &str) -> Result<Option<String>, String> {
+        Ok(self.0.borrow().get(key).cloned())
+    }
 }
 
 pub const T0: i64 = 1_800_000_000_000;
@@ -110,11 +126,12 @@ impl World {
             index,
             clock: ManualClock::new(T0),
             interrupt: Rc::new(Cell::new(None)),
+            blobs: MemoryBlobs::default(),
         }
     }
 
     pub fn engine(&self) -> Engine<'_> {
-        Engine { journal: &self.journal, index: self.index.as_ref(), clock: &self.clock }
+        Engine { journal: &self.journal, blobs: Some(&self.blobs), index: self.index.as_ref(), clock: &self.clock }
     }
 }
 
