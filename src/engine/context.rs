@@ -132,7 +132,28 @@ impl<'a> Ctx<'a> {
     /// body) with the configured retries and timeout, and journals the
     /// result. Bodies may run more than once (a crash mid-attempt), so they
     /// must be idempotent or observe-then-act (ADR-0001 rule 2).
-    pub async fn step<T, F, Fut>(&self, name: &str, cfg: StepConfig, mut body: F) -> Result<T, RunError>
+    pub async fn step<T, F, Fut>(&self, name: &str, cfg: StepConfig, body: F) -> Result<T, RunError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, StepFailure>>,
+    {
+        self.run_step(name, cfg, body, true).await
+    }
+
+    /// A step that runs even after an operator's terminate or pause was
+    /// requested: for releasing what the run holds (a serial group, a
+    /// lease) on every exit path.
+    pub async fn cleanup_step<T, F, Fut>(&self, name: &str, cfg: StepConfig, body: F) -> Result<T, RunError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, StepFailure>>,
+    {
+        self.run_step(name, cfg, body, false).await
+    }
+
+    async fn run_step<T, F, Fut>(&self, name: &str, cfg: StepConfig, mut body: F, interruptible: bool) -> Result<T, RunError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(u32) -> Fut,
@@ -156,7 +177,9 @@ impl<'a> Ctx<'a> {
                 EntryState::Waiting => return Err(self.mismatch(&slot, e, EntryKind::Step)),
             }
         }
-        self.check_interrupt()?;
+        if interruptible {
+            self.check_interrupt()?;
+        }
         loop {
             let now = self.clock.now_ms();
             let remaining_ms = self.ceiling_at_ms - now;

@@ -30,8 +30,9 @@ use super::status::Status;
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
     Complete(Value),
-    /// Ended without doing its work (`not-configured`, `superseded`, ...).
-    Skipped { reason: String },
+    /// Ended without doing its work (`not-configured`, `superseded`, ...),
+    /// with an optional typed tag (`RunSkipped`, `SerialQueueTimedOut`).
+    Skipped { reason: String, tag: Option<String> },
 }
 
 /// The registered runs, by name. Implemented by `runs::Registry` in the
@@ -39,6 +40,11 @@ pub enum RunOutcome {
 #[async_trait(?Send)]
 pub trait RunRegistry {
     async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError>;
+
+    /// Called (perhaps more than once) after the instance became terminal
+    /// by any path, including ones where the body could not clean up (an
+    /// operator's terminate, a crash loop). Must be idempotent.
+    async fn finalize(&self, _run: &str, _instance_id: &str, _input: &Value) {}
 }
 
 /// A request to create an instance.
@@ -238,9 +244,10 @@ impl<'a> Engine<'a> {
                     finish(rec, Status::Complete, None, now);
                 }
             }
-            (Ok(RunOutcome::Skipped { reason }), _) => {
+            (Ok(RunOutcome::Skipped { reason, tag }), _) => {
                 finish(rec, Status::Skipped, None, now);
                 rec.reason = Some(reason);
+                rec.error_tag = tag;
             }
             (Err(RunError::Terminated), _) => finish(rec, Status::Terminated, Some(&RunError::Terminated), now),
             (Err(e), _) => finish(rec, Status::Errored, Some(&e), now),

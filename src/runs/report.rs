@@ -38,8 +38,9 @@ pub enum Verdict {
     TimedOut { summary: String },
     /// Sluice could not do the work (sandbox down, checkout failed).
     InfraFault { summary: String },
-    /// Not done on purpose (superseded, not current), with the reason.
-    Skipped { reason: String, summary: String },
+    /// Not done on purpose (superseded, not current), with the reason and
+    /// the typed tag the instance records (`RunSkipped`, ...).
+    Skipped { reason: String, tag: Option<String>, summary: String },
 }
 
 impl Verdict {
@@ -112,9 +113,10 @@ where
         Err(e) => (Verdict::InfraFault { summary: format!("{} ({})", e, e.tag()) }, Some(e)),
     };
     conclude(ctx, env, target, id, &verdict).await?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(RunOutcome::Complete(json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }))),
+    match (failure, verdict) {
+        (Some(e), _) => Err(e),
+        (None, Verdict::Skipped { reason, tag, .. }) => Ok(RunOutcome::Skipped { reason, tag }),
+        (None, verdict) => Ok(RunOutcome::Complete(json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }))),
     }
 }
 

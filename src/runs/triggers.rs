@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::engine::CreateRequest;
-use crate::github::webhook::{Event, PullRequestEvent};
+use crate::github::webhook::{Event, PullRequestEvent, PushEvent};
 
 /// Pull request actions that mean "there is new code to check".
 const CHECK_ACTIONS: [&str; 4] = ["opened", "synchronize", "reopened", "ready_for_review"];
@@ -30,10 +30,22 @@ pub struct CheckInput {
     pub pr_number: u64,
 }
 
+/// What a `deploy` instance needs: the pushed commit and where it came
+/// from. Whether the branch deploys at all is decided by `.sluice.toml` at
+/// that commit, inside the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployInput {
+    pub repo: String,
+    pub clone_url: String,
+    pub branch: String,
+    pub sha: String,
+    pub installation_id: u64,
+}
+
 pub fn plan(event: &Event) -> Plan {
     match event {
         Event::PullRequest(pr) => plan_pull_request(pr),
-        Event::Push(_) => Plan::Ignore("push events start no run".into()),
+        Event::Push(push) => plan_push(push),
         Event::Ping => Plan::Ignore("ping".into()),
         Event::Other(name) => Plan::Ignore(format!("{name} events start no run")),
     }
@@ -81,6 +93,40 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     }])
 }
 
+fn plan_push(push: &PushEvent) -> Plan {
+    let Some(branch) = push.git_ref.strip_prefix("refs/heads/") else {
+        return Plan::Ignore(format!("push to {} (not a branch)", push.git_ref));
+    };
+    if push.deleted {
+        return Plan::Ignore(format!("branch {branch} was deleted"));
+    }
+    if is_bot(push.sender.kind.as_deref()) {
+        return Plan::Ignore(format!("sender {} is a bot", push.sender.login));
+    }
+    let sha = push.after.to_ascii_lowercase();
+    if !valid_sha(&sha) || sha.bytes().all(|b| b == b'0') {
+        return Plan::Ignore(format!("after {:?} is not a commit id", push.after));
+    }
+    let repo = push.repository.full_name.clone();
+    let input = DeployInput {
+        repo: repo.clone(),
+        clone_url: push.repository.clone_url.clone(),
+        branch: branch.to_owned(),
+        sha: sha.clone(),
+        installation_id: push.installation.id,
+    };
+    Plan::Create(vec![CreateRequest {
+        key: format!("deploy:{repo}:{branch}:{}", &sha[..KEY_SHA_CHARS]),
+        run: "deploy".into(),
+        input: json!(input),
+        repo: Some(repo),
+        entity: Some(format!("branch:{branch}")),
+        sha: Some(sha),
+        max_steps: None,
+        max_duration_ms: None,
+    }])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +165,26 @@ mod tests {
         assert!(matches!(plan(&pr("opened", true, "User")), Plan::Ignore(_)));
         assert!(matches!(plan(&pr("opened", false, "Bot")), Plan::Ignore(_)));
         assert!(matches!(plan(&Event::Ping), Plan::Ignore(_)));
+    }
+
+    fn push(git_ref: &str, after: &str, deleted: bool) -> Event {
+        let body = json!({
+            "ref": git_ref, "before": "0".repeat(40), "after": after, "deleted": deleted,
+            "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo", "name": "octo"},
+                           "clone_url": "https://github.com/octo/hello.git"},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": 42}
+        });
+        parse("push", body.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_branch_push_starts_one_deploy_named_by_branch_and_sha() {
+        let sha = "89abcdef0123456789abcdef0123456789abcdef";
+        let Plan::Create(reqs) = plan(&push("refs/heads/main", sha, false)) else { panic!() };
+        assert_eq!(reqs[0].key, "deploy:octo/hello:main:89abcdef0123");
+        assert_eq!(reqs[0].input["branch"], "main");
+        assert!(matches!(plan(&push("refs/tags/v1", sha, false)), Plan::Ignore(_)));
+        assert!(matches!(plan(&push("refs/heads/main", &"0".repeat(40), true)), Plan::Ignore(_)));
     }
 }

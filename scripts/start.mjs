@@ -1,0 +1,259 @@
+// `npm start`: a complete local Sluice. Installs and builds, applies D1 migrations, starts the
+// sandbox agent and (unless .dev.vars configures a real GitHub App) the GitHub stand-in with a demo
+// repository, then runs the Worker under `wrangler dev` and drives its cron handler.
+//
+// Values in .dev.vars always win: the defaults written here go to .wrangler/sluice-defaults.vars,
+// which wrangler reads before .dev.vars.
+
+import { createPublicKey } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { commitFiles, headSha } from '../tools/github-standin/git.mjs';
+import { startStandin } from '../tools/github-standin/server.mjs';
+import {
+  DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, randomToken, readEnvFile, runBounded,
+  spawnGroup, startAgent, stopGroup, waitForHttp, wranglerEnv,
+} from './lib.mjs';
+
+const WORKER_URL = DEV.workerUrl;
+const { hostname: WORKER_HOST, port: WORKER_PORT } = new URL(WORKER_URL);
+const AGENT_HOST = '127.0.0.1';
+const AGENT_PORT = '8791';
+const STANDIN_PORT = 8790;
+const STANDIN_APP_ID = 1;
+const STANDIN_INSTALLATION_ID = 42;
+const DEMO = DEV.demo;
+
+const STATE_DIR = join(ROOT, '.sluice');
+const STANDIN_REPOS_DIR = DEV.standinReposDir;
+const STANDIN_KEY_FILE = join(STATE_DIR, 'standin-app-key.pem');
+const AGENT_ROOT = join(STATE_DIR, 'sandbox');
+const PERSIST_DIR = join(ROOT, '.wrangler', 'state');
+const DEFAULTS_FILE = DEV.defaultsFile;
+const DEV_VARS_FILE = DEV.devVarsFile;
+
+// Cold installs of worker-build and wasm-bindgen-cli take ~5 minutes each on 2 cores; 30 minutes
+// still ends a setup that hangs (e.g. a registry that stopped answering).
+const SETUP_TIMEOUT_MS = 30 * 60_000;
+// A cold `worker-build --release` is 33-42 s plus the agent build; 15 minutes allows a cold cargo
+// cache on a slow machine.
+const BUILD_TIMEOUT_MS = 15 * 60_000;
+// Applying migrations locally takes ~2 s.
+const MIGRATIONS_TIMEOUT_MS = 2 * 60_000;
+// `wrangler dev` answers ~1.5 s after start with a prebuilt Worker; the first start in a checkout
+// also bundles the shim and unpacks workerd, so allow a minute.
+const WORKER_START_TIMEOUT_MS = 60_000;
+// Crons never fire by themselves under `wrangler dev`; the Worker's scheduled handler (sweeping
+// waits and stuck runs) only runs when something calls /__scheduled. Every 30 s keeps a dev
+// session close to a deployed per-minute cron without flooding the log.
+const CRON_INTERVAL_MS = 30_000;
+// One cron tick must not pile up behind a wedged Worker; the next tick tries again.
+const CRON_REQUEST_TIMEOUT_MS = 25_000;
+// Children get this long to exit on SIGTERM before their process group is killed.
+const SHUTDOWN_GRACE_MS = 5_000;
+
+const DEMO_FILES = {
+  '.sluice.toml': '[check]\ncommand = "echo hello from sluice && test -f README.md"\n',
+  'README.md': '# hello\n\nDemo repository served by the Sluice GitHub stand-in.\n',
+};
+
+const children = new Set();
+let standin = null;
+let cronTimer = null;
+let shuttingDown = false;
+
+function log(message) {
+  console.log(`[sluice] ${message}`);
+}
+
+function track(child) {
+  children.add(child);
+  child.exited.then(() => children.delete(child));
+  return child;
+}
+
+async function shutdown(code) {
+  if (shuttingDown) return;
+  shuttingDown = true;
+  clearInterval(cronTimer);
+  await Promise.all([...children].map((child) => stopGroup(child, SHUTDOWN_GRACE_MS)));
+  if (standin) await standin.close();
+  process.exit(code);
+}
+
+function runStep(label, cmd, args, timeoutMs, env = {}) {
+  log(label);
+  return runBounded(cmd, args, { label, timeoutMs, env, onChild: track });
+}
+
+// The stand-in's App key is generated once and kept, so a restart keeps the same identity.
+function standinKey() {
+  if (!existsSync(STANDIN_KEY_FILE)) {
+    writeFileSync(STANDIN_KEY_FILE, generateAppKeyPair().privateKey, { mode: 0o600 });
+  }
+  return readFileSync(STANDIN_KEY_FILE, 'utf8');
+}
+
+// The demo repository gets its first commit once; later starts reuse its history.
+function ensureDemoRepo() {
+  const existing = headSha(STANDIN_REPOS_DIR, DEMO.owner, DEMO.repo);
+  if (existing) return existing;
+  return commitFiles(STANDIN_REPOS_DIR, DEMO.owner, DEMO.repo, { files: DEMO_FILES, message: 'Add Sluice demo' });
+}
+
+// The stand-in replaces GitHub only when .dev.vars configures no GitHub App at all; a user who
+// set an App id or key means their real App, so their values are not pointed at the stand-in.
+function wantsStandin(userVars) {
+  return !['GITHUB_API_URL', 'GITHUB_APP_ID', 'GITHUB_APP_PRIVATE_KEY'].some((key) => userVars[key]);
+}
+
+async function startGithub(userVars, defaults) {
+  if (!wantsStandin(userVars)) {
+    if (!userVars.GITHUB_API_URL) defaults.GITHUB_API_URL = 'https://api.github.com';
+    return null;
+  }
+  const privateKey = standinKey();
+  standin = await startStandin({
+    port: STANDIN_PORT,
+    reposDir: STANDIN_REPOS_DIR,
+    appId: STANDIN_APP_ID,
+    publicKeyPem: createPublicKey(privateKey).export({ type: 'spki', format: 'pem' }),
+    installations: [STANDIN_INSTALLATION_ID],
+  });
+  defaults.GITHUB_API_URL = standin.url;
+  defaults.GITHUB_APP_ID = String(STANDIN_APP_ID);
+  defaults.GITHUB_APP_PRIVATE_KEY = privateKey;
+  return { url: standin.url, demoSha: ensureDemoRepo() };
+}
+
+// Writes output chunks line by line with a prefix, so interleaved agent and wrangler logs stay
+// readable; a partial last line waits for its end.
+function prefixLines(prefix, stream) {
+  let pending = '';
+  return (chunk) => {
+    pending += chunk;
+    const lines = pending.split('\n');
+    pending = lines.pop();
+    for (const line of lines) stream.write(`${prefix}${line}\n`);
+  };
+}
+
+function isLocalAgentUrl(url) {
+  try {
+    const { hostname, port } = new URL(url);
+    return ['127.0.0.1', 'localhost'].includes(hostname) && port === AGENT_PORT;
+  } catch {
+    return false;
+  }
+}
+
+// The local agent runs unless .dev.vars points SANDBOX_URL at some other agent. It must accept
+// the token the Worker will send, so a token from .dev.vars is used as is.
+async function startSandbox(userVars, defaults) {
+  if (userVars.SANDBOX_URL && !isLocalAgentUrl(userVars.SANDBOX_URL)) return null;
+  const token = userVars.SANDBOX_AGENT_TOKEN || randomToken();
+  mkdirSync(AGENT_ROOT, { recursive: true });
+  const agent = await startAgent({
+    listen: `${AGENT_HOST}:${AGENT_PORT}`,
+    root: AGENT_ROOT,
+    token,
+    onOutput: prefixLines('[agent] ', process.stderr),
+  });
+  track(agent.child);
+  defaults.SANDBOX_URL = agent.url;
+  defaults.SANDBOX_AGENT_TOKEN = token;
+  return agent.url;
+}
+
+function startWrangler(env) {
+  const args = [
+    'dev', '--port', WORKER_PORT, '--ip', WORKER_HOST, '--persist-to', PERSIST_DIR,
+    '--test-scheduled', '--show-interactive-dev-session=false', '--env-file', DEFAULTS_FILE,
+  ];
+  if (existsSync(DEV_VARS_FILE)) args.push('--env-file', DEV_VARS_FILE);
+  const child = track(spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', 'inherit', 'inherit'] }));
+  child.exited.then(({ code, signal }) => {
+    if (shuttingDown) return;
+    log(`wrangler dev exited (${code ?? signal}); stopping`);
+    shutdown(code || 1);
+  });
+  return child;
+}
+
+async function cronTick() {
+  try {
+    const res = await fetch(`${WORKER_URL}/__scheduled?cron=*+*+*+*+*`, { signal: AbortSignal.timeout(CRON_REQUEST_TIMEOUT_MS) });
+    await res.arrayBuffer();
+    if (res.status !== 200) log(`cron tick answered HTTP ${res.status}`);
+  } catch (err) {
+    if (!shuttingDown) log(`cron tick failed: ${err.cause?.code ?? err.message}`);
+  }
+}
+
+// setInterval would start a second tick while a slow one is still running; chaining does not.
+function driveCron() {
+  cronTimer = setTimeout(async () => {
+    await cronTick();
+    if (!shuttingDown) driveCron();
+  }, CRON_INTERVAL_MS);
+}
+
+function printBanner({ github, sandboxUrl, defaults, userVars }) {
+  const adminToken = userVars.ADMIN_TOKEN || defaults.ADMIN_TOKEN;
+  const lines = [
+    '',
+    `Sluice is running at ${WORKER_URL}`,
+    github
+      ? `  GitHub: stand-in at ${github.url} (demo repository ${DEMO.owner}/${DEMO.repo} at ${github.demoSha.slice(0, 12)})`
+      : `  GitHub: ${userVars.GITHUB_API_URL || defaults.GITHUB_API_URL} (App configured in .dev.vars)`,
+    `  Sandbox agent: ${sandboxUrl ?? `${userVars.SANDBOX_URL} (from .dev.vars)`}`,
+    `  Cron handler: driven every ${CRON_INTERVAL_MS / 1000} s`,
+    '',
+  ];
+  if (github) {
+    lines.push('Send a sample pull_request webhook for the demo repository:', '  node scripts/send-sample-webhook.mjs', '');
+  }
+  lines.push(
+    'Inspect executions:',
+    `  curl -H "Authorization: Bearer ${adminToken}" ${WORKER_URL}/v1/executions`,
+    '',
+    'Press Ctrl-C to stop.',
+    '',
+  );
+  console.log(lines.join('\n'));
+}
+
+async function main() {
+  process.once('SIGINT', () => shutdown(130));
+  process.once('SIGTERM', () => shutdown(143));
+  const wEnv = wranglerEnv();
+
+  await runStep('setup (scripts/setup.sh)', 'bash', [join(ROOT, 'scripts', 'setup.sh')], SETUP_TIMEOUT_MS);
+  // SLUICE_SKIP_BUILD=1 means "already built", as for wrangler's [build] command.
+  if (process.env.SLUICE_SKIP_BUILD === '1') log('build skipped (SLUICE_SKIP_BUILD=1)');
+  else await runStep('build (scripts/build.sh)', 'bash', [join(ROOT, 'scripts', 'build.sh')], BUILD_TIMEOUT_MS);
+  await runStep('applying D1 migrations', WRANGLER_BIN, ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', PERSIST_DIR],
+    MIGRATIONS_TIMEOUT_MS, { ...wEnv, CI: 'true', SLUICE_SKIP_BUILD: '1' });
+
+  mkdirSync(STATE_DIR, { recursive: true });
+  const userVars = readEnvFile(DEV_VARS_FILE);
+  const defaults = {
+    GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
+    ADMIN_TOKEN: 'dev-admin-token',
+    PUBLIC_URL: WORKER_URL,
+  };
+  const github = await startGithub(userVars, defaults);
+  const sandboxUrl = await startSandbox(userVars, defaults);
+  writeFileSync(DEFAULTS_FILE, formatEnvFile(defaults), { mode: 0o600 });
+
+  // Built above, so wrangler's [build] command is skipped.
+  const wrangler = startWrangler({ ...wEnv, SLUICE_SKIP_BUILD: '1' });
+  await waitForHttp(`${WORKER_URL}/healthz`, { timeoutMs: WORKER_START_TIMEOUT_MS, alive: () => wrangler.exitCode === null });
+  printBanner({ github, sandboxUrl, defaults, userVars });
+  driveCron();
+}
+
+main().catch(async (err) => {
+  console.error(`[sluice] ${err.message}`);
+  await shutdown(1);
+});

@@ -1,0 +1,305 @@
+// End-to-end: the `sluice/check` slice. A signed pull_request webhook goes into the built Worker
+// under `wrangler dev`; the Worker reads .sluice.toml through the GitHub stand-in, reports a check
+// run, clones the repository through the sandbox agent, runs the command and completes the check
+// run. Also: delivery/instance deduplication, repositories without configuration, rejected and
+// ignored input, and the admin API's authentication.
+
+import assert from 'node:assert/strict';
+import { createHmac, randomUUID } from 'node:crypto';
+import { after, before, test } from 'node:test';
+import { pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
+import { INSTALLATION_ID, startStack } from './harness.mjs';
+
+const CHECK_NAME = 'sluice/check';
+const OWNER = 'acme';
+const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
+// A run is a token exchange, a config read, a local clone and a one-line command: a few seconds.
+// 60 s allows a loaded 2-core CI machine.
+const RUN_TIMEOUT_MS = 60_000;
+// node:test's own limit per test: a run wait plus the requests around it.
+const TEST_TIMEOUT_MS = 3 * 60_000;
+// Starting the stack: wrangler dev ~1.5 s prebuilt, migrations ~2 s; a build when not prebuilt.
+const STACK_START_TIMEOUT_MS = 16 * 60_000;
+// After a request that must not start anything, wait this long before counting GitHub calls: a
+// wrongly started run calls GitHub within milliseconds, so 2 s is ample.
+const SETTLE_MS = 2_000;
+// Just over the 25 MiB webhook limit (GitHub caps payloads at 25 MB).
+const OVERSIZED_BYTES = 26 * 1024 * 1024;
+
+// The markers the commands print ("sluice-passed", "sluice-failed") do not occur in the command
+// text itself, so finding them in the check run proves the command's output was reported.
+const PASSING_CONFIG = '[check]\ncommand = "echo sluice passed | tr \' \' - && test -f README.md"\n';
+const FAILING_CONFIG = '[check]\ncommand = "echo sluice failed | tr \' \' - >&2; exit 3"\n';
+const PASS_MARKER = 'sluice-passed';
+const FAIL_MARKER = 'sluice-failed';
+
+let stack;
+
+before(async () => {
+  stack = await startStack();
+}, { timeout: STACK_START_TIMEOUT_MS });
+
+after(async () => {
+  await stack?.stop();
+});
+
+// Runs a test body and, when it fails, prints the Worker's log tail next to the failure.
+function withLogs(fn) {
+  return async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      console.error(`\n--- worker log tail (${t.name}) ---\n${stack?.logTail() ?? '(no stack)'}\n--- agent log tail ---\n${stack?.agentLogTail() ?? ''}\n`);
+      throw err;
+    }
+  };
+}
+
+function sluiceTest(name, fn) {
+  test(name, { timeout: TEST_TIMEOUT_MS }, withLogs(fn));
+}
+
+function delay(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// -- helpers -------------------------------------------------------------------------------------
+
+function prPayload(repo, sha, overrides = {}) {
+  return pullRequestPayload({
+    owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo), ...overrides,
+  });
+}
+
+// Sends a pull_request opened webhook and checks the 202 that names exactly one new instance.
+async function openPullRequest(repo, sha) {
+  const deliveryId = randomUUID();
+  const res = await stack.sendWebhook('pull_request', prPayload(repo, sha), deliveryId);
+  assert.equal(res.status, 202, `webhook for ${repo}: ${JSON.stringify(res.body)}`);
+  assert.equal(res.body.delivery, deliveryId);
+  assert.equal(res.body.duplicate, false);
+  assert.equal(res.body.instances.length, 1, JSON.stringify(res.body));
+  const [instance] = res.body.instances;
+  assert.equal(instance.run, 'check');
+  assert.equal(instance.created, true);
+  assert.equal(typeof instance.id, 'string');
+  return { instance, deliveryId, body: res.body };
+}
+
+async function getExecution(id) {
+  const res = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
+  assert.equal(res.status, 200, `GET execution ${id}: ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+// Waits until the execution reaches any terminal status, then asserts it is `expected`, so a run
+// that errors fails at once with its error instead of after the timeout.
+async function waitForTerminal(id, expected) {
+  const result = await stack.waitFor(async () => {
+    const body = await getExecution(id);
+    return TERMINAL.has(body.execution.status) ? body : null;
+  }, { timeoutMs: RUN_TIMEOUT_MS, message: `execution ${id} to finish` });
+  assert.equal(result.execution.status, expected, `execution ${id}: ${JSON.stringify(result, null, 2)}`);
+  return result;
+}
+
+async function checkRunsFor(repo) {
+  const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+  return runs;
+}
+
+async function checkRunPosts(repo) {
+  const { calls } = await stack.standinGet(`/_standin/calls?method=POST&path_prefix=/repos/${OWNER}/${repo}/check-runs`);
+  return calls.length;
+}
+
+// Status sequence of a check run with repeats collapsed (progress updates may repeat a status).
+function statusPath(history) {
+  return history.map((h) => h.status).filter((status, i, all) => i === 0 || all[i - 1] !== status);
+}
+
+async function assertOneCompletedCheckRun(repo, sha, { conclusion, outputMarker }) {
+  const runs = await checkRunsFor(repo);
+  assert.equal(runs.length, 1, `check runs for ${repo}: ${JSON.stringify(runs, null, 2)}`);
+  const [run] = runs;
+  assert.equal(run.name, CHECK_NAME);
+  assert.equal(run.head_sha, sha);
+  assert.equal(run.status, 'completed');
+  assert.equal(run.conclusion, conclusion);
+  assert.deepEqual(statusPath(run.history), ['queued', 'in_progress', 'completed']);
+  assert.equal(typeof run.output.summary, 'string', 'check run has an output summary');
+  assert.ok(run.output.summary.includes(outputMarker), `summary should include ${outputMarker}: ${run.output.summary}`);
+  assert.equal(typeof run.details_url, 'string', 'details_url is set');
+  assert.ok(run.details_url.startsWith(stack.url), `details_url ${run.details_url} should point at the Worker (${stack.url})`);
+  return run;
+}
+
+async function countWrites() {
+  const executions = await stack.api('/v1/executions');
+  const deliveries = await stack.api('/v1/deliveries');
+  assert.equal(executions.status, 200, JSON.stringify(executions.body));
+  assert.equal(deliveries.status, 200, JSON.stringify(deliveries.body));
+  return { executions: executions.body.executions.length, deliveries: deliveries.body.deliveries.length };
+}
+
+// A webhook POST with exactly the given headers and body, signed (correctly) unless told not to.
+function postWebhookRaw(body, { event = 'pull_request', delivery = randomUUID(), contentType = 'application/json', signature, omit = [] } = {}) {
+  const buf = Buffer.isBuffer(body) ? body : Buffer.from(body);
+  const headers = {
+    'Content-Type': contentType,
+    'Content-Length': String(buf.length),
+    'X-GitHub-Event': event,
+    'X-GitHub-Delivery': delivery,
+    'X-Hub-Signature-256': signature ?? `sha256=${createHmac('sha256', stack.secret).update(buf).digest('hex')}`,
+    'User-Agent': 'GitHub-Hookshot/e2e',
+  };
+  for (const name of omit) delete headers[name];
+  return stack.rawRequest('POST', '/webhooks/github', { headers, body: buf });
+}
+
+function assertErrorBody(res, status, label) {
+  assert.equal(res.status, status, `${label}: expected ${status}, got ${res.status} ${res.text.slice(0, 500)}`);
+  assert.equal(typeof res.body?.error?.code, 'string', `${label}: error.code in ${res.text.slice(0, 500)}`);
+  assert.equal(typeof res.body?.error?.message, 'string', `${label}: error.message in ${res.text.slice(0, 500)}`);
+}
+
+// -- tests ---------------------------------------------------------------------------------------
+
+sluiceTest('GET /healthz answers ok', async () => {
+  const res = await stack.api('/healthz', { auth: false });
+  assert.equal(res.status, 200);
+  assert.deepEqual(res.body, { ok: true });
+});
+
+sluiceTest('a passing command completes the check run with success', async () => {
+  const repo = 'passing';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': PASSING_CONFIG, 'README.md': '# passing\n' });
+  const { instance } = await openPullRequest(repo, sha);
+  const { execution } = await waitForTerminal(instance.id, 'complete');
+  assert.equal(execution.id, instance.id);
+  assert.equal(execution.run, 'check');
+  assert.equal(execution.sha, sha);
+  await assertOneCompletedCheckRun(repo, sha, { conclusion: 'success', outputMarker: PASS_MARKER });
+});
+
+sluiceTest('a failing command completes the check run with failure', async () => {
+  const repo = 'failing';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': FAILING_CONFIG, 'README.md': '# failing\n' });
+  const { instance } = await openPullRequest(repo, sha);
+  const { execution } = await waitForTerminal(instance.id, 'complete');
+  assert.equal(execution.sha, sha);
+  await assertOneCompletedCheckRun(repo, sha, { conclusion: 'failure', outputMarker: FAIL_MARKER });
+});
+
+sluiceTest('repeated deliveries and repeated head shas start nothing new', async () => {
+  const repo = 'dedupe';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': PASSING_CONFIG, 'README.md': '# dedupe\n' });
+  const payload = prPayload(repo, sha);
+  const { instance, deliveryId } = await openPullRequest(repo, sha);
+
+  // Same delivery again (GitHub redelivery), then a new delivery for the same head sha — both
+  // while the first run is still in flight, then again after it finished.
+  async function repeatBoth() {
+    const redelivery = await stack.sendWebhook('pull_request', payload, deliveryId);
+    assert.ok(redelivery.status >= 200 && redelivery.status < 300, `redelivery: ${redelivery.status} ${JSON.stringify(redelivery.body)}`);
+    assert.equal(redelivery.body.duplicate, true, JSON.stringify(redelivery.body));
+    assert.deepEqual(redelivery.body.instances.map((i) => i.id), [instance.id]);
+
+    const newDelivery = await stack.sendWebhook('pull_request', { ...payload, action: 'synchronize' });
+    assert.ok(newDelivery.status >= 200 && newDelivery.status < 300, `new delivery: ${newDelivery.status} ${JSON.stringify(newDelivery.body)}`);
+    assert.equal(newDelivery.body.duplicate, false);
+    assert.equal(newDelivery.body.instances.length, 1, JSON.stringify(newDelivery.body));
+    assert.equal(newDelivery.body.instances[0].id, instance.id);
+    assert.equal(newDelivery.body.instances[0].created, false);
+  }
+
+  await repeatBoth();
+  await waitForTerminal(instance.id, 'complete');
+  await assertOneCompletedCheckRun(repo, sha, { conclusion: 'success', outputMarker: PASS_MARKER });
+  assert.equal(await checkRunPosts(repo), 1, 'exactly one check run was created');
+
+  await repeatBoth();
+  await delay(SETTLE_MS);
+  assert.equal((await checkRunsFor(repo)).length, 1);
+  assert.equal(await checkRunPosts(repo), 1, 'no check run created by repeats after completion');
+  assert.equal((await getExecution(instance.id)).execution.status, 'complete');
+});
+
+sluiceTest('a repository without .sluice.toml is skipped without a check run', async () => {
+  const repo = 'unconfigured';
+  const sha = stack.commit(OWNER, repo, { 'README.md': '# no sluice here\n' });
+  const { instance } = await openPullRequest(repo, sha);
+  const { execution } = await waitForTerminal(instance.id, 'skipped');
+  assert.equal(execution.reason, 'not-configured');
+  await delay(SETTLE_MS);
+  assert.deepEqual(await checkRunsFor(repo), []);
+  assert.equal(await checkRunPosts(repo), 0);
+});
+
+sluiceTest('bad webhook input is rejected with a JSON error and writes nothing', async () => {
+  const repo = 'rejected';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': PASSING_CONFIG, 'README.md': '# rejected\n' });
+  const good = JSON.stringify(prPayload(repo, sha));
+  const baseline = await countWrites();
+
+  const cases = [
+    ['bad signature', 401, () => postWebhookRaw(good, { signature: signBody('not-the-secret', good) })],
+    ['missing signature', 401, () => postWebhookRaw(good, { omit: ['X-Hub-Signature-256'] })],
+    ['missing X-GitHub-Event', 400, () => postWebhookRaw(good, { omit: ['X-GitHub-Event'] })],
+    ['missing X-GitHub-Delivery', 400, () => postWebhookRaw(good, { omit: ['X-GitHub-Delivery'] })],
+    ['form-encoded body', 415, () => postWebhookRaw(`payload=${encodeURIComponent(good)}`, { contentType: 'application/x-www-form-urlencoded' })],
+    ['malformed JSON', 400, () => postWebhookRaw('{"action": "opened", "pull_request": ')],
+    ['wrong shape for pull_request', 422, () => postWebhookRaw(JSON.stringify({ action: 'opened', number: 'one', pull_request: 42 }))],
+    ['oversized body', 413, () => postWebhookRaw(Buffer.alloc(OVERSIZED_BYTES, 0x20))],
+  ];
+  for (const [label, status, send] of cases) {
+    assertErrorBody(await send(), status, label);
+  }
+
+  await delay(SETTLE_MS);
+  assert.deepEqual(await countWrites(), baseline);
+  assert.equal(await checkRunPosts(repo), 0);
+});
+
+sluiceTest('valid events Sluice does not act on are ignored and write nothing', async () => {
+  const repo = 'ignored';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': PASSING_CONFIG, 'README.md': '# ignored\n' });
+  const pr = prPayload(repo, sha);
+  const issue = {
+    action: 'opened',
+    issue: { number: 7, title: 'An issue', state: 'open', user: pr.sender },
+    repository: pr.repository,
+    sender: pr.sender,
+    installation: pr.installation,
+  };
+  const baseline = await countWrites();
+
+  const cases = [
+    ['issues event', 'issues', issue],
+    ['pull_request closed', 'pull_request', prPayload(repo, sha, { action: 'closed' })],
+    ['draft pull_request', 'pull_request', prPayload(repo, sha, { draft: true })],
+    ['pull_request from a bot', 'pull_request', prPayload(repo, sha, { senderLogin: 'dependabot[bot]', senderType: 'Bot' })],
+  ];
+  for (const [label, event, payload] of cases) {
+    const res = await stack.sendWebhook(event, payload);
+    assert.ok(res.status >= 200 && res.status < 300, `${label}: ${res.status} ${JSON.stringify(res.body)}`);
+    assert.equal(res.body.ignored, true, `${label}: ${JSON.stringify(res.body)}`);
+    assert.equal(typeof res.body.reason, 'string', `${label}: reason`);
+  }
+
+  await delay(SETTLE_MS);
+  assert.deepEqual(await countWrites(), baseline);
+  assert.equal(await checkRunPosts(repo), 0);
+  assert.deepEqual(await checkRunsFor(repo), []);
+});
+
+sluiceTest('the /v1/ API requires the admin bearer token', async () => {
+  for (const path of ['/v1/executions', '/v1/deliveries', '/v1/executions/does-not-matter']) {
+    const missing = await stack.api(path, { auth: false });
+    assert.equal(missing.status, 401, `${path} without a token: ${JSON.stringify(missing.body)}`);
+    assert.equal(typeof missing.body?.error?.code, 'string', `${path}: JSON error body`);
+    const wrong = await stack.api(path, { auth: false, headers: { Authorization: 'Bearer not-the-admin-token' } });
+    assert.equal(wrong.status, 401, `${path} with a wrong token: ${JSON.stringify(wrong.body)}`);
+  }
+  assert.equal((await stack.api('/v1/executions')).status, 200, 'the right token is accepted');
+});

@@ -1,0 +1,331 @@
+// End-to-end harness: one isolated Sluice stack per call to startStack() — the built Worker under
+// `wrangler dev` (own port, own persisted D1/DO state), the GitHub stand-in with real bare git
+// repositories, and the sandbox agent — all in a fresh temp directory, all torn down by stop().
+//
+// The Worker runs in its own process group so a test can kill -9 it mid-run and restart it on the
+// same state (killWorker / restartWorker). Child output goes to files in the temp dir; logTail()
+// shows the Worker's recent log when a test fails.
+
+import { closeSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { commitFiles } from '../../tools/github-standin/git.mjs';
+import { startStandin } from '../../tools/github-standin/server.mjs';
+import { sendWebhook as postWebhook } from '../../tools/github-standin/webhooks.mjs';
+import {
+  ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup, randomToken,
+  runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree, wranglerEnv,
+} from '../../scripts/lib.mjs';
+
+export const APP_ID = 4242;
+export const INSTALLATION_ID = 42;
+
+// A cold `worker-build --release` is 33-42 s plus the agent build; 15 minutes allows a cold cargo
+// cache on a slow CI machine and still ends a hung build.
+const BUILD_TIMEOUT_MS = 15 * 60_000;
+// `wrangler d1 migrations apply --local` takes ~2 s.
+const MIGRATIONS_TIMEOUT_MS = 60_000;
+// `wrangler dev` answers ~1.5 s after start with a prebuilt Worker; a loaded 2-core CI machine
+// running other suites can be many times slower.
+const WORKER_START_TIMEOUT_MS = 60_000;
+// After kill -9 the kernel frees the port at once; this only covers the group's exit racing us.
+const PORT_RELEASE_TIMEOUT_MS = 10_000;
+// Any single request to the Worker or the stand-in; webhooks and API reads answer in milliseconds.
+const REQUEST_TIMEOUT_MS = 30_000;
+// Children get this long to exit on SIGTERM at stop() before their group is killed.
+const STOP_GRACE_MS = 5_000;
+// waitFor() defaults: long enough for a clone plus a short command, short enough to fail a test
+// that is stuck well before node:test's own timeout.
+const WAIT_TIMEOUT_MS = 30_000;
+const WAIT_INTERVAL_MS = 200;
+// Lines of the Worker log shown by logTail() when no count is given.
+const LOG_TAIL_LINES = 80;
+
+// Process groups still alive; killed when the test process exits or is interrupted (the test
+// runner sends SIGTERM/SIGINT on cancel), so a dead test never leaves wrangler or the agent behind.
+const liveGroups = new Set();
+
+// Temp dirs of stacks not stopped yet; removed (best effort) if the process dies first.
+const liveTmpDirs = new Set();
+
+function killLiveGroups() {
+  for (const child of liveGroups) killGroup(child, 'SIGKILL');
+  if (process.env.SLUICE_E2E_KEEP_TMP) return;
+  for (const dir of liveTmpDirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // A child killed a moment ago may still be writing; leaving a temp dir behind is harmless.
+    }
+  }
+}
+
+process.on('exit', killLiveGroups);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.once(signal, () => {
+    killLiveGroups();
+    // Only re-raise (default action: terminate) when nobody else, e.g. node:test, handles it.
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  });
+}
+
+let buildPromise = null;
+let lastStack = null;
+
+// Builds once per process unless the caller already built (npm test sets SLUICE_PREBUILT=1).
+function ensureBuilt() {
+  if (process.env.SLUICE_PREBUILT) return Promise.resolve();
+  buildPromise ??= runBounded('bash', [join(ROOT, 'scripts', 'build.sh')], {
+    label: 'scripts/build.sh', timeoutMs: BUILD_TIMEOUT_MS, stdio: 'pipe',
+  });
+  return buildPromise;
+}
+
+function withTimeout(promise, ms, label) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${label}: no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function parseBody(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function tailLines(path, n) {
+  if (!existsSync(path)) return `(no ${path})`;
+  return readFileSync(path, 'utf8').split('\n').slice(-n).join('\n');
+}
+
+// Sends a request exactly as given (headers, Content-Length, body) with node:http, and resolves
+// on the response even if the server answers early and closes before the whole body is sent
+// (what a 413 for an oversized upload does).
+export function rawRequest(baseUrl, method, path, { headers = {}, body } = {}) {
+  const url = new URL(path, baseUrl);
+  return withTimeout(new Promise((resolve, reject) => {
+    let responded = false;
+    const req = httpRequest(url, { method, headers }, (res) => {
+      responded = true;
+      const chunks = [];
+      res.on('data', (chunk) => chunks.push(chunk));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        resolve({ status: res.statusCode, headers: res.headers, body: parseBody(text), text });
+      });
+      res.on('error', reject);
+    });
+    req.on('error', (err) => {
+      if (!responded) reject(err);
+    });
+    req.end(body);
+  }), REQUEST_TIMEOUT_MS, `${method} ${path}`);
+}
+
+// Polls `fn` until it returns a truthy value (returned), or throws after `timeoutMs` with the
+// last value or error seen, so a timeout says what state things were stuck in.
+export async function waitFor(fn, { timeoutMs = WAIT_TIMEOUT_MS, intervalMs = WAIT_INTERVAL_MS, message = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      const value = await fn();
+      if (value) return value;
+      last = value;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() >= deadline) {
+      const detail = last instanceof Error ? last.stack : JSON.stringify(last);
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${message}; last: ${detail}`);
+    }
+    await delay(intervalMs);
+  }
+}
+
+// The Worker log tail of the most recently started stack (for failure output).
+export function logTail(n = LOG_TAIL_LINES) {
+  return lastStack ? lastStack.logTail(n) : '(no stack started)';
+}
+
+export async function startStack(opts = {}) {
+  await ensureBuilt();
+  const tmp = mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
+  liveTmpDirs.add(tmp);
+  const paths = {
+    tmp,
+    repos: join(tmp, 'repos'),
+    sandbox: join(tmp, 'sandbox'),
+    state: join(tmp, 'state'),
+    envFile: join(tmp, 'worker.vars'),
+    workerLog: join(tmp, 'worker.log'),
+    agentLog: join(tmp, 'agent.log'),
+    migrationsLog: join(tmp, 'migrations.log'),
+  };
+  mkdirSync(paths.sandbox);
+  const cleanups = [];
+  try {
+    return await buildStack(opts, paths, cleanups);
+  } catch (err) {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    const tail = tailLines(paths.workerLog, LOG_TAIL_LINES);
+    if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(tmp, { recursive: true, force: true });
+    liveTmpDirs.delete(tmp);
+    err.message += `\n--- worker log tail ---\n${tail}`;
+    throw err;
+  }
+}
+
+async function buildStack(opts, paths, cleanups) {
+  const secret = randomToken();
+  const adminToken = randomToken();
+  const agentToken = randomToken();
+  const keys = generateAppKeyPair();
+
+  const standin = await startStandin({
+    port: 0, reposDir: paths.repos, appId: APP_ID, publicKeyPem: keys.publicKey, installations: [INSTALLATION_ID],
+  });
+  cleanups.push(() => standin.close());
+
+  const agentLog = createWriteStream(paths.agentLog, { flags: 'a' });
+  const agent = await startAgent({
+    listen: '127.0.0.1:0', root: paths.sandbox, token: agentToken, onOutput: (chunk) => agentLog.write(chunk),
+  });
+  liveGroups.add(agent.child);
+  cleanups.push(async () => {
+    await stopGroup(agent.child, STOP_GRACE_MS);
+    liveGroups.delete(agent.child);
+    agentLog.end();
+  });
+
+  const port = await freePort();
+  const inspectorPort = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  writeFileSync(paths.envFile, formatEnvFile({
+    GITHUB_API_URL: standin.url,
+    GITHUB_APP_ID: String(APP_ID),
+    GITHUB_APP_PRIVATE_KEY: keys.privateKey,
+    GITHUB_WEBHOOK_SECRET: secret,
+    ADMIN_TOKEN: adminToken,
+    SANDBOX_URL: agent.url,
+    SANDBOX_AGENT_TOKEN: agentToken,
+    PUBLIC_URL: url,
+    ...opts.vars,
+  }), { mode: 0o600 });
+
+  // Built once up front, so wrangler's [build] command is skipped (SLUICE_SKIP_BUILD).
+  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), SLUICE_SKIP_BUILD: '1' };
+  const configArgs = opts.config ? ['--config', opts.config] : [];
+  const migrationsOutput = await runBounded(
+    WRANGLER_BIN,
+    ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', paths.state, ...configArgs],
+    { label: 'wrangler d1 migrations apply', timeoutMs: MIGRATIONS_TIMEOUT_MS, env: { ...env, CI: 'true' }, stdio: 'pipe' },
+  );
+  writeFileSync(paths.migrationsLog, migrationsOutput);
+
+  const devArgs = [
+    'dev', '--port', String(port), '--ip', '127.0.0.1', '--inspector-port', String(inspectorPort),
+    '--persist-to', paths.state, '--env-file', paths.envFile, '--test-scheduled',
+    '--show-interactive-dev-session=false', ...configArgs,
+  ];
+  let worker = null;
+
+  async function startWorker() {
+    await waitPortFree(port, PORT_RELEASE_TIMEOUT_MS);
+    const fd = openSync(paths.workerLog, 'a');
+    try {
+      worker = spawnWorker(devArgs, env, fd);
+    } finally {
+      closeSync(fd);
+    }
+    liveGroups.add(worker);
+    const current = worker;
+    await waitForHttp(`${url}/healthz`, {
+      timeoutMs: WORKER_START_TIMEOUT_MS,
+      alive: () => current.exitCode === null && current.signalCode === null,
+    });
+  }
+
+  async function killWorker() {
+    if (!worker) return;
+    const current = worker;
+    worker = null;
+    killGroup(current, 'SIGKILL');
+    await current.exited;
+    liveGroups.delete(current);
+  }
+
+  cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
+  await startWorker();
+
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agent, killWorker, startWorker, cleanups });
+  lastStack = stack;
+  return stack;
+}
+
+function spawnWorker(args, env, logFd) {
+  return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
+}
+
+function makeStackApi({ url, standin, paths, secret, adminToken, agent, killWorker, startWorker, cleanups }) {
+  async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
+    const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
+    if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers['Content-Type'] = 'application/json';
+    }
+    const res = await fetch(`${url}${path}`, init);
+    return { status: res.status, headers: res.headers, body: parseBody(await res.text()) };
+  }
+
+  async function standinGet(path) {
+    const res = await fetch(`${standin.url}${path}`, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    if (res.status !== 200) throw new Error(`stand-in GET ${path} -> HTTP ${res.status}`);
+    return res.json();
+  }
+
+  return {
+    url,
+    standin,
+    standinUrl: standin.url,
+    reposDir: paths.repos,
+    tmpDir: paths.tmp,
+    agentUrl: agent.url,
+    secret,
+    adminToken,
+    sendWebhook: (event, payload, deliveryId) => withTimeout(
+      postWebhook({ url: `${url}/webhooks/github`, secret, event, payload, deliveryId }),
+      REQUEST_TIMEOUT_MS,
+      `webhook ${event}`,
+    ),
+    api,
+    rawRequest: (method, path, init) => rawRequest(url, method, path, init),
+    standinGet,
+    waitFor,
+    scheduled: async (cron = '* * * * *') => {
+      const res = await fetch(`${url}/__scheduled?cron=${cron.replaceAll(' ', '+')}`, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+      return { status: res.status, body: await res.text() };
+    },
+    commit: (owner, repo, files, commitOpts = {}) => commitFiles(paths.repos, owner, repo, { files, ...commitOpts }),
+    cloneUrl: (owner, repo) => `${standin.url}/${owner}/${repo}.git`,
+    killWorker,
+    restartWorker: async () => {
+      await killWorker();
+      await startWorker();
+    },
+    logTail: (n = LOG_TAIL_LINES) => tailLines(paths.workerLog, n),
+    agentLogTail: (n = LOG_TAIL_LINES) => tailLines(paths.agentLog, n),
+    async stop() {
+      for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+      cleanups.length = 0;
+      if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(paths.tmp, { recursive: true, force: true });
+      liveTmpDirs.delete(paths.tmp);
+    },
+  };
+}
