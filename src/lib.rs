@@ -4,6 +4,7 @@
 
 pub mod blobs;
 pub mod engine;
+pub mod gates;
 pub mod github;
 pub mod http;
 pub mod limits;

@@ -96,3 +96,68 @@ const _: () = assert!(COMMAND_TIMEOUT_MS_MAX < RUN_DURATION_MS_DEFAULT);
 const _: () = assert!((APP_JWT_TTL_S + APP_JWT_BACKDATE_S) <= 10 * 60);
 const _: () = assert!(LOG_TAIL_BYTES_MAX * 2 < CHECK_SUMMARY_CHARS_MAX);
 const _: () = assert!(STEPS_LISTED_MAX <= STEPS_PER_RUN_MAX_DEFAULT);
+
+// --- gates ---
+
+/// ADR-0004: a waiter queued this long behind a live holder fails
+/// (`queued_timeout`); a repository may set its own in `[deploy.queue]`.
+pub const SERIAL_QUEUED_TIMEOUT_MS_DEFAULT: i64 = 60 * 60 * 1000;
+/// ADR-0004: a holder whose last heartbeat is this old is presumed dead and
+/// stops blocking its group; the next claim takes the group over.
+pub const HOLDER_STALE_MS: i64 = 10 * 60 * 1000;
+/// The ADR polls every 30 s (≤121 claim steps an hour). Sluice hands a freed
+/// group to its live waiter at once (the releasing holder wakes it), so a
+/// waiter polls only as the fallback for a dead holder: every 20 minutes, so
+/// a 60-minute wait costs at most 4 claim steps, and a dead holder (stale
+/// after 10 min) blocks its group at most 30 minutes.
+pub const SERIAL_POLL_MS: i64 = 20 * 60 * 1000;
+/// A waiter's claim is its sign of life. One silent for over two polls is
+/// dead or paused and stops blocking the waiters behind it (otherwise a
+/// crashed waiter at the head of a FIFO group would block it for ever); it
+/// keeps its row and may claim again when it comes back.
+pub const WAITER_STALE_MS: i64 = 45 * 60 * 1000;
+/// The default queued timeout in polls, plus the first claim: the bound of
+/// a waiter's claim loop (the ADR's was 121). An imperative waiter is never
+/// aged out; the run ceiling bounds it.
+pub const SERIAL_CLAIM_POLLS_MAX_DEFAULT: u32 = (SERIAL_QUEUED_TIMEOUT_MS_DEFAULT / SERIAL_POLL_MS) as u32 + 1;
+/// Holders of a group, a pool slot or a sandbox lease heartbeat this often:
+/// three missed beats still leave them inside every staleness bound below.
+pub const HEARTBEAT_INTERVAL_MS: i64 = 60_000;
+/// A pool slot whose heartbeat is this old is purged by the next acquire of
+/// the pool: a crashed run must not hold container capacity for long, and a
+/// live one beats ten times in this window.
+pub const SLOT_TTL_MS: i64 = 10 * 60 * 1000;
+/// A sandbox lease lasts this long past its last heartbeat; then the next
+/// claimant reclaims it. Same reasoning as `SLOT_TTL_MS`.
+pub const LEASE_TTL_MS: i64 = 10 * 60 * 1000;
+/// Queue-policy durations (`[deploy.queue]`) above this are refused: no run
+/// lives a day (`RUN_DURATION_MS_DEFAULT` is 6 h), so a larger value could
+/// never fire and is more likely a typo ("60h" for "60m").
+pub const QUEUE_POLICY_MS_MAX: i64 = 24 * 3600 * 1000;
+/// Containers a pool may admit at once: a config value above this is
+/// clamped. Far above any account's container quota, small enough that an
+/// admission count stays a cheap indexed scan.
+pub const POOL_CAPACITY_MAX: u32 = 256;
+/// Recently ended rows (superseded, timed out, skipped, taken over) listed by
+/// "explain": enough to see a burst, small enough for one response.
+pub const RECENT_SKIPS_LISTED_MAX: u32 = 20;
+/// Waiters listed by "explain": with supersede on a group has at most one
+/// non-imperative waiter, so this only bounds FIFO groups and raw commands.
+pub const WAITERS_LISTED_MAX: u32 = 100;
+/// Groups listed by the serial-queue overview.
+pub const GROUPS_LISTED_MAX: u32 = 200;
+/// Waiters one operator "skip all" skips in one statement; a larger backlog
+/// takes a second call (the result says how many were skipped).
+pub const SKIP_ALL_MAX: u32 = 1_000;
+
+const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= HOLDER_STALE_MS);
+const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= SLOT_TTL_MS);
+const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= LEASE_TTL_MS);
+const _: () = assert!(SERIAL_POLL_MS * 2 <= WAITER_STALE_MS);
+// A long-polled sandbox process returns often enough to heartbeat between polls.
+const _: () = assert!(PROCESS_POLL_MS < HEARTBEAT_INTERVAL_MS);
+// A dead holder frees its group well before the waiters behind it time out.
+const _: () = assert!(HOLDER_STALE_MS < SERIAL_QUEUED_TIMEOUT_MS_DEFAULT);
+const _: () = assert!(SERIAL_QUEUED_TIMEOUT_MS_DEFAULT <= QUEUE_POLICY_MS_MAX);
+const _: () = assert!(SERIAL_CLAIM_POLLS_MAX_DEFAULT <= 4);
+const _: () = assert!(WAITERS_LISTED_MAX <= SKIP_ALL_MAX);

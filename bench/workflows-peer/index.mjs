@@ -16,6 +16,8 @@ export class PeerWorkflow extends WorkflowEntrypoint {
       out.after_sleep_ms = await step.do('after sleep', async () => Date.now());
     }
     if (p.waitEvent) {
+      // Marks "about to wait": local status shows "running" while waiting.
+      await step.do('before wait', async () => 'waiting');
       await step.waitForEvent('wait', { type: p.waitEvent, timeout: '10 minutes' });
       out.after_event_ms = await step.do('after event', async () => Date.now());
     }

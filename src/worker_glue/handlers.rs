@@ -105,9 +105,16 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             json_ok(200, &json!({ "execution": row, "steps": steps }))
         }
         Route::SendEvent(id, event_type) => {
-            ensure_exists(&db, &id).await?;
+            // Straight to the instance (it answers 404 when it has no
+            // record): an event is on the latency-critical path, so no D1
+            // look-up first.
+            let received_ms = WorkerClock.now_ms();
             let payload: Value = read_json(&mut req).await?;
-            instance_call(env, &id, "/event", &json!({ "type": event_type, "payload": payload })).await
+            let (status, value) = instance_request(env, &id, "/event", &json!({ "type": event_type, "payload": payload })).await?;
+            match status {
+                202 => json_ok(202, &json!({ "accepted": true, "received_ms": received_ms })),
+                _ => instance_answer(&id, status, value),
+            }
         }
         Route::Command(id, cmd) => {
             ensure_exists(&db, &id).await?;
@@ -206,6 +213,11 @@ async fn instance_request(env: &Env, id: &InstanceId, path: &str, body: &Value) 
 
 async fn instance_call(env: &Env, id: &InstanceId, path: &str, body: &Value) -> std::result::Result<Response, ApiError> {
     let (status, value) = instance_request(env, id, path, body).await?;
+    instance_answer(id, status, value)
+}
+
+/// Maps an instance's answer to the API's.
+fn instance_answer(id: &InstanceId, status: u16, value: Value) -> std::result::Result<Response, ApiError> {
     match status {
         s if s < 400 => json_ok(s, &value),
         404 => Err(ApiError::not_found(format!("no execution {id}"))),

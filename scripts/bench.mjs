@@ -1,0 +1,195 @@
+// `npm run bench`: timing figures, printed as a table, measured side by side in ONE run on the same
+// machine. Sluice's engine runs under one `wrangler dev`; the peer, a JS Worker with a Cloudflare
+// Workflow doing the same work (bench/workflows-peer), runs under another started by the same
+// wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
+// here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
+//
+// Usage: npm run bench [-- --rounds N]   (builds the Worker first unless SLUICE_PREBUILT=1)
+
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { ROOT, WRANGLER_BIN, delay, freePort, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
+import { startStack } from '../tests/e2e/harness.mjs';
+import { benchGates } from './bench-gates.mjs';
+
+// Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
+const ROUNDS_DEFAULT = 7;
+const STEPS = 100;
+const SLEEP_MS = 1_000;
+// Bound of every wait for a run to reach a state: a 100-step run takes well under a second.
+const RUN_TIMEOUT_MS = 60_000;
+const POLL_MS = 10;
+// Both sides idle this long in their wait before the event is sent, so neither is measured while
+// still suspending.
+const SETTLE_BEFORE_EVENT_MS = 100;
+const PEER_START_TIMEOUT_MS = 60_000;
+const STOP_GRACE_MS = 5_000;
+
+const { values: args } = parseArgs({ options: { rounds: { type: 'string' } } });
+const rounds = Number(args.rounds ?? ROUNDS_DEFAULT);
+
+export const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
+};
+export const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] : NaN;
+};
+
+export async function until(fn, what, timeoutMs = RUN_TIMEOUT_MS) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const v = await fn();
+    if (v) return v;
+    await delay(POLL_MS);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+async function startPeer() {
+  const port = await freePort();
+  const tmp = join(ROOT, '.wrangler', 'bench-peer');
+  // A fresh state each run: Workflows keeps instances by id across restarts.
+  rmSync(join(tmp, 'state'), { recursive: true, force: true });
+  const child = spawnGroup(WRANGLER_BIN, [
+    'dev', '--config', join(ROOT, 'bench', 'workflows-peer', 'wrangler.toml'), '--port', String(port), '--ip', '127.0.0.1',
+    '--inspector-port', String(await freePort()), '--persist-to', join(tmp, 'state'), '--show-interactive-dev-session=false',
+  ], { env: wranglerEnv(tmp), stdio: 'ignore' });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${url}/status?id=warmup`, { timeoutMs: PEER_START_TIMEOUT_MS }).catch(() => {});
+  await until(async () => (await fetch(`${url}/nope`).catch(() => null))?.status === 404, 'peer to answer', PEER_START_TIMEOUT_MS);
+  return { url, stop: () => stopGroup(child, STOP_GRACE_MS) };
+}
+
+function peerApi(peer) {
+  const call = async (path, init) => (await fetch(`${peer.url}${path}`, init)).json();
+  return {
+    create: (id, params) => call(`/create?id=${id}`, { method: 'POST', body: JSON.stringify(params) }),
+    status: (id) => call(`/status?id=${id}`),
+    event: (id, type) => call(`/event?id=${id}&type=${type}`, { method: 'POST' }),
+    async done(id) {
+      return until(async () => {
+        const s = await call(`/status?id=${id}`);
+        return s.status === 'complete' ? s.output : null;
+      }, `peer ${id} to complete`);
+    },
+  };
+}
+
+function sluiceApi(stack) {
+  const get = async (id) => (await stack.api(`/v1/executions/${id}`)).body;
+  return {
+    async create(key, input) {
+      const res = await stack.api('/v1/executions', { method: 'POST', body: { key, run: 'probe', input } });
+      if (res.status !== 201) throw new Error(`create ${key}: ${res.status} ${JSON.stringify(res.body)}`);
+      return res.body.id;
+    },
+    get,
+    async done(id) {
+      return until(async () => {
+        const e = await get(id);
+        if (e.execution?.status === 'errored') throw new Error(`${id} errored: ${e.execution.error_message}`);
+        return e.execution?.status === 'complete' ? e : null;
+      }, `${id} to complete`);
+    },
+    async waitingOnEvent(id) {
+      return until(async () => {
+        const e = await get(id);
+        return e.execution?.status === 'waiting' && (e.execution.reason ?? '').includes('event') ? e : null;
+      }, `${id} to wait for its event`);
+    },
+  };
+}
+
+async function benchEngine(stack, peer, tag) {
+  const s = sluiceApi(stack);
+  const p = peerApi(peer);
+  const out = { sSteps: [], pSteps: [], sLate: [], pLate: [], sEvent: [], pEvent: [], d1PerStep: [], writesPerStep: [] };
+  for (let i = 0; i < rounds; i++) {
+    // 100 no-op steps, create -> complete.
+    const id = await s.create(`bench:${tag}:steps:${i}`, { steps: STEPS });
+    const e = await s.done(id);
+    out.sSteps.push(e.execution.finished_ms - e.execution.created_ms);
+    out.d1PerStep.push(e.execution.index_round_trips / STEPS);
+    out.writesPerStep.push(e.execution.journal_writes / STEPS);
+    const pid = `steps-${tag}-${i}`;
+    const created = await p.create(pid, { steps: STEPS });
+    const po = await p.done(pid);
+    out.pSteps.push(po.done_ms - created.created_ms);
+
+    // A 1 s sleep: how late the step after it starts.
+    const sid = await s.create(`bench:${tag}:sleep:${i}`, { steps: 0, sleep_ms: SLEEP_MS });
+    const se = await s.done(sid);
+    const nap = se.steps.find((x) => x.name === 'nap');
+    out.sLate.push(JSON.parse(se.execution.output_json).after_sleep_ms - nap.wake_at_ms);
+    const psid = `sleep-${tag}-${i}`;
+    await p.create(psid, { steps: 0, sleepMs: SLEEP_MS });
+    const pso = await p.done(psid);
+    out.pLate.push(pso.after_sleep_ms - pso.before_sleep_ms - SLEEP_MS);
+
+    // Send event -> the step after the wait starts.
+    const eid = await s.create(`bench:${tag}:event:${i}`, { steps: 0, wait_event: 'go' });
+    await s.waitingOnEvent(eid);
+    await delay(SETTLE_BEFORE_EVENT_MS);
+    // Timed from the Worker's receipt of the event, as the peer times from its Worker's sendEvent.
+    const sent = await stack.api(`/v1/executions/${eid}/events/go`, { method: 'POST', body: {} });
+    const ee = await s.done(eid);
+    out.sEvent.push(JSON.parse(ee.execution.output_json).after_event_ms - sent.body.received_ms);
+    const peid = `event-${tag}-${i}`;
+    await p.create(peid, { steps: 0, waitEvent: 'go' });
+    // Locally a Workflow waiting for an event reports "running"; its 'before wait' step output
+    // shows it reached the wait.
+    await until(async () => ((await p.status(peid)).__LOCAL_DEV_STEP_OUTPUTS ?? []).includes('waiting'), `peer ${peid} to wait`);
+    await delay(SETTLE_BEFORE_EVENT_MS);
+    const psent = await p.event(peid, 'go');
+    const peo = await p.done(peid);
+    out.pEvent.push(peo.after_event_ms - psent.sent_ms);
+  }
+  return out;
+}
+
+const fmt = (v, unit = 'ms') => (Number.isFinite(v) ? `${Number.isInteger(v) ? v : v.toFixed(2)} ${unit}`.trim() : 'n/a');
+
+export function printTable(rows) {
+  const header = ['figure', 'Sluice', 'peer', 'ratio', 'target', 'met'];
+  const lines = rows.map((r) => [r.figure, r.sluice, r.peer ?? '', r.ratio ?? '', r.target, r.met === undefined ? '' : r.met ? 'yes' : 'NO']);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => String(l[i]).length)));
+  const row = (cells) => `| ${cells.map((c, i) => String(c).padEnd(widths[i])).join(' | ')} |`;
+  console.log(row(header));
+  console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
+  for (const l of lines) console.log(row(l));
+}
+
+async function main() {
+  console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
+  const stack = await startStack();
+  const peer = await startPeer();
+  const rows = [];
+  try {
+    // One warm-up round on each side, not counted (first-request compilation).
+    await benchEngine(stack, peer, 'warmup').catch(() => {});
+    const r = await benchEngine(stack, peer, 'run');
+    const sSteps = median(r.sSteps);
+    const pSteps = median(r.pSteps);
+    rows.push({ figure: `${STEPS} no-op steps, create -> complete (p50)`, sluice: fmt(sSteps), peer: fmt(pSteps), ratio: `1/${(pSteps / sSteps).toFixed(1)}`, target: '<= 1/10 of peer', met: sSteps * 10 <= pSteps });
+    rows.push({ figure: `sleep ${SLEEP_MS} ms, lateness (p50)`, sluice: fmt(median(r.sLate)), peer: fmt(median(r.pLate)), ratio: '', target: '<= 10 ms', met: median(r.sLate) <= 10 });
+    rows.push({ figure: 'send event -> resumed step (p50)', sluice: fmt(median(r.sEvent)), peer: fmt(median(r.pEvent)), ratio: '', target: '<= 5 ms', met: median(r.sEvent) <= 5 });
+    rows.push({ figure: 'D1 round trips per completed step', sluice: fmt(median(r.d1PerStep), ''), peer: 'n/a', target: '~0 (one batch per pass)', met: median(r.d1PerStep) <= 0.05 });
+    rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
+    rows.push(...(await benchGates(stack, { rounds })));
+  } finally {
+    await peer.stop();
+    await stack.stop();
+  }
+  console.log('');
+  printTable(rows);
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop())) {
+  main().catch((err) => {
+    console.error(err);
+    process.exit(1);
+  });
+}
