@@ -13,7 +13,7 @@ use crate::limits::{POOL_CAPACITY_MAX, SLOT_TTL_MS};
 use crate::stmt;
 use crate::store::sql::{decode, Database, StoreError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AdmissionOutcome {
     /// The slot counts against the pool until released or expired.
     Admitted,

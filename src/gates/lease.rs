@@ -10,7 +10,7 @@ use crate::limits::LEASE_TTL_MS;
 use crate::stmt;
 use crate::store::sql::{decode, Database, StoreError};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LeaseOutcome {
     /// The caller holds the sandbox until `expires_ms` unless it heartbeats.
     Acquired { expires_ms: i64 },

@@ -89,7 +89,7 @@ pub struct Arrival<'a> {
 /// An execution skipped by a gate operation, for the caller to conclude its
 /// check run `neutral` and notify (automatic skips) or stay silent
 /// (operator skips, `reason` None).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skipped {
     pub execution_id: String,
     pub revision: String,
@@ -98,7 +98,7 @@ pub struct Skipped {
     pub superseded_by: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EnqueueOutcome {
     /// Queued; `superseded` are the waiters this arrival replaced, already
     /// marked in the same statement.
@@ -111,7 +111,7 @@ pub enum EnqueueOutcome {
 }
 
 /// The holder as a waiter sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderView {
     pub execution_id: String,
     pub revision: String,
@@ -121,7 +121,7 @@ pub struct HolderView {
     pub stale: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClaimOutcome {
     /// This execution holds the group; `took_over` names a stale holder
     /// whose row this claim flipped to `stale`.
@@ -498,6 +498,55 @@ pub async fn release(
         .await?,
     )?;
     Ok(rows.into_iter().next().and_then(|r| r.next))
+}
+
+/// The revision that superseded (or was current over) an execution's row,
+/// for the notification and the check run summary.
+pub async fn superseded_by(db: &dyn Database, group: &str, execution_id: &str) -> Result<Option<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct By {
+        superseded_by: Option<String>,
+    }
+    let rows: Vec<By> = decode(
+        db.all(stmt!(
+            "SELECT superseded_by FROM serial_queue WHERE group_key = ?1 AND execution_id = ?2",
+            group,
+            execution_id,
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().next().and_then(|r| r.superseded_by))
+}
+
+/// The groups an execution is queued in or holds (normally one).
+pub async fn live_groups_of(db: &dyn Database, execution_id: &str) -> Result<Vec<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct G {
+        group_key: String,
+    }
+    let rows: Vec<G> = decode(
+        db.all(stmt!(
+            "SELECT group_key FROM serial_queue WHERE execution_id = ?1 AND state IN ('waiting','holding') \
+             ORDER BY seq LIMIT ?2",
+            execution_id,
+            GROUPS_LISTED_MAX,
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().map(|g| g.group_key).collect())
+}
+
+/// An execution ended without cleaning up (an operator terminated it, its
+/// executor crash-looped): it releases what it holds and withdraws what it
+/// waits for, in every group. Returns, per group, the live waiter to wake.
+/// Idempotent.
+pub async fn abandon(db: &dyn Database, execution_id: &str, now_ms: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
+    let mut woken = Vec::new();
+    for group in live_groups_of(db, execution_id).await? {
+        let next = release(db, &group, execution_id, now_ms).await?;
+        woken.push((group, next));
+    }
+    Ok(woken)
 }
 
 /// An operator skips one waiter (never the holder): state `skipped`, no

@@ -12,6 +12,11 @@ pub enum Route {
     SendEvent(InstanceId, String),
     Command(InstanceId, Command),
     ListDeliveries,
+    ListGroups,
+    ExplainGroup(String),
+    SkipAll(String),
+    /// An operator skips a waiting execution (a queued deploy).
+    Skip(InstanceId),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +30,34 @@ pub enum RouteError {
 fn valid_event_type(s: &str) -> bool {
     !s.is_empty() && s.len() <= 100 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
 }
+
+/// Group keys ("deploy:octo/hello:main") travel percent-encoded in one
+/// path segment.
+fn group_name(raw: &str) -> Result<String, RouteError> {
+    let bad = || RouteError::BadId(format!("group {raw:?} is not a valid percent-encoded name"));
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = raw.get(i + 1..i + 3).ok_or_else(bad)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let name = String::from_utf8(out).map_err(|_| bad())?;
+    if name.is_empty() || name.len() > GROUP_CHARS_MAX || name.chars().any(char::is_control) {
+        return Err(bad());
+    }
+    Ok(name)
+}
+
+/// Group keys are repository, branch and label: GitHub caps each part far
+/// below this.
+const GROUP_CHARS_MAX: usize = 512;
 
 pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
     let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
@@ -46,6 +79,10 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
             }
             only("POST", Route::SendEvent(id(raw)?, (*ty).to_owned()))
         }
+        ["v1", "groups"] => only("GET", Route::ListGroups),
+        ["v1", "groups", g] => only("GET", Route::ExplainGroup(group_name(g)?)),
+        ["v1", "groups", g, "skip-all"] => only("POST", Route::SkipAll(group_name(g)?)),
+        ["v1", "executions", raw, "skip"] => only("POST", Route::Skip(id(raw)?)),
         ["v1", "executions", raw, verb] => {
             let cmd = match *verb {
                 "terminate" => Command::Terminate,
@@ -76,5 +113,12 @@ mod tests {
         assert!(matches!(route("POST", "/v1/executions/x/pause"), Ok(Route::Command(_, Command::Pause))));
         assert_eq!(route("POST", "/v1/executions/x/explode"), Err(RouteError::NotFound));
         assert_eq!(route("GET", "/nope"), Err(RouteError::NotFound));
+        assert_eq!(
+            route("GET", "/v1/groups/deploy%3Aocto%2Fhello%3Amain"),
+            Ok(Route::ExplainGroup("deploy:octo/hello:main".into()))
+        );
+        assert!(matches!(route("GET", "/v1/groups/%zz"), Err(RouteError::BadId(_))));
+        assert!(matches!(route("POST", "/v1/groups/g/skip-all"), Ok(Route::SkipAll(g)) if g == "g"));
+        assert!(matches!(route("POST", "/v1/executions/x/skip"), Ok(Route::Skip(_))));
     }
 }

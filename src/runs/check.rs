@@ -42,6 +42,7 @@ pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<
             timeout_ms,
             env: vars,
             secret_env: Vec::new(),
+            beat: None,
         };
         let result = run_command(ctx, env, &spec).await?;
         Ok(verdict_of(&check.command, &result))

@@ -27,6 +27,13 @@ const COMMAND_STEP_MARGIN_MS: i64 = 5 * 60 * 1000;
 /// the agent should already have killed.
 const EXTRA_POLLS: i64 = 3;
 
+/// Called between a running command's long-polls (every 20 s): a holder
+/// heartbeats what it holds through the whole command.
+#[async_trait::async_trait(?Send)]
+pub trait Beat {
+    async fn beat(&self);
+}
+
 pub struct CommandSpec<'a> {
     /// The step's name; also names the log.
     pub step: &'a str,
@@ -38,6 +45,7 @@ pub struct CommandSpec<'a> {
     pub env: BTreeMap<String, String>,
     /// Exported to the command, scrubbed from its log, never journaled.
     pub secret_env: Vec<(String, Secret)>,
+    pub beat: Option<&'a dyn Beat>,
 }
 
 /// What the step journals: never the full log, never a secret.
@@ -77,7 +85,7 @@ pub async fn run_command(ctx: &Ctx<'_>, env: &RunEnv<'_>, spec: &CommandSpec<'_>
                 env.sandbox.start(&p).await.map_err(|e| sandbox_failure("SandboxUnavailable", e))?
             }
         };
-        let state = wait_for_exit(env, pid, state, spec.timeout_ms).await?;
+        let state = wait_for_exit(env, pid, state, spec.timeout_ms, spec.beat).await?;
         let secrets: Vec<&str> = spec.secret_env.iter().map(|(_, v)| v.expose().as_str()).collect();
         let log = redact(&state.output, &secrets);
         env.blobs.put_text(key, &log).await.map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
@@ -109,11 +117,20 @@ async fn ensure_workspace(env: &RunEnv<'_>, spec: &CommandSpec<'_>, ws: &str) ->
     env.sandbox.checkout(&checkout).await.map_err(|e| sandbox_failure("CheckoutFailed", e))
 }
 
-async fn wait_for_exit(env: &RunEnv<'_>, pid: &str, mut state: ProcessState, timeout_ms: i64) -> Result<ProcessState, StepFailure> {
+async fn wait_for_exit(
+    env: &RunEnv<'_>,
+    pid: &str,
+    mut state: ProcessState,
+    timeout_ms: i64,
+    beat: Option<&dyn Beat>,
+) -> Result<ProcessState, StepFailure> {
     let polls_max = timeout_ms / PROCESS_POLL_MS + EXTRA_POLLS;
     for _ in 0..polls_max {
         if state.finished() {
             return Ok(state);
+        }
+        if let Some(b) = beat {
+            b.beat().await;
         }
         state = env
             .sandbox

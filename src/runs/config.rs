@@ -40,6 +40,10 @@ pub struct DeployConfig {
     pub label: Option<String>,
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Wait for an operator's confirmation (event `deploy-confirm`) before
+    /// joining the queue; bounded by `[deploy.queue] confirmation_timeout`.
+    #[serde(default)]
+    pub confirm: Option<bool>,
     #[serde(default)]
     pub queue: Option<QueueConfig>,
 }

@@ -5,6 +5,8 @@
 pub mod check;
 pub mod command;
 pub mod config;
+pub mod deploy;
+pub mod notify;
 pub mod probe;
 pub mod report;
 pub mod triggers;
@@ -16,15 +18,42 @@ use crate::blobs::Blobs;
 use crate::engine::{Ctx, RunError, RunOutcome, RunRegistry};
 use crate::github::GitHub;
 use crate::sandbox::Sandbox;
+use crate::secret::Secret;
+use crate::store::Database;
 
 use config::{ConfigState, CONFIG_PATH};
 use report::{github_failure, github_step};
+
+/// Wakes another instance with an event (the serial gate's push handoff).
+#[async_trait(?Send)]
+pub trait Waker {
+    async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String>;
+}
+
+/// Worker secrets by name (a deploy's `secrets = [...]`).
+pub trait SecretSource {
+    fn secret(&self, name: &str) -> Option<Secret>;
+}
+
+/// Where automatic skips are announced: a signed JSON POST.
+#[derive(Clone)]
+pub struct NotifyTarget {
+    pub url: String,
+    pub secret: Option<Secret>,
+}
 
 /// The services a run may use.
 pub struct RunEnv<'a> {
     pub github: GitHub<'a>,
     pub sandbox: &'a dyn Sandbox,
     pub blobs: &'a dyn Blobs,
+    /// The shared index (D1): the gates live there.
+    pub db: &'a dyn Database,
+    pub waker: &'a dyn Waker,
+    pub secrets: &'a dyn SecretSource,
+    pub notify: Option<NotifyTarget>,
+    /// Containers the sandbox pool admits at once.
+    pub pool_capacity: u32,
     /// The Worker's own base URL, for check run details links.
     pub public_url: String,
 }
@@ -43,7 +72,14 @@ impl RunRegistry for Registry<'_> {
         match run {
             "check" => check::run(ctx, &self.env, &decode(input)?).await,
             "probe" => probe::run(ctx, &self.env, &decode(input)?).await,
+            "deploy" => deploy::run(ctx, &self.env, &decode(input)?).await,
             other => Err(RunError::UnknownRun { run: other.to_owned() }),
+        }
+    }
+
+    async fn finalize(&self, run: &str, instance_id: &str, _input: &Value) {
+        if run == "deploy" {
+            deploy::finalize(&self.env, instance_id).await;
         }
     }
 }

@@ -16,6 +16,14 @@ pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const SANDBOX_URL: &str = "SANDBOX_URL";
 pub const SANDBOX_AGENT_TOKEN: &str = "SANDBOX_AGENT_TOKEN";
 pub const PUBLIC_URL: &str = "PUBLIC_URL";
+pub const NOTIFY_URL: &str = "NOTIFY_URL";
+pub const NOTIFY_SECRET: &str = "NOTIFY_SECRET";
+pub const POOL_CAPACITY: &str = "POOL_CAPACITY";
+pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
+
+/// Containers the sandbox pool admits at once when `POOL_CAPACITY` is
+/// unset: a small account's concurrent container quota.
+pub const POOL_CAPACITY_DEFAULT: u32 = 8;
 
 pub const GITHUB_API_URL_DEFAULT: &str = "https://api.github.com";
 pub const SANDBOX_URL_DEFAULT: &str = "http://127.0.0.1:8791";

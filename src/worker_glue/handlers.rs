@@ -12,7 +12,12 @@ use crate::http::routes::{route, Route, RouteError};
 use crate::http::webhook::{check_declared_length, intake, Intake, WebhookHeaders};
 use crate::http::{check_admin, ApiError};
 use crate::limits::{EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX};
-use crate::runs::{Registry, RunEnv};
+use crate::gates::policy::QueuePolicy;
+use crate::gates::serial;
+use crate::limits::POOL_CAPACITY_MAX;
+use crate::runs::deploy::TURN_EVENT;
+use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Waker};
+use crate::store::Database;
 use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
 use crate::store::executions::{self, DeliveryRow, ListFilter};
@@ -140,6 +145,33 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             let rows = executions::recent_deliveries(&db, DELIVERIES_LISTED_MAX).await?;
             json_ok(200, &json!({ "deliveries": rows }))
         }
+        Route::ListGroups => json_ok(200, &json!({ "groups": serial::groups(&db, WorkerClock.now_ms()).await? })),
+        Route::ExplainGroup(group) => {
+            // A group's policy lives in each commit's config; explain with
+            // the ADR defaults for "times out in".
+            let view = serial::explain(&db, &group, &QueuePolicy::default(), WorkerClock.now_ms()).await?;
+            json_ok(200, &json!(view))
+        }
+        Route::SkipAll(group) => {
+            let skipped = serial::skip_all(&db, &group, WorkerClock.now_ms()).await?;
+            let waker = InstanceWaker { env: env.clone() };
+            for s in &skipped {
+                let _ = waker.wake(&s.execution_id, TURN_EVENT).await;
+            }
+            json_ok(200, &json!({ "skipped": skipped }))
+        }
+        Route::Skip(id) => {
+            let now = WorkerClock.now_ms();
+            let mut skipped = false;
+            for group in serial::live_groups_of(&db, id.as_str()).await? {
+                skipped |= serial::skip(&db, &group, id.as_str(), now).await?;
+            }
+            if !skipped {
+                return Err(ApiError::new(409, "conflict", format!("{id} is not waiting in any serial group")));
+            }
+            let _ = InstanceWaker { env: env.clone() }.wake(id.as_str(), TURN_EVENT).await;
+            json_ok(200, &json!({ "skipped": id.as_str() }))
+        }
     }
 }
 
@@ -255,6 +287,37 @@ pub async fn purge_instance(env: &Env, id: &InstanceId) -> std::result::Result<(
     Ok(())
 }
 
+/// Wakes an instance by sending it an event through its Durable Object.
+pub struct InstanceWaker {
+    pub env: Env,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Waker for InstanceWaker {
+    async fn wake(&self, instance_id: &str, event_type: &str) -> std::result::Result<(), String> {
+        let id = InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
+        let (status, value) = instance_request(&self.env, &id, "/event", &json!({ "type": event_type, "payload": {} }))
+            .await
+            .map_err(|e| e.message)?;
+        if status < 300 {
+            Ok(())
+        } else {
+            Err(format!("wake {instance_id}: {status} {value}"))
+        }
+    }
+}
+
+/// Worker secrets by name.
+pub struct EnvSecrets {
+    pub env: Env,
+}
+
+impl SecretSource for EnvSecrets {
+    fn secret(&self, name: &str) -> Option<Secret> {
+        bindings::secret(&self.env, name)
+    }
+}
+
 /// The owned pieces a run's services borrow from, built per pass from the
 /// Worker's bindings.
 pub struct RunEnvParts {
@@ -267,6 +330,10 @@ pub struct RunEnvParts {
     sandbox_url: String,
     sandbox_token: Option<Secret>,
     public_url: String,
+    waker: InstanceWaker,
+    secrets: EnvSecrets,
+    notify: Option<NotifyTarget>,
+    pool_capacity: u32,
 }
 
 pub fn run_env_parts(env: &Env) -> RunEnvParts {
@@ -284,6 +351,14 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
         sandbox_url: text(env, bindings::SANDBOX_URL).unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
         sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
         public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
+        waker: InstanceWaker { env: env.clone() },
+        secrets: EnvSecrets { env: env.clone() },
+        notify: text(env, bindings::NOTIFY_URL)
+            .map(|url| NotifyTarget { url, secret: bindings::secret(env, bindings::NOTIFY_SECRET) }),
+        pool_capacity: text(env, bindings::POOL_CAPACITY)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
+            .clamp(1, POOL_CAPACITY_MAX),
     }
 }
 
@@ -315,8 +390,8 @@ impl RunEnvParts {
         AgentSandbox { transport: &self.transport, base_url: self.sandbox_url.clone(), token: self.sandbox_token.clone() }
     }
 
-    pub fn registry<'a>(&'a self, clock: &'a dyn Clock) -> RegistryOwner<'a> {
-        RegistryOwner { parts: self, sandbox: self.sandbox(), clock }
+    pub fn registry<'a>(&'a self, clock: &'a dyn Clock, db: &'a dyn Database) -> RegistryOwner<'a> {
+        RegistryOwner { parts: self, sandbox: self.sandbox(), clock, db }
     }
 }
 
@@ -325,18 +400,13 @@ pub struct RegistryOwner<'a> {
     parts: &'a RunEnvParts,
     sandbox: AgentSandbox<'a>,
     clock: &'a dyn Clock,
+    db: &'a dyn Database,
 }
 
-#[async_trait::async_trait(?Send)]
-impl crate::engine::RunRegistry for RegistryOwner<'_> {
-    async fn execute(
-        &self,
-        run: &str,
-        ctx: &crate::engine::Ctx<'_>,
-        input: &Value,
-    ) -> std::result::Result<crate::engine::RunOutcome, crate::engine::RunError> {
+impl RegistryOwner<'_> {
+    fn registry(&self) -> Registry<'_> {
         let p = self.parts;
-        let registry = Registry {
+        Registry {
             env: RunEnv {
                 github: GitHub {
                     transport: &p.transport,
@@ -351,9 +421,29 @@ impl crate::engine::RunRegistry for RegistryOwner<'_> {
                     Some(b) => b,
                     None => &NO_BLOBS.0,
                 },
+                db: self.db,
+                waker: &p.waker,
+                secrets: &p.secrets,
+                notify: p.notify.clone(),
+                pool_capacity: p.pool_capacity,
                 public_url: p.public_url.clone(),
             },
-        };
-        registry.execute(run, ctx, input).await
+        }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl crate::engine::RunRegistry for RegistryOwner<'_> {
+    async fn execute(
+        &self,
+        run: &str,
+        ctx: &crate::engine::Ctx<'_>,
+        input: &Value,
+    ) -> std::result::Result<crate::engine::RunOutcome, crate::engine::RunError> {
+        self.registry().execute(run, ctx, input).await
+    }
+
+    async fn finalize(&self, run: &str, instance_id: &str, input: &Value) {
+        self.registry().finalize(run, instance_id, input).await
     }
 }

@@ -10,7 +10,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, State};
 
-use crate::engine::{Command, CommandError, CreateRequest, Engine, Interrupt, InterruptFlag, PassResult, RunError, Status};
+use crate::engine::{
+    Command, CommandError, CreateRequest, Engine, Interrupt, InterruptFlag, PassResult, RunError, RunRegistry, Status,
+};
 use crate::store::journal::SqlJournal;
 use crate::store::StoreError;
 
@@ -125,6 +127,10 @@ impl DurableObject for RunInstance {
                         } else {
                             inner.state.storage().delete_alarm().await?;
                         }
+                        if status.is_terminal() {
+                            let parts = run_env_parts(&inner.env);
+                            finalize(journal, &parts.registry(&clock, &index)).await;
+                        }
                         json_response(200, &json!({ "status": status }))
                     }
                     Err(e) => command_error(e),
@@ -149,6 +155,15 @@ impl DurableObject for RunInstance {
         }
         drive(self.inner.clone(), true).await;
         Response::ok("done")
+    }
+}
+
+/// Lets the run release what it holds after the instance ended.
+async fn finalize(journal: &SqlJournal<DoSql>, registry: &dyn RunRegistry) {
+    use crate::engine::journal::JournalStore;
+    if let Ok(Some(rec)) = journal.load_instance() {
+        let input: Value = serde_json::from_str(&rec.input).unwrap_or(Value::Null);
+        registry.finalize(&rec.run, &rec.id, &input).await;
     }
 }
 
@@ -231,8 +246,13 @@ async fn pass_once(inner: &Inner) -> std::result::Result<PassResult, RunError> {
     let clock = WorkerClock;
     let parts = run_env_parts(&inner.env);
     let engine = Engine { journal, blobs: parts.blobs(), index: &index, clock: &clock };
-    let registry = parts.registry(&clock);
+    let registry = parts.registry(&clock, &index);
     let result = engine.pass(&registry, &inner.interrupt).await;
+    if let Ok(p) = &result {
+        if p.status.is_terminal() {
+            finalize(journal, &registry).await;
+        }
+    }
     match &result {
         Ok(p) => {
             if let Some(e) = &p.mirror_error {

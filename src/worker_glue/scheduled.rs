@@ -53,7 +53,7 @@ pub async fn sweep(env: &Env) -> SweepReport {
         }
         Err(e) => worker::console_error!("sweep: overdue query failed: {e}"),
     }
-    let retention_ms = bindings::text(env, "RETENTION_DAYS")
+    let retention_ms = bindings::text(env, bindings::RETENTION_DAYS)
         .and_then(|d| d.parse::<i64>().ok())
         .map(|d| d * 24 * 3600 * 1000)
         .unwrap_or(RETENTION_MS_DEFAULT);

@@ -1,0 +1,387 @@
+//! The `deploy` run: on a push to the branch `.sluice.toml` names, run the
+//! deploy command, serialized per repository + branch (+ label) so two
+//! deploys never overlap and the newest commit wins (ADR-0004), with the
+//! group's queue policy, and report `sluice/deploy`.
+//!
+//! The run reads as its steps: read config, [wait for confirmation], read
+//! head, enqueue, claim (waiting for the handoff), re-read head, admission,
+//! lease, command (heartbeating), release.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
+use crate::gates::policy::{Current, QueuePolicy, SkipReason};
+use crate::gates::serial::{self, Arrival, ClaimOutcome, EnqueueOutcome};
+use crate::gates::{admission, lease};
+use crate::limits::{SERIAL_POLL_MS, STEP_RETRY_INLINE_MS_MAX};
+
+use super::check::verdict_of;
+use super::command::{run_command, Beat, CommandSpec};
+use super::config::{command_timeout_ms, parse_duration_ms, ConfigState, DeployConfig};
+use super::notify::{self, AutoSkipped};
+use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
+use super::triggers::DeployInput;
+use super::{read_config, RunEnv};
+
+pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
+/// The event a releasing holder sends the next waiter (push handoff).
+pub const TURN_EVENT: &str = "serial-turn";
+/// The event an operator sends to confirm a deploy that asks for it.
+pub const CONFIRM_EVENT: &str = "deploy-confirm";
+/// The sandbox pool every deploy is admitted to.
+const POOL: &str = "sandbox";
+/// A confirmation nobody gives is bounded (ADR-0001 rule 3: hibernation
+/// only for bounded human decisions): 72 h, as release approval.
+const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = 72 * 3600 * 1000;
+/// Admission polls: a full pool frees a slot when a command ends; 5 s keeps
+/// the wait cheap, 120 polls (10 minutes) bound it before the run reports
+/// an infrastructure fault.
+const ADMISSION_POLL_MS: i64 = 5_000;
+const ADMISSION_POLLS_MAX: u32 = 120;
+/// Lease retries: a busy sandbox is one this instance itself held in an
+/// earlier attempt, so it frees within a lease TTL at most.
+const LEASE_RETRIES: u32 = 5;
+
+/// The serialization group: repository, branch and lane label.
+pub fn group_key(input: &DeployInput, deploy: &DeployConfig) -> String {
+    match &deploy.label {
+        Some(label) => format!("deploy:{}:{}:{label}", input.repo, input.branch),
+        None => format!("deploy:{}:{}", input.repo, input.branch),
+    }
+}
+
+pub fn policy_of(deploy: &DeployConfig) -> Result<QueuePolicy, String> {
+    let q = deploy.queue.clone().unwrap_or_default();
+    let ms = |v: &Option<String>| v.as_deref().map(parse_duration_ms).transpose();
+    QueuePolicy::from_config(q.supersede, ms(&q.queued_timeout)?, ms(&q.supersede_after)?, ms(&q.confirmation_timeout)?)
+        .map_err(|e| e.to_string())
+}
+
+/// How the gate ended for this execution.
+enum Gate {
+    Holding,
+    Skipped(Verdict),
+}
+
+fn gate_failure(e: crate::store::StoreError) -> StepFailure {
+    StepFailure::retryable("SerialQueue", e.to_string())
+}
+
+fn skipped(reason: SkipReason, tag: &str, summary: String) -> Verdict {
+    Verdict::Skipped { reason: reason.as_str().to_owned(), tag: Some(tag.to_owned()), summary }
+}
+
+pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget { name: DEPLOY_CHECK_NAME, installation_id: input.installation_id, repo: &input.repo, sha: &input.sha };
+    let deploy = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await? {
+        ConfigState::Valid { config } => match config.deploy {
+            Some(d) if d.branch == input.branch => d,
+            _ => return Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+        },
+        ConfigState::Missing => return Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+        ConfigState::Invalid { message } => {
+            let summary = format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
+            return reported(ctx, env, &target, || async { Ok(Verdict::Failed { summary }) }).await;
+        }
+    };
+    let policy = match policy_of(&deploy) {
+        Ok(p) => p,
+        Err(m) => {
+            let summary = format!("`[deploy.queue]` is invalid: {m}");
+            return reported(ctx, env, &target, || async { Ok(Verdict::Failed { summary }) }).await;
+        }
+    };
+    let group = group_key(input, &deploy);
+    let outcome = reported(ctx, env, &target, || async {
+        if let Some(v) = confirm(ctx, input, &deploy, &policy).await? {
+            return Ok(v);
+        }
+        match serial_gate(ctx, env, input, &group, &policy).await? {
+            Gate::Skipped(v) => return Ok(v),
+            Gate::Holding => {}
+        }
+        let result = holding(ctx, env, input, &deploy, &group).await;
+        if result.as_ref().err().is_some_and(RunError::is_suspension) {
+            return result;
+        }
+        release(ctx, env, &group).await?;
+        result
+    })
+    .await?;
+    if let RunOutcome::Skipped { reason, .. } = &outcome {
+        if let Some(r) = SkipReason::parse(reason) {
+            let newer = newer_revision(ctx, env, &group).await;
+            let n = AutoSkipped {
+                event: "deployment_auto_skipped",
+                execution_id: ctx.instance_id(),
+                repo: &input.repo,
+                branch: &input.branch,
+                revision: &input.sha,
+                reason: r.as_str(),
+                newer_revision: newer.as_deref(),
+                at_ms: ctx.now_ms(),
+            };
+            notify::auto_skipped(ctx, env, &n).await?;
+        }
+    }
+    Ok(outcome)
+}
+
+/// The newer revision a skip names, as journaled by the gate (read back
+/// from the serial queue row, which records it).
+async fn newer_revision(ctx: &Ctx<'_>, env: &RunEnv<'_>, group: &str) -> Option<String> {
+    ctx.step("read skip", StepConfig::default(), |_| async {
+        serial::superseded_by(env.db, group, ctx.instance_id()).await.map_err(gate_failure)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// `[deploy] confirm = true`: wait (bounded) for an operator's confirmation
+/// before joining the queue, so a deploy awaiting a human holds nothing.
+async fn confirm(ctx: &Ctx<'_>, input: &DeployInput, deploy: &DeployConfig, policy: &QueuePolicy) -> Result<Option<Verdict>, RunError> {
+    if !deploy.confirm.unwrap_or(false) {
+        return Ok(None);
+    }
+    let timeout_ms = policy.confirmation_timeout_ms.unwrap_or(CONFIRMATION_TIMEOUT_MS_DEFAULT);
+    match ctx.wait_for_event("confirmation", CONFIRM_EVENT, timeout_ms).await {
+        Ok(_) => Ok(None),
+        Err(RunError::EventTimedOut { .. }) => Ok(Some(skipped(
+            SkipReason::ConfirmationTimeout,
+            "RunSkipped",
+            format!("Not deployed: nobody confirmed {} within {} minutes.", input.sha, timeout_ms / 60_000),
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// The serial gate: read the head once, enqueue (superseding older
+/// waiters in the same statement), then claim until holding, skipped or
+/// timed out. Waiting costs no CPU: the waiter waits for the releasing
+/// holder's handoff event, polling only as the fallback for a dead holder.
+async fn serial_gate(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, group: &str, policy: &QueuePolicy) -> Result<Gate, RunError> {
+    let head: Result<Option<String>, RunError> = ctx
+        .step("read head", github_step(), |_| async {
+            env.github.branch_head(input.installation_id, &input.repo, &input.branch).await.map_err(github_failure)
+        })
+        .await;
+    let current = match head {
+        Ok(Some(sha)) => Current::Known(sha),
+        Err(e) if e.is_suspension() || e == RunError::Terminated => return Err(e),
+        // The head read failed: the group falls back to arrival order.
+        _ => Current::Unknown,
+    };
+    let arrived: EnqueueOutcome = ctx
+        .step("enqueue", StepConfig::default(), |_| {
+            let current = current.clone();
+            async move {
+                let arrival = Arrival { group, execution_id: ctx.instance_id(), revision: &input.sha, current, imperative: false };
+                let outcome = serial::enqueue(env.db, &arrival, policy, ctx.now_ms()).await.map_err(gate_failure)?;
+                if let EnqueueOutcome::Queued { superseded } = &outcome {
+                    // Superseded waiters learn it now, not at their next poll.
+                    for s in superseded {
+                        let _ = env.waker.wake(&s.execution_id, TURN_EVENT).await;
+                    }
+                }
+                Ok(outcome)
+            }
+        })
+        .await?;
+    if let EnqueueOutcome::NotCurrent { current } = arrived {
+        return Ok(Gate::Skipped(skipped(
+            SkipReason::NotCurrent,
+            "RunSkipped",
+            format!("Not deployed: {} is not the head of `{}`; the head is {current}.", input.sha, input.branch),
+        )));
+    }
+    let polls_max = (policy.queued_timeout_ms / SERIAL_POLL_MS).max(0) as u32 + 1;
+    for _ in 0..polls_max {
+        let claim: ClaimOutcome = ctx
+            .step("claim", StepConfig::default(), |_| async {
+                serial::claim(env.db, group, ctx.instance_id(), policy, ctx.now_ms()).await.map_err(gate_failure)
+            })
+            .await?;
+        match claim {
+            ClaimOutcome::Holding { .. } => return Ok(Gate::Holding),
+            ClaimOutcome::Waiting { .. } => match ctx.wait_for_event("turn", TURN_EVENT, SERIAL_POLL_MS).await {
+                Ok(_) | Err(RunError::EventTimedOut { .. }) => continue,
+                Err(e) => return Err(e),
+            },
+            ClaimOutcome::Superseded { by } => {
+                return Ok(Gate::Skipped(skipped(
+                    SkipReason::Superseded,
+                    "RunSkipped",
+                    format!("Not deployed: superseded by a newer revision of `{}`, {by}.", input.branch),
+                )))
+            }
+            ClaimOutcome::TimedOut => return Ok(Gate::Skipped(timed_out(input, policy))),
+            ClaimOutcome::Skipped { reason: None } => {
+                return Ok(Gate::Skipped(Verdict::Skipped {
+                    reason: "skipped-by-operator".into(),
+                    tag: Some("RunSkipped".into()),
+                    summary: "Not deployed: an operator skipped this deploy.".into(),
+                }))
+            }
+            ClaimOutcome::Skipped { reason: Some(r) } => {
+                return Ok(Gate::Skipped(skipped(r, "RunSkipped", format!("Not deployed: skipped ({}).", r.as_str()))))
+            }
+            other => {
+                return Err(RunError::NonRetryable {
+                    step: "claim".into(),
+                    failure: StepFailure::fatal("SerialQueue", format!("unexpected claim outcome {other:?}")),
+                })
+            }
+        }
+    }
+    Ok(Gate::Skipped(timed_out(input, policy)))
+}
+
+fn timed_out(input: &DeployInput, policy: &QueuePolicy) -> Verdict {
+    skipped(
+        SkipReason::QueuedTimeout,
+        "SerialQueueTimedOut",
+        format!("Not deployed: {} waited over {} minutes behind a running deploy.", input.sha, policy.queued_timeout_ms / 60_000),
+    )
+}
+
+/// Heartbeats everything the holder holds, between the command's polls.
+struct HolderBeat<'a> {
+    env: &'a RunEnv<'a>,
+    group: &'a str,
+    id: &'a str,
+}
+
+#[async_trait(?Send)]
+impl Beat for HolderBeat<'_> {
+    async fn beat(&self) {
+        let now = self.env.github.clock.now_ms();
+        // A lost heartbeat is logged by the store's error only: the deploy
+        // in flight is never cancelled (ADR-0004).
+        let _ = serial::heartbeat(self.env.db, self.group, self.id, now).await;
+        let _ = admission::heartbeat(self.env.db, POOL, self.id, now).await;
+        let _ = lease::heartbeat(self.env.db, self.id, self.id, now).await;
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Admitted {
+    admitted: bool,
+}
+
+/// Holding the group: re-read the head, enter the pool, lease the sandbox,
+/// run the command with the secrets.
+async fn holding(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, deploy: &DeployConfig, group: &str) -> Result<Verdict, RunError> {
+    let head: Option<String> = ctx
+        .step("re-read head", github_step(), |_| async {
+            let now = ctx.now_ms();
+            let _ = serial::heartbeat(env.db, group, ctx.instance_id(), now).await;
+            env.github.branch_head(input.installation_id, &input.repo, &input.branch).await.map_err(github_failure)
+        })
+        .await
+        .or_else(|e| if e.is_suspension() || e == RunError::Terminated { Err(e) } else { Ok(None) })?;
+    if let Some(h) = &head {
+        if h != &input.sha {
+            return Ok(skipped(
+                SkipReason::NotCurrent,
+                "RunSkipped",
+                format!("Not deployed: `{}` moved on to {h} while this deploy waited.", input.branch),
+            ));
+        }
+    }
+    let beat = HolderBeat { env, group, id: ctx.instance_id() };
+    let admitted: Admitted = ctx
+        .step("admission", StepConfig::default().timeout_ms(ADMISSION_POLL_MS * i64::from(ADMISSION_POLLS_MAX) + 60_000), |_| {
+            let beat = &beat;
+            async move {
+                for _ in 0..ADMISSION_POLLS_MAX {
+                    let now = ctx.now_ms();
+                    match admission::acquire(env.db, POOL, ctx.instance_id(), env.pool_capacity, now).await.map_err(gate_failure)? {
+                        admission::AdmissionOutcome::Admitted => return Ok(Admitted { admitted: true }),
+                        admission::AdmissionOutcome::Queued { .. } => {
+                            beat.beat().await;
+                            env.github.clock.sleep(ADMISSION_POLL_MS).await;
+                        }
+                    }
+                }
+                Ok(Admitted { admitted: false })
+            }
+        })
+        .await?;
+    if !admitted.admitted {
+        return Ok(Verdict::InfraFault { summary: format!("No sandbox capacity within {} minutes.", ADMISSION_POLL_MS * i64::from(ADMISSION_POLLS_MAX) / 60_000) });
+    }
+    ctx.step("lease sandbox", StepConfig::default().retries(LEASE_RETRIES, STEP_RETRY_INLINE_MS_MAX, crate::engine::Backoff::Constant), |_| async {
+        match lease::acquire(env.db, ctx.instance_id(), ctx.instance_id(), ctx.now_ms()).await.map_err(gate_failure)? {
+            lease::LeaseOutcome::Acquired { .. } => Ok(()),
+            lease::LeaseOutcome::Busy { holder, .. } => Err(StepFailure::retryable("LeaseBusy", format!("sandbox held by {holder:?}"))),
+        }
+    })
+    .await?;
+    let mut secret_env = Vec::with_capacity(deploy.secrets.len());
+    for name in &deploy.secrets {
+        match env.secrets.secret(name) {
+            Some(v) => secret_env.push((name.clone(), v)),
+            None => return Ok(Verdict::Failed { summary: format!("Not deployed: the Worker secret `{name}` named in `[deploy] secrets` is not set.") }),
+        }
+    }
+    let timeout_ms = command_timeout_ms(deploy.timeout.as_deref()).map_err(|m| RunError::InvalidInput { message: m })?;
+    let mut vars = BTreeMap::new();
+    vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
+    vars.insert("SLUICE_HEAD_SHA".to_owned(), head.unwrap_or_else(|| input.sha.clone()));
+    vars.insert("SLUICE_BRANCH".to_owned(), input.branch.clone());
+    vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
+    if let Some(label) = &deploy.label {
+        vars.insert("SLUICE_DEPLOY_LABEL".to_owned(), label.clone());
+    }
+    let spec = CommandSpec {
+        step: "run deploy command",
+        repo_url: &input.clone_url,
+        sha: &input.sha,
+        installation_id: input.installation_id,
+        command: &deploy.command,
+        timeout_ms,
+        env: vars,
+        secret_env,
+        beat: Some(&beat),
+    };
+    let result = run_command(ctx, env, &spec).await?;
+    Ok(verdict_of(&deploy.command, &result))
+}
+
+/// Releases the group, the pool slot and the lease on every exit path, and
+/// hands the group to the live waiter at once.
+async fn release(ctx: &Ctx<'_>, env: &RunEnv<'_>, group: &str) -> Result<(), RunError> {
+    ctx.cleanup_step("release", StepConfig::default(), |_| async {
+        let now = ctx.now_ms();
+        let id = ctx.instance_id();
+        let next = serial::release(env.db, group, id, now).await.map_err(gate_failure)?;
+        admission::release(env.db, POOL, id).await.map_err(gate_failure)?;
+        lease::release(env.db, id, id).await.map_err(gate_failure)?;
+        if let Some(next) = next {
+            let _ = env.waker.wake(&next, TURN_EVENT).await;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// After the instance ended by a path its body could not clean up on (an
+/// operator's terminate, a crash loop): withdraw from every gate and wake
+/// whoever is next.
+pub async fn finalize(env: &RunEnv<'_>, instance_id: &str) {
+    let now = env.github.clock.now_ms();
+    if let Ok(woken) = serial::abandon(env.db, instance_id, now).await {
+        for (_, next) in woken {
+            if let Some(next) = next {
+                let _ = env.waker.wake(&next, TURN_EVENT).await;
+            }
+        }
+    }
+    let _ = admission::release(env.db, POOL, instance_id).await;
+    let _ = lease::release(env.db, instance_id, instance_id).await;
+}
+
