@@ -141,7 +141,17 @@ impl RunRegistry for Runs {
                 .await?;
                 Ok(RunOutcome::Complete(json!(fx.count("work"))))
             }
-            "skips" => Ok(RunOutcome::Skipped { reason: "not-configured".into() }),
+            "until" => {
+                let at = input.as_i64().unwrap_or(0);
+                ctx.sleep_until("alarm clock", at).await?;
+                Ok(RunOutcome::Complete(json!(ctx.now_ms())))
+            }
+            "long-name" => {
+                let name = "n".repeat(257);
+                ctx.step(&name, StepConfig::default(), |_| async { Ok(1) }).await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "skips" => Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
             "loop-sleep" => {
                 for i in 0..3 {
                     ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) }).await?;
@@ -350,6 +360,32 @@ fn the_ceiling_fails_naming_the_wait_in_progress() {
     let row = row(&w, &c.id);
     assert_eq!(row.error_tag.as_deref(), Some("RunDurationExceeded"));
     assert!(row.error_message.unwrap().contains("sleep \"too-long\""));
+}
+
+#[test]
+fn sleep_until_wakes_at_the_given_time_and_refuses_more_than_a_year() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("until", json!(T0 + 5_000)))).unwrap();
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.wake_at_ms, Some(T0 + 5_000));
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
+
+    let w = World::new();
+    let mut r = req("until", json!(T0 + 366 * 24 * 3600 * 1000));
+    r.max_duration_ms = Some(400 * 24 * 3600 * 1000);
+    let c = block_on(w.engine().create(&r)).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Errored);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("InvalidStep"));
+}
+
+#[test]
+fn step_names_longer_than_256_characters_are_refused() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("long-name", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Errored);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("InvalidStep"));
 }
 
 #[test]

@@ -115,6 +115,8 @@ fn first_arrival_claims_and_holds() {
     let (out, n) = trips(&db, || claim(&db, "a", T0));
     assert_eq!(out, holding());
     assert_eq!(n, 1, "claim is one round trip");
+    // Quoted by `npm run bench`.
+    println!("bench: claim D1 round trips = {n}");
     let r = row(&db, "a");
     assert_eq!((r.state.as_str(), r.claimed_ms), ("holding", Some(T0)));
 }
@@ -137,6 +139,8 @@ fn burst_newest_waiter_wins_and_holder_is_never_touched() {
     let (out, n) = trips(&db, || enq(&db, "c", "rC", Current::NotDeclared, T0 + 3));
     assert_eq!(out, queued(&[("b", "rB", "rC")]), "c supersedes b, and says so");
     assert_eq!(n, 1, "enqueue + supersede is one round trip (one statement)");
+    // Quoted by `npm run bench`.
+    println!("bench: enqueue+supersede D1 round trips = {n}");
     let b = row(&db, "b");
     assert_eq!(
         (b.state.as_str(), b.skipped_reason.as_deref(), b.superseded_by.as_deref(), b.ended_by.as_deref()),
