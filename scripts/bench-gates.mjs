@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pushPayload } from '../tools/github-standin/webhooks.mjs';
-import { ROOT, delay } from './lib.mjs';
+import { ROOT, delay, pollUntil } from './lib.mjs';
 
 const OWNER = 'bench';
 // The burst: 100 pushes over 10 s, each a new commit, to a branch whose deploy takes 5 s.
@@ -25,15 +25,7 @@ function deployToml(logFile, seconds) {
   return `[deploy]\nbranch = "main"\ncommand = "echo start $SLUICE_SHA >> ${logFile}; sleep ${seconds}"\n`;
 }
 
-async function until(fn, what, timeoutMs = FINISH_TIMEOUT_MS) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const v = await fn();
-    if (v) return v;
-    await delay(POLL_MS);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+const until = (fn, what, timeoutMs = FINISH_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 
 async function push(stack, repo, sha) {
   const payload = pushPayload({ owner: OWNER, repo, after: sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
@@ -87,9 +79,10 @@ function nativeFigure(testFile, filter, pattern) {
   const out = execFileSync('cargo', ['test', '-q', '--test', testFile, filter, '--', '--nocapture'], {
     cwd: ROOT, encoding: 'utf8', timeout: NATIVE_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const m = pattern.exec(out);
-  if (!m) throw new Error(`no figure matching ${pattern} in cargo test --test ${testFile} ${filter}`);
-  return Number(m[1]);
+  // The worst of every line the test printed.
+  const found = [...out.matchAll(new RegExp(pattern, 'g'))].map((m) => Number(m[1]));
+  if (!found.length) throw new Error(`no figure matching ${pattern} in cargo test --test ${testFile} ${filter}`);
+  return Math.max(...found);
 }
 
 export async function benchGates(stack, { rounds }) {
@@ -101,7 +94,7 @@ export async function benchGates(stack, { rounds }) {
   const b = await burst(stack);
   const enqueueTrips = nativeFigure('gates', 'burst_newest_waiter_wins', /enqueue\+supersede D1 round trips = (\d+)/);
   const claimTrips = nativeFigure('gates', 'first_arrival_claims_and_holds', /claim D1 round trips = (\d+)/);
-  const waiterSteps = nativeFigure('runs', 'sixty_minute_wait', /claim steps on a 60-minute wait = (\d+)/);
+  const waiterSteps = nativeFigure('runs', 'a_waiter_behind_a_live_holder_times_out', /B made (\d+) claim steps/);
   return [
     { figure: 'handoff: holder releases -> next waiter holds (p50)', sluice: `${p50} ms`, peer: 'ADR poll: up to 30 s', target: '<= 250 ms', met: p50 <= 250 },
     { figure: `handoff (max of ${handoffs.length}, as p99)`, sluice: `${p99} ms`, peer: '', target: '<= 1 s', met: p99 <= 1000 },

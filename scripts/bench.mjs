@@ -9,7 +9,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ROOT, WRANGLER_BIN, delay, freePort, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
+import { ROOT, WRANGLER_BIN, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
 import { startStack } from '../tests/e2e/harness.mjs';
 import { benchGates } from './bench-gates.mjs';
 
@@ -38,15 +38,7 @@ export const pct = (xs, p) => {
   return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] : NaN;
 };
 
-export async function until(fn, what, timeoutMs = RUN_TIMEOUT_MS) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const v = await fn();
-    if (v) return v;
-    await delay(POLL_MS);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+const until = (fn, what, timeoutMs = RUN_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 
 async function startPeer() {
   const port = await freePort();

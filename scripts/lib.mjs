@@ -121,6 +121,18 @@ export async function stopGroup(child, graceMs) {
   await child.exited;
 }
 
+// Polls `fn` every `intervalMs` until it returns a truthy value (returned); an error thrown by
+// `fn` ends the wait at once (unlike the e2e harness's waitFor, which tolerates them).
+export async function pollUntil(fn, { what, timeoutMs, intervalMs }) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const v = await fn();
+    if (v) return v;
+    await delay(intervalMs);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
 export function delay(ms) {
   return new Promise((resolve) => {
     setTimeout(resolve, ms);

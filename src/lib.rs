@@ -34,6 +34,11 @@ mod entry {
     #[event(scheduled)]
     async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let report = crate::worker_glue::scheduled::sweep(&env).await;
-        worker::console_log!("sweep: resumed {}, purged {}, failed {}", report.resumed, report.purged, report.failed);
+        worker::console_log!(
+            "sweep: resumed {}, purged {}, failed {}",
+            report.resumed,
+            report.purged,
+            report.failed
+        );
     }
 }

@@ -119,7 +119,8 @@ pub const WAITER_STALE_MS: i64 = 45 * 60 * 1000;
 /// The default queued timeout in polls, plus the first claim: the bound of
 /// a waiter's claim loop (the ADR's was 121). An imperative waiter is never
 /// aged out; the run ceiling bounds it.
-pub const SERIAL_CLAIM_POLLS_MAX_DEFAULT: u32 = (SERIAL_QUEUED_TIMEOUT_MS_DEFAULT / SERIAL_POLL_MS) as u32 + 1;
+pub const SERIAL_CLAIM_POLLS_MAX_DEFAULT: u32 =
+    (SERIAL_QUEUED_TIMEOUT_MS_DEFAULT / SERIAL_POLL_MS) as u32 + 1;
 /// Holders of a group, a pool slot or a sandbox lease heartbeat this often:
 /// three missed beats still leave them inside every staleness bound below.
 pub const HEARTBEAT_INTERVAL_MS: i64 = 60_000;

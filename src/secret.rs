@@ -44,7 +44,10 @@ mod tests {
 
     #[test]
     fn debug_never_shows_the_value() {
-        assert_eq!(format!("{:?}", Secret::new("ghs_abc")), "Secret(<redacted>)");
+        assert_eq!(
+            format!("{:?}", Secret::new("ghs_abc")),
+            "Secret(<redacted>)"
+        );
     }
 
     #[test]

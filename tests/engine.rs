@@ -10,8 +10,8 @@ use common::{block_on, Effects, World, T0};
 use futures::FutureExt;
 use serde_json::{json, Value};
 use sluice::engine::{
-    Backoff, Command, CreateRequest, Ctx, Interrupt, RunError, RunOutcome, RunRegistry, Status, StepConfig,
-    StepFailure,
+    Backoff, Command, CreateRequest, Ctx, Interrupt, RunError, RunOutcome, RunRegistry, Status,
+    StepConfig, StepFailure,
 };
 use sluice::store::executions;
 
@@ -27,13 +27,24 @@ fn cfg_fast(limit: u32) -> StepConfig {
 
 #[async_trait(?Send)]
 impl RunRegistry for Runs {
-    async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError> {
+    async fn execute(
+        &self,
+        run: &str,
+        ctx: &Ctx<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError> {
         let fx = &self.effects;
         match run {
             "replay" => {
-                let a: u32 = ctx.step("a", StepConfig::default(), |_| async { Ok(fx.hit("a")) }).await?;
+                let a: u32 = ctx
+                    .step("a", StepConfig::default(), |_| async { Ok(fx.hit("a")) })
+                    .await?;
                 ctx.sleep("nap", 1_000).await?;
-                let b: u32 = ctx.step("b", StepConfig::default(), |_| async { Ok(fx.hit("b") * 10) }).await?;
+                let b: u32 = ctx
+                    .step("b", StepConfig::default(), |_| async {
+                        Ok(fx.hit("b") * 10)
+                    })
+                    .await?;
                 Ok(RunOutcome::Complete(json!(a + b)))
             }
             "flaky" => {
@@ -78,7 +89,11 @@ impl RunRegistry for Runs {
                 let n: u32 = ctx
                     .step("slow-retry", cfg, |attempt| async move {
                         fx.hit("slow-retry");
-                        if attempt == 1 { Err(StepFailure::retryable("Blip", "first")) } else { Ok(attempt) }
+                        if attempt == 1 {
+                            Err(StepFailure::retryable("Blip", "first"))
+                        } else {
+                            Ok(attempt)
+                        }
                     })
                     .await?;
                 Ok(RunOutcome::Complete(json!(n)))
@@ -93,31 +108,44 @@ impl RunRegistry for Runs {
                 let b = ctx.wait_for_event("second", "tick", 10_000).await?;
                 Ok(RunOutcome::Complete(json!([a, b])))
             }
-            "event-timeout-caught" => match ctx.wait_for_event("approval", "approve", 1_000).await {
-                Err(RunError::EventTimedOut { .. }) => Ok(RunOutcome::Complete(json!("timed out"))),
-                other => Ok(RunOutcome::Complete(other?)),
-            },
+            "event-timeout-caught" => {
+                match ctx.wait_for_event("approval", "approve", 1_000).await {
+                    Err(RunError::EventTimedOut { .. }) => {
+                        Ok(RunOutcome::Complete(json!("timed out")))
+                    }
+                    other => Ok(RunOutcome::Complete(other?)),
+                }
+            }
             "ceiling" => {
-                ctx.step("quick", StepConfig::default(), |_| async { Ok(1) }).await?;
+                ctx.step("quick", StepConfig::default(), |_| async { Ok(1) })
+                    .await?;
                 ctx.sleep("too-long", 60_000).await?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
             "many-steps" => {
                 let n = input.as_u64().unwrap_or(0);
                 for i in 0..n {
-                    ctx.step("s", StepConfig::default(), |_| async move { Ok(i) }).await?;
+                    ctx.step("s", StepConfig::default(), |_| async move { Ok(i) })
+                        .await?;
                 }
                 Ok(RunOutcome::Complete(json!(n)))
             }
             "big-to-blob" => {
                 let key = ctx
-                    .step_to_blob("big", StepConfig::default(), |_| async { Ok("x".repeat(2 * 1024 * 1024)) })
+                    .step_to_blob("big", StepConfig::default(), |_| async {
+                        Ok("x".repeat(2 * 1024 * 1024))
+                    })
                     .await?;
                 let text = ctx.read_blob(&key).await?.unwrap_or_default();
-                Ok(RunOutcome::Complete(json!({ "key": key, "len": text.len() })))
+                Ok(RunOutcome::Complete(
+                    json!({ "key": key, "len": text.len() }),
+                ))
             }
             "big-result" => {
-                ctx.step("big", StepConfig::default(), |_| async { Ok("x".repeat(2 * 1024 * 1024)) }).await?;
+                ctx.step("big", StepConfig::default(), |_| async {
+                    Ok("x".repeat(2 * 1024 * 1024))
+                })
+                .await?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
             "renamed" => {
@@ -125,12 +153,16 @@ impl RunRegistry for Runs {
                 // code changed under a live instance.
                 let v = fx.hit("renamed-pass");
                 let name = if v == 1 { "old-name" } else { "new-name" };
-                ctx.step(name, StepConfig::default(), |_| async { Ok(1) }).await?;
+                ctx.step(name, StepConfig::default(), |_| async { Ok(1) })
+                    .await?;
                 ctx.sleep("nap", 10).await?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
             "crashy" => {
-                ctx.step("before", StepConfig::default(), |_| async { Ok(fx.hit("before")) }).await?;
+                ctx.step("before", StepConfig::default(), |_| async {
+                    Ok(fx.hit("before"))
+                })
+                .await?;
                 ctx.step("work", StepConfig::default(), |_| async {
                     // The first two attempts hang until the pass is dropped.
                     if fx.hit("work") <= 2 {
@@ -148,13 +180,18 @@ impl RunRegistry for Runs {
             }
             "long-name" => {
                 let name = "n".repeat(257);
-                ctx.step(&name, StepConfig::default(), |_| async { Ok(1) }).await?;
+                ctx.step(&name, StepConfig::default(), |_| async { Ok(1) })
+                    .await?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
-            "skips" => Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+            "skips" => Ok(RunOutcome::Skipped {
+                reason: Some("not-configured".into()),
+                tag: None,
+            }),
             "loop-sleep" => {
                 for i in 0..3 {
-                    ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) }).await?;
+                    ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) })
+                        .await?;
                     ctx.sleep("pause", 100).await?;
                 }
                 Ok(RunOutcome::Complete(Value::Null))
@@ -191,7 +228,9 @@ fn run_to_end(w: &World, runs: &Runs, passes_max: u32) -> Status {
 }
 
 fn row(w: &World, id: &str) -> executions::ExecutionRow {
-    block_on(executions::get(w.index.as_ref(), id)).expect("query").expect("row exists")
+    block_on(executions::get(w.index.as_ref(), id))
+        .expect("query")
+        .expect("row exists")
 }
 
 #[test]
@@ -221,14 +260,21 @@ fn replay_returns_journaled_values_and_never_reruns_a_completed_step() {
     w.clock.advance(1_000);
     let p2 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p2.status, Status::Complete);
-    assert_eq!(runs.effects.count("a"), 1, "step a ran once across three passes");
+    assert_eq!(
+        runs.effects.count("a"),
+        1,
+        "step a ran once across three passes"
+    );
     assert_eq!(runs.effects.count("b"), 1);
     assert_eq!(p2.stats.replayed, 1, "a was answered from the journal");
     let r = row(&w, &c.id);
     assert_eq!(r.status, "complete");
     assert_eq!(r.output_json.as_deref(), Some("11"));
     let steps = block_on(executions::steps(w.index.as_ref(), &c.id, 100)).unwrap();
-    let names: Vec<_> = steps.iter().map(|s| (s.name.as_str(), s.state.as_str())).collect();
+    let names: Vec<_> = steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.state.as_str()))
+        .collect();
     assert_eq!(names, [("a", "done"), ("nap", "done"), ("b", "done")]);
 }
 
@@ -276,7 +322,11 @@ fn a_step_that_hangs_times_out_per_attempt() {
     let runs = Runs::default();
     let c = block_on(w.engine().create(&req("hangs", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 3), Status::Errored);
-    assert_eq!(runs.effects.count("hang"), 2, "timed out, retried once, timed out");
+    assert_eq!(
+        runs.effects.count("hang"),
+        2,
+        "timed out, retried once, timed out"
+    );
     assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("StepTimedOut"));
 }
 
@@ -286,11 +336,18 @@ fn a_long_backoff_suspends_the_instance() {
     let runs = Runs::default();
     block_on(w.engine().create(&req("long-backoff", json!(null)))).unwrap();
     let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
-    assert_eq!((p1.status, p1.wake_at_ms), (Status::Waiting, Some(T0 + 60_000)));
+    assert_eq!(
+        (p1.status, p1.wake_at_ms),
+        (Status::Waiting, Some(T0 + 60_000))
+    );
     w.clock.advance(30_000);
     let early = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(early.status, Status::Waiting);
-    assert_eq!(runs.effects.count("slow-retry"), 1, "no attempt before the backoff ends");
+    assert_eq!(
+        runs.effects.count("slow-retry"),
+        1,
+        "no attempt before the backoff ends"
+    );
     w.clock.advance(30_000);
     let p2 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p2.status, Status::Complete);
@@ -302,9 +359,14 @@ fn an_event_sent_before_the_wait_is_kept() {
     let w = World::new();
     let runs = Runs::default();
     block_on(w.engine().create(&req("event", json!(null)))).unwrap();
-    w.engine().send_event("approve", &json!({"by": "ana"})).unwrap();
+    w.engine()
+        .send_event("approve", &json!({"by": "ana"}))
+        .unwrap();
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
-    assert_eq!(w.engine().record().unwrap().unwrap().output.as_deref(), Some(r#"{"by":"ana"}"#));
+    assert_eq!(
+        w.engine().record().unwrap().unwrap().output.as_deref(),
+        Some(r#"{"by":"ana"}"#)
+    );
 }
 
 #[test]
@@ -313,7 +375,10 @@ fn an_event_sent_during_the_wait_resumes_it() {
     let runs = Runs::default();
     block_on(w.engine().create(&req("event", json!(null)))).unwrap();
     let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
-    assert_eq!((p1.status, p1.wake_at_ms), (Status::Waiting, Some(T0 + 10_000)));
+    assert_eq!(
+        (p1.status, p1.wake_at_ms),
+        (Status::Waiting, Some(T0 + 10_000))
+    );
     // Another event type does not satisfy the wait.
     assert!(w.engine().send_event("other", &json!(1)).unwrap());
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
@@ -333,7 +398,10 @@ fn events_are_consumed_in_order_one_per_wait() {
     w.engine().send_event("tick", &json!(1)).unwrap();
     w.engine().send_event("tick", &json!(2)).unwrap();
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
-    assert_eq!(w.engine().record().unwrap().unwrap().output.as_deref(), Some("[1,2]"));
+    assert_eq!(
+        w.engine().record().unwrap().unwrap().output.as_deref(),
+        Some("[1,2]")
+    );
 }
 
 #[test]
@@ -342,7 +410,10 @@ fn an_event_timeout_is_a_typed_error_the_run_can_catch() {
     let runs = Runs::default();
     block_on(w.engine().create(&req("event-timeout-caught", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
-    assert_eq!(w.engine().record().unwrap().unwrap().output.as_deref(), Some(r#""timed out""#));
+    assert_eq!(
+        w.engine().record().unwrap().unwrap().output.as_deref(),
+        Some(r#""timed out""#)
+    );
     let steps = w.journal_entries();
     assert_eq!(steps[0].error_tag.as_deref(), Some("EventTimedOut"));
 }
@@ -355,7 +426,11 @@ fn the_ceiling_fails_naming_the_wait_in_progress() {
     r.max_duration_ms = Some(5_000);
     let c = block_on(w.engine().create(&r)).unwrap();
     let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
-    assert_eq!(p1.wake_at_ms, Some(T0 + 5_000), "woken at the ceiling, not after the sleep");
+    assert_eq!(
+        p1.wake_at_ms,
+        Some(T0 + 5_000),
+        "woken at the ceiling, not after the sleep"
+    );
     assert_eq!(run_to_end(&w, &runs, 3), Status::Errored);
     let row = row(&w, &c.id);
     assert_eq!(row.error_tag.as_deref(), Some("RunDurationExceeded"));
@@ -396,7 +471,10 @@ fn the_step_limit_is_enforced() {
     r.max_steps = Some(3);
     let c = block_on(w.engine().create(&r)).unwrap();
     assert_eq!(run_to_end(&w, &runs, 2), Status::Errored);
-    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("StepLimitExceeded"));
+    assert_eq!(
+        row(&w, &c.id).error_tag.as_deref(),
+        Some("StepLimitExceeded")
+    );
 }
 
 #[test]
@@ -406,7 +484,10 @@ fn repeated_step_names_are_keyed_by_occurrence() {
     block_on(w.engine().create(&req("loop-sleep", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 10), Status::Complete);
     let names: Vec<String> = w.journal_entries().into_iter().map(|e| e.name).collect();
-    assert_eq!(names, ["tick", "pause", "tick#2", "pause#2", "tick#3", "pause#3"]);
+    assert_eq!(
+        names,
+        ["tick", "pause", "tick#2", "pause#2", "tick#3", "pause#3"]
+    );
 }
 
 #[test]
@@ -415,7 +496,10 @@ fn an_oversized_result_is_refused() {
     let runs = Runs::default();
     let c = block_on(w.engine().create(&req("big-result", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 2), Status::Errored);
-    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("StepResultTooLarge"));
+    assert_eq!(
+        row(&w, &c.id).error_tag.as_deref(),
+        Some("StepResultTooLarge")
+    );
 }
 
 #[test]
@@ -424,12 +508,16 @@ fn a_large_result_goes_to_object_storage_and_the_step_returns_its_key() {
     let runs = Runs::default();
     block_on(w.engine().create(&req("big-to-blob", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
-    let out: Value = serde_json::from_str(&w.engine().record().unwrap().unwrap().output.unwrap()).unwrap();
+    let out: Value =
+        serde_json::from_str(&w.engine().record().unwrap().unwrap().output.unwrap()).unwrap();
     assert_eq!(out["len"], 2 * 1024 * 1024);
     let key = out["key"].as_str().unwrap();
     assert!(w.blobs.0.borrow().contains_key(key));
     let journaled = &w.journal_entries()[0];
-    assert!(journaled.value.as_ref().unwrap().len() < 200, "the journal holds the key, not the data");
+    assert!(
+        journaled.value.as_ref().unwrap().len() < 200,
+        "the journal holds the key, not the data"
+    );
 }
 
 #[test]
@@ -437,9 +525,19 @@ fn a_changed_step_name_is_a_journal_mismatch() {
     let w = World::new();
     let runs = Runs::default();
     let c = block_on(w.engine().create(&req("renamed", json!(null)))).unwrap();
-    assert_eq!(block_on(w.engine().pass(&runs, &w.interrupt)).unwrap().status, Status::Waiting);
+    assert_eq!(
+        block_on(w.engine().pass(&runs, &w.interrupt))
+            .unwrap()
+            .status,
+        Status::Waiting
+    );
     w.clock.advance(10);
-    assert_eq!(block_on(w.engine().pass(&runs, &w.interrupt)).unwrap().status, Status::Errored);
+    assert_eq!(
+        block_on(w.engine().pass(&runs, &w.interrupt))
+            .unwrap()
+            .status,
+        Status::Errored
+    );
     let r = row(&w, &c.id);
     assert_eq!(r.error_tag.as_deref(), Some("JournalMismatch"));
     assert!(r.error_message.unwrap().contains("old-name"));
@@ -453,12 +551,24 @@ fn a_crashed_pass_resumes_without_rerunning_completed_steps() {
     w.clock.freeze_timers(true);
     for _ in 0..2 {
         // The pass hangs inside "work"; dropping it is the executor dying.
-        assert!(w.engine().pass(&runs, &w.interrupt).now_or_never().is_none());
+        assert!(w
+            .engine()
+            .pass(&runs, &w.interrupt)
+            .now_or_never()
+            .is_none());
     }
     w.clock.freeze_timers(false);
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
-    assert_eq!(runs.effects.count("before"), 1, "completed before the crashes, never again");
-    assert_eq!(runs.effects.count("work"), 3, "the interrupted step is retried");
+    assert_eq!(
+        runs.effects.count("before"),
+        1,
+        "completed before the crashes, never again"
+    );
+    assert_eq!(
+        runs.effects.count("work"),
+        3,
+        "the interrupted step is retried"
+    );
 }
 
 #[test]
@@ -472,12 +582,19 @@ fn a_crash_loop_is_bounded() {
     for _ in 0..sluice::limits::EXECUTOR_CRASHES_MAX {
         // Each pass hangs (frozen timers, "work" pending) and is dropped.
         runs.effects.0.borrow_mut().insert("work".into(), 0);
-        assert!(w.engine().pass(&runs, &w.interrupt).now_or_never().is_none());
+        assert!(w
+            .engine()
+            .pass(&runs, &w.interrupt)
+            .now_or_never()
+            .is_none());
     }
     w.clock.freeze_timers(false);
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p.status, Status::Errored);
-    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("ExecutorCrashLoop"));
+    assert_eq!(
+        row(&w, &c.id).error_tag.as_deref(),
+        Some("ExecutorCrashLoop")
+    );
 }
 
 #[test]
@@ -499,11 +616,19 @@ fn d1_sees_one_batch_per_pass_and_no_round_trip_per_step() {
     let before = w.index.calls.get();
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p.status, Status::Complete);
-    assert_eq!(w.index.calls.get() - before, 1, "one D1 batch for 100 steps");
+    assert_eq!(
+        w.index.calls.get() - before,
+        1,
+        "one D1 batch for 100 steps"
+    );
     assert_eq!(p.stats.journal_writes, 100, "one journal write per step");
     let c = block_on(w.engine().create(&req("many-steps", json!(100)))).unwrap();
     let r = row(&w, &c.id);
-    assert_eq!((r.journal_writes, r.index_round_trips, r.passes), (100, 2, 1), "create + one mirror");
+    assert_eq!(
+        (r.journal_writes, r.index_round_trips, r.passes),
+        (100, 2, 1),
+        "create + one mirror"
+    );
 }
 
 #[test]
@@ -514,11 +639,19 @@ fn a_failed_mirror_is_caught_up_by_the_next_pass() {
     w.index.fail_next_batch.set(true);
     let p1 = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert!(p1.mirror_error.is_some());
-    assert_eq!(row(&w, &c.id).status, "queued", "D1 is stale after the failed batch");
+    assert_eq!(
+        row(&w, &c.id).status,
+        "queued",
+        "D1 is stale after the failed batch"
+    );
     w.clock.advance(1_000);
     block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     let steps = block_on(executions::steps(w.index.as_ref(), &c.id, 10)).unwrap();
-    assert_eq!(steps.len(), 3, "the first pass's steps reached D1 with the second");
+    assert_eq!(
+        steps.len(),
+        3,
+        "the first pass's steps reached D1 with the second"
+    );
     assert_eq!(row(&w, &c.id).status, "complete");
 }
 
@@ -529,21 +662,33 @@ fn terminate_pause_resume_and_restart() {
     let c = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
     block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
 
-    assert_eq!(block_on(w.engine().command(&Command::Pause)).unwrap(), Status::Paused);
+    assert_eq!(
+        block_on(w.engine().command(&Command::Pause)).unwrap(),
+        Status::Paused
+    );
     w.clock.advance(5_000);
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p.status, Status::Paused, "a paused instance does not run");
     assert_eq!(row(&w, &c.id).status, "paused");
     assert!(block_on(w.engine().command(&Command::Pause)).is_err());
 
-    assert_eq!(block_on(w.engine().command(&Command::Resume)).unwrap(), Status::Waiting);
+    assert_eq!(
+        block_on(w.engine().command(&Command::Resume)).unwrap(),
+        Status::Waiting
+    );
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
     assert_eq!(runs.effects.count("a"), 1);
 
-    assert!(block_on(w.engine().command(&Command::Terminate)).is_err(), "finished stays finished");
+    assert!(
+        block_on(w.engine().command(&Command::Terminate)).is_err(),
+        "finished stays finished"
+    );
 
     // Restart from "b": "a" is kept, "b" runs again.
-    let st = block_on(w.engine().command(&Command::Restart { from_step: Some("b".into()) })).unwrap();
+    let st = block_on(w.engine().command(&Command::Restart {
+        from_step: Some("b".into()),
+    }))
+    .unwrap();
     assert_eq!(st, Status::Queued);
     assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
     assert_eq!((runs.effects.count("a"), runs.effects.count("b")), (1, 2));
@@ -556,9 +701,15 @@ fn terminate_pause_resume_and_restart() {
     // Terminate a waiting instance.
     block_on(w.engine().command(&Command::Restart { from_step: None })).unwrap();
     block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
-    assert_eq!(block_on(w.engine().command(&Command::Terminate)).unwrap(), Status::Terminated);
+    assert_eq!(
+        block_on(w.engine().command(&Command::Terminate)).unwrap(),
+        Status::Terminated
+    );
     let r = row(&w, &c.id);
-    assert_eq!((r.status.as_str(), r.error_tag.as_deref()), ("terminated", Some("Terminated")));
+    assert_eq!(
+        (r.status.as_str(), r.error_tag.as_deref()),
+        ("terminated", Some("Terminated"))
+    );
     assert!(w.engine().send_event("approve", &json!(1)).is_err());
 }
 

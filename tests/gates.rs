@@ -7,10 +7,13 @@ use common::{block_on, CountingDb, T0};
 use sluice::gates::admission::{self, AdmissionOutcome};
 use sluice::gates::lease::{self, LeaseOutcome};
 use sluice::gates::policy::{ArrivalRule, NewerFacts, PolicyError, WaiterFacts};
-use sluice::gates::serial::{self, Arrival, ClaimOutcome, EnqueueOutcome, RowState, Skipped, WaitReason};
+use sluice::gates::serial::{
+    self, Arrival, ClaimOutcome, EnqueueOutcome, RowState, Skipped, WaitReason,
+};
 use sluice::gates::{Current, QueuePolicy, SkipReason};
 use sluice::limits::{
-    HOLDER_STALE_MS, LEASE_TTL_MS, QUEUE_POLICY_MS_MAX, SERIAL_QUEUED_TIMEOUT_MS_DEFAULT, SLOT_TTL_MS, WAITER_STALE_MS,
+    HOLDER_STALE_MS, LEASE_TTL_MS, QUEUE_POLICY_MS_MAX, SERIAL_QUEUED_TIMEOUT_MS_DEFAULT,
+    SLOT_TTL_MS, WAITER_STALE_MS,
 };
 use sluice::store::sql::decode;
 use sluice::store::Database;
@@ -23,11 +26,23 @@ fn fresh() -> CountingDb {
 }
 
 fn arrival<'a>(id: &'a str, rev: &'a str, current: Current) -> Arrival<'a> {
-    Arrival { group: G, execution_id: id, revision: rev, current, imperative: false }
+    Arrival {
+        group: G,
+        execution_id: id,
+        revision: rev,
+        current,
+        imperative: false,
+    }
 }
 
 fn enq(db: &CountingDb, id: &str, rev: &str, current: Current, now: i64) -> EnqueueOutcome {
-    block_on(serial::enqueue(db, &arrival(id, rev, current), &QueuePolicy::default(), now)).expect("enqueue")
+    block_on(serial::enqueue(
+        db,
+        &arrival(id, rev, current),
+        &QueuePolicy::default(),
+        now,
+    ))
+    .expect("enqueue")
 }
 
 fn enq_with(db: &CountingDb, a: &Arrival<'_>, p: &QueuePolicy, now: i64) -> EnqueueOutcome {
@@ -90,7 +105,10 @@ fn rows_of(db: &dyn Database, group: &str) -> Vec<QRow> {
 }
 
 fn row(db: &CountingDb, id: &str) -> QRow {
-    rows_of(&db.db, G).into_iter().find(|r| r.execution_id == id).expect("row exists")
+    rows_of(&db.db, G)
+        .into_iter()
+        .find(|r| r.execution_id == id)
+        .expect("row exists")
 }
 
 fn state(db: &CountingDb, id: &str) -> String {
@@ -127,30 +145,64 @@ fn burst_newest_waiter_wins_and_holder_is_never_touched() {
     let db = fresh();
     assert_eq!(enq(&db, "a", "rA", Current::NotDeclared, T0), queued(&[]));
     assert_eq!(claim(&db, "a", T0), holding());
-    assert_eq!(enq(&db, "b", "rB", Current::NotDeclared, T0 + 1), queued(&[]));
+    assert_eq!(
+        enq(&db, "b", "rB", Current::NotDeclared, T0 + 1),
+        queued(&[])
+    );
     match claim(&db, "b", T0 + 2) {
-        ClaimOutcome::Waiting { holder: Some(h), ahead: 0 } => {
-            assert_eq!((h.execution_id.as_str(), h.revision.as_str(), h.stale), ("a", "rA", false));
+        ClaimOutcome::Waiting {
+            holder: Some(h),
+            ahead: 0,
+        } => {
+            assert_eq!(
+                (h.execution_id.as_str(), h.revision.as_str(), h.stale),
+                ("a", "rA", false)
+            );
             assert_eq!(h.heartbeat_age_ms, 2);
         }
         other => panic!("b should wait behind a: {other:?}"),
     }
     let holder_before = row(&db, "a");
     let (out, n) = trips(&db, || enq(&db, "c", "rC", Current::NotDeclared, T0 + 3));
-    assert_eq!(out, queued(&[("b", "rB", "rC")]), "c supersedes b, and says so");
-    assert_eq!(n, 1, "enqueue + supersede is one round trip (one statement)");
+    assert_eq!(
+        out,
+        queued(&[("b", "rB", "rC")]),
+        "c supersedes b, and says so"
+    );
+    assert_eq!(
+        n, 1,
+        "enqueue + supersede is one round trip (one statement)"
+    );
     // Quoted by `npm run bench`.
     println!("bench: enqueue+supersede D1 round trips = {n}");
     let b = row(&db, "b");
     assert_eq!(
-        (b.state.as_str(), b.skipped_reason.as_deref(), b.superseded_by.as_deref(), b.ended_by.as_deref()),
+        (
+            b.state.as_str(),
+            b.skipped_reason.as_deref(),
+            b.superseded_by.as_deref(),
+            b.ended_by.as_deref()
+        ),
         ("superseded", Some("superseded"), Some("rC"), Some("c"))
     );
-    assert_eq!(row(&db, "a"), holder_before, "the holder is never touched by a newer arrival");
-    assert_eq!(claim(&db, "b", T0 + 4), ClaimOutcome::Superseded { by: "rC".into() });
+    assert_eq!(
+        row(&db, "a"),
+        holder_before,
+        "the holder is never touched by a newer arrival"
+    );
+    assert_eq!(
+        claim(&db, "b", T0 + 4),
+        ClaimOutcome::Superseded { by: "rC".into() }
+    );
     assert!(is_waiting(&claim(&db, "c", T0 + 5)));
-    let (next, n) = trips(&db, || block_on(serial::release(&db, G, "a", T0 + 6)).expect("release"));
-    assert_eq!(next.as_deref(), Some("c"), "release names the live waiter to wake");
+    let (next, n) = trips(&db, || {
+        block_on(serial::release(&db, G, "a", T0 + 6)).expect("release")
+    });
+    assert_eq!(
+        next.as_deref(),
+        Some("c"),
+        "release names the live waiter to wake"
+    );
     assert_eq!(n, 1);
     assert_eq!(claim(&db, "c", T0 + 7), holding());
     assert_eq!(state(&db, "a"), "released");
@@ -164,26 +216,57 @@ fn not_current_arrival_is_skipped_at_once_and_supersedes_nothing() {
     enq(&db, "b", "r3", Current::Known("r3".into()), T0 + 1);
     let waiting_before = row(&db, "b");
     // A late or re-requested older commit: the head is r3.
-    let (out, n) = trips(&db, || enq(&db, "c", "r2", Current::Known("r3".into()), T0 + 2));
-    assert_eq!(out, EnqueueOutcome::NotCurrent { current: "r3".into() });
+    let (out, n) = trips(&db, || {
+        enq(&db, "c", "r2", Current::Known("r3".into()), T0 + 2)
+    });
+    assert_eq!(
+        out,
+        EnqueueOutcome::NotCurrent {
+            current: "r3".into()
+        }
+    );
     assert_eq!(n, 1);
-    assert_eq!(row(&db, "b"), waiting_before, "the head's waiting deploy is not displaced");
+    assert_eq!(
+        row(&db, "b"),
+        waiting_before,
+        "the head's waiting deploy is not displaced"
+    );
     let c = row(&db, "c");
     assert_eq!(
-        (c.state.as_str(), c.skipped_reason.as_deref(), c.superseded_by.as_deref()),
+        (
+            c.state.as_str(),
+            c.skipped_reason.as_deref(),
+            c.superseded_by.as_deref()
+        ),
         ("skipped", Some("not_current"), Some("r3"))
     );
-    assert_eq!(claim(&db, "c", T0 + 3), ClaimOutcome::Skipped { reason: Some(SkipReason::NotCurrent) });
+    assert_eq!(
+        claim(&db, "c", T0 + 3),
+        ClaimOutcome::Skipped {
+            reason: Some(SkipReason::NotCurrent)
+        }
+    );
     // A replay answers as the first call did and changes nothing.
-    assert_eq!(enq(&db, "c", "r2", Current::Known("r3".into()), T0 + 4), EnqueueOutcome::NotCurrent { current: "r3".into() });
+    assert_eq!(
+        enq(&db, "c", "r2", Current::Known("r3".into()), T0 + 4),
+        EnqueueOutcome::NotCurrent {
+            current: "r3".into()
+        }
+    );
     assert_eq!(row(&db, "c"), c);
 }
 
 #[test]
 fn current_arrival_supersedes_every_non_current_waiter_whatever_its_age() {
     for policy in [
-        QueuePolicy { supersede_after_ms: Some(30 * MIN), ..QueuePolicy::default() },
-        QueuePolicy { supersede: false, ..QueuePolicy::default() },
+        QueuePolicy {
+            supersede_after_ms: Some(30 * MIN),
+            ..QueuePolicy::default()
+        },
+        QueuePolicy {
+            supersede: false,
+            ..QueuePolicy::default()
+        },
     ] {
         let db = fresh();
         let a = |id: &'static str, rev: &'static str, current: Current| Arrival {
@@ -199,10 +282,27 @@ fn current_arrival_supersedes_every_non_current_waiter_whatever_its_age() {
         // current revision, one imperative.
         enq_with(&db, &a("b", "r1", Current::Unknown), &policy, T0 + 1);
         enq_with(&db, &a("same", "r9", Current::Unknown), &policy, T0 + 2);
-        enq_with(&db, &Arrival { imperative: true, ..a("i", "r1", Current::NotDeclared) }, &policy, T0 + 3);
-        let out = enq_with(&db, &a("c", "r9", Current::Known("r9".into())), &policy, T0 + 4);
+        enq_with(
+            &db,
+            &Arrival {
+                imperative: true,
+                ..a("i", "r1", Current::NotDeclared)
+            },
+            &policy,
+            T0 + 3,
+        );
+        let out = enq_with(
+            &db,
+            &a("c", "r9", Current::Known("r9".into())),
+            &policy,
+            T0 + 4,
+        );
         assert_eq!(out, queued(&[("b", "r1", "r9")]), "{policy:?}");
-        assert_eq!(state(&db, "same"), "waiting", "a waiter at the current revision stays (ADR: 'whose revision is not')");
+        assert_eq!(
+            state(&db, "same"),
+            "waiting",
+            "a waiter at the current revision stays (ADR: 'whose revision is not')"
+        );
         assert_eq!(state(&db, "i"), "waiting", "imperative waiters are exempt");
         assert_eq!(state(&db, "h"), "holding");
     }
@@ -220,10 +320,19 @@ fn queued_timeout_only_behind_a_live_holder() {
         t += MIN;
         assert!(block_on(serial::heartbeat(&db, G, "a", t)).expect("heartbeat"));
     }
-    assert!(is_waiting(&claim(&db, "b", T0 + SERIAL_QUEUED_TIMEOUT_MS_DEFAULT)), "exactly 60 min is not past it");
-    assert_eq!(claim(&db, "b", T0 + SERIAL_QUEUED_TIMEOUT_MS_DEFAULT + 1), ClaimOutcome::TimedOut);
+    assert!(
+        is_waiting(&claim(&db, "b", T0 + SERIAL_QUEUED_TIMEOUT_MS_DEFAULT)),
+        "exactly 60 min is not past it"
+    );
+    assert_eq!(
+        claim(&db, "b", T0 + SERIAL_QUEUED_TIMEOUT_MS_DEFAULT + 1),
+        ClaimOutcome::TimedOut
+    );
     let b = row(&db, "b");
-    assert_eq!((b.state.as_str(), b.skipped_reason.as_deref()), ("timed_out", Some("queued_timeout")));
+    assert_eq!(
+        (b.state.as_str(), b.skipped_reason.as_deref()),
+        ("timed_out", Some("queued_timeout"))
+    );
     assert_eq!(state(&db, "a"), "holding");
 
     // Behind a dead holder the waiter is not timed out: it takes over.
@@ -232,12 +341,20 @@ fn queued_timeout_only_behind_a_live_holder() {
     claim(&db, "a", T0);
     enq(&db, "b", "r2", Current::NotDeclared, T0);
     assert!(block_on(serial::heartbeat(&db, G, "a", T0 + 50 * MIN)).expect("heartbeat"));
-    assert_eq!(claim(&db, "b", T0 + 61 * MIN), ClaimOutcome::Holding { took_over: Some("a".into()) });
+    assert_eq!(
+        claim(&db, "b", T0 + 61 * MIN),
+        ClaimOutcome::Holding {
+            took_over: Some("a".into())
+        }
+    );
 
     // With no holder at all, an old waiter claims (free group, nothing to time out behind).
     let db = fresh();
     enq(&db, "b", "r2", Current::NotDeclared, T0);
-    assert_eq!(claim(&db, "b", T0 + 2 * SERIAL_QUEUED_TIMEOUT_MS_DEFAULT), holding());
+    assert_eq!(
+        claim(&db, "b", T0 + 2 * SERIAL_QUEUED_TIMEOUT_MS_DEFAULT),
+        holding()
+    );
 }
 
 #[test]
@@ -247,21 +364,51 @@ fn stale_holder_stops_blocking_and_cannot_heartbeat_afterwards() {
     claim(&db, "a", T0);
     enq(&db, "b", "r2", Current::NotDeclared, T0 + 1);
     match claim(&db, "b", T0 + HOLDER_STALE_MS) {
-        ClaimOutcome::Waiting { holder: Some(h), .. } => assert!(!h.stale, "10 min exactly is not stale"),
+        ClaimOutcome::Waiting {
+            holder: Some(h), ..
+        } => assert!(!h.stale, "10 min exactly is not stale"),
         other => panic!("{other:?}"),
     }
     let (out, n) = trips(&db, || claim(&db, "b", T0 + HOLDER_STALE_MS + 1));
-    assert_eq!(out, ClaimOutcome::Holding { took_over: Some("a".into()) });
+    assert_eq!(
+        out,
+        ClaimOutcome::Holding {
+            took_over: Some("a".into())
+        }
+    );
     assert_eq!(n, 1, "the takeover is the same single statement");
     let a = row(&db, "a");
-    assert_eq!((a.state.as_str(), a.ended_by.as_deref()), ("stale", Some("b")));
-    assert_eq!(rows_of(&db.db, G).iter().filter(|r| r.state == "holding").count(), 1);
+    assert_eq!(
+        (a.state.as_str(), a.ended_by.as_deref()),
+        ("stale", Some("b"))
+    );
+    assert_eq!(
+        rows_of(&db.db, G)
+            .iter()
+            .filter(|r| r.state == "holding")
+            .count(),
+        1
+    );
     // The stale holder comes back.
-    assert!(!block_on(serial::heartbeat(&db, G, "a", T0 + HOLDER_STALE_MS + 2)).expect("heartbeat"));
-    assert_eq!(claim(&db, "a", T0 + HOLDER_STALE_MS + 3), ClaimOutcome::Lost { taken_over_by: Some("b".into()) });
-    assert_eq!(block_on(serial::release(&db, G, "a", T0 + HOLDER_STALE_MS + 4)).expect("release"), None);
+    assert!(
+        !block_on(serial::heartbeat(&db, G, "a", T0 + HOLDER_STALE_MS + 2)).expect("heartbeat")
+    );
+    assert_eq!(
+        claim(&db, "a", T0 + HOLDER_STALE_MS + 3),
+        ClaimOutcome::Lost {
+            taken_over_by: Some("b".into())
+        }
+    );
+    assert_eq!(
+        block_on(serial::release(&db, G, "a", T0 + HOLDER_STALE_MS + 4)).expect("release"),
+        None
+    );
     assert_eq!(state(&db, "a"), "stale");
-    assert_eq!(state(&db, "b"), "holding", "the stale holder's release does not free b's group");
+    assert_eq!(
+        state(&db, "b"),
+        "holding",
+        "the stale holder's release does not free b's group"
+    );
 
     // A stale holder nobody took over still holds: its heartbeat is accepted.
     let db = fresh();
@@ -279,7 +426,10 @@ fn head_unknown_falls_back_to_arrival_order() {
     enq(&db, "new", "r3", Current::Unknown, T0 + 1);
     // ADR-0004 consequences: an older commit arriving after a newer one
     // supersedes it when the head read failed.
-    assert_eq!(enq(&db, "old", "r2", Current::Unknown, T0 + 2), queued(&[("new", "r3", "r2")]));
+    assert_eq!(
+        enq(&db, "old", "r2", Current::Unknown, T0 + 2),
+        queued(&[("new", "r3", "r2")])
+    );
 }
 
 #[test]
@@ -291,17 +441,35 @@ fn replayed_enqueue_claim_and_release_change_nothing() {
     let (out, n) = trips(&db, || enq(&db, "b", "r2", Current::NotDeclared, T0 + 2));
     assert_eq!(out, EnqueueOutcome::Existing(RowState::Waiting));
     assert_eq!(n, 2, "a replay costs a read");
-    assert_eq!(enq(&db, "a", "r1", Current::NotDeclared, T0 + 3), EnqueueOutcome::Existing(RowState::Superseded));
-    assert_eq!(rows_of(&db.db, G), snapshot, "a replayed enqueue supersedes nothing, not even older waiters");
+    assert_eq!(
+        enq(&db, "a", "r1", Current::NotDeclared, T0 + 3),
+        EnqueueOutcome::Existing(RowState::Superseded)
+    );
+    assert_eq!(
+        rows_of(&db.db, G),
+        snapshot,
+        "a replayed enqueue supersedes nothing, not even older waiters"
+    );
 
     // An older waiter's replay does not supersede a newer arrival.
     let db = fresh();
     enq(&db, "h", "r0", Current::NotDeclared, T0);
     claim(&db, "h", T0);
-    let p = QueuePolicy { supersede: false, ..QueuePolicy::default() };
-    enq_with(&db, &arrival("old", "r1", Current::NotDeclared), &QueuePolicy::default(), T0 + 1);
+    let p = QueuePolicy {
+        supersede: false,
+        ..QueuePolicy::default()
+    };
+    enq_with(
+        &db,
+        &arrival("old", "r1", Current::NotDeclared),
+        &QueuePolicy::default(),
+        T0 + 1,
+    );
     enq_with(&db, &arrival("new", "r2", Current::NotDeclared), &p, T0 + 2);
-    assert_eq!(enq(&db, "old", "r1", Current::NotDeclared, T0 + 3), EnqueueOutcome::Existing(RowState::Waiting));
+    assert_eq!(
+        enq(&db, "old", "r1", Current::NotDeclared, T0 + 3),
+        EnqueueOutcome::Existing(RowState::Waiting)
+    );
     assert_eq!(state(&db, "new"), "waiting");
 
     // Claim replayed by the holder; release replayed.
@@ -310,12 +478,31 @@ fn replayed_enqueue_claim_and_release_change_nothing() {
     assert_eq!(claim(&db, "a", T0), holding());
     assert_eq!(claim(&db, "a", T0 + 5), holding());
     let a = row(&db, "a");
-    assert_eq!((a.claimed_ms, a.heartbeat_ms), (Some(T0), T0 + 5), "claimed once; a replay is a heartbeat");
+    assert_eq!(
+        (a.claimed_ms, a.heartbeat_ms),
+        (Some(T0), T0 + 5),
+        "claimed once; a replay is a heartbeat"
+    );
     enq(&db, "b", "r2", Current::NotDeclared, T0 + 6);
-    assert_eq!(block_on(serial::release(&db, G, "a", T0 + 7)).expect("release").as_deref(), Some("b"));
+    assert_eq!(
+        block_on(serial::release(&db, G, "a", T0 + 7))
+            .expect("release")
+            .as_deref(),
+        Some("b")
+    );
     let snapshot = rows_of(&db.db, G);
-    assert_eq!(block_on(serial::release(&db, G, "a", T0 + 8)).expect("release").as_deref(), Some("b"), "same answer");
-    assert_eq!(rows_of(&db.db, G), snapshot, "a replayed release changes nothing");
+    assert_eq!(
+        block_on(serial::release(&db, G, "a", T0 + 8))
+            .expect("release")
+            .as_deref(),
+        Some("b"),
+        "same answer"
+    );
+    assert_eq!(
+        rows_of(&db.db, G),
+        snapshot,
+        "a replayed release changes nothing"
+    );
     assert_eq!(claim(&db, "a", T0 + 9), ClaimOutcome::Released);
     assert_eq!(claim(&db, "nobody", T0 + 9), ClaimOutcome::NotEnqueued);
 }
@@ -327,26 +514,49 @@ fn imperative_work_is_exempt_on_both_sides_but_still_serializes() {
     enq(&db, "a", "r1", Current::NotDeclared, T0);
     claim(&db, "a", T0);
     enq(&db, "b", "r2", Current::NotDeclared, T0 + 1);
-    let raw = Arrival { imperative: true, ..arrival("raw", "r0", Current::Known("r2".into())) };
-    assert_eq!(enq_with(&db, &raw, &p, T0 + 2), queued(&[]), "not current, yet queued; supersedes nobody");
+    let raw = Arrival {
+        imperative: true,
+        ..arrival("raw", "r0", Current::Known("r2".into()))
+    };
+    assert_eq!(
+        enq_with(&db, &raw, &p, T0 + 2),
+        queued(&[]),
+        "not current, yet queued; supersedes nobody"
+    );
     assert_eq!(state(&db, "b"), "waiting");
     // Past the queued timeout behind a live holder: raw is not aged out.
     let late = T0 + SERIAL_QUEUED_TIMEOUT_MS_DEFAULT + 10;
     assert!(block_on(serial::heartbeat(&db, G, "a", late)).expect("heartbeat"));
-    assert_eq!(enq(&db, "c", "r3", Current::NotDeclared, late - 5), queued(&[("b", "r2", "r3")]), "raw is not superseded");
+    assert_eq!(
+        enq(&db, "c", "r3", Current::NotDeclared, late - 5),
+        queued(&[("b", "r2", "r3")]),
+        "raw is not superseded"
+    );
     assert!(is_waiting(&claim(&db, "raw", late)));
-    assert_eq!(claim(&db, "c", late), ClaimOutcome::Waiting { holder: claim_holder(&db, late), ahead: 1 });
+    assert_eq!(
+        claim(&db, "c", late),
+        ClaimOutcome::Waiting {
+            holder: claim_holder(&db, late),
+            ahead: 1
+        }
+    );
     block_on(serial::release(&db, G, "a", late)).expect("release");
     // FIFO: raw arrived before c, so c waits behind it.
     assert!(is_waiting(&claim(&db, "c", late + 1)));
     assert_eq!(claim(&db, "raw", late + 2), holding());
     assert!(is_waiting(&claim(&db, "c", late + 3)));
     block_on(serial::release(&db, G, "raw", late + 4)).expect("release");
-    assert_eq!(claim(&db, "c", late + 5), holding(), "a newer run that ran imperatively does not supersede c");
+    assert_eq!(
+        claim(&db, "c", late + 5),
+        holding(),
+        "a newer run that ran imperatively does not supersede c"
+    );
 }
 
 fn claim_holder(db: &CountingDb, now: i64) -> Option<serial::HolderView> {
-    let h = rows_of(&db.db, G).into_iter().find(|r| r.state == "holding")?;
+    let h = rows_of(&db.db, G)
+        .into_iter()
+        .find(|r| r.state == "holding")?;
     Some(serial::HolderView {
         heartbeat_age_ms: now - h.heartbeat_ms,
         stale: h.heartbeat_ms < now - HOLDER_STALE_MS,
@@ -358,44 +568,88 @@ fn claim_holder(db: &CountingDb, now: i64) -> Option<serial::HolderView> {
 #[test]
 fn operator_skip_records_no_reason_and_never_touches_the_holder() {
     let db = fresh();
-    let p = QueuePolicy { supersede: false, ..QueuePolicy::default() };
+    let p = QueuePolicy {
+        supersede: false,
+        ..QueuePolicy::default()
+    };
     enq(&db, "a", "r1", Current::NotDeclared, T0);
     claim(&db, "a", T0);
     enq_with(&db, &arrival("b", "r2", Current::NotDeclared), &p, T0 + 1);
     enq_with(&db, &arrival("c", "r3", Current::NotDeclared), &p, T0 + 2);
-    enq_with(&db, &Arrival { imperative: true, ..arrival("raw", "r4", Current::NotDeclared) }, &p, T0 + 3);
+    enq_with(
+        &db,
+        &Arrival {
+            imperative: true,
+            ..arrival("raw", "r4", Current::NotDeclared)
+        },
+        &p,
+        T0 + 3,
+    );
     enq_with(&db, &arrival("d", "r5", Current::NotDeclared), &p, T0 + 4);
     assert!(block_on(serial::skip(&db, G, "b", T0 + 5)).expect("skip"));
     let b = row(&db, "b");
     assert_eq!((b.state.as_str(), b.skipped_reason), ("skipped", None));
-    assert!(!block_on(serial::skip(&db, G, "b", T0 + 6)).expect("skip"), "a replay skips nothing");
-    assert!(!block_on(serial::skip(&db, G, "a", T0 + 6)).expect("skip"), "never the holder");
-    assert_eq!(claim(&db, "b", T0 + 7), ClaimOutcome::Skipped { reason: None });
+    assert!(
+        !block_on(serial::skip(&db, G, "b", T0 + 6)).expect("skip"),
+        "a replay skips nothing"
+    );
+    assert!(
+        !block_on(serial::skip(&db, G, "a", T0 + 6)).expect("skip"),
+        "never the holder"
+    );
+    assert_eq!(
+        claim(&db, "b", T0 + 7),
+        ClaimOutcome::Skipped { reason: None }
+    );
 
     let skipped = block_on(serial::skip_all(&db, G, T0 + 8)).expect("skip_all");
-    let ids: Vec<_> = skipped.iter().map(|s| (s.execution_id.as_str(), s.reason)).collect();
-    assert_eq!(ids, [("c", None), ("raw", None), ("d", None)], "imperative included, oldest first");
+    let ids: Vec<_> = skipped
+        .iter()
+        .map(|s| (s.execution_id.as_str(), s.reason))
+        .collect();
+    assert_eq!(
+        ids,
+        [("c", None), ("raw", None), ("d", None)],
+        "imperative included, oldest first"
+    );
     assert_eq!(state(&db, "a"), "holding");
     assert!(rows_of(&db.db, G).iter().all(|r| r.state != "waiting"));
-    assert!(block_on(serial::skip_all(&db, G, T0 + 9)).expect("skip_all").is_empty());
+    assert!(block_on(serial::skip_all(&db, G, T0 + 9))
+        .expect("skip_all")
+        .is_empty());
 }
 
 #[test]
 fn supersede_after_spares_young_waiters_until_they_age() {
-    let p = QueuePolicy { supersede_after_ms: Some(5 * MIN), ..QueuePolicy::default() };
+    let p = QueuePolicy {
+        supersede_after_ms: Some(5 * MIN),
+        ..QueuePolicy::default()
+    };
     let db = fresh();
     enq_with(&db, &arrival("h", "r0", Current::NotDeclared), &p, T0);
     claim_with(&db, "h", &p, T0);
     enq_with(&db, &arrival("b", "r1", Current::NotDeclared), &p, T0);
-    assert_eq!(enq_with(&db, &arrival("c", "r2", Current::NotDeclared), &p, T0 + MIN), queued(&[]), "b is 1 min old");
     assert_eq!(
-        enq_with(&db, &arrival("d", "r3", Current::NotDeclared), &p, T0 + 5 * MIN + 1),
+        enq_with(&db, &arrival("c", "r2", Current::NotDeclared), &p, T0 + MIN),
+        queued(&[]),
+        "b is 1 min old"
+    );
+    assert_eq!(
+        enq_with(
+            &db,
+            &arrival("d", "r3", Current::NotDeclared),
+            &p,
+            T0 + 5 * MIN + 1
+        ),
         queued(&[("b", "r1", "r3")]),
         "b is past 5 min, c (4 min) is not"
     );
     assert_eq!(state(&db, "c"), "waiting");
     // At its own claim, c has aged past 5 min and a newer live waiter exists.
-    assert_eq!(claim_with(&db, "c", &p, T0 + 6 * MIN + 1), ClaimOutcome::Superseded { by: "r3".into() });
+    assert_eq!(
+        claim_with(&db, "c", &p, T0 + 6 * MIN + 1),
+        ClaimOutcome::Superseded { by: "r3".into() }
+    );
     assert_eq!(row(&db, "c").ended_by.as_deref(), Some("d"));
     // d, newest, is never superseded by ageing.
     assert!(is_waiting(&claim_with(&db, "d", &p, T0 + 9 * MIN)));
@@ -403,11 +657,22 @@ fn supersede_after_spares_young_waiters_until_they_age() {
 
 #[test]
 fn supersede_off_is_fifo() {
-    let p = QueuePolicy { supersede: false, ..QueuePolicy::default() };
+    let p = QueuePolicy {
+        supersede: false,
+        ..QueuePolicy::default()
+    };
     let db = fresh();
     for (i, id) in ["a", "b", "c", "d"].into_iter().enumerate() {
         let rev = format!("r{i}");
-        assert_eq!(enq_with(&db, &arrival(id, &rev, Current::NotDeclared), &p, T0 + i as i64), queued(&[]));
+        assert_eq!(
+            enq_with(
+                &db,
+                &arrival(id, &rev, Current::NotDeclared),
+                &p,
+                T0 + i as i64
+            ),
+            queued(&[])
+        );
     }
     let mut order = Vec::new();
     let mut t = T0 + 10;
@@ -431,8 +696,20 @@ fn supersede_off_is_fifo() {
 #[test]
 fn a_silent_waiter_stops_blocking_and_yields_when_it_returns() {
     for (p, returns_to) in [
-        (QueuePolicy { supersede_after_ms: Some(30 * MIN), ..QueuePolicy::default() }, "superseded"),
-        (QueuePolicy { supersede: false, ..QueuePolicy::default() }, "waits its turn"),
+        (
+            QueuePolicy {
+                supersede_after_ms: Some(30 * MIN),
+                ..QueuePolicy::default()
+            },
+            "superseded",
+        ),
+        (
+            QueuePolicy {
+                supersede: false,
+                ..QueuePolicy::default()
+            },
+            "waits its turn",
+        ),
     ] {
         let db = fresh();
         enq_with(&db, &arrival("h", "r0", Current::NotDeclared), &p, T0);
@@ -444,11 +721,24 @@ fn a_silent_waiter_stops_blocking_and_yields_when_it_returns() {
         let t = T0 + MIN + WAITER_STALE_MS + 1;
         assert!(block_on(serial::heartbeat(&db, G, "h", t - MIN)).expect("heartbeat"));
         assert!(is_waiting(&claim_with(&db, "new", &p, t - MIN)));
-        assert_eq!(block_on(serial::release(&db, G, "h", t)).expect("release").as_deref(), Some("new"));
-        assert_eq!(claim_with(&db, "new", &p, t), holding(), "{returns_to}: a silent older waiter does not block");
+        assert_eq!(
+            block_on(serial::release(&db, G, "h", t))
+                .expect("release")
+                .as_deref(),
+            Some("new")
+        );
+        assert_eq!(
+            claim_with(&db, "new", &p, t),
+            holding(),
+            "{returns_to}: a silent older waiter does not block"
+        );
         let back = claim_with(&db, "old", &p, t + 1);
         match returns_to {
-            "superseded" => assert_eq!(back, ClaimOutcome::Superseded { by: "r2".into() }, "never run an older revision after a newer one"),
+            "superseded" => assert_eq!(
+                back,
+                ClaimOutcome::Superseded { by: "r2".into() },
+                "never run an older revision after a newer one"
+            ),
             _ => assert!(is_waiting(&back)),
         }
     }
@@ -457,10 +747,21 @@ fn a_silent_waiter_stops_blocking_and_yields_when_it_returns() {
 #[test]
 fn explain_and_groups_show_why_each_waits() {
     let db = fresh();
-    let p = QueuePolicy { supersede: false, ..QueuePolicy::default() };
+    let p = QueuePolicy {
+        supersede: false,
+        ..QueuePolicy::default()
+    };
     enq(&db, "a", "r1", Current::NotDeclared, T0);
     claim(&db, "a", T0);
-    enq_with(&db, &Arrival { imperative: true, ..arrival("raw", "r0", Current::NotDeclared) }, &p, T0 + 1);
+    enq_with(
+        &db,
+        &Arrival {
+            imperative: true,
+            ..arrival("raw", "r0", Current::NotDeclared)
+        },
+        &p,
+        T0 + 1,
+    );
     enq_with(&db, &arrival("b", "r2", Current::NotDeclared), &p, T0 + 2);
     enq(&db, "late", "r1", Current::Known("r2".into()), T0 + 3);
     enq(&db, "c", "r3", Current::NotDeclared, T0 + 4); // supersedes b
@@ -469,38 +770,111 @@ fn explain_and_groups_show_why_each_waits() {
     assert!(block_on(serial::heartbeat(&db, G, "a", now - 2 * MIN)).expect("heartbeat"));
     let v = block_on(serial::explain(&db, G, &QueuePolicy::default(), now)).expect("explain");
     let h = v.holder.as_ref().expect("holder");
-    assert_eq!((h.execution_id.as_str(), h.held_ms, h.heartbeat_age_ms, h.stale), ("a", 10 * MIN, 2 * MIN, false));
-    let why: Vec<_> = v.waiters.iter().map(|w| (w.execution_id.as_str(), w.why.clone(), w.times_out_in_ms)).collect();
+    assert_eq!(
+        (
+            h.execution_id.as_str(),
+            h.held_ms,
+            h.heartbeat_age_ms,
+            h.stale
+        ),
+        ("a", 10 * MIN, 2 * MIN, false)
+    );
+    let why: Vec<_> = v
+        .waiters
+        .iter()
+        .map(|w| (w.execution_id.as_str(), w.why.clone(), w.times_out_in_ms))
+        .collect();
     assert_eq!(
         why,
         [
             // raw has not polled since it arrived 10 min ago minus 1 ms: still live.
-            ("raw", WaitReason::BehindHolder { execution_id: "a".into() }, None),
-            ("c", WaitReason::BehindWaiter { execution_id: "raw".into() }, Some(SERIAL_QUEUED_TIMEOUT_MS_DEFAULT - 10 * MIN + 4)),
+            (
+                "raw",
+                WaitReason::BehindHolder {
+                    execution_id: "a".into()
+                },
+                None
+            ),
+            (
+                "c",
+                WaitReason::BehindWaiter {
+                    execution_id: "raw".into()
+                },
+                Some(SERIAL_QUEUED_TIMEOUT_MS_DEFAULT - 10 * MIN + 4)
+            ),
         ]
     );
-    let ended: Vec<_> =
-        v.recent.iter().map(|e| (e.execution_id.as_str(), e.state, e.reason, e.superseded_by.as_deref())).collect();
+    let ended: Vec<_> = v
+        .recent
+        .iter()
+        .map(|e| {
+            (
+                e.execution_id.as_str(),
+                e.state,
+                e.reason,
+                e.superseded_by.as_deref(),
+            )
+        })
+        .collect();
     assert_eq!(
         ended,
         [
-            ("b", RowState::Superseded, Some(SkipReason::Superseded), Some("r3")),
-            ("late", RowState::Skipped, Some(SkipReason::NotCurrent), Some("r2")),
+            (
+                "b",
+                RowState::Superseded,
+                Some(SkipReason::Superseded),
+                Some("r3")
+            ),
+            (
+                "late",
+                RowState::Skipped,
+                Some(SkipReason::NotCurrent),
+                Some("r2")
+            ),
         ]
     );
     // Later: raw has stopped polling; the holder went stale after c's last poll.
     let later = T0 + WAITER_STALE_MS + 5 * MIN;
-    assert!(block_on(serial::heartbeat(&db, G, "a", later - HOLDER_STALE_MS - MIN / 2)).expect("heartbeat"));
+    assert!(block_on(serial::heartbeat(
+        &db,
+        G,
+        "a",
+        later - HOLDER_STALE_MS - MIN / 2
+    ))
+    .expect("heartbeat"));
     assert!(is_waiting(&claim(&db, "c", later - MIN)));
     let v = block_on(serial::explain(&db, G, &QueuePolicy::default(), later)).expect("explain");
     assert!(v.holder.as_ref().is_some_and(|h| h.stale));
-    let why: Vec<_> = v.waiters.iter().map(|w| (w.execution_id.as_str(), w.why.clone())).collect();
-    assert_eq!(why, [("raw", WaitReason::NotPolling), ("c", WaitReason::NextToClaim { takes_over: Some("a".into()) })]);
+    let why: Vec<_> = v
+        .waiters
+        .iter()
+        .map(|w| (w.execution_id.as_str(), w.why.clone()))
+        .collect();
+    assert_eq!(
+        why,
+        [
+            ("raw", WaitReason::NotPolling),
+            (
+                "c",
+                WaitReason::NextToClaim {
+                    takes_over: Some("a".into())
+                }
+            )
+        ]
+    );
 
     let summary = block_on(serial::groups(&db, later)).expect("groups");
     assert_eq!(summary.len(), 1);
     let s = &summary[0];
-    assert_eq!((s.group.as_str(), s.holder.as_deref(), s.holder_stale, s.waiting), (G, Some("a"), true, 2));
+    assert_eq!(
+        (
+            s.group.as_str(),
+            s.holder.as_deref(),
+            s.holder_stale,
+            s.waiting
+        ),
+        (G, Some("a"), true, 2)
+    );
     assert_eq!(s.oldest_waited_ms, Some(WAITER_STALE_MS + 5 * MIN - 1));
     assert_eq!(s.holder_heartbeat_age_ms, Some(HOLDER_STALE_MS + MIN / 2));
 }
@@ -515,10 +889,23 @@ fn purge_deletes_only_ended_rows_older_than_the_cutoff() {
     enq(&db, "old", "r0", Current::Known("r3".into()), T0 + 3); // skipped at T0 + 3
     let n = block_on(serial::purge_ended(&db, T0 + 3, 10)).expect("purge");
     assert_eq!(n, 1, "only b ended before the cutoff");
-    let left: Vec<_> = rows_of(&db.db, G).into_iter().map(|r| r.execution_id).collect();
-    assert_eq!(left, ["a", "c", "old"], "holder and waiter stay whatever their age");
-    assert_eq!(block_on(serial::purge_ended(&db, T0 + 100, 10)).expect("purge"), 1);
-    assert_eq!(block_on(serial::purge_ended(&db, T0 + 100, 10)).expect("purge"), 0);
+    let left: Vec<_> = rows_of(&db.db, G)
+        .into_iter()
+        .map(|r| r.execution_id)
+        .collect();
+    assert_eq!(
+        left,
+        ["a", "c", "old"],
+        "holder and waiter stay whatever their age"
+    );
+    assert_eq!(
+        block_on(serial::purge_ended(&db, T0 + 100, 10)).expect("purge"),
+        1
+    );
+    assert_eq!(
+        block_on(serial::purge_ended(&db, T0 + 100, 10)).expect("purge"),
+        0
+    );
 }
 
 #[test]
@@ -543,7 +930,10 @@ fn the_table_refuses_inconsistent_rows() {
         "INSERT INTO serial_queue (group_key, execution_id, revision, state, arrived_ms, heartbeat_ms, updated_ms) VALUES ('g','x','r','running',0,0,0)",
     ];
     for sql in bad {
-        assert!(block_on(db.run(sluice::stmt!(sql))).is_err(), "accepted: {sql}");
+        assert!(
+            block_on(db.run(sluice::stmt!(sql))).is_err(),
+            "accepted: {sql}"
+        );
     }
 }
 
@@ -621,21 +1011,51 @@ fn transition_allowed(from: &str, to: &str) -> bool {
 
 /// Checks the table after every operation; `prev` is the table before it.
 fn check_invariants(prev: &[QRow], cur: &[QRow], execs: &[Exec]) {
-    let holders: Vec<_> = cur.iter().filter(|r| r.state == "holding").map(|r| r.execution_id.as_str()).collect();
+    let holders: Vec<_> = cur
+        .iter()
+        .filter(|r| r.state == "holding")
+        .map(|r| r.execution_id.as_str())
+        .collect();
     assert!(holders.len() <= 1, "two holders: {holders:?}");
     for p in prev {
-        let c = cur.iter().find(|c| c.seq == p.seq).expect("rows are never deleted here");
-        assert!(transition_allowed(&p.state, &c.state), "{}: {} -> {}", c.execution_id, p.state, c.state);
-        assert_eq!((c.arrived_ms, &c.revision, c.imperative), (p.arrived_ms, &p.revision, p.imperative));
+        let c = cur
+            .iter()
+            .find(|c| c.seq == p.seq)
+            .expect("rows are never deleted here");
+        assert!(
+            transition_allowed(&p.state, &c.state),
+            "{}: {} -> {}",
+            c.execution_id,
+            p.state,
+            c.state
+        );
+        assert_eq!(
+            (c.arrived_ms, &c.revision, c.imperative),
+            (p.arrived_ms, &p.revision, p.imperative)
+        );
     }
     for r in cur {
-        let reason = r.skipped_reason.as_deref().map(|s| SkipReason::parse(s).expect("known reason"));
+        let reason = r
+            .skipped_reason
+            .as_deref()
+            .map(|s| SkipReason::parse(s).expect("known reason"));
         match r.state.as_str() {
             "superseded" => {
                 assert_eq!(reason, Some(SkipReason::Superseded), "{}", r.execution_id);
-                let by = r.ended_by.as_deref().expect("superseded names its superseder");
-                let newer = cur.iter().find(|n| n.execution_id == by).expect("superseder has a row");
-                assert!(newer.seq > r.seq, "{} superseded by older {}", r.execution_id, by);
+                let by = r
+                    .ended_by
+                    .as_deref()
+                    .expect("superseded names its superseder");
+                let newer = cur
+                    .iter()
+                    .find(|n| n.execution_id == by)
+                    .expect("superseder has a row");
+                assert!(
+                    newer.seq > r.seq,
+                    "{} superseded by older {}",
+                    r.execution_id,
+                    by
+                );
                 assert_eq!(r.superseded_by.as_ref(), Some(&newer.revision));
                 assert_eq!(newer.imperative, 0, "imperative arrivals supersede nobody");
             }
@@ -644,11 +1064,20 @@ fn check_invariants(prev: &[QRow], cur: &[QRow], execs: &[Exec]) {
             _ => assert_eq!(reason, None, "{} {}", r.execution_id, r.state),
         }
         if r.imperative == 1 {
-            assert!(!matches!(r.state.as_str(), "superseded" | "timed_out"), "imperative {} aged out", r.execution_id);
+            assert!(
+                !matches!(r.state.as_str(), "superseded" | "timed_out"),
+                "imperative {} aged out",
+                r.execution_id
+            );
         }
         if r.state == "holding" {
             let e = execs.iter().find(|e| e.id == r.execution_id).expect("exec");
-            assert!(matches!(e.phase, Phase::Holding | Phase::Crashed), "{} holds but is {:?}", e.id, e.phase);
+            assert!(
+                matches!(e.phase, Phase::Holding | Phase::Crashed),
+                "{} holds but is {:?}",
+                e.id,
+                e.phase
+            );
         }
     }
 }
@@ -656,14 +1085,25 @@ fn check_invariants(prev: &[QRow], cur: &[QRow], execs: &[Exec]) {
 /// The claim verdict as ADR-0004 and the policy say, from the table before
 /// the claim: an independent statement of what `CLAIM_SQL` must do.
 fn expected_claim(rows: &[QRow], id: &str, p: &QueuePolicy, now: i64) -> (String, Option<String>) {
-    let me = rows.iter().find(|r| r.execution_id == id).expect("claimant row");
+    let me = rows
+        .iter()
+        .find(|r| r.execution_id == id)
+        .expect("claimant row");
     if me.state != "waiting" {
         return (me.state.clone(), None);
     }
-    let live_holder = rows.iter().any(|r| r.state == "holding" && r.execution_id != id && r.heartbeat_ms >= now - HOLDER_STALE_MS);
-    let live_older_waiter =
-        rows.iter().any(|r| r.state == "waiting" && r.seq < me.seq && r.heartbeat_ms >= now - WAITER_STALE_MS);
-    let facts = WaiterFacts { revision: &me.revision, arrived_ms: me.arrived_ms, imperative: me.imperative == 1, waiting: true };
+    let live_holder = rows.iter().any(|r| {
+        r.state == "holding" && r.execution_id != id && r.heartbeat_ms >= now - HOLDER_STALE_MS
+    });
+    let live_older_waiter = rows
+        .iter()
+        .any(|r| r.state == "waiting" && r.seq < me.seq && r.heartbeat_ms >= now - WAITER_STALE_MS);
+    let facts = WaiterFacts {
+        revision: &me.revision,
+        arrived_ms: me.arrived_ms,
+        imperative: me.imperative == 1,
+        waiting: true,
+    };
     let winner = rows.iter().filter(|n| n.seq > me.seq).rev().find(|n| {
         let newer = NewerFacts {
             imperative: n.imperative == 1,
@@ -707,14 +1147,27 @@ struct Schedule {
 fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
     let mut rng = Rng(seed);
     let policy = match rng.below(10) {
-        0 | 1 => QueuePolicy { supersede_after_ms: Some(rng.range(1, 30) * MIN), ..QueuePolicy::default() },
-        2 | 3 => QueuePolicy { supersede: false, ..QueuePolicy::default() },
+        0 | 1 => QueuePolicy {
+            supersede_after_ms: Some(rng.range(1, 30) * MIN),
+            ..QueuePolicy::default()
+        },
+        2 | 3 => QueuePolicy {
+            supersede: false,
+            ..QueuePolicy::default()
+        },
         _ => QueuePolicy::default(),
     };
     let crashes = rng.chance(40);
-    let sched = Schedule { operator_skips: crashes && rng.chance(30), crashes, policy };
+    let sched = Schedule {
+        operator_skips: crashes && rng.chance(30),
+        crashes,
+        policy,
+    };
     let p = &sched.policy;
-    trace.push(format!("seed {seed:#x}: {p:?}, crashes {}, operator skips {}", sched.crashes, sched.operator_skips));
+    trace.push(format!(
+        "seed {seed:#x}: {p:?}, crashes {}, operator skips {}",
+        sched.crashes, sched.operator_skips
+    ));
     let k = rng.range(2, 8) as usize;
     let mut execs: Vec<Exec> = (0..k)
         .map(|i| {
@@ -745,9 +1198,19 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
     let mut step = 0usize;
 
     // One operation; returns false when nothing applied.
-    let op = |rng: &mut Rng, execs: &mut Vec<Exec>, now: &mut i64, step: usize, quiesce: bool, trace: &mut Vec<String>| {
+    let op = |rng: &mut Rng,
+              execs: &mut Vec<Exec>,
+              now: &mut i64,
+              step: usize,
+              quiesce: bool,
+              trace: &mut Vec<String>| {
         let in_phase = |execs: &Vec<Exec>, ph: Phase| -> Vec<usize> {
-            execs.iter().enumerate().filter(|(_, e)| e.phase == ph).map(|(i, _)| i).collect()
+            execs
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.phase == ph)
+                .map(|(i, _)| i)
+                .collect()
         };
         let next_arrival = execs.iter().position(|e| e.phase == Phase::NotArrived);
         let before = rows_of(&db.db, G);
@@ -756,7 +1219,13 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
             0..=17 if next_arrival.is_some() => {
                 let i = next_arrival.unwrap_or(0);
                 let e = &execs[i];
-                let a = Arrival { group: G, execution_id: &e.id, revision: &e.revision, current: e.current.clone(), imperative: e.imperative };
+                let a = Arrival {
+                    group: G,
+                    execution_id: &e.id,
+                    revision: &e.revision,
+                    current: e.current.clone(),
+                    imperative: e.imperative,
+                };
                 let rule = p.arrival_rule(&a.current, a.revision, a.imperative, *now);
                 let mut predicted: Vec<String> = before
                     .iter()
@@ -774,13 +1243,21 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                     predicted.clear();
                 }
                 let (out, n) = trips(&db, || enq_with(&db, &a, p, *now));
-                trace.push(format!("t+{} {} enqueue {} {:?} imp {} -> {out:?}", *now - T0, step, e.id, e.current, e.imperative));
+                trace.push(format!(
+                    "t+{} {} enqueue {} {:?} imp {} -> {out:?}",
+                    *now - T0,
+                    step,
+                    e.id,
+                    e.current,
+                    e.imperative
+                ));
                 assert_eq!(n, 1, "a first enqueue is one round trip");
                 let e = &mut execs[i];
                 e.arrived_step = Some(step);
                 match out {
                     EnqueueOutcome::Queued { superseded } => {
-                        let mut got: Vec<String> = superseded.iter().map(|s| s.execution_id.clone()).collect();
+                        let mut got: Vec<String> =
+                            superseded.iter().map(|s| s.execution_id.clone()).collect();
                         got.sort();
                         predicted.sort();
                         assert_eq!(got, predicted, "SQL and ArrivalRule::supersedes disagree");
@@ -791,11 +1268,19 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                         }
                         for x in execs.iter_mut().filter(|x| got.contains(&x.id)) {
                             // The superseded execution learns at its next claim; until then it polls.
-                            assert!(matches!(x.phase, Phase::Waiting | Phase::Crashed), "{} superseded while {:?}", x.id, x.phase);
+                            assert!(
+                                matches!(x.phase, Phase::Waiting | Phase::Crashed),
+                                "{} superseded while {:?}",
+                                x.id,
+                                x.phase
+                            );
                         }
                     }
                     EnqueueOutcome::NotCurrent { current } => {
-                        assert!(matches!(rule, ArrivalRule::NotCurrent { .. }), "not current under {rule:?}");
+                        assert!(
+                            matches!(rule, ArrivalRule::NotCurrent { .. }),
+                            "not current under {rule:?}"
+                        );
                         assert_eq!(current, "r99");
                         e.phase = Phase::Done;
                     }
@@ -809,14 +1294,24 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                 let (out, n) = trips(&db, || claim_with(&db, &id, p, *now));
                 trace.push(format!("t+{} {} claim {id} -> {out:?}", *now - T0, step));
                 assert_eq!(n, 1, "a claim is one round trip");
-                assert_eq!(outcome_state(&out), expected.0, "claim of {id} disagrees with the model");
+                assert_eq!(
+                    outcome_state(&out),
+                    expected.0,
+                    "claim of {id} disagrees with the model"
+                );
                 let e = &mut execs[i];
                 match out {
                     ClaimOutcome::Holding { took_over } => {
                         e.phase = Phase::Holding;
                         e.claimed_step = Some(step);
-                        let stale_holder = before.iter().find(|r| r.state == "holding").map(|r| r.execution_id.clone());
-                        assert_eq!(took_over, stale_holder, "a takeover names the stale holder it flipped");
+                        let stale_holder = before
+                            .iter()
+                            .find(|r| r.state == "holding")
+                            .map(|r| r.execution_id.clone());
+                        assert_eq!(
+                            took_over, stale_holder,
+                            "a takeover names the stale holder it flipped"
+                        );
                     }
                     ClaimOutcome::Waiting { .. } => {}
                     ClaimOutcome::Superseded { by } => {
@@ -830,7 +1325,9 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
             50..=62 if !in_phase(execs, Phase::Holding).is_empty() => {
                 let i = rng.pick(&in_phase(execs, Phase::Holding)).unwrap_or(0);
                 let id = execs[i].id.clone();
-                let holds = before.iter().any(|r| r.execution_id == id && r.state == "holding");
+                let holds = before
+                    .iter()
+                    .any(|r| r.execution_id == id && r.state == "holding");
                 let ok = block_on(serial::heartbeat(&db, G, &id, *now)).expect("heartbeat");
                 trace.push(format!("t+{} {} heartbeat {id} -> {ok}", *now - T0, step));
                 assert_eq!(ok, holds, "heartbeat of {id}");
@@ -852,36 +1349,80 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                         .find(|r| r.state == "waiting" && r.heartbeat_ms >= *now - WAITER_STALE_MS)
                         .map(|r| r.execution_id.clone())
                 };
-                assert_eq!(next, expected_next, "release names the first live waiter of a free group");
+                assert_eq!(
+                    next, expected_next,
+                    "release names the first live waiter of a free group"
+                );
                 execs[i].phase = Phase::Done;
                 execs[i].released = true;
                 // A replayed release changes nothing and answers the same.
                 let again = block_on(serial::release(&db, G, &id, *now + 1)).expect("release");
                 assert_eq!(again, next);
-                assert_eq!(rows_of(&db.db, G), after, "a replayed release changed the table");
+                assert_eq!(
+                    rows_of(&db.db, G),
+                    after,
+                    "a replayed release changed the table"
+                );
             }
             73..=78 => {
                 // Replays: an arrived execution's enqueue, a holder's claim.
-                let arrived: Vec<usize> =
-                    execs.iter().enumerate().filter(|(_, e)| e.phase != Phase::NotArrived).map(|(i, _)| i).collect();
+                let arrived: Vec<usize> = execs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.phase != Phase::NotArrived)
+                    .map(|(i, _)| i)
+                    .collect();
                 if let Some(i) = rng.pick(&arrived) {
                     let e = &execs[i];
-                    let a = Arrival { group: G, execution_id: &e.id, revision: &e.revision, current: e.current.clone(), imperative: e.imperative };
+                    let a = Arrival {
+                        group: G,
+                        execution_id: &e.id,
+                        revision: &e.revision,
+                        current: e.current.clone(),
+                        imperative: e.imperative,
+                    };
                     let out = enq_with(&db, &a, p, *now);
-                    trace.push(format!("t+{} {} replay enqueue {} -> {out:?}", *now - T0, step, e.id));
-                    assert!(matches!(out, EnqueueOutcome::Existing(_) | EnqueueOutcome::NotCurrent { .. }), "{out:?}");
-                    assert_eq!(rows_of(&db.db, G), before, "a replayed enqueue changed the table");
+                    trace.push(format!(
+                        "t+{} {} replay enqueue {} -> {out:?}",
+                        *now - T0,
+                        step,
+                        e.id
+                    ));
+                    assert!(
+                        matches!(
+                            out,
+                            EnqueueOutcome::Existing(_) | EnqueueOutcome::NotCurrent { .. }
+                        ),
+                        "{out:?}"
+                    );
+                    assert_eq!(
+                        rows_of(&db.db, G),
+                        before,
+                        "a replayed enqueue changed the table"
+                    );
                 }
                 if let Some(i) = rng.pick(&in_phase(execs, Phase::Holding)) {
                     let id = execs[i].id.clone();
                     let before = rows_of(&db.db, G);
                     let out = claim_with(&db, &id, p, *now);
-                    trace.push(format!("t+{} {} replay claim {id} -> {out:?}", *now - T0, step));
-                    let mine = before.iter().find(|r| r.execution_id == id).map(|r| r.state.clone());
+                    trace.push(format!(
+                        "t+{} {} replay claim {id} -> {out:?}",
+                        *now - T0,
+                        step
+                    ));
+                    let mine = before
+                        .iter()
+                        .find(|r| r.execution_id == id)
+                        .map(|r| r.state.clone());
                     match mine.as_deref() {
                         Some("holding") => assert_eq!(out, holding()),
                         Some("stale") => {
-                            assert!(matches!(out, ClaimOutcome::Lost { taken_over_by: Some(_) }));
+                            assert!(matches!(
+                                out,
+                                ClaimOutcome::Lost {
+                                    taken_over_by: Some(_)
+                                }
+                            ));
                             execs[i].phase = Phase::Lost;
                         }
                         other => panic!("holder {id} row {other:?}"),
@@ -909,9 +1450,15 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
             82..=83 if sched.operator_skips => {
                 if let Some(i) = rng.pick(&in_phase(execs, Phase::Waiting)) {
                     let id = execs[i].id.clone();
-                    let waiting = before.iter().any(|r| r.execution_id == id && r.state == "waiting");
+                    let waiting = before
+                        .iter()
+                        .any(|r| r.execution_id == id && r.state == "waiting");
                     let skipped = block_on(serial::skip(&db, G, &id, *now)).expect("skip");
-                    trace.push(format!("t+{} {} operator skip {id} -> {skipped}", *now - T0, step));
+                    trace.push(format!(
+                        "t+{} {} operator skip {id} -> {skipped}",
+                        *now - T0,
+                        step
+                    ));
                     assert_eq!(skipped, waiting, "skip applies to waiting rows only");
                     if skipped {
                         assert_eq!(row(&db, &id).skipped_reason, None);
@@ -924,7 +1471,10 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                     0..=59 => rng.range(1, 60_000),
                     60..=84 => rng.range(MIN, 5 * MIN),
                     85..=94 => rng.range(HOLDER_STALE_MS - 2 * MIN, HOLDER_STALE_MS + 2 * MIN),
-                    _ => rng.range(SERIAL_QUEUED_TIMEOUT_MS_DEFAULT, SERIAL_QUEUED_TIMEOUT_MS_DEFAULT + 10 * MIN),
+                    _ => rng.range(
+                        SERIAL_QUEUED_TIMEOUT_MS_DEFAULT,
+                        SERIAL_QUEUED_TIMEOUT_MS_DEFAULT + 10 * MIN,
+                    ),
                 };
                 *now += dt;
                 trace.push(format!("t+{} {} advance {dt}", *now - T0, step));
@@ -946,9 +1496,20 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
     for _ in 0..QUIESCE_ROUNDS_MAX {
         if let Some(i) = execs.iter().position(|e| e.phase == Phase::NotArrived) {
             let e = &execs[i];
-            let a = Arrival { group: G, execution_id: &e.id, revision: &e.revision, current: e.current.clone(), imperative: e.imperative };
+            let a = Arrival {
+                group: G,
+                execution_id: &e.id,
+                revision: &e.revision,
+                current: e.current.clone(),
+                imperative: e.imperative,
+            };
             let out = enq_with(&db, &a, p, now);
-            trace.push(format!("t+{} {} enqueue {} -> {out:?}", now - T0, step, e.id));
+            trace.push(format!(
+                "t+{} {} enqueue {} -> {out:?}",
+                now - T0,
+                step,
+                e.id
+            ));
             let e = &mut execs[i];
             e.arrived_step = Some(step);
             match out {
@@ -980,7 +1541,9 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
         step += 1;
     }
     assert!(
-        execs.iter().all(|e| matches!(e.phase, Phase::Done | Phase::Lost)),
+        execs
+            .iter()
+            .all(|e| matches!(e.phase, Phase::Done | Phase::Lost)),
         "not quiescent after {QUIESCE_ROUNDS_MAX} rounds"
     );
     if p != &QueuePolicy::default() {
@@ -992,8 +1555,13 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
     // it arrived or was skipped with a reason.
     let table = rows_of(&db.db, G);
     let deploys: Vec<&Exec> = execs.iter().filter(|e| e.queued && !e.imperative).collect();
-    let Some(newest) = deploys.iter().max_by_key(|e| e.arrived_step) else { return false };
-    let newest_row = table.iter().find(|r| r.execution_id == newest.id).expect("row");
+    let Some(newest) = deploys.iter().max_by_key(|e| e.arrived_step) else {
+        return false;
+    };
+    let newest_row = table
+        .iter()
+        .find(|r| r.execution_id == newest.id)
+        .expect("row");
     assert!(
         newest.claimed_step.is_some() || newest_row.state == "timed_out",
         "newest {} neither ran nor timed out: {}",
@@ -1003,9 +1571,15 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
     for e in deploys.iter().filter(|e| e.id != newest.id) {
         let r = table.iter().find(|r| r.execution_id == e.id).expect("row");
         match e.claimed_step {
-            Some(c) => assert!(c < newest.arrived_step.unwrap_or(0), "{} took the group after newest {} arrived", e.id, newest.id),
+            Some(c) => assert!(
+                c < newest.arrived_step.unwrap_or(0),
+                "{} took the group after newest {} arrived",
+                e.id,
+                newest.id
+            ),
             None => assert!(
-                matches!(r.state.as_str(), "superseded" | "timed_out") && r.skipped_reason.is_some(),
+                matches!(r.state.as_str(), "superseded" | "timed_out")
+                    && r.skipped_reason.is_some(),
                 "{} never ran and was not skipped with a reason: {}",
                 e.id,
                 r.state
@@ -1025,10 +1599,15 @@ fn seeded_interleavings_keep_the_serial_invariants() {
         let s = s.trim_start_matches("0x");
         u64::from_str_radix(s, 16).ok()
     });
-    let count: u64 = std::env::var("GATES_SCHEDULES").ok().and_then(|s| s.parse().ok()).unwrap_or(SCHEDULES_DEFAULT);
+    let count: u64 = std::env::var("GATES_SCHEDULES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SCHEDULES_DEFAULT);
     let seeds: Vec<u64> = match only {
         Some(s) => vec![s],
-        None => (0..count).map(|i| SEED_BASE.wrapping_add(i.wrapping_mul(0x9E37_79B9))).collect(),
+        None => (0..count)
+            .map(|i| SEED_BASE.wrapping_add(i.wrapping_mul(0x9E37_79B9)))
+            .collect(),
     };
     // How often each interesting path ran, so a generator change that stops
     // reaching one fails here instead of passing vacuously.
@@ -1052,7 +1631,9 @@ fn seeded_interleavings_keep_the_serial_invariants() {
     let n_seeds = seeds.len();
     for seed in seeds {
         let mut trace = Vec::new();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_schedule(seed, &mut trace)));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_schedule(seed, &mut trace)
+        }));
         for line in &trace {
             for (m, n) in markers.iter().zip(seen.iter_mut()) {
                 *n += u32::from(line.contains(m));
@@ -1073,13 +1654,15 @@ fn seeded_interleavings_keep_the_serial_invariants() {
         eprintln!("  {n:6} x {m}");
     }
     if only.is_none() {
-        assert!(survivor_checks >= n_seeds as u32 / 10, "too few survivor checks: {survivor_checks}");
+        assert!(
+            survivor_checks >= n_seeds as u32 / 10,
+            "too few survivor checks: {survivor_checks}"
+        );
         for (m, n) in markers.iter().zip(&seen) {
             assert!(*n > 0, "no schedule reached {m:?}");
         }
     }
 }
-
 
 // --- admission ---
 
@@ -1110,24 +1693,54 @@ fn slots(db: &CountingDb) -> Vec<Slot> {
 fn admission_respects_capacity_in_arrival_order() {
     let db = fresh();
     let (out, n) = trips(&db, || acquire(&db, "h1", 2, T0));
-    assert_eq!((out, n), (AdmissionOutcome::Admitted, 1), "admitted in one batch");
+    assert_eq!(
+        (out, n),
+        (AdmissionOutcome::Admitted, 1),
+        "admitted in one batch"
+    );
     assert_eq!(acquire(&db, "h2", 2, T0 + 1), AdmissionOutcome::Admitted);
     let (out, n) = trips(&db, || acquire(&db, "h3", 2, T0 + 2));
-    assert_eq!((out, n), (AdmissionOutcome::Queued { position: 1 }, 2), "a queue position costs a read");
-    assert_eq!(acquire(&db, "h4", 2, T0 + 3), AdmissionOutcome::Queued { position: 2 });
-    assert_eq!(acquire(&db, "h5", 2, T0 + 4), AdmissionOutcome::Queued { position: 3 });
+    assert_eq!(
+        (out, n),
+        (AdmissionOutcome::Queued { position: 1 }, 2),
+        "a queue position costs a read"
+    );
+    assert_eq!(
+        acquire(&db, "h4", 2, T0 + 3),
+        AdmissionOutcome::Queued { position: 2 }
+    );
+    assert_eq!(
+        acquire(&db, "h5", 2, T0 + 4),
+        AdmissionOutcome::Queued { position: 3 }
+    );
     block_on(admission::release(&db, POOL, "h1")).expect("release");
-    assert_eq!(acquire(&db, "h4", 2, T0 + 5), AdmissionOutcome::Queued { position: 2 }, "h3 is first in line");
+    assert_eq!(
+        acquire(&db, "h4", 2, T0 + 5),
+        AdmissionOutcome::Queued { position: 2 },
+        "h3 is first in line"
+    );
     assert_eq!(acquire(&db, "h3", 2, T0 + 6), AdmissionOutcome::Admitted);
-    assert_eq!(acquire(&db, "h4", 2, T0 + 7), AdmissionOutcome::Queued { position: 1 });
+    assert_eq!(
+        acquire(&db, "h4", 2, T0 + 7),
+        AdmissionOutcome::Queued { position: 1 }
+    );
     // Replays: a second acquire of an admitted slot, a second release.
     assert_eq!(acquire(&db, "h3", 2, T0 + 8), AdmissionOutcome::Admitted);
-    assert_eq!(slots(&db).iter().filter(|s| s.state == "admitted").count(), 2);
+    assert_eq!(
+        slots(&db).iter().filter(|s| s.state == "admitted").count(),
+        2
+    );
     block_on(admission::release(&db, POOL, "h2")).expect("release");
     block_on(admission::release(&db, POOL, "h2")).expect("release");
     assert_eq!(acquire(&db, "h4", 2, T0 + 9), AdmissionOutcome::Admitted);
-    assert_eq!(acquire(&db, "h5", 2, T0 + 10), AdmissionOutcome::Queued { position: 1 });
-    assert!(!block_on(admission::heartbeat(&db, POOL, "h5", T0 + 11)).expect("heartbeat"), "a queued slot holds nothing");
+    assert_eq!(
+        acquire(&db, "h5", 2, T0 + 10),
+        AdmissionOutcome::Queued { position: 1 }
+    );
+    assert!(
+        !block_on(admission::heartbeat(&db, POOL, "h5", T0 + 11)).expect("heartbeat"),
+        "a queued slot holds nothing"
+    );
     // Capacity 0 is clamped to 1 rather than admitting nobody for ever.
     let db = fresh();
     assert_eq!(acquire(&db, "x", 0, T0), AdmissionOutcome::Admitted);
@@ -1137,35 +1750,71 @@ fn admission_respects_capacity_in_arrival_order() {
 fn admission_purges_silent_slots_on_the_next_acquire() {
     let db = fresh();
     assert_eq!(acquire(&db, "dead", 1, T0), AdmissionOutcome::Admitted);
-    assert_eq!(acquire(&db, "w", 1, T0 + 1), AdmissionOutcome::Queued { position: 1 });
+    assert_eq!(
+        acquire(&db, "w", 1, T0 + 1),
+        AdmissionOutcome::Queued { position: 1 }
+    );
     // w keeps polling, dead never beats again.
     let mut t = T0 + 1;
     while t + 30_000 < T0 + SLOT_TTL_MS {
         t += 30_000;
-        assert_eq!(acquire(&db, "w", 1, t), AdmissionOutcome::Queued { position: 1 });
+        assert_eq!(
+            acquire(&db, "w", 1, t),
+            AdmissionOutcome::Queued { position: 1 }
+        );
     }
-    assert_eq!(acquire(&db, "w", 1, T0 + SLOT_TTL_MS), AdmissionOutcome::Queued { position: 1 }, "exactly the TTL is not past it");
+    assert_eq!(
+        acquire(&db, "w", 1, T0 + SLOT_TTL_MS),
+        AdmissionOutcome::Queued { position: 1 },
+        "exactly the TTL is not past it"
+    );
     let (out, n) = trips(&db, || acquire(&db, "w", 1, T0 + SLOT_TTL_MS + 1));
-    assert_eq!((out, n), (AdmissionOutcome::Admitted, 1), "purge and admit in the same batch");
-    assert!(!block_on(admission::heartbeat(&db, POOL, "dead", T0 + SLOT_TTL_MS + 2)).expect("heartbeat"));
-    assert_eq!(slots(&db).iter().map(|s| s.holder.as_str()).collect::<Vec<_>>(), ["w"]);
-    assert!(block_on(admission::heartbeat(&db, POOL, "w", T0 + SLOT_TTL_MS + 3)).expect("heartbeat"));
+    assert_eq!(
+        (out, n),
+        (AdmissionOutcome::Admitted, 1),
+        "purge and admit in the same batch"
+    );
+    assert!(!block_on(admission::heartbeat(
+        &db,
+        POOL,
+        "dead",
+        T0 + SLOT_TTL_MS + 2
+    ))
+    .expect("heartbeat"));
+    assert_eq!(
+        slots(&db)
+            .iter()
+            .map(|s| s.holder.as_str())
+            .collect::<Vec<_>>(),
+        ["w"]
+    );
+    assert!(
+        block_on(admission::heartbeat(&db, POOL, "w", T0 + SLOT_TTL_MS + 3)).expect("heartbeat")
+    );
 }
 
 /// What `admission::acquire` must answer, from the table before the call.
 fn expected_admission(before: &[Slot], holder: &str, capacity: u32, now: i64) -> AdmissionOutcome {
-    let live: Vec<&Slot> = before.iter().filter(|s| s.heartbeat_ms >= now - SLOT_TTL_MS).collect();
+    let live: Vec<&Slot> = before
+        .iter()
+        .filter(|s| s.heartbeat_ms >= now - SLOT_TTL_MS)
+        .collect();
     let me = live.iter().find(|s| s.holder == holder);
     if me.is_some_and(|s| s.state == "admitted") {
         return AdmissionOutcome::Admitted;
     }
     let my_seq = me.map_or(i64::MAX, |s| s.seq);
     let admitted = live.iter().filter(|s| s.state == "admitted").count();
-    let ahead = live.iter().filter(|s| s.state == "queued" && s.seq < my_seq).count();
+    let ahead = live
+        .iter()
+        .filter(|s| s.state == "queued" && s.seq < my_seq)
+        .count();
     if admitted + ahead < capacity as usize {
         AdmissionOutcome::Admitted
     } else {
-        AdmissionOutcome::Queued { position: ahead as u32 + 1 }
+        AdmissionOutcome::Queued {
+            position: ahead as u32 + 1,
+        }
     }
 }
 
@@ -1187,11 +1836,21 @@ fn admission_interleavings_respect_capacity_and_order() {
                 _ if crashed[i] => now += rng.range(1, 3 * MIN),
                 0..=44 => {
                     let out = acquire(&db, h, capacity, now);
-                    assert_eq!(out, expected_admission(&before, h, capacity, now), "seed {seed} step {step} acquire {h}");
+                    assert_eq!(
+                        out,
+                        expected_admission(&before, h, capacity, now),
+                        "seed {seed} step {step} acquire {h}"
+                    );
                 }
                 45..=64 => {
                     let ok = block_on(admission::heartbeat(&db, POOL, h, now)).expect("heartbeat");
-                    assert_eq!(ok, before.iter().any(|s| s.holder == h && s.state == "admitted"), "seed {seed} step {step}");
+                    assert_eq!(
+                        ok,
+                        before
+                            .iter()
+                            .any(|s| s.holder == h && s.state == "admitted"),
+                        "seed {seed} step {step}"
+                    );
                 }
                 65..=79 => block_on(admission::release(&db, POOL, h)).expect("release"),
                 80..=83 => crashed[i] = true,
@@ -1199,7 +1858,10 @@ fn admission_interleavings_respect_capacity_and_order() {
             }
             let after = slots(&db);
             let admitted = after.iter().filter(|s| s.state == "admitted").count();
-            assert!(admitted <= capacity as usize, "seed {seed} step {step}: {admitted} admitted > {capacity}");
+            assert!(
+                admitted <= capacity as usize,
+                "seed {seed} step {step}: {admitted} admitted > {capacity}"
+            );
         }
     }
 }
@@ -1216,13 +1878,39 @@ fn take(db: &CountingDb, holder: &str, now: i64) -> LeaseOutcome {
 fn lease_has_one_holder_and_is_reclaimed_when_stale() {
     let db = fresh();
     let (out, n) = trips(&db, || take(&db, "a", T0));
-    assert_eq!((out, n), (LeaseOutcome::Acquired { expires_ms: T0 + LEASE_TTL_MS }, 1));
+    assert_eq!(
+        (out, n),
+        (
+            LeaseOutcome::Acquired {
+                expires_ms: T0 + LEASE_TTL_MS
+            },
+            1
+        )
+    );
     let (out, n) = trips(&db, || take(&db, "b", T0 + 1));
-    assert_eq!((out, n), (LeaseOutcome::Busy { holder: Some("a".into()), expires_ms: T0 + LEASE_TTL_MS }, 2));
+    assert_eq!(
+        (out, n),
+        (
+            LeaseOutcome::Busy {
+                holder: Some("a".into()),
+                expires_ms: T0 + LEASE_TTL_MS
+            },
+            2
+        )
+    );
     // A replay refreshes and keeps the original acquisition time.
-    assert_eq!(take(&db, "a", T0 + 2), LeaseOutcome::Acquired { expires_ms: T0 + 2 + LEASE_TTL_MS });
+    assert_eq!(
+        take(&db, "a", T0 + 2),
+        LeaseOutcome::Acquired {
+            expires_ms: T0 + 2 + LEASE_TTL_MS
+        }
+    );
     let acquired: Vec<i64> = decode::<serde_json::Map<String, serde_json::Value>>(
-        block_on(db.db.all(sluice::stmt!("SELECT acquired_ms FROM container_leases"))).expect("select"),
+        block_on(
+            db.db
+                .all(sluice::stmt!("SELECT acquired_ms FROM container_leases")),
+        )
+        .expect("select"),
     )
     .expect("decode")
     .iter()
@@ -1231,14 +1919,35 @@ fn lease_has_one_holder_and_is_reclaimed_when_stale() {
     assert_eq!(acquired, [T0]);
     assert!(block_on(lease::heartbeat(&db, SANDBOX, "a", T0 + 5 * MIN)).expect("heartbeat"));
     let expires = T0 + 5 * MIN + LEASE_TTL_MS;
-    assert_eq!(take(&db, "b", expires - 1), LeaseOutcome::Busy { holder: Some("a".into()), expires_ms: expires });
-    assert_eq!(take(&db, "b", expires), LeaseOutcome::Acquired { expires_ms: expires + LEASE_TTL_MS }, "reclaimed");
-    assert!(!block_on(lease::heartbeat(&db, SANDBOX, "a", expires + 1)).expect("heartbeat"), "a lost it");
+    assert_eq!(
+        take(&db, "b", expires - 1),
+        LeaseOutcome::Busy {
+            holder: Some("a".into()),
+            expires_ms: expires
+        }
+    );
+    assert_eq!(
+        take(&db, "b", expires),
+        LeaseOutcome::Acquired {
+            expires_ms: expires + LEASE_TTL_MS
+        },
+        "reclaimed"
+    );
+    assert!(
+        !block_on(lease::heartbeat(&db, SANDBOX, "a", expires + 1)).expect("heartbeat"),
+        "a lost it"
+    );
     block_on(lease::release(&db, SANDBOX, "a")).expect("release");
-    assert!(matches!(take(&db, "c", expires + 2), LeaseOutcome::Busy { .. }), "a's release does not free b's lease");
+    assert!(
+        matches!(take(&db, "c", expires + 2), LeaseOutcome::Busy { .. }),
+        "a's release does not free b's lease"
+    );
     block_on(lease::release(&db, SANDBOX, "b")).expect("release");
     block_on(lease::release(&db, SANDBOX, "b")).expect("release");
-    assert!(matches!(take(&db, "c", expires + 3), LeaseOutcome::Acquired { .. }));
+    assert!(matches!(
+        take(&db, "c", expires + 3),
+        LeaseOutcome::Acquired { .. }
+    ));
 }
 
 #[test]
@@ -1256,16 +1965,28 @@ fn lease_interleavings_never_overlap() {
                 0..=3 => match take(&db, holders[i], now) {
                     LeaseOutcome::Acquired { expires_ms } => {
                         for (j, v) in valid_until.iter().enumerate() {
-                            assert!(j == i || *v <= now, "seed {seed} step {step}: {} acquired while {} valid", holders[i], holders[j]);
+                            assert!(
+                                j == i || *v <= now,
+                                "seed {seed} step {step}: {} acquired while {} valid",
+                                holders[i],
+                                holders[j]
+                            );
                         }
                         valid_until[i] = expires_ms;
                     }
-                    LeaseOutcome::Busy { holder, .. } => assert_ne!(holder.as_deref(), Some(holders[i])),
+                    LeaseOutcome::Busy { holder, .. } => {
+                        assert_ne!(holder.as_deref(), Some(holders[i]))
+                    }
                 },
                 4..=5 => {
-                    if block_on(lease::heartbeat(&db, SANDBOX, holders[i], now)).expect("heartbeat") {
+                    if block_on(lease::heartbeat(&db, SANDBOX, holders[i], now)).expect("heartbeat")
+                    {
                         for (j, v) in valid_until.iter().enumerate() {
-                            assert!(j == i || *v <= now, "seed {seed} step {step}: heartbeat while {} valid", holders[j]);
+                            assert!(
+                                j == i || *v <= now,
+                                "seed {seed} step {step}: heartbeat while {} valid",
+                                holders[j]
+                            );
                         }
                         valid_until[i] = now + LEASE_TTL_MS;
                     } else {
@@ -1287,43 +2008,127 @@ fn lease_interleavings_never_overlap() {
 const NOW: i64 = 10_000_000;
 
 fn waiter(revision: &str, arrived_ms: i64) -> WaiterFacts<'_> {
-    WaiterFacts { revision, arrived_ms, imperative: false, waiting: true }
+    WaiterFacts {
+        revision,
+        arrived_ms,
+        imperative: false,
+        waiting: true,
+    }
 }
 
 fn check(policy: &QueuePolicy, current: Current, imperative: bool, expected: ArrivalRule) {
-    assert_eq!(policy.arrival_rule(&current, "new", imperative, NOW), expected, "{current:?}, imperative {imperative}");
+    assert_eq!(
+        policy.arrival_rule(&current, "new", imperative, NOW),
+        expected,
+        "{current:?}, imperative {imperative}"
+    );
 }
 
 #[test]
 fn arrival_rules() {
     let p = QueuePolicy::default();
-    check(&p, Current::Known("other".into()), false, ArrivalRule::NotCurrent { current: "other".into() });
-    check(&p, Current::Known("new".into()), false, ArrivalRule::SupersedeNotCurrent { current: "new".into() });
-    check(&p, Current::NotDeclared, false, ArrivalRule::SupersedeOlder { arrived_before_ms: None });
-    check(&p, Current::Unknown, false, ArrivalRule::SupersedeOlder { arrived_before_ms: None });
-    for c in [Current::Known("other".into()), Current::Known("new".into()), Current::NotDeclared] {
+    check(
+        &p,
+        Current::Known("other".into()),
+        false,
+        ArrivalRule::NotCurrent {
+            current: "other".into(),
+        },
+    );
+    check(
+        &p,
+        Current::Known("new".into()),
+        false,
+        ArrivalRule::SupersedeNotCurrent {
+            current: "new".into(),
+        },
+    );
+    check(
+        &p,
+        Current::NotDeclared,
+        false,
+        ArrivalRule::SupersedeOlder {
+            arrived_before_ms: None,
+        },
+    );
+    check(
+        &p,
+        Current::Unknown,
+        false,
+        ArrivalRule::SupersedeOlder {
+            arrived_before_ms: None,
+        },
+    );
+    for c in [
+        Current::Known("other".into()),
+        Current::Known("new".into()),
+        Current::NotDeclared,
+    ] {
         check(&p, c, true, ArrivalRule::SupersedeNone);
     }
-    let fifo = QueuePolicy { supersede: false, ..QueuePolicy::default() };
-    check(&fifo, Current::NotDeclared, false, ArrivalRule::SupersedeNone);
-    check(&fifo, Current::Known("new".into()), false, ArrivalRule::SupersedeNotCurrent { current: "new".into() });
-    let aged = QueuePolicy { supersede_after_ms: Some(1_000), ..QueuePolicy::default() };
-    check(&aged, Current::Unknown, false, ArrivalRule::SupersedeOlder { arrived_before_ms: Some(NOW - 1_000) });
+    let fifo = QueuePolicy {
+        supersede: false,
+        ..QueuePolicy::default()
+    };
+    check(
+        &fifo,
+        Current::NotDeclared,
+        false,
+        ArrivalRule::SupersedeNone,
+    );
+    check(
+        &fifo,
+        Current::Known("new".into()),
+        false,
+        ArrivalRule::SupersedeNotCurrent {
+            current: "new".into(),
+        },
+    );
+    let aged = QueuePolicy {
+        supersede_after_ms: Some(1_000),
+        ..QueuePolicy::default()
+    };
+    check(
+        &aged,
+        Current::Unknown,
+        false,
+        ArrivalRule::SupersedeOlder {
+            arrived_before_ms: Some(NOW - 1_000),
+        },
+    );
 }
 
 #[test]
 fn supersedes_only_live_non_imperative_waiters() {
-    let all = ArrivalRule::SupersedeOlder { arrived_before_ms: None };
+    let all = ArrivalRule::SupersedeOlder {
+        arrived_before_ms: None,
+    };
     assert!(all.supersedes(&waiter("a", NOW)));
-    assert!(!all.supersedes(&WaiterFacts { imperative: true, ..waiter("a", 0) }));
-    assert!(!all.supersedes(&WaiterFacts { waiting: false, ..waiter("a", 0) }));
-    let aged = ArrivalRule::SupersedeOlder { arrived_before_ms: Some(NOW - 1_000) };
+    assert!(!all.supersedes(&WaiterFacts {
+        imperative: true,
+        ..waiter("a", 0)
+    }));
+    assert!(!all.supersedes(&WaiterFacts {
+        waiting: false,
+        ..waiter("a", 0)
+    }));
+    let aged = ArrivalRule::SupersedeOlder {
+        arrived_before_ms: Some(NOW - 1_000),
+    };
     assert!(aged.supersedes(&waiter("a", NOW - 1_001)));
     assert!(!aged.supersedes(&waiter("a", NOW - 1_000)));
-    let current = ArrivalRule::SupersedeNotCurrent { current: "h".into() };
-    assert!(current.supersedes(&waiter("a", NOW)), "a non-current waiter goes whatever its age");
+    let current = ArrivalRule::SupersedeNotCurrent {
+        current: "h".into(),
+    };
+    assert!(
+        current.supersedes(&waiter("a", NOW)),
+        "a non-current waiter goes whatever its age"
+    );
     assert!(!current.supersedes(&waiter("h", 0)));
-    assert!(!ArrivalRule::NotCurrent { current: "h".into() }.supersedes(&waiter("a", 0)));
+    assert!(!ArrivalRule::NotCurrent {
+        current: "h".into()
+    }
+    .supersedes(&waiter("a", 0)));
     assert!(!ArrivalRule::SupersedeNone.supersedes(&waiter("a", 0)));
 }
 
@@ -1332,26 +2137,68 @@ fn ageing() {
     let p = QueuePolicy::default();
     let old = waiter("a", NOW - SERIAL_QUEUED_TIMEOUT_MS_DEFAULT - 1);
     assert!(p.queued_timed_out(&old, true, NOW));
-    assert!(!p.queued_timed_out(&old, false, NOW), "only behind a live holder");
-    assert!(!p.queued_timed_out(&WaiterFacts { imperative: true, ..old }, true, NOW));
-    assert!(!p.queued_timed_out(&waiter("a", NOW - SERIAL_QUEUED_TIMEOUT_MS_DEFAULT), true, NOW));
+    assert!(
+        !p.queued_timed_out(&old, false, NOW),
+        "only behind a live holder"
+    );
+    assert!(!p.queued_timed_out(
+        &WaiterFacts {
+            imperative: true,
+            ..old
+        },
+        true,
+        NOW
+    ));
+    assert!(!p.queued_timed_out(
+        &waiter("a", NOW - SERIAL_QUEUED_TIMEOUT_MS_DEFAULT),
+        true,
+        NOW
+    ));
 
-    let claimed = NewerFacts { imperative: false, has_claimed: true, live_waiter: false };
-    let waiting = NewerFacts { imperative: false, has_claimed: false, live_waiter: true };
+    let claimed = NewerFacts {
+        imperative: false,
+        has_claimed: true,
+        live_waiter: false,
+    };
+    let waiting = NewerFacts {
+        imperative: false,
+        has_claimed: false,
+        live_waiter: true,
+    };
     assert!(p.yields_at_claim(&waiter("a", NOW), &claimed, NOW));
-    assert!(!p.yields_at_claim(&waiter("a", 0), &waiting, NOW), "no supersede_after: arrival decides");
-    assert!(!p.yields_at_claim(&waiter("a", 0), &NewerFacts { imperative: true, ..claimed }, NOW));
-    let aged = QueuePolicy { supersede_after_ms: Some(1_000), ..p.clone() };
+    assert!(
+        !p.yields_at_claim(&waiter("a", 0), &waiting, NOW),
+        "no supersede_after: arrival decides"
+    );
+    assert!(!p.yields_at_claim(
+        &waiter("a", 0),
+        &NewerFacts {
+            imperative: true,
+            ..claimed
+        },
+        NOW
+    ));
+    let aged = QueuePolicy {
+        supersede_after_ms: Some(1_000),
+        ..p.clone()
+    };
     assert!(aged.yields_at_claim(&waiter("a", NOW - 1_001), &waiting, NOW));
     assert!(!aged.yields_at_claim(&waiter("a", NOW - 1_000), &waiting, NOW));
-    let fifo = QueuePolicy { supersede: false, ..p };
+    let fifo = QueuePolicy {
+        supersede: false,
+        ..p
+    };
     assert!(!fifo.yields_at_claim(&waiter("a", 0), &claimed, NOW));
 }
 
 #[test]
 fn config() {
-    assert_eq!(QueuePolicy::from_config(None, None, None, None), Ok(QueuePolicy::default()));
-    let p = QueuePolicy::from_config(Some(false), Some(5_000), Some(6_000), Some(7_000)).expect("valid");
+    assert_eq!(
+        QueuePolicy::from_config(None, None, None, None),
+        Ok(QueuePolicy::default())
+    );
+    let p = QueuePolicy::from_config(Some(false), Some(5_000), Some(6_000), Some(7_000))
+        .expect("valid");
     assert_eq!(
         p,
         QueuePolicy {
@@ -1363,7 +2210,10 @@ fn config() {
     );
     assert_eq!(
         QueuePolicy::from_config(None, Some(0), None, None),
-        Err(PolicyError { setting: "queued_timeout", value_ms: 0 })
+        Err(PolicyError {
+            setting: "queued_timeout",
+            value_ms: 0
+        })
     );
     assert!(QueuePolicy::from_config(None, None, Some(QUEUE_POLICY_MS_MAX + 1), None).is_err());
     assert!(QueuePolicy::from_config(None, None, None, Some(-1)).is_err());

@@ -38,9 +38,17 @@ fn the_sweep_finds_only_overdue_live_instances() {
         vec![Param::from(done_id.as_str()), Param::from(T0)],
     )))
     .unwrap();
-    assert!(block_on(executions::overdue(index, T0 - 1, 10)).unwrap().is_empty(), "not yet due");
+    assert!(
+        block_on(executions::overdue(index, T0 - 1, 10))
+            .unwrap()
+            .is_empty(),
+        "not yet due"
+    );
     let rows = block_on(executions::overdue(index, T0, 10)).unwrap();
-    assert_eq!(rows.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [due.as_str()]);
+    assert_eq!(
+        rows.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        [due.as_str()]
+    );
     assert_eq!(rows[0].run, "probe", "enough to recreate the instance");
 }
 
@@ -62,11 +70,18 @@ fn retention_purges_finished_instances_with_their_steps() {
     ]))
     .unwrap();
     let thirty_days = 30 * 24 * 3600 * 1000;
-    assert!(block_on(executions::finished_before(index, T0, 10)).unwrap().is_empty());
-    assert_eq!(block_on(executions::finished_before(index, T0 + thirty_days, 10)).unwrap(), [id.clone()]);
+    assert!(block_on(executions::finished_before(index, T0, 10))
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        block_on(executions::finished_before(index, T0 + thirty_days, 10)).unwrap(),
+        [id.clone()]
+    );
     block_on(executions::delete(index, &id)).unwrap();
     assert!(block_on(executions::get(index, &id)).unwrap().is_none());
-    assert!(block_on(executions::steps(index, &id, 10)).unwrap().is_empty());
+    assert!(block_on(executions::steps(index, &id, 10))
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -83,7 +98,10 @@ fn a_batch_is_all_or_nothing() {
         vec![],
     );
     assert!(block_on(db.batch(vec![good, bad])).is_err());
-    assert!(block_on(executions::delivery(&db, "d1")).unwrap().is_none(), "the first statement was rolled back");
+    assert!(
+        block_on(executions::delivery(&db, "d1")).unwrap().is_none(),
+        "the first statement was rolled back"
+    );
 }
 
 #[test]

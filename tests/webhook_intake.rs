@@ -64,7 +64,12 @@ fn status(r: &Req) -> Result<Intake, (u16, &'static str)> {
 #[test]
 fn a_signed_pull_request_plans_one_check() {
     let r = Req::signed("pull_request", pr_body("opened", false, "User"));
-    let Ok(Intake::Act { creates, delivery, .. }) = status(&r) else { panic!("{:?}", status(&r)) };
+    let Ok(Intake::Act {
+        creates, delivery, ..
+    }) = status(&r)
+    else {
+        panic!("{:?}", status(&r))
+    };
     assert_eq!(creates.len(), 1);
     assert_eq!(delivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958");
     // Content-Type parameters are allowed.
@@ -78,29 +83,122 @@ fn bad_input_is_refused_with_the_right_status() {
     let good = || Req::signed("pull_request", pr_body("opened", false, "User"));
     let cases: Vec<(&str, Req, u16, &str)> = vec![
         ("no secret configured", good(), 503, "not_configured"),
-        ("missing event", Req { event: None, ..good() }, 400, "missing_event"),
-        ("missing delivery", Req { delivery: None, ..good() }, 400, "missing_delivery"),
-        ("form encoded", Req { content_type: Some("application/x-www-form-urlencoded"), ..good() }, 415, "unsupported_media_type"),
-        ("no content type", Req { content_type: None, ..good() }, 415, "unsupported_media_type"),
-        ("missing signature", Req { signature: None, ..good() }, 401, "missing_signature"),
-        ("wrong signature", Req { signature: Some(sign(b"other", &good().body)), ..good() }, 401, "bad_signature"),
-        ("garbage signature", Req { signature: Some("sha256=xyz".into()), ..good() }, 401, "bad_signature"),
-        ("bad json", Req::signed("pull_request", b"{not json".to_vec()), 400, "bad_json"),
-        ("json array", Req::signed("pull_request", b"[]".to_vec()), 400, "bad_json"),
-        ("wrong shape", Req::signed("pull_request", br#"{"action":"opened"}"#.to_vec()), 422, "wrong_shape"),
-        ("wrong types", Req::signed("pull_request", br#"{"action":1,"number":"x"}"#.to_vec()), 422, "wrong_shape"),
-        ("oversized", Req::signed("pull_request", vec![b' '; WEBHOOK_BODY_BYTES_MAX + 1]), 413, "payload_too_large"),
+        (
+            "missing event",
+            Req {
+                event: None,
+                ..good()
+            },
+            400,
+            "missing_event",
+        ),
+        (
+            "missing delivery",
+            Req {
+                delivery: None,
+                ..good()
+            },
+            400,
+            "missing_delivery",
+        ),
+        (
+            "form encoded",
+            Req {
+                content_type: Some("application/x-www-form-urlencoded"),
+                ..good()
+            },
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "no content type",
+            Req {
+                content_type: None,
+                ..good()
+            },
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "missing signature",
+            Req {
+                signature: None,
+                ..good()
+            },
+            401,
+            "missing_signature",
+        ),
+        (
+            "wrong signature",
+            Req {
+                signature: Some(sign(b"other", &good().body)),
+                ..good()
+            },
+            401,
+            "bad_signature",
+        ),
+        (
+            "garbage signature",
+            Req {
+                signature: Some("sha256=xyz".into()),
+                ..good()
+            },
+            401,
+            "bad_signature",
+        ),
+        (
+            "bad json",
+            Req::signed("pull_request", b"{not json".to_vec()),
+            400,
+            "bad_json",
+        ),
+        (
+            "json array",
+            Req::signed("pull_request", b"[]".to_vec()),
+            400,
+            "bad_json",
+        ),
+        (
+            "wrong shape",
+            Req::signed("pull_request", br#"{"action":"opened"}"#.to_vec()),
+            422,
+            "wrong_shape",
+        ),
+        (
+            "wrong types",
+            Req::signed("pull_request", br#"{"action":1,"number":"x"}"#.to_vec()),
+            422,
+            "wrong_shape",
+        ),
+        (
+            "oversized",
+            Req::signed("pull_request", vec![b' '; WEBHOOK_BODY_BYTES_MAX + 1]),
+            413,
+            "payload_too_large",
+        ),
     ];
     for (name, req, want_status, want_code) in cases {
-        let secret = if name == "no secret configured" { None } else { Some(SECRET) };
+        let secret = if name == "no secret configured" {
+            None
+        } else {
+            Some(SECRET)
+        };
         match req.run(secret) {
             Err((s, code)) => assert_eq!((s, code), (want_status, want_code), "{name}"),
             Ok(i) => panic!("{name}: accepted as {i:?}"),
         }
     }
-    assert_eq!(check_declared_length(Some(&(WEBHOOK_BODY_BYTES_MAX + 1).to_string())).unwrap_err().status, 413);
+    assert_eq!(
+        check_declared_length(Some(&(WEBHOOK_BODY_BYTES_MAX + 1).to_string()))
+            .unwrap_err()
+            .status,
+        413
+    );
     assert!(check_declared_length(Some("12")).is_ok());
-    assert!(check_declared_length(Some("not a number")).is_ok(), "the body's real length is checked after reading");
+    assert!(
+        check_declared_length(Some("not a number")).is_ok(),
+        "the body's real length is checked after reading"
+    );
 }
 
 #[test]
@@ -113,6 +211,10 @@ fn valid_events_sluice_does_not_act_on_are_ignored() {
         ("pull_request", pr_body("opened", false, "Bot")),
     ] {
         let r = Req::signed(event, body);
-        assert!(matches!(status(&r), Ok(Intake::Ignored { .. })), "{event}: {:?}", status(&r));
+        assert!(
+            matches!(status(&r), Ok(Intake::Ignored { .. })),
+            "{event}: {:?}",
+            status(&r)
+        );
     }
 }

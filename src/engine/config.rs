@@ -51,11 +51,21 @@ impl Default for StepConfig {
 impl StepConfig {
     /// One attempt, no retry: for steps whose failure is the answer.
     pub fn once() -> Self {
-        StepConfig { retries: Retries { limit: 0, ..StepConfig::default().retries }, ..Self::default() }
+        StepConfig {
+            retries: Retries {
+                limit: 0,
+                ..StepConfig::default().retries
+            },
+            ..Self::default()
+        }
     }
 
     pub fn retries(mut self, limit: u32, delay_ms: i64, backoff: Backoff) -> Self {
-        self.retries = Retries { limit, delay_ms, backoff };
+        self.retries = Retries {
+            limit,
+            delay_ms,
+            backoff,
+        };
         self
     }
 
@@ -88,7 +98,11 @@ mod tests {
         let c = StepConfig::default().retries(5, 100, Backoff::Constant);
         let l = StepConfig::default().retries(5, 100, Backoff::Linear);
         let e = StepConfig::default().retries(5, 100, Backoff::Exponential);
-        let seq = |c: &StepConfig| (1..=4).map(|r| c.delay_before_retry_ms(r)).collect::<Vec<_>>();
+        let seq = |c: &StepConfig| {
+            (1..=4)
+                .map(|r| c.delay_before_retry_ms(r))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(seq(&c), [100, 100, 100, 100]);
         assert_eq!(seq(&l), [100, 200, 300, 400]);
         assert_eq!(seq(&e), [100, 200, 400, 800]);

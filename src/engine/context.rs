@@ -16,7 +16,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::limits::{SLEEP_MS_MAX, STEP_NAME_CHARS_MAX, STEP_RESULT_BYTES_MAX, STEP_RETRY_INLINE_MS_MAX};
+use crate::limits::{
+    SLEEP_MS_MAX, STEP_NAME_CHARS_MAX, STEP_RESULT_BYTES_MAX, STEP_RETRY_INLINE_MS_MAX,
+};
 
 use crate::blobs::Blobs;
 
@@ -144,7 +146,12 @@ impl<'a> Ctx<'a> {
     /// A step that runs even after an operator's terminate or pause was
     /// requested: for releasing what the run holds (a serial group, a
     /// lease) on every exit path.
-    pub async fn cleanup_step<T, F, Fut>(&self, name: &str, cfg: StepConfig, body: F) -> Result<T, RunError>
+    pub async fn cleanup_step<T, F, Fut>(
+        &self,
+        name: &str,
+        cfg: StepConfig,
+        body: F,
+    ) -> Result<T, RunError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(u32) -> Fut,
@@ -153,7 +160,13 @@ impl<'a> Ctx<'a> {
         self.run_step(name, cfg, body, false).await
     }
 
-    async fn run_step<T, F, Fut>(&self, name: &str, cfg: StepConfig, mut body: F, interruptible: bool) -> Result<T, RunError>
+    async fn run_step<T, F, Fut>(
+        &self,
+        name: &str,
+        cfg: StepConfig,
+        mut body: F,
+        interruptible: bool,
+    ) -> Result<T, RunError>
     where
         T: Serialize + DeserializeOwned,
         F: FnMut(u32) -> Fut,
@@ -184,7 +197,13 @@ impl<'a> Ctx<'a> {
             let now = self.clock.now_ms();
             let remaining_ms = self.ceiling_at_ms - now;
             if remaining_ms <= 0 {
-                return Err(self.fail(&slot, EntryKind::Step, attempt - 1, started_ms, self.ceiling(&slot.name, "step")));
+                return Err(self.fail(
+                    &slot,
+                    EntryKind::Step,
+                    attempt - 1,
+                    started_ms,
+                    self.ceiling(&slot.name, "step"),
+                ));
             }
             let limit_ms = cfg.timeout_ms.min(remaining_ms);
             self.bump(|s| s.bodies_run += 1);
@@ -209,14 +228,24 @@ impl<'a> Ctx<'a> {
                 ),
             };
             if !failure.retryable {
-                let err = RunError::NonRetryable { step: slot.name.clone(), failure };
+                let err = RunError::NonRetryable {
+                    step: slot.name.clone(),
+                    failure,
+                };
                 return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
             }
             if attempt > cfg.retries.limit {
                 let err = if failure.tag == "StepTimedOut" {
-                    RunError::StepTimedOut { step: slot.name.clone(), timeout_ms: cfg.timeout_ms }
+                    RunError::StepTimedOut {
+                        step: slot.name.clone(),
+                        timeout_ms: cfg.timeout_ms,
+                    }
                 } else {
-                    RunError::RetriesExhausted { step: slot.name.clone(), attempts: attempt, last: failure }
+                    RunError::RetriesExhausted {
+                        step: slot.name.clone(),
+                        attempts: attempt,
+                        last: failure,
+                    }
                 };
                 return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
             }
@@ -245,7 +274,12 @@ impl<'a> Ctx<'a> {
     /// A step whose output may exceed the 1 MiB result limit: the body's
     /// text goes to object storage (R2) and the step journals and returns
     /// its key (ADR-0001 rule 2). Read it back with `read_blob`.
-    pub async fn step_to_blob<F, Fut>(&self, name: &str, cfg: StepConfig, mut body: F) -> Result<String, RunError>
+    pub async fn step_to_blob<F, Fut>(
+        &self,
+        name: &str,
+        cfg: StepConfig,
+        mut body: F,
+    ) -> Result<String, RunError>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<String, StepFailure>>,
@@ -254,13 +288,21 @@ impl<'a> Ctx<'a> {
             step: name.to_owned(),
             reason: "no object storage is configured for large step results".into(),
         })?;
-        let key = format!("steps/{}/g{}/{}", self.instance_id, self.generation, self.cursor.get());
+        let key = format!(
+            "steps/{}/g{}/{}",
+            self.instance_id,
+            self.generation,
+            self.cursor.get()
+        );
         let key_ref = key.as_str();
         self.step(name, cfg, |attempt| {
             let text = body(attempt);
             async move {
                 let text = text.await?;
-                blobs.put_text(key_ref, &text).await.map_err(|m| StepFailure::retryable("BlobStoreFailed", m))?;
+                blobs
+                    .put_text(key_ref, &text)
+                    .await
+                    .map_err(|m| StepFailure::retryable("BlobStoreFailed", m))?;
                 Ok(key_ref.to_owned())
             }
         })
@@ -269,8 +311,13 @@ impl<'a> Ctx<'a> {
 
     /// Reads a large step result stored by `step_to_blob`.
     pub async fn read_blob(&self, key: &str) -> Result<Option<String>, RunError> {
-        let blobs = self.blobs.ok_or_else(|| RunError::Store { message: "no object storage is configured".into() })?;
-        blobs.get_text(key).await.map_err(|m| RunError::Store { message: m })
+        let blobs = self.blobs.ok_or_else(|| RunError::Store {
+            message: "no object storage is configured".into(),
+        })?;
+        blobs
+            .get_text(key)
+            .await
+            .map_err(|m| RunError::Store { message: m })
     }
 
     /// Suspends the instance for `ms` (at most 365 days).
@@ -340,7 +387,12 @@ impl<'a> Ctx<'a> {
     /// Waits for an event of `event_type`, at most `timeout_ms`. An event
     /// sent before the wait is kept and consumed here, oldest first. A
     /// timeout is `RunError::EventTimedOut`, which the run may catch.
-    pub async fn wait_for_event(&self, name: &str, event_type: &str, timeout_ms: i64) -> Result<Value, RunError> {
+    pub async fn wait_for_event(
+        &self,
+        name: &str,
+        event_type: &str,
+        timeout_ms: i64,
+    ) -> Result<Value, RunError> {
         if !(0..=SLEEP_MS_MAX).contains(&timeout_ms) {
             return Err(RunError::InvalidStep {
                 step: name.to_owned(),
@@ -372,11 +424,16 @@ impl<'a> Ctx<'a> {
             };
             self.journal.consume_event(event.seq, &entry)?;
             self.remember(entry);
-            return serde_json::from_str(&event.payload)
-                .map_err(|e| RunError::InvalidInput { message: format!("event payload: {e}") });
+            return serde_json::from_str(&event.payload).map_err(|e| RunError::InvalidInput {
+                message: format!("event payload: {e}"),
+            });
         }
         if now >= wake {
-            let err = RunError::EventTimedOut { step: slot.name.clone(), event_type: event_type.to_owned(), timeout_ms };
+            let err = RunError::EventTimedOut {
+                step: slot.name.clone(),
+                event_type: event_type.to_owned(),
+                timeout_ms,
+            };
             return Err(self.fail(&slot, EntryKind::Wait, 0, started_ms, err));
         }
         if now >= self.ceiling_at_ms {
@@ -406,7 +463,11 @@ impl<'a> Ctx<'a> {
             let mut occ = self.occurrences.borrow_mut();
             let n = occ.entry(name.to_owned()).or_insert(0);
             *n += 1;
-            if *n == 1 { name.to_owned() } else { format!("{name}#{n}") }
+            if *n == 1 {
+                name.to_owned()
+            } else {
+                format!("{name}#{n}")
+            }
         };
         let seq = self.cursor.get();
         self.cursor.set(seq + 1);
@@ -420,15 +481,26 @@ impl<'a> Ctx<'a> {
                 });
             }
         } else if seq >= self.max_steps {
-            return Err(RunError::StepLimitExceeded { limit: self.max_steps });
+            return Err(RunError::StepLimitExceeded {
+                limit: self.max_steps,
+            });
         }
-        Ok(Slot { seq, name: keyed, existing })
+        Ok(Slot {
+            seq,
+            name: keyed,
+            existing,
+        })
     }
 
     fn mismatch(&self, slot: &Slot, e: &Entry, kind: EntryKind) -> RunError {
         RunError::JournalMismatch {
             index: slot.seq,
-            expected: format!("{} {:?} in state {}", e.kind.as_str(), e.name, e.state.as_str()),
+            expected: format!(
+                "{} {:?} in state {}",
+                e.kind.as_str(),
+                e.name,
+                e.state.as_str()
+            ),
             actual: format!("{} {:?}", kind.as_str(), slot.name),
         }
     }
@@ -475,11 +547,23 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    fn complete_step<T: Serialize>(&self, slot: &Slot, attempt: u32, started_ms: i64, value: T) -> Result<T, RunError> {
-        let json = serde_json::to_string(&value)
-            .map_err(|e| RunError::InvalidStep { step: slot.name.clone(), reason: format!("result does not serialize: {e}") })?;
+    fn complete_step<T: Serialize>(
+        &self,
+        slot: &Slot,
+        attempt: u32,
+        started_ms: i64,
+        value: T,
+    ) -> Result<T, RunError> {
+        let json = serde_json::to_string(&value).map_err(|e| RunError::InvalidStep {
+            step: slot.name.clone(),
+            reason: format!("result does not serialize: {e}"),
+        })?;
         if json.len() > STEP_RESULT_BYTES_MAX {
-            let err = RunError::StepResultTooLarge { step: slot.name.clone(), bytes: json.len(), max_bytes: STEP_RESULT_BYTES_MAX };
+            let err = RunError::StepResultTooLarge {
+                step: slot.name.clone(),
+                bytes: json.len(),
+                max_bytes: STEP_RESULT_BYTES_MAX,
+            };
             return Err(self.fail(slot, EntryKind::Step, attempt, started_ms, err));
         }
         self.write(Entry {
@@ -493,7 +577,14 @@ impl<'a> Ctx<'a> {
     }
 
     /// Journals a typed failure; replay returns the same error.
-    fn fail(&self, slot: &Slot, kind: EntryKind, attempts: u32, started_ms: i64, err: RunError) -> RunError {
+    fn fail(
+        &self,
+        slot: &Slot,
+        kind: EntryKind,
+        attempts: u32,
+        started_ms: i64,
+        err: RunError,
+    ) -> RunError {
         let entry = Entry {
             state: EntryState::Failed,
             value: serde_json::to_string(&err).ok(),
@@ -524,24 +615,35 @@ impl<'a> Ctx<'a> {
         e.value
             .as_deref()
             .and_then(|v| serde_json::from_str::<RunError>(v).ok())
-            .unwrap_or_else(|| RunError::Store { message: format!("journaled error of {:?} does not decode", e.name) })
+            .unwrap_or_else(|| RunError::Store {
+                message: format!("journaled error of {:?} does not decode", e.name),
+            })
     }
 
     fn ceiling(&self, name: &str, what: &str) -> RunError {
-        RunError::RunDurationExceeded { max_duration_ms: self.max_duration_ms, in_progress: format!("{what} {name:?}") }
+        RunError::RunDurationExceeded {
+            max_duration_ms: self.max_duration_ms,
+            in_progress: format!("{what} {name:?}"),
+        }
     }
 
     /// Suspends until `wake_ms`, or the run ceiling if that comes first (the
     /// pass then fails `RunDurationExceeded` naming this call).
     fn suspend(&self, wake_ms: i64, waiting_on: String) -> RunError {
-        RunError::Suspended { wake_at_ms: wake_ms.min(self.ceiling_at_ms), waiting_on }
+        RunError::Suspended {
+            wake_at_ms: wake_ms.min(self.ceiling_at_ms),
+            waiting_on,
+        }
     }
 
     fn check_interrupt(&self) -> Result<(), RunError> {
         match self.interrupt.get() {
             None => Ok(()),
             Some(Interrupt::Terminate) => Err(RunError::Terminated),
-            Some(Interrupt::Pause) => Err(RunError::Suspended { wake_at_ms: i64::MAX, waiting_on: "pause".into() }),
+            Some(Interrupt::Pause) => Err(RunError::Suspended {
+                wake_at_ms: i64::MAX,
+                waiting_on: "pause".into(),
+            }),
         }
     }
 }

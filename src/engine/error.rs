@@ -17,11 +17,19 @@ pub struct StepFailure {
 
 impl StepFailure {
     pub fn retryable(tag: &str, message: impl Into<String>) -> StepFailure {
-        StepFailure { tag: tag.to_owned(), message: message.into(), retryable: true }
+        StepFailure {
+            tag: tag.to_owned(),
+            message: message.into(),
+            retryable: true,
+        }
     }
 
     pub fn fatal(tag: &str, message: impl Into<String>) -> StepFailure {
-        StepFailure { tag: tag.to_owned(), message: message.into(), retryable: false }
+        StepFailure {
+            tag: tag.to_owned(),
+            message: message.into(),
+            retryable: false,
+        }
     }
 }
 
@@ -37,28 +45,69 @@ impl fmt::Display for StepFailure {
 #[serde(tag = "tag")]
 pub enum RunError {
     /// The instance waits until `wake_at_ms` (or an event, when `event`).
-    Suspended { wake_at_ms: i64, waiting_on: String },
-    StepTimedOut { step: String, timeout_ms: i64 },
-    RetriesExhausted { step: String, attempts: u32, last: StepFailure },
-    NonRetryable { step: String, failure: StepFailure },
-    RunDurationExceeded { max_duration_ms: i64, in_progress: String },
-    EventTimedOut { step: String, event_type: String, timeout_ms: i64 },
-    StepResultTooLarge { step: String, bytes: usize, max_bytes: usize },
-    StepLimitExceeded { limit: u32 },
-    InvalidStep { step: String, reason: String },
+    Suspended {
+        wake_at_ms: i64,
+        waiting_on: String,
+    },
+    StepTimedOut {
+        step: String,
+        timeout_ms: i64,
+    },
+    RetriesExhausted {
+        step: String,
+        attempts: u32,
+        last: StepFailure,
+    },
+    NonRetryable {
+        step: String,
+        failure: StepFailure,
+    },
+    RunDurationExceeded {
+        max_duration_ms: i64,
+        in_progress: String,
+    },
+    EventTimedOut {
+        step: String,
+        event_type: String,
+        timeout_ms: i64,
+    },
+    StepResultTooLarge {
+        step: String,
+        bytes: usize,
+        max_bytes: usize,
+    },
+    StepLimitExceeded {
+        limit: u32,
+    },
+    InvalidStep {
+        step: String,
+        reason: String,
+    },
     Terminated,
     /// The body's durable calls no longer match the journal: the run's code
     /// changed under a live instance, or its step names are not
     /// deterministic.
-    JournalMismatch { index: u32, expected: String, actual: String },
+    JournalMismatch {
+        index: u32,
+        expected: String,
+        actual: String,
+    },
     /// The executor crashed mid-pass this many times in a row.
-    ExecutorCrashLoop { crashes: u32 },
+    ExecutorCrashLoop {
+        crashes: u32,
+    },
     /// The instance's own storage or the index failed.
-    Store { message: String },
+    Store {
+        message: String,
+    },
     /// The run's input did not decode.
-    InvalidInput { message: String },
+    InvalidInput {
+        message: String,
+    },
     /// The run is not registered (an instance created by a newer deploy).
-    UnknownRun { run: String },
+    UnknownRun {
+        run: String,
+    },
 }
 
 impl RunError {
@@ -101,27 +150,45 @@ impl RunError {
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RunError::Suspended { wake_at_ms, waiting_on } => {
+            RunError::Suspended {
+                wake_at_ms,
+                waiting_on,
+            } => {
                 write!(f, "suspended on {waiting_on} until {wake_at_ms}")
             }
             RunError::StepTimedOut { step, timeout_ms } => {
                 write!(f, "step {step:?} exceeded its timeout of {timeout_ms} ms")
             }
-            RunError::RetriesExhausted { step, attempts, last } => {
+            RunError::RetriesExhausted {
+                step,
+                attempts,
+                last,
+            } => {
                 write!(f, "step {step:?} failed {attempts} attempts; last: {last}")
             }
             RunError::NonRetryable { step, failure } => {
                 write!(f, "step {step:?} failed without retry: {failure}")
             }
-            RunError::RunDurationExceeded { max_duration_ms, in_progress } => write!(
+            RunError::RunDurationExceeded {
+                max_duration_ms,
+                in_progress,
+            } => write!(
                 f,
                 "run exceeded its max duration of {max_duration_ms} ms during {in_progress}"
             ),
-            RunError::EventTimedOut { step, event_type, timeout_ms } => write!(
+            RunError::EventTimedOut {
+                step,
+                event_type,
+                timeout_ms,
+            } => write!(
                 f,
                 "wait {step:?} for event {event_type:?} timed out after {timeout_ms} ms"
             ),
-            RunError::StepResultTooLarge { step, bytes, max_bytes } => write!(
+            RunError::StepResultTooLarge {
+                step,
+                bytes,
+                max_bytes,
+            } => write!(
                 f,
                 "step {step:?} returned {bytes} bytes, over the {max_bytes}-byte limit"
             ),
@@ -130,7 +197,11 @@ impl fmt::Display for RunError {
             }
             RunError::InvalidStep { step, reason } => write!(f, "step {step:?}: {reason}"),
             RunError::Terminated => write!(f, "terminated by an operator"),
-            RunError::JournalMismatch { index, expected, actual } => write!(
+            RunError::JournalMismatch {
+                index,
+                expected,
+                actual,
+            } => write!(
                 f,
                 "journal mismatch at position {index}: journal has {expected}, run called {actual}"
             ),
@@ -148,6 +219,8 @@ impl std::error::Error for RunError {}
 
 impl From<crate::store::StoreError> for RunError {
     fn from(e: crate::store::StoreError) -> Self {
-        RunError::Store { message: e.to_string() }
+        RunError::Store {
+            message: e.to_string(),
+        }
     }
 }

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::blobs::Blobs;
 use crate::limits::{
-    EXECUTOR_CRASHES_MAX, RUN_DURATION_MS_DEFAULT, STEPS_PER_RUN_MAX_CEILING, STEPS_PER_RUN_MAX_DEFAULT,
-    STEP_RESULT_BYTES_MAX,
+    EXECUTOR_CRASHES_MAX, RUN_DURATION_MS_DEFAULT, STEPS_PER_RUN_MAX_CEILING,
+    STEPS_PER_RUN_MAX_DEFAULT, STEP_RESULT_BYTES_MAX,
 };
 use crate::store::executions;
 use crate::store::Database;
@@ -30,16 +30,25 @@ use super::status::Status;
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
     Complete(Value),
-    /// Ended without doing its work (`not-configured`, `superseded`, ...),
-    /// with an optional typed tag (`RunSkipped`, `SerialQueueTimedOut`).
-    Skipped { reason: String, tag: Option<String> },
+    /// Ended without doing its work, with the reason (`not-configured`,
+    /// `superseded`, ...; none for an operator's explicit skip) and an
+    /// optional typed tag (`RunSkipped`, `SerialQueueTimedOut`).
+    Skipped {
+        reason: Option<String>,
+        tag: Option<String>,
+    },
 }
 
 /// The registered runs, by name. Implemented by `runs::Registry` in the
 /// Worker and by test registries natively.
 #[async_trait(?Send)]
 pub trait RunRegistry {
-    async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError>;
+    async fn execute(
+        &self,
+        run: &str,
+        ctx: &Ctx<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError>;
 
     /// Called (perhaps more than once) after the instance became terminal
     /// by any path, including ones where the body could not clean up (an
@@ -100,7 +109,9 @@ pub enum Command {
     Pause,
     Resume,
     /// Restart from the top, or from the first step named `from_step`.
-    Restart { from_step: Option<String> },
+    Restart {
+        from_step: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,15 +143,24 @@ impl<'a> Engine<'a> {
     pub async fn create(&self, req: &CreateRequest) -> Result<Created, RunError> {
         let id = req.id();
         if let Some(rec) = self.journal.load_instance()? {
-            return Ok(Created { id: rec.id, created: false, status: rec.status });
+            return Ok(Created {
+                id: rec.id,
+                created: false,
+                status: rec.status,
+            });
         }
         let now = self.clock.now_ms();
-        let max_steps = req.max_steps.unwrap_or(STEPS_PER_RUN_MAX_DEFAULT).clamp(1, STEPS_PER_RUN_MAX_CEILING);
+        let max_steps = req
+            .max_steps
+            .unwrap_or(STEPS_PER_RUN_MAX_DEFAULT)
+            .clamp(1, STEPS_PER_RUN_MAX_CEILING);
         let rec = InstanceRecord {
             id: id.to_string(),
             key: req.key.clone(),
             run: req.run.clone(),
-            input: serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput { message: e.to_string() })?,
+            input: serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput {
+                message: e.to_string(),
+            })?,
             status: Status::Queued,
             repo: req.repo.clone(),
             entity: req.entity.clone(),
@@ -154,7 +174,10 @@ impl<'a> Engine<'a> {
             error_message: None,
             output: None,
             max_steps,
-            max_duration_ms: req.max_duration_ms.filter(|d| *d > 0).unwrap_or(RUN_DURATION_MS_DEFAULT),
+            max_duration_ms: req
+                .max_duration_ms
+                .filter(|d| *d > 0)
+                .unwrap_or(RUN_DURATION_MS_DEFAULT),
             passes: 0,
             clean_passes: 0,
             mirrored_rev: 0,
@@ -164,16 +187,31 @@ impl<'a> Engine<'a> {
         };
         executions::insert(self.index, &rec).await?;
         self.journal.save_instance(&rec)?;
-        Ok(Created { id: rec.id, created: true, status: Status::Queued })
+        Ok(Created {
+            id: rec.id,
+            created: true,
+            status: Status::Queued,
+        })
     }
 
     /// Runs one pass of the body if the instance is runnable.
-    pub async fn pass(&self, runs: &dyn RunRegistry, interrupt: &InterruptFlag) -> Result<PassResult, RunError> {
+    pub async fn pass(
+        &self,
+        runs: &dyn RunRegistry,
+        interrupt: &InterruptFlag,
+    ) -> Result<PassResult, RunError> {
         let Some(mut rec) = self.journal.load_instance()? else {
-            return Err(RunError::Store { message: "instance does not exist".into() });
+            return Err(RunError::Store {
+                message: "instance does not exist".into(),
+            });
         };
         if !rec.status.is_runnable() {
-            return Ok(PassResult { status: rec.status, wake_at_ms: rec.wake_at_ms, stats: PassStats::default(), mirror_error: None });
+            return Ok(PassResult {
+                status: rec.status,
+                wake_at_ms: rec.wake_at_ms,
+                stats: PassStats::default(),
+                mirror_error: None,
+            });
         }
         let now = self.clock.now_ms();
         let crashes = rec.passes - rec.clean_passes;
@@ -199,7 +237,9 @@ impl<'a> Engine<'a> {
             );
             let result = match serde_json::from_str::<Value>(&rec.input) {
                 Ok(input) => runs.execute(&rec.run, &ctx, &input).await,
-                Err(e) => Err(RunError::InvalidInput { message: e.to_string() }),
+                Err(e) => Err(RunError::InvalidInput {
+                    message: e.to_string(),
+                }),
             };
             stats = ctx.stats();
             result
@@ -208,7 +248,9 @@ impl<'a> Engine<'a> {
         // it is (the pass counts as crashed) and let the alarm or the sweep
         // retry.
         if let Err(RunError::Store { message }) = &result {
-            return Err(RunError::Store { message: message.clone() });
+            return Err(RunError::Store {
+                message: message.clone(),
+            });
         }
         let now = self.clock.now_ms();
         self.settle(&mut rec, result, interrupt.get(), now);
@@ -217,19 +259,36 @@ impl<'a> Engine<'a> {
         rec.index_round_trips += 1;
         let mirror_error = self.mirror(&mut rec, now).await.err();
         self.journal.save_instance(&rec)?;
-        Ok(PassResult { status: rec.status, wake_at_ms: rec.wake_at_ms, stats, mirror_error })
+        Ok(PassResult {
+            status: rec.status,
+            wake_at_ms: rec.wake_at_ms,
+            stats,
+            mirror_error,
+        })
     }
 
     /// Decides the instance's status from how the body ended: the one place
     /// a pass changes it.
-    fn settle(&self, rec: &mut InstanceRecord, result: Result<RunOutcome, RunError>, interrupt: Option<Interrupt>, now: i64) {
+    fn settle(
+        &self,
+        rec: &mut InstanceRecord,
+        result: Result<RunOutcome, RunError>,
+        interrupt: Option<Interrupt>,
+        now: i64,
+    ) {
         rec.reason = None;
         match (result, interrupt) {
             (Err(RunError::Suspended { .. }), Some(Interrupt::Pause)) => {
                 rec.status = Status::Paused;
                 rec.wake_at_ms = None;
             }
-            (Err(RunError::Suspended { wake_at_ms, waiting_on }), _) => {
+            (
+                Err(RunError::Suspended {
+                    wake_at_ms,
+                    waiting_on,
+                }),
+                _,
+            ) => {
                 rec.status = Status::Waiting;
                 rec.wake_at_ms = Some(wake_at_ms);
                 rec.reason = Some(waiting_on);
@@ -237,7 +296,11 @@ impl<'a> Engine<'a> {
             (Ok(RunOutcome::Complete(v)), _) => {
                 let json = serde_json::to_string(&v).unwrap_or_else(|_| "null".into());
                 if json.len() > STEP_RESULT_BYTES_MAX {
-                    let e = RunError::StepResultTooLarge { step: "(run result)".into(), bytes: json.len(), max_bytes: STEP_RESULT_BYTES_MAX };
+                    let e = RunError::StepResultTooLarge {
+                        step: "(run result)".into(),
+                        bytes: json.len(),
+                        max_bytes: STEP_RESULT_BYTES_MAX,
+                    };
                     finish(rec, Status::Errored, Some(&e), now);
                 } else {
                     rec.output = Some(json);
@@ -246,10 +309,12 @@ impl<'a> Engine<'a> {
             }
             (Ok(RunOutcome::Skipped { reason, tag }), _) => {
                 finish(rec, Status::Skipped, None, now);
-                rec.reason = Some(reason);
+                rec.reason = reason;
                 rec.error_tag = tag;
             }
-            (Err(RunError::Terminated), _) => finish(rec, Status::Terminated, Some(&RunError::Terminated), now),
+            (Err(RunError::Terminated), _) => {
+                finish(rec, Status::Terminated, Some(&RunError::Terminated), now)
+            }
             (Err(e), _) => finish(rec, Status::Errored, Some(&e), now),
         }
     }
@@ -257,7 +322,10 @@ impl<'a> Engine<'a> {
     /// Sends the record and every entry written since the last mirror to D1
     /// in one batch.
     async fn mirror(&self, rec: &mut InstanceRecord, now: i64) -> Result<(), String> {
-        let changed = self.journal.entries_since(rec.mirrored_rev).map_err(|e| e.to_string())?;
+        let changed = self
+            .journal
+            .entries_since(rec.mirrored_rev)
+            .map_err(|e| e.to_string())?;
         let step_count = self.journal.entries().map_err(|e| e.to_string())?.len() as u32;
         let stmts = executions::mirror_stmts(rec, &changed, step_count, now);
         self.index.batch(stmts).await.map_err(|e| e.to_string())?;
@@ -270,12 +338,20 @@ impl<'a> Engine<'a> {
     /// Keeps an event for the instance. Returns whether a pass should run
     /// now (the instance is waiting and may be waiting for this event).
     pub fn send_event(&self, event_type: &str, payload: &Value) -> Result<bool, CommandError> {
-        let rec = self.journal.load_instance()?.ok_or(CommandError::NotFound)?;
+        let rec = self
+            .journal
+            .load_instance()?
+            .ok_or(CommandError::NotFound)?;
         if rec.status.is_terminal() {
-            return Err(CommandError::Conflict(format!("instance is {}", rec.status.as_str())));
+            return Err(CommandError::Conflict(format!(
+                "instance is {}",
+                rec.status.as_str()
+            )));
         }
-        let payload = serde_json::to_string(payload).map_err(|e| CommandError::Conflict(e.to_string()))?;
-        self.journal.push_event(event_type, &payload, self.clock.now_ms())?;
+        let payload =
+            serde_json::to_string(payload).map_err(|e| CommandError::Conflict(e.to_string()))?;
+        self.journal
+            .push_event(event_type, &payload, self.clock.now_ms())?;
         Ok(rec.status == Status::Waiting || rec.status == Status::Queued)
     }
 
@@ -283,26 +359,43 @@ impl<'a> Engine<'a> {
     /// (a running pass is interrupted by the caller instead). Returns the
     /// new status.
     pub async fn command(&self, cmd: &Command) -> Result<Status, CommandError> {
-        let mut rec = self.journal.load_instance()?.ok_or(CommandError::NotFound)?;
+        let mut rec = self
+            .journal
+            .load_instance()?
+            .ok_or(CommandError::NotFound)?;
         let now = self.clock.now_ms();
         let mut extra = Vec::new();
         match cmd {
             Command::Terminate => {
                 if rec.status.is_terminal() {
-                    return Err(CommandError::Conflict(format!("instance is already {}", rec.status.as_str())));
+                    return Err(CommandError::Conflict(format!(
+                        "instance is already {}",
+                        rec.status.as_str()
+                    )));
                 }
-                finish(&mut rec, Status::Terminated, Some(&RunError::Terminated), now);
+                finish(
+                    &mut rec,
+                    Status::Terminated,
+                    Some(&RunError::Terminated),
+                    now,
+                );
             }
             Command::Pause => {
                 if !rec.status.is_runnable() {
-                    return Err(CommandError::Conflict(format!("cannot pause a {} instance", rec.status.as_str())));
+                    return Err(CommandError::Conflict(format!(
+                        "cannot pause a {} instance",
+                        rec.status.as_str()
+                    )));
                 }
                 rec.status = Status::Paused;
                 rec.wake_at_ms = None;
             }
             Command::Resume => {
                 if rec.status != Status::Paused {
-                    return Err(CommandError::Conflict(format!("cannot resume a {} instance", rec.status.as_str())));
+                    return Err(CommandError::Conflict(format!(
+                        "cannot resume a {} instance",
+                        rec.status.as_str()
+                    )));
                 }
                 rec.status = Status::Waiting;
                 rec.wake_at_ms = Some(now);
@@ -316,7 +409,9 @@ impl<'a> Engine<'a> {
                         .iter()
                         .find(|e| &e.name == name)
                         .map(|e| e.seq)
-                        .ok_or_else(|| CommandError::Conflict(format!("no step named {name:?} in the journal")))?,
+                        .ok_or_else(|| {
+                            CommandError::Conflict(format!("no step named {name:?} in the journal"))
+                        })?,
                 };
                 self.journal.truncate_from(seq)?;
                 extra.push(executions::delete_steps_from(&rec.id, seq));

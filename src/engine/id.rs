@@ -51,12 +51,19 @@ impl InstanceId {
         if let Ok(id) = InstanceId::parse(key) {
             return id;
         }
-        let mapped: String = key.chars().map(|c| if allowed(c) { c } else { '-' }).collect();
+        let mapped: String = key
+            .chars()
+            .map(|c| if allowed(c) { c } else { '-' })
+            .collect();
         let digest = hex::encode(Sha256::digest(key.as_bytes()));
         let hash = &digest[..KEY_HASH_HEX_CHARS];
         let keep = INSTANCE_ID_CHARS_MAX - KEY_HASH_HEX_CHARS - 1;
         // `mapped` is ASCII, so byte truncation is char truncation.
-        let head = if mapped.len() > keep { &mapped[..keep] } else { &mapped };
+        let head = if mapped.len() > keep {
+            &mapped[..keep]
+        } else {
+            &mapped
+        };
         let head = if head.is_empty() { "i" } else { head };
         InstanceId(format!("{head}-{hash}"))
     }

@@ -18,6 +18,8 @@ pub use clock::Clock;
 pub use config::{Backoff, StepConfig};
 pub use context::{Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
-pub use executor::{Command, CommandError, CreateRequest, Created, Engine, PassResult, RunOutcome, RunRegistry};
+pub use executor::{
+    Command, CommandError, CreateRequest, Created, Engine, PassResult, RunOutcome, RunRegistry,
+};
 pub use id::InstanceId;
 pub use status::Status;

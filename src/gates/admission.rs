@@ -85,16 +85,26 @@ pub async fn acquire(
         Some(r) if r.state == "queued" => Ok(AdmissionOutcome::Queued {
             position: u32::try_from(r.ahead.saturating_add(1)).unwrap_or(u32::MAX),
         }),
-        Some(r) => Err(StoreError::Decode(format!("pool_slots.state: unknown {:?}", r.state))),
+        Some(r) => Err(StoreError::Decode(format!(
+            "pool_slots.state: unknown {:?}",
+            r.state
+        ))),
         // Only a concurrent release of our own slot between the two trips.
-        None => Err(StoreError::Decode(format!("pool slot of {holder} vanished after enqueue"))),
+        None => Err(StoreError::Decode(format!(
+            "pool slot of {holder} vanished after enqueue"
+        ))),
     }
 }
 
 /// An admitted slot's sign of life. False when it no longer holds a slot
 /// (purged after `SLOT_TTL_MS` of silence, or released): the caller must
 /// acquire again before using a container.
-pub async fn heartbeat(db: &dyn Database, pool: &str, holder: &str, now_ms: i64) -> Result<bool, StoreError> {
+pub async fn heartbeat(
+    db: &dyn Database,
+    pool: &str,
+    holder: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
     let changes = db
         .run(stmt!(
             "UPDATE pool_slots SET heartbeat_ms = MAX(heartbeat_ms, ?3) \
@@ -109,6 +119,11 @@ pub async fn heartbeat(db: &dyn Database, pool: &str, holder: &str, now_ms: i64)
 
 /// Gives the slot (or the place in line) back; a replay is a no-op.
 pub async fn release(db: &dyn Database, pool: &str, holder: &str) -> Result<(), StoreError> {
-    db.run(stmt!("DELETE FROM pool_slots WHERE pool = ?1 AND holder = ?2", pool, holder)).await?;
+    db.run(stmt!(
+        "DELETE FROM pool_slots WHERE pool = ?1 AND holder = ?2",
+        pool,
+        holder
+    ))
+    .await?;
     Ok(())
 }

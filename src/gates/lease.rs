@@ -17,13 +17,21 @@ pub enum LeaseOutcome {
     /// Another execution holds it; retry after `expires_ms` at the latest.
     /// `holder` is None when it was released between our two reads: retry
     /// at once.
-    Busy { holder: Option<String>, expires_ms: i64 },
+    Busy {
+        holder: Option<String>,
+        expires_ms: i64,
+    },
 }
 
 /// Takes the sandbox if it is free, stale (`expires_ms` passed), or already
 /// the caller's (a replay, which refreshes it and keeps `acquired_ms`).
 /// One round trip when acquired; a second to name the current holder.
-pub async fn acquire(db: &dyn Database, sandbox_id: &str, holder: &str, now_ms: i64) -> Result<LeaseOutcome, StoreError> {
+pub async fn acquire(
+    db: &dyn Database,
+    sandbox_id: &str,
+    holder: &str,
+    now_ms: i64,
+) -> Result<LeaseOutcome, StoreError> {
     #[derive(Deserialize)]
     struct Row {
         holder: String,
@@ -53,21 +61,38 @@ pub async fn acquire(db: &dyn Database, sandbox_id: &str, holder: &str, now_ms: 
         .await?,
     )?;
     if let Some(r) = rows.into_iter().next() {
-        return Ok(LeaseOutcome::Acquired { expires_ms: r.expires_ms });
+        return Ok(LeaseOutcome::Acquired {
+            expires_ms: r.expires_ms,
+        });
     }
     let rows: Vec<Row> = decode(
-        db.all(stmt!("SELECT holder, expires_ms FROM container_leases WHERE sandbox_id = ?1", sandbox_id)).await?,
+        db.all(stmt!(
+            "SELECT holder, expires_ms FROM container_leases WHERE sandbox_id = ?1",
+            sandbox_id
+        ))
+        .await?,
     )?;
     match rows.into_iter().next() {
-        Some(r) => Ok(LeaseOutcome::Busy { holder: Some(r.holder), expires_ms: r.expires_ms }),
-        None => Ok(LeaseOutcome::Busy { holder: None, expires_ms: now_ms }),
+        Some(r) => Ok(LeaseOutcome::Busy {
+            holder: Some(r.holder),
+            expires_ms: r.expires_ms,
+        }),
+        None => Ok(LeaseOutcome::Busy {
+            holder: None,
+            expires_ms: now_ms,
+        }),
     }
 }
 
 /// Extends the caller's lease. False when it no longer holds it (reclaimed
 /// after it went stale, or released): the caller must stop using the
 /// sandbox. A stale lease nobody reclaimed is still the caller's.
-pub async fn heartbeat(db: &dyn Database, sandbox_id: &str, holder: &str, now_ms: i64) -> Result<bool, StoreError> {
+pub async fn heartbeat(
+    db: &dyn Database,
+    sandbox_id: &str,
+    holder: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
     let changes = db
         .run(stmt!(
             "UPDATE container_leases SET heartbeat_ms = MAX(heartbeat_ms, ?3), \
@@ -84,7 +109,11 @@ pub async fn heartbeat(db: &dyn Database, sandbox_id: &str, holder: &str, now_ms
 /// Gives the sandbox back; never touches another holder's lease, and a
 /// replay is a no-op.
 pub async fn release(db: &dyn Database, sandbox_id: &str, holder: &str) -> Result<(), StoreError> {
-    db.run(stmt!("DELETE FROM container_leases WHERE sandbox_id = ?1 AND holder = ?2", sandbox_id, holder))
-        .await?;
+    db.run(stmt!(
+        "DELETE FROM container_leases WHERE sandbox_id = ?1 AND holder = ?2",
+        sandbox_id,
+        holder
+    ))
+    .await?;
     Ok(())
 }

@@ -44,8 +44,12 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 4] =
-        [SkipReason::Superseded, SkipReason::NotCurrent, SkipReason::QueuedTimeout, SkipReason::ConfirmationTimeout];
+    pub const ALL: [SkipReason; 4] = [
+        SkipReason::Superseded,
+        SkipReason::NotCurrent,
+        SkipReason::QueuedTimeout,
+        SkipReason::ConfirmationTimeout,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -139,7 +143,9 @@ impl QueuePolicy {
                 Some(ms) => duration("queued_timeout", ms)?,
                 None => default.queued_timeout_ms,
             },
-            supersede_after_ms: supersede_after_ms.map(|ms| duration("supersede_after", ms)).transpose()?,
+            supersede_after_ms: supersede_after_ms
+                .map(|ms| duration("supersede_after", ms))
+                .transpose()?,
             confirmation_timeout_ms: confirmation_timeout_ms
                 .map(|ms| duration("confirmation_timeout", ms))
                 .transpose()?,
@@ -148,15 +154,27 @@ impl QueuePolicy {
 
     /// What an arrival does to the queue. Decided once, before the enqueue
     /// statement, which binds the answer.
-    pub fn arrival_rule(&self, current: &Current, revision: &str, imperative: bool, now_ms: i64) -> ArrivalRule {
+    pub fn arrival_rule(
+        &self,
+        current: &Current,
+        revision: &str,
+        imperative: bool,
+        now_ms: i64,
+    ) -> ArrivalRule {
         if imperative {
             return ArrivalRule::SupersedeNone;
         }
         match current {
-            Current::Known(head) if head != revision => ArrivalRule::NotCurrent { current: head.clone() },
-            Current::Known(head) => ArrivalRule::SupersedeNotCurrent { current: head.clone() },
+            Current::Known(head) if head != revision => ArrivalRule::NotCurrent {
+                current: head.clone(),
+            },
+            Current::Known(head) => ArrivalRule::SupersedeNotCurrent {
+                current: head.clone(),
+            },
             Current::NotDeclared | Current::Unknown if self.supersede => {
-                ArrivalRule::SupersedeOlder { arrived_before_ms: self.supersede_after_before_ms(now_ms) }
+                ArrivalRule::SupersedeOlder {
+                    arrived_before_ms: self.supersede_after_before_ms(now_ms),
+                }
             }
             Current::NotDeclared | Current::Unknown => ArrivalRule::SupersedeNone,
         }
@@ -175,7 +193,12 @@ impl QueuePolicy {
     /// Whether a waiter fails `queued_timeout` at its claim: queued past the
     /// timeout while a live holder blocks the group. Imperative work never
     /// ages out.
-    pub fn queued_timed_out(&self, waiter: &WaiterFacts<'_>, live_holder: bool, now_ms: i64) -> bool {
+    pub fn queued_timed_out(
+        &self,
+        waiter: &WaiterFacts<'_>,
+        live_holder: bool,
+        now_ms: i64,
+    ) -> bool {
         !waiter.imperative && live_holder && waiter.arrived_ms < self.timed_out_before_ms(now_ms)
     }
 
@@ -184,7 +207,12 @@ impl QueuePolicy {
     /// revision now would undo it), or a live newer waiter once this one has
     /// aged past `supersede_after`. Only with supersede on; imperative work
     /// is exempt on both sides.
-    pub fn yields_at_claim(&self, waiter: &WaiterFacts<'_>, newer: &NewerFacts, now_ms: i64) -> bool {
+    pub fn yields_at_claim(
+        &self,
+        waiter: &WaiterFacts<'_>,
+        newer: &NewerFacts,
+        now_ms: i64,
+    ) -> bool {
         if !self.supersede || waiter.imperative || newer.imperative {
             return false;
         }
@@ -243,8 +271,12 @@ impl ArrivalRule {
         match self {
             ArrivalRule::NotCurrent { .. } | ArrivalRule::SupersedeNone => false,
             ArrivalRule::SupersedeNotCurrent { current } => w.revision != current,
-            ArrivalRule::SupersedeOlder { arrived_before_ms: None } => true,
-            ArrivalRule::SupersedeOlder { arrived_before_ms: Some(before) } => w.arrived_ms < *before,
+            ArrivalRule::SupersedeOlder {
+                arrived_before_ms: None,
+            } => true,
+            ArrivalRule::SupersedeOlder {
+                arrived_before_ms: Some(before),
+            } => w.arrived_ms < *before,
         }
     }
 }

@@ -19,7 +19,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    GROUPS_LISTED_MAX, HOLDER_STALE_MS, RECENT_SKIPS_LISTED_MAX, SKIP_ALL_MAX, WAITERS_LISTED_MAX, WAITER_STALE_MS,
+    GROUPS_LISTED_MAX, HOLDER_STALE_MS, RECENT_SKIPS_LISTED_MAX, SKIP_ALL_MAX, WAITERS_LISTED_MAX,
+    WAITER_STALE_MS,
 };
 use crate::stmt;
 use crate::store::sql::{decode, Database, StoreError};
@@ -128,7 +129,10 @@ pub enum ClaimOutcome {
     Holding { took_over: Option<String> },
     /// Not yet: poll again in `SERIAL_POLL_MS`. `ahead` counts live waiters
     /// that claim first.
-    Waiting { holder: Option<HolderView>, ahead: u32 },
+    Waiting {
+        holder: Option<HolderView>,
+        ahead: u32,
+    },
     /// Replaced by a newer revision: fail RunSkipped, a neutral check.
     Superseded { by: String },
     /// Queued past the timeout behind a live holder: SerialQueueTimedOut.
@@ -192,12 +196,17 @@ struct StateRow {
 }
 
 fn parse_state(s: &str) -> Result<RowState, StoreError> {
-    RowState::parse(s).ok_or_else(|| StoreError::Decode(format!("serial_queue.state: unknown {s:?}")))
+    RowState::parse(s)
+        .ok_or_else(|| StoreError::Decode(format!("serial_queue.state: unknown {s:?}")))
 }
 
 fn parse_reason(s: Option<&str>) -> Result<Option<SkipReason>, StoreError> {
-    s.map(|r| SkipReason::parse(r).ok_or_else(|| StoreError::Decode(format!("serial_queue.skipped_reason: unknown {r:?}"))))
-        .transpose()
+    s.map(|r| {
+        SkipReason::parse(r).ok_or_else(|| {
+            StoreError::Decode(format!("serial_queue.skipped_reason: unknown {r:?}"))
+        })
+    })
+    .transpose()
 }
 
 /// Puts an execution in its group's queue (ADR-0004). See [`EnqueueOutcome`].
@@ -207,7 +216,12 @@ pub async fn enqueue(
     policy: &QueuePolicy,
     now_ms: i64,
 ) -> Result<EnqueueOutcome, StoreError> {
-    let rule = policy.arrival_rule(&arrival.current, arrival.revision, arrival.imperative, now_ms);
+    let rule = policy.arrival_rule(
+        &arrival.current,
+        arrival.revision,
+        arrival.imperative,
+        now_ms,
+    );
     if let ArrivalRule::NotCurrent { current } = &rule {
         let rows = db
             .all(stmt!(
@@ -220,12 +234,16 @@ pub async fn enqueue(
             ))
             .await?;
         if !rows.is_empty() {
-            return Ok(EnqueueOutcome::NotCurrent { current: current.clone() });
+            return Ok(EnqueueOutcome::NotCurrent {
+                current: current.clone(),
+            });
         }
         return existing(db, arrival).await;
     }
     let (mode, current, arrived_before_ms) = match &rule {
-        ArrivalRule::SupersedeNotCurrent { current } => ("not_current", Some(current.as_str()), None),
+        ArrivalRule::SupersedeNotCurrent { current } => {
+            ("not_current", Some(current.as_str()), None)
+        }
         ArrivalRule::SupersedeOlder { arrived_before_ms } => ("older", None, *arrived_before_ms),
         ArrivalRule::SupersedeNone | ArrivalRule::NotCurrent { .. } => ("none", None, None),
     };
@@ -248,10 +266,16 @@ pub async fn enqueue(
         return existing(db, arrival).await;
     }
     let mut superseded = Vec::with_capacity(rows.len().saturating_sub(1));
-    for r in rows.into_iter().filter(|r| r.execution_id != arrival.execution_id) {
+    for r in rows
+        .into_iter()
+        .filter(|r| r.execution_id != arrival.execution_id)
+    {
         let state = parse_state(&r.state)?;
         if state != RowState::Superseded {
-            return Err(StoreError::Decode(format!("enqueue returned {} in state {}", r.execution_id, r.state)));
+            return Err(StoreError::Decode(format!(
+                "enqueue returned {} in state {}",
+                r.execution_id, r.state
+            )));
         }
         superseded.push(Skipped {
             execution_id: r.execution_id,
@@ -268,15 +292,30 @@ pub async fn enqueue(
 async fn existing(db: &dyn Database, arrival: &Arrival<'_>) -> Result<EnqueueOutcome, StoreError> {
     let row = read_state(db, arrival.group, arrival.execution_id)
         .await?
-        .ok_or_else(|| StoreError::Decode(format!("serial_queue row of {} vanished", arrival.execution_id)))?;
+        .ok_or_else(|| {
+            StoreError::Decode(format!(
+                "serial_queue row of {} vanished",
+                arrival.execution_id
+            ))
+        })?;
     let state = parse_state(&row.state)?;
-    match (state, parse_reason(row.skipped_reason.as_deref())?, row.superseded_by) {
-        (RowState::Skipped, Some(SkipReason::NotCurrent), Some(current)) => Ok(EnqueueOutcome::NotCurrent { current }),
+    match (
+        state,
+        parse_reason(row.skipped_reason.as_deref())?,
+        row.superseded_by,
+    ) {
+        (RowState::Skipped, Some(SkipReason::NotCurrent), Some(current)) => {
+            Ok(EnqueueOutcome::NotCurrent { current })
+        }
         _ => Ok(EnqueueOutcome::Existing(state)),
     }
 }
 
-async fn read_state(db: &dyn Database, group: &str, execution_id: &str) -> Result<Option<StateRow>, StoreError> {
+async fn read_state(
+    db: &dyn Database,
+    group: &str,
+    execution_id: &str,
+) -> Result<Option<StateRow>, StoreError> {
     let rows = db
         .all(stmt!(
             "SELECT state, skipped_reason, superseded_by FROM serial_queue WHERE group_key = ?1 AND execution_id = ?2",
@@ -421,7 +460,10 @@ pub async fn claim(
         ))
         .await?,
     )?;
-    let took_over = rows.iter().find(|r| r.execution_id != execution_id).map(|r| r.execution_id.clone());
+    let took_over = rows
+        .iter()
+        .find(|r| r.execution_id != execution_id)
+        .map(|r| r.execution_id.clone());
     let Some(own) = rows.into_iter().find(|r| r.execution_id == execution_id) else {
         return Ok(ClaimOutcome::NotEnqueued);
     };
@@ -439,11 +481,17 @@ pub async fn claim(
             },
             ahead: u32::try_from(own.waiters_ahead).unwrap_or(u32::MAX),
         },
-        RowState::Superseded => ClaimOutcome::Superseded { by: own.superseded_by.unwrap_or_default() },
+        RowState::Superseded => ClaimOutcome::Superseded {
+            by: own.superseded_by.unwrap_or_default(),
+        },
         RowState::TimedOut => ClaimOutcome::TimedOut,
-        RowState::Skipped => ClaimOutcome::Skipped { reason: parse_reason(own.skipped_reason.as_deref())? },
+        RowState::Skipped => ClaimOutcome::Skipped {
+            reason: parse_reason(own.skipped_reason.as_deref())?,
+        },
         RowState::Released => ClaimOutcome::Released,
-        RowState::Stale => ClaimOutcome::Lost { taken_over_by: own.ended_by },
+        RowState::Stale => ClaimOutcome::Lost {
+            taken_over_by: own.ended_by,
+        },
     };
     Ok(outcome)
 }
@@ -453,7 +501,12 @@ pub async fn claim(
 /// A holder's sign of life. False when it no longer holds the group (taken
 /// over while stale, or released): the caller must stop. A holder that went
 /// stale but that nobody took over still holds, and this refreshes it.
-pub async fn heartbeat(db: &dyn Database, group: &str, execution_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+pub async fn heartbeat(
+    db: &dyn Database,
+    group: &str,
+    execution_id: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
     let changes = db
         .run(stmt!(
             "UPDATE serial_queue SET heartbeat_ms = MAX(heartbeat_ms, ?3), updated_ms = ?3 \
@@ -500,26 +553,11 @@ pub async fn release(
     Ok(rows.into_iter().next().and_then(|r| r.next))
 }
 
-/// The revision that superseded (or was current over) an execution's row,
-/// for the notification and the check run summary.
-pub async fn superseded_by(db: &dyn Database, group: &str, execution_id: &str) -> Result<Option<String>, StoreError> {
-    #[derive(Deserialize)]
-    struct By {
-        superseded_by: Option<String>,
-    }
-    let rows: Vec<By> = decode(
-        db.all(stmt!(
-            "SELECT superseded_by FROM serial_queue WHERE group_key = ?1 AND execution_id = ?2",
-            group,
-            execution_id,
-        ))
-        .await?,
-    )?;
-    Ok(rows.into_iter().next().and_then(|r| r.superseded_by))
-}
-
 /// The groups an execution is queued in or holds (normally one).
-pub async fn live_groups_of(db: &dyn Database, execution_id: &str) -> Result<Vec<String>, StoreError> {
+pub async fn live_groups_of(
+    db: &dyn Database,
+    execution_id: &str,
+) -> Result<Vec<String>, StoreError> {
     #[derive(Deserialize)]
     struct G {
         group_key: String,
@@ -540,7 +578,11 @@ pub async fn live_groups_of(db: &dyn Database, execution_id: &str) -> Result<Vec
 /// executor crash-looped): it releases what it holds and withdraws what it
 /// waits for, in every group. Returns, per group, the live waiter to wake.
 /// Idempotent.
-pub async fn abandon(db: &dyn Database, execution_id: &str, now_ms: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
+pub async fn abandon(
+    db: &dyn Database,
+    execution_id: &str,
+    now_ms: i64,
+) -> Result<Vec<(String, Option<String>)>, StoreError> {
     let mut woken = Vec::new();
     for group in live_groups_of(db, execution_id).await? {
         let next = release(db, &group, execution_id, now_ms).await?;
@@ -551,7 +593,12 @@ pub async fn abandon(db: &dyn Database, execution_id: &str, now_ms: i64) -> Resu
 
 /// An operator skips one waiter (never the holder): state `skipped`, no
 /// reason. True when it was waiting.
-pub async fn skip(db: &dyn Database, group: &str, execution_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+pub async fn skip(
+    db: &dyn Database,
+    group: &str,
+    execution_id: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
     let changes = db
         .run(stmt!(
             "UPDATE serial_queue SET state = 'skipped', updated_ms = ?3 \
@@ -566,7 +613,11 @@ pub async fn skip(db: &dyn Database, group: &str, execution_id: &str, now_ms: i6
 
 /// An operator skips every waiter of a group, imperative ones included,
 /// never the holder; at most `SKIP_ALL_MAX` per call (oldest first).
-pub async fn skip_all(db: &dyn Database, group: &str, now_ms: i64) -> Result<Vec<Skipped>, StoreError> {
+pub async fn skip_all(
+    db: &dyn Database,
+    group: &str,
+    now_ms: i64,
+) -> Result<Vec<Skipped>, StoreError> {
     #[derive(Deserialize)]
     struct Row {
         execution_id: String,
@@ -586,7 +637,12 @@ pub async fn skip_all(db: &dyn Database, group: &str, now_ms: i64) -> Result<Vec
     )?;
     Ok(rows
         .into_iter()
-        .map(|r| Skipped { execution_id: r.execution_id, revision: r.revision, reason: None, superseded_by: None })
+        .map(|r| Skipped {
+            execution_id: r.execution_id,
+            revision: r.revision,
+            reason: None,
+            superseded_by: None,
+        })
         .collect())
 }
 
@@ -741,15 +797,24 @@ pub async fn explain(
                 let why = if !polling {
                     WaitReason::NotPolling
                 } else if let Some(ahead) = &live_waiter_ahead {
-                    WaitReason::BehindWaiter { execution_id: ahead.clone() }
+                    WaitReason::BehindWaiter {
+                        execution_id: ahead.clone(),
+                    }
                 } else if let Some(h) = live_holder {
-                    WaitReason::BehindHolder { execution_id: h.execution_id.clone() }
+                    WaitReason::BehindHolder {
+                        execution_id: h.execution_id.clone(),
+                    }
                 } else {
-                    WaitReason::NextToClaim { takes_over: view.holder.as_ref().map(|h| h.execution_id.clone()) }
+                    WaitReason::NextToClaim {
+                        takes_over: view.holder.as_ref().map(|h| h.execution_id.clone()),
+                    }
                 };
                 let imperative = r.imperative != 0;
                 let times_out_in_ms = (live_holder.is_some() && !imperative).then(|| {
-                    r.arrived_ms.saturating_add(policy.queued_timeout_ms).saturating_sub(now_ms).max(0)
+                    r.arrived_ms
+                        .saturating_add(policy.queued_timeout_ms)
+                        .saturating_sub(now_ms)
+                        .max(0)
                 });
                 if polling {
                     live_waiter_ahead = Some(r.execution_id.clone());
@@ -775,7 +840,10 @@ pub async fn explain(
                 })
             }
             RowState::Released => {
-                return Err(StoreError::Decode(format!("explain read released row {}", r.execution_id)));
+                return Err(StoreError::Decode(format!(
+                    "explain read released row {}",
+                    r.execution_id
+                )));
             }
         }
     }

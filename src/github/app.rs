@@ -31,17 +31,19 @@ impl std::fmt::Display for KeyError {
 /// a one-line secret) are accepted.
 pub fn private_key_pkcs8_der(pem: &str) -> Result<Vec<u8>, KeyError> {
     let pem = pem.trim().replace("\\n", "\n").replace("\r\n", "\n");
-    let (label, der) =
-        pkcs1::der::pem::decode_vec(pem.as_bytes()).map_err(|e| KeyError(format!("not a PEM key ({e})")))?;
+    let (label, der) = pkcs1::der::pem::decode_vec(pem.as_bytes())
+        .map_err(|e| KeyError(format!("not a PEM key ({e})")))?;
     match label {
         "RSA PRIVATE KEY" => {
-            pkcs1::RsaPrivateKey::from_der(&der).map_err(|e| KeyError(format!("bad PKCS#1 key ({e})")))?;
+            pkcs1::RsaPrivateKey::from_der(&der)
+                .map_err(|e| KeyError(format!("bad PKCS#1 key ({e})")))?;
             pkcs8::PrivateKeyInfo::new(pkcs1::ALGORITHM_ID, &der)
                 .to_der()
                 .map_err(|e| KeyError(format!("cannot wrap key ({e})")))
         }
         "PRIVATE KEY" => {
-            let info = pkcs8::PrivateKeyInfo::from_der(&der).map_err(|e| KeyError(format!("bad PKCS#8 key ({e})")))?;
+            let info = pkcs8::PrivateKeyInfo::from_der(&der)
+                .map_err(|e| KeyError(format!("bad PKCS#8 key ({e})")))?;
             if info.algorithm.oid != pkcs1::ALGORITHM_OID {
                 return Err(KeyError("the key is not an RSA key".into()));
             }
@@ -62,14 +64,23 @@ struct Claims<'a> {
 /// `iat` is back-dated and `exp` kept under GitHub's 10-minute cap.
 pub fn jwt_signing_input(app_id: &str, now_s: i64) -> String {
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","typ":"JWT"}"#);
-    let claims = Claims { iat: now_s - APP_JWT_BACKDATE_S, exp: now_s + APP_JWT_TTL_S, iss: app_id };
+    let claims = Claims {
+        iat: now_s - APP_JWT_BACKDATE_S,
+        exp: now_s + APP_JWT_TTL_S,
+        iss: app_id,
+    };
     // Serializing two integers and a string cannot fail.
     let claims = serde_json::to_vec(&claims).unwrap_or_default();
     format!("{header}.{}", URL_SAFE_NO_PAD.encode(claims))
 }
 
 /// Signs the App JWT.
-pub async fn app_jwt(signer: &dyn Rs256Signer, key_der: &[u8], app_id: &str, now_s: i64) -> Result<String, String> {
+pub async fn app_jwt(
+    signer: &dyn Rs256Signer,
+    key_der: &[u8],
+    app_id: &str,
+    now_s: i64,
+) -> Result<String, String> {
     let input = jwt_signing_input(app_id, now_s);
     let sig = signer.sign(key_der, input.as_bytes()).await?;
     Ok(format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig)))
@@ -83,16 +94,24 @@ mod tests {
     fn jwt_claims_fit_githubs_rules() {
         let input = jwt_signing_input("123", 1_000_000);
         let (_, claims) = input.split_once('.').unwrap();
-        let claims: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();
+        let claims: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();
         assert_eq!(claims["iss"], "123");
         assert_eq!(claims["iat"], 1_000_000 - 60);
         let span = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
-        assert!(span <= 600, "GitHub refuses exp more than 10 minutes after iat");
+        assert!(
+            span <= 600,
+            "GitHub refuses exp more than 10 minutes after iat"
+        );
     }
 
     #[test]
     fn garbage_keys_are_refused_without_panicking() {
-        for bad in ["", "hello", "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----"] {
+        for bad in [
+            "",
+            "hello",
+            "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----",
+        ] {
             assert!(private_key_pkcs8_der(bad).is_err(), "{bad:?}");
         }
     }

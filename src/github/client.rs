@@ -28,11 +28,19 @@ pub struct GitHubError {
 
 impl GitHubError {
     pub fn network(message: impl Into<String>) -> GitHubError {
-        GitHubError { status: None, message: message.into(), config: false }
+        GitHubError {
+            status: None,
+            message: message.into(),
+            config: false,
+        }
     }
 
     pub fn config(message: impl Into<String>) -> GitHubError {
-        GitHubError { status: None, message: message.into(), config: true }
+        GitHubError {
+            status: None,
+            message: message.into(),
+            config: true,
+        }
     }
 
     /// Network faults, rate limits and 5xx are worth retrying; other 4xx
@@ -151,9 +159,18 @@ impl<'a> GitHub<'a> {
         format!("{}{}", self.api_url.trim_end_matches('/'), path)
     }
 
-    async fn call(&self, method: &'static str, path: &str, auth: &str, body: Option<String>) -> Result<HttpResponse, GitHubError> {
+    async fn call(
+        &self,
+        method: &'static str,
+        path: &str,
+        auth: &str,
+        body: Option<String>,
+    ) -> Result<HttpResponse, GitHubError> {
         let mut headers = vec![
-            ("Accept".to_owned(), "application/vnd.github+json".to_owned()),
+            (
+                "Accept".to_owned(),
+                "application/vnd.github+json".to_owned(),
+            ),
             ("X-GitHub-Api-Version".to_owned(), "2022-11-28".to_owned()),
             ("User-Agent".to_owned(), "sluice".to_owned()),
             ("Authorization".to_owned(), auth.to_owned()),
@@ -161,8 +178,16 @@ impl<'a> GitHub<'a> {
         if body.is_some() {
             headers.push(("Content-Type".to_owned(), "application/json".to_owned()));
         }
-        let req = HttpRequest { method, url: self.url(path), headers, body };
-        self.transport.send(req).await.map_err(|m| GitHubError::network(m))
+        let req = HttpRequest {
+            method,
+            url: self.url(path),
+            headers,
+            body,
+        };
+        self.transport
+            .send(req)
+            .await
+            .map_err(|m| GitHubError::network(m))
     }
 
     /// A 2xx answer, or the error GitHub gave.
@@ -173,11 +198,16 @@ impl<'a> GitHub<'a> {
         let message = serde_json::from_str::<ErrorAnswer>(&resp.body)
             .map(|e| e.message)
             .unwrap_or_else(|_| resp.body.chars().take(200).collect());
-        Err(GitHubError { status: Some(resp.status), message, config: false })
+        Err(GitHubError {
+            status: Some(resp.status),
+            message,
+            config: false,
+        })
     }
 
     fn decode<T: for<'de> Deserialize<'de>>(body: &str, what: &str) -> Result<T, GitHubError> {
-        serde_json::from_str(body).map_err(|e| GitHubError::network(format!("unexpected {what} answer: {e}")))
+        serde_json::from_str(body)
+            .map_err(|e| GitHubError::network(format!("unexpected {what} answer: {e}")))
     }
 
     /// An installation token, from the cache while it has more than 5
@@ -191,29 +221,57 @@ impl<'a> GitHub<'a> {
                 return Ok(token);
             }
         }
-        let key = self.key_der.as_ref().map_err(|m| GitHubError::config(m.clone()))?;
-        let app_id = self.app_id.as_deref().ok_or_else(|| GitHubError::config("GITHUB_APP_ID is not set"))?;
+        let key = self
+            .key_der
+            .as_ref()
+            .map_err(|m| GitHubError::config(m.clone()))?;
+        let app_id = self
+            .app_id
+            .as_deref()
+            .ok_or_else(|| GitHubError::config("GITHUB_APP_ID is not set"))?;
         let jwt = app_jwt(self.signer, key.expose(), app_id, now / 1000)
             .await
             .map_err(|m| GitHubError::network(format!("cannot sign the App JWT: {m}")))?;
         let path = format!("/app/installations/{installation}/access_tokens");
-        let resp = self.call("POST", &path, &format!("Bearer {jwt}"), None).await?;
+        let resp = self
+            .call("POST", &path, &format!("Bearer {jwt}"), None)
+            .await?;
         let answer: TokenAnswer = Self::decode(&Self::expect_ok(resp)?, "access token")?;
-        let expires_ms = parse_rfc3339_ms(&answer.expires_at)
-            .ok_or_else(|| GitHubError::network(format!("bad expires_at {:?}", answer.expires_at)))?;
+        let expires_ms = parse_rfc3339_ms(&answer.expires_at).ok_or_else(|| {
+            GitHubError::network(format!("bad expires_at {:?}", answer.expires_at))
+        })?;
         let token = Secret::new(answer.token);
-        TOKENS.with(|t| t.borrow_mut().insert(cache_key, (token.clone(), expires_ms)));
+        TOKENS.with(|t| {
+            t.borrow_mut()
+                .insert(cache_key, (token.clone(), expires_ms))
+        });
         Ok(token)
     }
 
     async fn auth(&self, installation: u64) -> Result<String, GitHubError> {
-        Ok(format!("token {}", self.installation_token(installation).await?.expose()))
+        Ok(format!(
+            "token {}",
+            self.installation_token(installation).await?.expose()
+        ))
     }
 
     /// A file's text at a ref, or None when the file does not exist there.
-    pub async fn file_at(&self, installation: u64, repo: &str, path: &str, git_ref: &str) -> Result<Option<String>, GitHubError> {
+    pub async fn file_at(
+        &self,
+        installation: u64,
+        repo: &str,
+        path: &str,
+        git_ref: &str,
+    ) -> Result<Option<String>, GitHubError> {
         let auth = self.auth(installation).await?;
-        let resp = self.call("GET", &format!("/repos/{repo}/contents/{path}?ref={git_ref}"), &auth, None).await?;
+        let resp = self
+            .call(
+                "GET",
+                &format!("/repos/{repo}/contents/{path}?ref={git_ref}"),
+                &auth,
+                None,
+            )
+            .await?;
         if resp.status == 404 {
             return Ok(None);
         }
@@ -231,9 +289,21 @@ impl<'a> GitHub<'a> {
     }
 
     /// The commit a branch points at, or None when the branch is gone.
-    pub async fn branch_head(&self, installation: u64, repo: &str, branch: &str) -> Result<Option<String>, GitHubError> {
+    pub async fn branch_head(
+        &self,
+        installation: u64,
+        repo: &str,
+        branch: &str,
+    ) -> Result<Option<String>, GitHubError> {
         let auth = self.auth(installation).await?;
-        let resp = self.call("GET", &format!("/repos/{repo}/git/ref/heads/{branch}"), &auth, None).await?;
+        let resp = self
+            .call(
+                "GET",
+                &format!("/repos/{repo}/git/ref/heads/{branch}"),
+                &auth,
+                None,
+            )
+            .await?;
         if resp.status == 404 {
             return Ok(None);
         }
@@ -243,21 +313,45 @@ impl<'a> GitHub<'a> {
 
     /// Finds the check run this instance created earlier (observe before
     /// acting: a replayed create must not make a second check run).
-    pub async fn find_check_run(&self, installation: u64, repo: &str, sha: &str, name: &str, external_id: &str) -> Result<Option<u64>, GitHubError> {
+    pub async fn find_check_run(
+        &self,
+        installation: u64,
+        repo: &str,
+        sha: &str,
+        name: &str,
+        external_id: &str,
+    ) -> Result<Option<u64>, GitHubError> {
         let auth = self.auth(installation).await?;
         let path = format!("/repos/{repo}/commits/{sha}/check-runs?check_name={name}&filter=all");
-        let list: CheckRunList = Self::decode(&Self::expect_ok(self.call("GET", &path, &auth, None).await?)?, "check runs")?;
+        let list: CheckRunList = Self::decode(
+            &Self::expect_ok(self.call("GET", &path, &auth, None).await?)?,
+            "check runs",
+        )?;
         Ok(list
             .check_runs
             .into_iter()
-            .find(|c| c.external_id.as_deref() == Some(external_id) && c.name.as_deref().is_none_or(|n| n == name))
+            .find(|c| {
+                c.external_id.as_deref() == Some(external_id)
+                    && c.name.as_deref().is_none_or(|n| n == name)
+            })
             .map(|c| c.id))
     }
 
     /// Creates a queued check run, or returns the one this instance already
     /// created.
-    pub async fn ensure_check_run(&self, installation: u64, repo: &str, sha: &str, name: &str, external_id: &str, details_url: &str) -> Result<u64, GitHubError> {
-        if let Some(id) = self.find_check_run(installation, repo, sha, name, external_id).await? {
+    pub async fn ensure_check_run(
+        &self,
+        installation: u64,
+        repo: &str,
+        sha: &str,
+        name: &str,
+        external_id: &str,
+        details_url: &str,
+    ) -> Result<u64, GitHubError> {
+        if let Some(id) = self
+            .find_check_run(installation, repo, sha, name, external_id)
+            .await?
+        {
             return Ok(id);
         }
         let auth = self.auth(installation).await?;
@@ -268,15 +362,36 @@ impl<'a> GitHub<'a> {
             "details_url": details_url,
             "status": "queued",
         });
-        let resp = self.call("POST", &format!("/repos/{repo}/check-runs"), &auth, Some(body.to_string())).await?;
+        let resp = self
+            .call(
+                "POST",
+                &format!("/repos/{repo}/check-runs"),
+                &auth,
+                Some(body.to_string()),
+            )
+            .await?;
         let created: CheckRunAnswer = Self::decode(&Self::expect_ok(resp)?, "check run")?;
         Ok(created.id)
     }
 
-    pub async fn update_check_run(&self, installation: u64, repo: &str, id: u64, update: &CheckRunUpdate) -> Result<(), GitHubError> {
+    pub async fn update_check_run(
+        &self,
+        installation: u64,
+        repo: &str,
+        id: u64,
+        update: &CheckRunUpdate,
+    ) -> Result<(), GitHubError> {
         let auth = self.auth(installation).await?;
-        let body = serde_json::to_string(update).map_err(|e| GitHubError::network(e.to_string()))?;
-        let resp = self.call("PATCH", &format!("/repos/{repo}/check-runs/{id}"), &auth, Some(body)).await?;
+        let body =
+            serde_json::to_string(update).map_err(|e| GitHubError::network(e.to_string()))?;
+        let resp = self
+            .call(
+                "PATCH",
+                &format!("/repos/{repo}/check-runs/{id}"),
+                &auth,
+                Some(body),
+            )
+            .await?;
         Self::expect_ok(resp).map(|_| ())
     }
 }
@@ -311,15 +426,25 @@ mod tests {
     #[test]
     fn parses_githubs_timestamps() {
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_rfc3339_ms("2016-07-11T22:14:10Z"), Some(1_468_275_250_000));
-        assert_eq!(parse_rfc3339_ms("2024-02-29T12:00:00.123Z"), Some(1_709_208_000_000));
+        assert_eq!(
+            parse_rfc3339_ms("2016-07-11T22:14:10Z"),
+            Some(1_468_275_250_000)
+        );
+        assert_eq!(
+            parse_rfc3339_ms("2024-02-29T12:00:00.123Z"),
+            Some(1_709_208_000_000)
+        );
         assert_eq!(parse_rfc3339_ms("2024-13-01T00:00:00Z"), None);
         assert_eq!(parse_rfc3339_ms("yesterday"), None);
     }
 
     #[test]
     fn retryable_statuses() {
-        let e = |s| GitHubError { status: s, message: String::new(), config: false };
+        let e = |s| GitHubError {
+            status: s,
+            message: String::new(),
+            config: false,
+        };
         assert!(e(None).retryable());
         assert!(e(Some(502)).retryable());
         assert!(e(Some(429)).retryable());

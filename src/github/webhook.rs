@@ -14,9 +14,15 @@ pub enum SignatureError {
 
 /// Verifies `X-Hub-Signature-256` (`sha256=<hex>`): HMAC-SHA256 of the raw
 /// body under the webhook secret, compared in constant time.
-pub fn verify_signature(secret: &[u8], body: &[u8], header: Option<&str>) -> Result<(), SignatureError> {
+pub fn verify_signature(
+    secret: &[u8],
+    body: &[u8],
+    header: Option<&str>,
+) -> Result<(), SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
-    let hex_sig = header.strip_prefix("sha256=").ok_or(SignatureError::Malformed)?;
+    let hex_sig = header
+        .strip_prefix("sha256=")
+        .ok_or(SignatureError::Malformed)?;
     let sig = hex::decode(hex_sig.trim()).map_err(|_| SignatureError::Malformed)?;
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| SignatureError::Malformed)?;
     mac.update(body);
@@ -129,13 +135,19 @@ impl std::fmt::Display for ParseError {
 
 /// Decodes a body by its `X-GitHub-Event` name.
 pub fn parse(event: &str, body: &[u8]) -> Result<Event, ParseError> {
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| ParseError::BadJson(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ParseError::BadJson(e.to_string()))?;
     if !value.is_object() {
         return Err(ParseError::BadJson("expected an object".into()));
     }
-    let shape = |e: serde_json::Error| ParseError::WrongShape { event: event.to_owned(), message: e.to_string() };
+    let shape = |e: serde_json::Error| ParseError::WrongShape {
+        event: event.to_owned(),
+        message: e.to_string(),
+    };
     Ok(match event {
-        "pull_request" => Event::PullRequest(Box::new(serde_json::from_value(value).map_err(shape)?)),
+        "pull_request" => {
+            Event::PullRequest(Box::new(serde_json::from_value(value).map_err(shape)?))
+        }
         "push" => Event::Push(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "ping" => Event::Ping,
         other => Event::Other(other.to_owned()),
@@ -151,11 +163,26 @@ mod tests {
         let body = br#"{"zen":"x"}"#;
         let good = sign(b"s3cret", body);
         assert_eq!(verify_signature(b"s3cret", body, Some(&good)), Ok(()));
-        assert_eq!(verify_signature(b"other", body, Some(&good)), Err(SignatureError::Mismatch));
-        assert_eq!(verify_signature(b"s3cret", b"{}", Some(&good)), Err(SignatureError::Mismatch));
-        assert_eq!(verify_signature(b"s3cret", body, None), Err(SignatureError::Missing));
-        assert_eq!(verify_signature(b"s3cret", body, Some("sha1=abc")), Err(SignatureError::Malformed));
-        assert_eq!(verify_signature(b"s3cret", body, Some("sha256=zz")), Err(SignatureError::Malformed));
+        assert_eq!(
+            verify_signature(b"other", body, Some(&good)),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_signature(b"s3cret", b"{}", Some(&good)),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_signature(b"s3cret", body, None),
+            Err(SignatureError::Missing)
+        );
+        assert_eq!(
+            verify_signature(b"s3cret", body, Some("sha1=abc")),
+            Err(SignatureError::Malformed)
+        );
+        assert_eq!(
+            verify_signature(b"s3cret", body, Some("sha256=zz")),
+            Err(SignatureError::Malformed)
+        );
         // GitHub's documented test vector.
         let doc = verify_signature(
             b"It's a Secret to Everybody",
@@ -167,10 +194,22 @@ mod tests {
 
     #[test]
     fn bodies_decode_by_event() {
-        assert!(matches!(parse("pull_request", b"nope"), Err(ParseError::BadJson(_))));
-        assert!(matches!(parse("pull_request", b"[1]"), Err(ParseError::BadJson(_))));
-        assert!(matches!(parse("pull_request", br#"{"action":"opened"}"#), Err(ParseError::WrongShape { .. })));
+        assert!(matches!(
+            parse("pull_request", b"nope"),
+            Err(ParseError::BadJson(_))
+        ));
+        assert!(matches!(
+            parse("pull_request", b"[1]"),
+            Err(ParseError::BadJson(_))
+        ));
+        assert!(matches!(
+            parse("pull_request", br#"{"action":"opened"}"#),
+            Err(ParseError::WrongShape { .. })
+        ));
         assert_eq!(parse("ping", br#"{"zen":"x"}"#), Ok(Event::Ping));
-        assert_eq!(parse("issues", br#"{"action":"opened"}"#), Ok(Event::Other("issues".into())));
+        assert_eq!(
+            parse("issues", br#"{"action":"opened"}"#),
+            Ok(Event::Other("issues".into()))
+        );
     }
 }

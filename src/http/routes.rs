@@ -28,7 +28,10 @@ pub enum RouteError {
 
 /// Event types are path segments: same alphabet as ids.
 fn valid_event_type(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 100 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+    !s.is_empty()
+        && s.len() <= 100
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
 }
 
 /// Group keys ("deploy:octo/hello:main") travel percent-encoded in one
@@ -62,7 +65,13 @@ const GROUP_CHARS_MAX: usize = 512;
 pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
     let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let id = |s: &str| InstanceId::parse(s).map_err(|e| RouteError::BadId(e.to_string()));
-    let only = |m: &str, r: Route| if method == m { Ok(r) } else { Err(RouteError::MethodNotAllowed) };
+    let only = |m: &str, r: Route| {
+        if method == m {
+            Ok(r)
+        } else {
+            Err(RouteError::MethodNotAllowed)
+        }
+    };
     match segs.as_slice() {
         ["healthz"] => only("GET", Route::Health),
         ["webhooks", "github"] => only("POST", Route::Webhook),
@@ -75,7 +84,9 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
         ["v1", "executions", raw] => only("GET", Route::GetExecution(id(raw)?)),
         ["v1", "executions", raw, "events", ty] => {
             if !valid_event_type(ty) {
-                return Err(RouteError::BadId(format!("event type {ty:?} must be [A-Za-z0-9_.-]{{1,100}}")));
+                return Err(RouteError::BadId(format!(
+                    "event type {ty:?} must be [A-Za-z0-9_.-]{{1,100}}"
+                )));
             }
             only("POST", Route::SendEvent(id(raw)?, (*ty).to_owned()))
         }
@@ -106,19 +117,44 @@ mod tests {
     fn routes() {
         assert_eq!(route("GET", "/healthz"), Ok(Route::Health));
         assert_eq!(route("POST", "/webhooks/github"), Ok(Route::Webhook));
-        assert_eq!(route("GET", "/webhooks/github"), Err(RouteError::MethodNotAllowed));
-        assert!(matches!(route("GET", "/v1/executions/check-a-1"), Ok(Route::GetExecution(_))));
-        assert!(matches!(route("GET", "/v1/executions/a:b"), Err(RouteError::BadId(_))));
-        assert!(matches!(route("POST", "/v1/executions/x/events/approve"), Ok(Route::SendEvent(_, t)) if t == "approve"));
-        assert!(matches!(route("POST", "/v1/executions/x/pause"), Ok(Route::Command(_, Command::Pause))));
-        assert_eq!(route("POST", "/v1/executions/x/explode"), Err(RouteError::NotFound));
+        assert_eq!(
+            route("GET", "/webhooks/github"),
+            Err(RouteError::MethodNotAllowed)
+        );
+        assert!(matches!(
+            route("GET", "/v1/executions/check-a-1"),
+            Ok(Route::GetExecution(_))
+        ));
+        assert!(matches!(
+            route("GET", "/v1/executions/a:b"),
+            Err(RouteError::BadId(_))
+        ));
+        assert!(
+            matches!(route("POST", "/v1/executions/x/events/approve"), Ok(Route::SendEvent(_, t)) if t == "approve")
+        );
+        assert!(matches!(
+            route("POST", "/v1/executions/x/pause"),
+            Ok(Route::Command(_, Command::Pause))
+        ));
+        assert_eq!(
+            route("POST", "/v1/executions/x/explode"),
+            Err(RouteError::NotFound)
+        );
         assert_eq!(route("GET", "/nope"), Err(RouteError::NotFound));
         assert_eq!(
             route("GET", "/v1/groups/deploy%3Aocto%2Fhello%3Amain"),
             Ok(Route::ExplainGroup("deploy:octo/hello:main".into()))
         );
-        assert!(matches!(route("GET", "/v1/groups/%zz"), Err(RouteError::BadId(_))));
-        assert!(matches!(route("POST", "/v1/groups/g/skip-all"), Ok(Route::SkipAll(g)) if g == "g"));
-        assert!(matches!(route("POST", "/v1/executions/x/skip"), Ok(Route::Skip(_))));
+        assert!(matches!(
+            route("GET", "/v1/groups/%zz"),
+            Err(RouteError::BadId(_))
+        ));
+        assert!(
+            matches!(route("POST", "/v1/groups/g/skip-all"), Ok(Route::SkipAll(g)) if g == "g")
+        );
+        assert!(matches!(
+            route("POST", "/v1/executions/x/skip"),
+            Ok(Route::Skip(_))
+        ));
     }
 }

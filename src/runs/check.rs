@@ -13,17 +13,40 @@ use super::{read_config, RunEnv};
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
-pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunOutcome, RunError> {
-    let target = CheckTarget { name: CHECK_RUN_NAME, installation_id: input.installation_id, repo: &input.repo, sha: &input.sha };
+pub async fn run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget {
+        name: CHECK_RUN_NAME,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
     let check = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await? {
-        ConfigState::Missing => return Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+        ConfigState::Missing => {
+            return Ok(RunOutcome::Skipped {
+                reason: Some("not-configured".into()),
+                tag: None,
+            })
+        }
         ConfigState::Invalid { message } => {
-            let summary = format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
-            return reported(ctx, env, &target, || async { Ok(Verdict::Failed { summary }) }).await;
+            let summary =
+                format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
+            return reported(ctx, env, &target, || async {
+                Ok(Verdict::Failed { summary })
+            })
+            .await;
         }
         ConfigState::Valid { config } => match config.check {
             Some(check) => check,
-            None => return Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+            None => {
+                return Ok(RunOutcome::Skipped {
+                    reason: Some("not-configured".into()),
+                    tag: None,
+                })
+            }
         },
     };
     reported(ctx, env, &target, || async {

@@ -61,19 +61,45 @@ pub struct CommandResult {
 }
 
 fn sandbox_failure(tag: &str, e: SandboxError) -> StepFailure {
-    StepFailure { tag: tag.to_owned(), message: e.to_string(), retryable: e.retryable() }
+    StepFailure {
+        tag: tag.to_owned(),
+        message: e.to_string(),
+        retryable: e.retryable(),
+    }
 }
 
-pub async fn run_command(ctx: &Ctx<'_>, env: &RunEnv<'_>, spec: &CommandSpec<'_>) -> Result<CommandResult, RunError> {
-    let process_id = InstanceId::from_key(&format!("{}:{}:g{}", ctx.instance_id(), spec.step, ctx.generation()));
+pub async fn run_command(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+) -> Result<CommandResult, RunError> {
+    let process_id = InstanceId::from_key(&format!(
+        "{}:{}:g{}",
+        ctx.instance_id(),
+        spec.step,
+        ctx.generation()
+    ));
     let workspace = ctx.instance_id().to_owned();
-    let log_key = format!("logs/{}/{}.log", ctx.instance_id(), InstanceId::from_key(spec.step));
+    let log_key = format!(
+        "logs/{}/{}.log",
+        ctx.instance_id(),
+        InstanceId::from_key(spec.step)
+    );
     let cfg = StepConfig::default()
-        .retries(COMMAND_STEP_RETRIES, COMMAND_STEP_RETRY_DELAY_MS, Backoff::Exponential)
+        .retries(
+            COMMAND_STEP_RETRIES,
+            COMMAND_STEP_RETRY_DELAY_MS,
+            Backoff::Exponential,
+        )
         .timeout_ms(spec.timeout_ms + COMMAND_STEP_MARGIN_MS);
     let (pid, ws, key) = (process_id.as_str(), workspace.as_str(), log_key.as_str());
     ctx.step(spec.step, cfg, |_attempt| async move {
-        let state = match env.sandbox.process(pid, 0).await.map_err(|e| sandbox_failure("SandboxUnavailable", e))? {
+        let state = match env
+            .sandbox
+            .process(pid, 0)
+            .await
+            .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
+        {
             Some(state) => state,
             None => {
                 ensure_workspace(env, spec, ws).await?;
@@ -81,14 +107,30 @@ pub async fn run_command(ctx: &Ctx<'_>, env: &RunEnv<'_>, spec: &CommandSpec<'_>
                 for (k, v) in &spec.secret_env {
                     all_env.insert(k.clone(), v.expose().clone());
                 }
-                let p = ProcessSpec { id: pid, workspace: ws, command: spec.command, timeout_ms: spec.timeout_ms, env: all_env };
-                env.sandbox.start(&p).await.map_err(|e| sandbox_failure("SandboxUnavailable", e))?
+                let p = ProcessSpec {
+                    id: pid,
+                    workspace: ws,
+                    command: spec.command,
+                    timeout_ms: spec.timeout_ms,
+                    env: all_env,
+                };
+                env.sandbox
+                    .start(&p)
+                    .await
+                    .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
             }
         };
         let state = wait_for_exit(env, pid, state, spec.timeout_ms, spec.beat).await?;
-        let secrets: Vec<&str> = spec.secret_env.iter().map(|(_, v)| v.expose().as_str()).collect();
+        let secrets: Vec<&str> = spec
+            .secret_env
+            .iter()
+            .map(|(_, v)| v.expose().as_str())
+            .collect();
         let log = redact(&state.output, &secrets);
-        env.blobs.put_text(key, &log).await.map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
+        env.blobs
+            .put_text(key, &log)
+            .await
+            .map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
         Ok(CommandResult {
             exit_code: state.exit_code,
             timed_out: state.status == "timed_out",
@@ -103,8 +145,16 @@ pub async fn run_command(ctx: &Ctx<'_>, env: &RunEnv<'_>, spec: &CommandSpec<'_>
 
 /// Checks out the commit unless the workspace already holds it (a retried
 /// attempt on the same container).
-async fn ensure_workspace(env: &RunEnv<'_>, spec: &CommandSpec<'_>, ws: &str) -> Result<(), StepFailure> {
-    let state = env.sandbox.workspace(ws).await.map_err(|e| sandbox_failure("SandboxUnavailable", e))?;
+async fn ensure_workspace(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ws: &str,
+) -> Result<(), StepFailure> {
+    let state = env
+        .sandbox
+        .workspace(ws)
+        .await
+        .map_err(|e| sandbox_failure("SandboxUnavailable", e))?;
     if state.exists && state.sha.as_deref() == Some(spec.sha) {
         return Ok(());
     }
@@ -112,9 +162,21 @@ async fn ensure_workspace(env: &RunEnv<'_>, spec: &CommandSpec<'_>, ws: &str) ->
         .github
         .installation_token(spec.installation_id)
         .await
-        .map_err(|e| StepFailure { tag: "GitHubApi".into(), message: e.to_string(), retryable: e.retryable() })?;
-    let checkout = Checkout { workspace: ws, repo_url: spec.repo_url, sha: spec.sha, token: Some(&token) };
-    env.sandbox.checkout(&checkout).await.map_err(|e| sandbox_failure("CheckoutFailed", e))
+        .map_err(|e| StepFailure {
+            tag: "GitHubApi".into(),
+            message: e.to_string(),
+            retryable: e.retryable(),
+        })?;
+    let checkout = Checkout {
+        workspace: ws,
+        repo_url: spec.repo_url,
+        sha: spec.sha,
+        token: Some(&token),
+    };
+    env.sandbox
+        .checkout(&checkout)
+        .await
+        .map_err(|e| sandbox_failure("CheckoutFailed", e))
 }
 
 async fn wait_for_exit(
@@ -137,12 +199,20 @@ async fn wait_for_exit(
             .process(pid, PROCESS_POLL_MS)
             .await
             .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
-            .ok_or_else(|| StepFailure::retryable("ProcessLost", "the sandbox no longer knows the process (container replaced)"))?;
+            .ok_or_else(|| {
+                StepFailure::retryable(
+                    "ProcessLost",
+                    "the sandbox no longer knows the process (container replaced)",
+                )
+            })?;
     }
     if state.finished() {
         return Ok(state);
     }
-    Err(StepFailure::retryable("ProcessWedged", format!("still running {polls_max} polls after its {timeout_ms} ms timeout")))
+    Err(StepFailure::retryable(
+        "ProcessWedged",
+        format!("still running {polls_max} polls after its {timeout_ms} ms timeout"),
+    ))
 }
 
 /// The last lines of a log, within the summary budget, cut on a char

@@ -73,11 +73,17 @@ pub enum ConfigState {
 
 pub fn parse(text: &str) -> ConfigState {
     if text.len() > CONFIG_BYTES_MAX {
-        return ConfigState::Invalid { message: format!("{CONFIG_PATH} is larger than {CONFIG_BYTES_MAX} bytes") };
+        return ConfigState::Invalid {
+            message: format!("{CONFIG_PATH} is larger than {CONFIG_BYTES_MAX} bytes"),
+        };
     }
     let config: RepoConfig = match toml::from_str(text) {
         Ok(c) => c,
-        Err(e) => return ConfigState::Invalid { message: e.to_string() },
+        Err(e) => {
+            return ConfigState::Invalid {
+                message: e.to_string(),
+            }
+        }
     };
     if let Err(message) = validate(&config) {
         return ConfigState::Invalid { message };
@@ -127,7 +133,10 @@ pub fn command_timeout_ms(configured: Option<&str>) -> Result<i64, String> {
         Some(v) => parse_duration_ms(v)?,
     };
     if ms <= 0 || ms > COMMAND_TIMEOUT_MS_MAX {
-        return Err(format!("timeout must be between 1s and {}m", COMMAND_TIMEOUT_MS_MAX / 60_000));
+        return Err(format!(
+            "timeout must be between 1s and {}m",
+            COMMAND_TIMEOUT_MS_MAX / 60_000
+        ));
     }
     Ok(ms)
 }
@@ -141,23 +150,36 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
     let mut total: i64 = 0;
     let mut rest = s;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(format!("bad duration {s:?}: expected a number"));
         }
-        let n: i64 = rest[..digits].parse().map_err(|_| format!("bad duration {s:?}"))?;
+        let n: i64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("bad duration {s:?}"))?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit_ms = match &rest[..unit_len] {
             "ms" => 1,
             "s" => 1_000,
             "m" => 60_000,
             "h" => 3_600_000,
             "d" => 86_400_000,
-            u => return Err(format!("bad duration {s:?}: unknown unit {u:?} (use ms, s, m, h, d)")),
+            u => {
+                return Err(format!(
+                    "bad duration {s:?}: unknown unit {u:?} (use ms, s, m, h, d)"
+                ))
+            }
         };
         rest = &rest[unit_len..];
-        total = n.checked_mul(unit_ms).and_then(|v| total.checked_add(v)).ok_or_else(|| format!("duration {s:?} is too large"))?;
+        total = n
+            .checked_mul(unit_ms)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(|| format!("duration {s:?} is too large"))?;
     }
     Ok(total)
 }
@@ -180,14 +202,28 @@ mod tests {
     #[test]
     fn configs() {
         let ok = parse("[check]\ncommand = \"cargo test\"\ntimeout = \"10m\"\n");
-        let ConfigState::Valid { config } = ok else { panic!("{ok:?}") };
+        let ConfigState::Valid { config } = ok else {
+            panic!("{ok:?}")
+        };
         assert_eq!(config.check.unwrap().command, "cargo test");
-        assert!(matches!(parse("[chek]\ncommand = \"x\""), ConfigState::Invalid { .. }));
-        assert!(matches!(parse("[check]\ncommand = \"\""), ConfigState::Invalid { .. }));
-        assert!(matches!(parse("[check]\ncommand = \"x\"\ntimeout = \"2h\""), ConfigState::Invalid { .. }));
+        assert!(matches!(
+            parse("[chek]\ncommand = \"x\""),
+            ConfigState::Invalid { .. }
+        ));
+        assert!(matches!(
+            parse("[check]\ncommand = \"\""),
+            ConfigState::Invalid { .. }
+        ));
+        assert!(matches!(
+            parse("[check]\ncommand = \"x\"\ntimeout = \"2h\""),
+            ConfigState::Invalid { .. }
+        ));
         assert!(matches!(parse("not toml ["), ConfigState::Invalid { .. }));
         let d = parse("[deploy]\nbranch = \"main\"\ncommand = \"./deploy\"\nsecrets = [\"CF_TOKEN\"]\n[deploy.queue]\nsupersede_after = \"30m\"\n");
         assert!(matches!(d, ConfigState::Valid { .. }), "{d:?}");
-        assert!(matches!(parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"A B\"]"), ConfigState::Invalid { .. }));
+        assert!(matches!(
+            parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"A B\"]"),
+            ConfigState::Invalid { .. }
+        ));
     }
 }

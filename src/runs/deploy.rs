@@ -7,6 +7,7 @@
 //! head, enqueue, claim (waiting for the handoff), re-read head, admission,
 //! lease, command (heartbeating), release.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -56,8 +57,13 @@ pub fn group_key(input: &DeployInput, deploy: &DeployConfig) -> String {
 pub fn policy_of(deploy: &DeployConfig) -> Result<QueuePolicy, String> {
     let q = deploy.queue.clone().unwrap_or_default();
     let ms = |v: &Option<String>| v.as_deref().map(parse_duration_ms).transpose();
-    QueuePolicy::from_config(q.supersede, ms(&q.queued_timeout)?, ms(&q.supersede_after)?, ms(&q.confirmation_timeout)?)
-        .map_err(|e| e.to_string())
+    QueuePolicy::from_config(
+        q.supersede,
+        ms(&q.queued_timeout)?,
+        ms(&q.supersede_after)?,
+        ms(&q.confirmation_timeout)?,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// How the gate ended for this execution.
@@ -71,39 +77,87 @@ fn gate_failure(e: crate::store::StoreError) -> StepFailure {
 }
 
 fn skipped(reason: SkipReason, tag: &str, summary: String) -> Verdict {
-    Verdict::Skipped { reason: reason.as_str().to_owned(), tag: Some(tag.to_owned()), summary }
+    Verdict::Skipped {
+        reason: Some(reason.as_str().to_owned()),
+        tag: Some(tag.to_owned()),
+        summary,
+    }
 }
 
-pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<RunOutcome, RunError> {
-    let target = CheckTarget { name: DEPLOY_CHECK_NAME, installation_id: input.installation_id, repo: &input.repo, sha: &input.sha };
-    let deploy = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await? {
+/// Wake-ups by events (handoffs, supersede notices) one waiter may take
+/// beyond its timed polls: each is followed by a claim, so a handoff is
+/// never mistaken for a timeout; the bound only stops a storm of stray
+/// events.
+const WAITER_WAKES_MAX: u32 = 32;
+
+/// A claim and when it was made (the first one's time starts the waiter's
+/// queued-timeout clock for its poll schedule).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Claimed {
+    outcome: ClaimOutcome,
+    at_ms: i64,
+}
+
+pub async fn run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget {
+        name: DEPLOY_CHECK_NAME,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
+    let deploy = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await?
+    {
         ConfigState::Valid { config } => match config.deploy {
             Some(d) if d.branch == input.branch => d,
-            _ => return Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+            _ => {
+                return Ok(RunOutcome::Skipped {
+                    reason: Some("not-configured".into()),
+                    tag: None,
+                })
+            }
         },
-        ConfigState::Missing => return Ok(RunOutcome::Skipped { reason: "not-configured".into(), tag: None }),
+        ConfigState::Missing => {
+            return Ok(RunOutcome::Skipped {
+                reason: Some("not-configured".into()),
+                tag: None,
+            })
+        }
         ConfigState::Invalid { message } => {
-            let summary = format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
-            return reported(ctx, env, &target, || async { Ok(Verdict::Failed { summary }) }).await;
+            let summary =
+                format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
+            return reported(ctx, env, &target, || async {
+                Ok(Verdict::Failed { summary })
+            })
+            .await;
         }
     };
     let policy = match policy_of(&deploy) {
         Ok(p) => p,
         Err(m) => {
             let summary = format!("`[deploy.queue]` is invalid: {m}");
-            return reported(ctx, env, &target, || async { Ok(Verdict::Failed { summary }) }).await;
+            return reported(ctx, env, &target, || async {
+                Ok(Verdict::Failed { summary })
+            })
+            .await;
         }
     };
     let group = group_key(input, &deploy);
+    // The newer revision an automatic skip names, set by the gate (replay
+    // sets it again from the same journaled steps).
+    let newer: RefCell<Option<String>> = RefCell::new(None);
     let outcome = reported(ctx, env, &target, || async {
         if let Some(v) = confirm(ctx, input, &deploy, &policy).await? {
             return Ok(v);
         }
-        match serial_gate(ctx, env, input, &group, &policy).await? {
+        match serial_gate(ctx, env, input, &group, &policy, &newer).await? {
             Gate::Skipped(v) => return Ok(v),
             Gate::Holding => {}
         }
-        let result = holding(ctx, env, input, &deploy, &group).await;
+        let result = holding(ctx, env, input, &deploy, &group, &newer).await;
         if result.as_ref().err().is_some_and(RunError::is_suspension) {
             return result;
         }
@@ -111,9 +165,13 @@ pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result
         result
     })
     .await?;
-    if let RunOutcome::Skipped { reason, .. } = &outcome {
+    if let RunOutcome::Skipped {
+        reason: Some(reason),
+        ..
+    } = &outcome
+    {
         if let Some(r) = SkipReason::parse(reason) {
-            let newer = newer_revision(ctx, env, &group).await;
+            let newer = newer.borrow().clone();
             let n = AutoSkipped {
                 event: "deployment_auto_skipped",
                 execution_id: ctx.instance_id(),
@@ -130,30 +188,33 @@ pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result
     Ok(outcome)
 }
 
-/// The newer revision a skip names, as journaled by the gate (read back
-/// from the serial queue row, which records it).
-async fn newer_revision(ctx: &Ctx<'_>, env: &RunEnv<'_>, group: &str) -> Option<String> {
-    ctx.step("read skip", StepConfig::default(), |_| async {
-        serial::superseded_by(env.db, group, ctx.instance_id()).await.map_err(gate_failure)
-    })
-    .await
-    .ok()
-    .flatten()
-}
-
 /// `[deploy] confirm = true`: wait (bounded) for an operator's confirmation
 /// before joining the queue, so a deploy awaiting a human holds nothing.
-async fn confirm(ctx: &Ctx<'_>, input: &DeployInput, deploy: &DeployConfig, policy: &QueuePolicy) -> Result<Option<Verdict>, RunError> {
+async fn confirm(
+    ctx: &Ctx<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    policy: &QueuePolicy,
+) -> Result<Option<Verdict>, RunError> {
     if !deploy.confirm.unwrap_or(false) {
         return Ok(None);
     }
-    let timeout_ms = policy.confirmation_timeout_ms.unwrap_or(CONFIRMATION_TIMEOUT_MS_DEFAULT);
-    match ctx.wait_for_event("confirmation", CONFIRM_EVENT, timeout_ms).await {
+    let timeout_ms = policy
+        .confirmation_timeout_ms
+        .unwrap_or(CONFIRMATION_TIMEOUT_MS_DEFAULT);
+    match ctx
+        .wait_for_event("confirmation", CONFIRM_EVENT, timeout_ms)
+        .await
+    {
         Ok(_) => Ok(None),
         Err(RunError::EventTimedOut { .. }) => Ok(Some(skipped(
             SkipReason::ConfirmationTimeout,
             "RunSkipped",
-            format!("Not deployed: nobody confirmed {} within {} minutes.", input.sha, timeout_ms / 60_000),
+            format!(
+                "Not deployed: nobody confirmed {} within {} minutes.",
+                input.sha,
+                timeout_ms / 60_000
+            ),
         ))),
         Err(e) => Err(e),
     }
@@ -163,10 +224,20 @@ async fn confirm(ctx: &Ctx<'_>, input: &DeployInput, deploy: &DeployConfig, poli
 /// waiters in the same statement), then claim until holding, skipped or
 /// timed out. Waiting costs no CPU: the waiter waits for the releasing
 /// holder's handoff event, polling only as the fallback for a dead holder.
-async fn serial_gate(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, group: &str, policy: &QueuePolicy) -> Result<Gate, RunError> {
+async fn serial_gate(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    group: &str,
+    policy: &QueuePolicy,
+    newer: &RefCell<Option<String>>,
+) -> Result<Gate, RunError> {
     let head: Result<Option<String>, RunError> = ctx
         .step("read head", github_step(), |_| async {
-            env.github.branch_head(input.installation_id, &input.repo, &input.branch).await.map_err(github_failure)
+            env.github
+                .branch_head(input.installation_id, &input.repo, &input.branch)
+                .await
+                .map_err(github_failure)
         })
         .await;
     let current = match head {
@@ -179,8 +250,16 @@ async fn serial_gate(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, group
         .step("enqueue", StepConfig::default(), |_| {
             let current = current.clone();
             async move {
-                let arrival = Arrival { group, execution_id: ctx.instance_id(), revision: &input.sha, current, imperative: false };
-                let outcome = serial::enqueue(env.db, &arrival, policy, ctx.now_ms()).await.map_err(gate_failure)?;
+                let arrival = Arrival {
+                    group,
+                    execution_id: ctx.instance_id(),
+                    revision: &input.sha,
+                    current,
+                    imperative: false,
+                };
+                let outcome = serial::enqueue(env.db, &arrival, policy, ctx.now_ms())
+                    .await
+                    .map_err(gate_failure)?;
                 if let EnqueueOutcome::Queued { superseded } = &outcome {
                     // Superseded waiters learn it now, not at their next poll.
                     for s in superseded {
@@ -192,47 +271,82 @@ async fn serial_gate(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, group
         })
         .await?;
     if let EnqueueOutcome::NotCurrent { current } = arrived {
+        *newer.borrow_mut() = Some(current.clone());
         return Ok(Gate::Skipped(skipped(
             SkipReason::NotCurrent,
             "RunSkipped",
-            format!("Not deployed: {} is not the head of `{}`; the head is {current}.", input.sha, input.branch),
+            format!(
+                "Not deployed: {} is not the head of `{}`; the head is {current}.",
+                input.sha, input.branch
+            ),
         )));
     }
+    // Timed polls: one per SERIAL_POLL_MS up to the queued timeout, the
+    // last landing just past it so that claim itself decides the timeout.
     let polls_max = (policy.queued_timeout_ms / SERIAL_POLL_MS).max(0) as u32 + 1;
-    for _ in 0..polls_max {
-        let claim: ClaimOutcome = ctx
+    let (mut polls, mut wakes) = (0u32, 0u32);
+    let mut first_claim_ms = None;
+    while polls <= polls_max && wakes <= WAITER_WAKES_MAX {
+        let claimed: Claimed = ctx
             .step("claim", StepConfig::default(), |_| async {
-                serial::claim(env.db, group, ctx.instance_id(), policy, ctx.now_ms()).await.map_err(gate_failure)
+                let at_ms = ctx.now_ms();
+                let outcome = serial::claim(env.db, group, ctx.instance_id(), policy, at_ms)
+                    .await
+                    .map_err(gate_failure)?;
+                Ok(Claimed { outcome, at_ms })
             })
             .await?;
-        match claim {
+        let deadline_ms = *first_claim_ms.get_or_insert(claimed.at_ms) + policy.queued_timeout_ms;
+        match claimed.outcome {
             ClaimOutcome::Holding { .. } => return Ok(Gate::Holding),
-            ClaimOutcome::Waiting { .. } => match ctx.wait_for_event("turn", TURN_EVENT, SERIAL_POLL_MS).await {
-                Ok(_) | Err(RunError::EventTimedOut { .. }) => continue,
-                Err(e) => return Err(e),
-            },
+            ClaimOutcome::Waiting { .. } => {
+                // A poll every SERIAL_POLL_MS; the one that reaches the
+                // deadline lands 1 ms past it (the gate's check is strict).
+                let remaining_ms = (deadline_ms - claimed.at_ms).max(0);
+                let wait_ms = if remaining_ms <= SERIAL_POLL_MS {
+                    remaining_ms + 1
+                } else {
+                    SERIAL_POLL_MS
+                };
+                match ctx.wait_for_event("turn", TURN_EVENT, wait_ms).await {
+                    Ok(_) => wakes += 1,
+                    Err(RunError::EventTimedOut { .. }) => polls += 1,
+                    Err(e) => return Err(e),
+                }
+            }
             ClaimOutcome::Superseded { by } => {
+                *newer.borrow_mut() = Some(by.clone());
                 return Ok(Gate::Skipped(skipped(
                     SkipReason::Superseded,
                     "RunSkipped",
-                    format!("Not deployed: superseded by a newer revision of `{}`, {by}.", input.branch),
-                )))
+                    format!(
+                        "Not deployed: superseded by a newer revision of `{}`, {by}.",
+                        input.branch
+                    ),
+                )));
             }
             ClaimOutcome::TimedOut => return Ok(Gate::Skipped(timed_out(input, policy))),
             ClaimOutcome::Skipped { reason: None } => {
                 return Ok(Gate::Skipped(Verdict::Skipped {
-                    reason: "skipped-by-operator".into(),
+                    reason: None,
                     tag: Some("RunSkipped".into()),
                     summary: "Not deployed: an operator skipped this deploy.".into(),
                 }))
             }
             ClaimOutcome::Skipped { reason: Some(r) } => {
-                return Ok(Gate::Skipped(skipped(r, "RunSkipped", format!("Not deployed: skipped ({}).", r.as_str()))))
+                return Ok(Gate::Skipped(skipped(
+                    r,
+                    "RunSkipped",
+                    format!("Not deployed: skipped ({}).", r.as_str()),
+                )))
             }
             other => {
                 return Err(RunError::NonRetryable {
                     step: "claim".into(),
-                    failure: StepFailure::fatal("SerialQueue", format!("unexpected claim outcome {other:?}")),
+                    failure: StepFailure::fatal(
+                        "SerialQueue",
+                        format!("unexpected claim outcome {other:?}"),
+                    ),
                 })
             }
         }
@@ -244,7 +358,11 @@ fn timed_out(input: &DeployInput, policy: &QueuePolicy) -> Verdict {
     skipped(
         SkipReason::QueuedTimeout,
         "SerialQueueTimedOut",
-        format!("Not deployed: {} waited over {} minutes behind a running deploy.", input.sha, policy.queued_timeout_ms / 60_000),
+        format!(
+            "Not deployed: {} waited over {} minutes behind a running deploy.",
+            input.sha,
+            policy.queued_timeout_ms / 60_000
+        ),
     )
 }
 
@@ -274,52 +392,111 @@ struct Admitted {
 
 /// Holding the group: re-read the head, enter the pool, lease the sandbox,
 /// run the command with the secrets.
-async fn holding(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, deploy: &DeployConfig, group: &str) -> Result<Verdict, RunError> {
+async fn holding(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    group: &str,
+    newer: &RefCell<Option<String>>,
+) -> Result<Verdict, RunError> {
     let head: Option<String> = ctx
         .step("re-read head", github_step(), |_| async {
             let now = ctx.now_ms();
             let _ = serial::heartbeat(env.db, group, ctx.instance_id(), now).await;
-            env.github.branch_head(input.installation_id, &input.repo, &input.branch).await.map_err(github_failure)
+            env.github
+                .branch_head(input.installation_id, &input.repo, &input.branch)
+                .await
+                .map_err(github_failure)
         })
         .await
-        .or_else(|e| if e.is_suspension() || e == RunError::Terminated { Err(e) } else { Ok(None) })?;
+        .or_else(|e| {
+            if e.is_suspension() || e == RunError::Terminated {
+                Err(e)
+            } else {
+                Ok(None)
+            }
+        })?;
     if let Some(h) = &head {
         if h != &input.sha {
+            *newer.borrow_mut() = Some(h.clone());
             return Ok(skipped(
                 SkipReason::NotCurrent,
                 "RunSkipped",
-                format!("Not deployed: `{}` moved on to {h} while this deploy waited.", input.branch),
+                format!(
+                    "Not deployed: `{}` moved on to {h} while this deploy waited.",
+                    input.branch
+                ),
             ));
         }
     }
-    let beat = HolderBeat { env, group, id: ctx.instance_id() };
+    let beat = HolderBeat {
+        env,
+        group,
+        id: ctx.instance_id(),
+    };
     let admitted: Admitted = ctx
-        .step("admission", StepConfig::default().timeout_ms(ADMISSION_POLL_MS * i64::from(ADMISSION_POLLS_MAX) + 60_000), |_| {
-            let beat = &beat;
-            async move {
-                for _ in 0..ADMISSION_POLLS_MAX {
-                    let now = ctx.now_ms();
-                    match admission::acquire(env.db, POOL, ctx.instance_id(), env.pool_capacity, now).await.map_err(gate_failure)? {
-                        admission::AdmissionOutcome::Admitted => return Ok(Admitted { admitted: true }),
-                        admission::AdmissionOutcome::Queued { .. } => {
-                            beat.beat().await;
-                            env.github.clock.sleep(ADMISSION_POLL_MS).await;
+        .step(
+            "admission",
+            StepConfig::default()
+                .timeout_ms(ADMISSION_POLL_MS * i64::from(ADMISSION_POLLS_MAX) + 60_000),
+            |_| {
+                let beat = &beat;
+                async move {
+                    for _ in 0..ADMISSION_POLLS_MAX {
+                        let now = ctx.now_ms();
+                        match admission::acquire(
+                            env.db,
+                            POOL,
+                            ctx.instance_id(),
+                            env.pool_capacity,
+                            now,
+                        )
+                        .await
+                        .map_err(gate_failure)?
+                        {
+                            admission::AdmissionOutcome::Admitted => {
+                                return Ok(Admitted { admitted: true })
+                            }
+                            admission::AdmissionOutcome::Queued { .. } => {
+                                beat.beat().await;
+                                env.github.clock.sleep(ADMISSION_POLL_MS).await;
+                            }
                         }
                     }
+                    Ok(Admitted { admitted: false })
                 }
-                Ok(Admitted { admitted: false })
-            }
-        })
+            },
+        )
         .await?;
     if !admitted.admitted {
-        return Ok(Verdict::InfraFault { summary: format!("No sandbox capacity within {} minutes.", ADMISSION_POLL_MS * i64::from(ADMISSION_POLLS_MAX) / 60_000) });
+        return Ok(Verdict::InfraFault {
+            summary: format!(
+                "No sandbox capacity within {} minutes.",
+                ADMISSION_POLL_MS * i64::from(ADMISSION_POLLS_MAX) / 60_000
+            ),
+        });
     }
-    ctx.step("lease sandbox", StepConfig::default().retries(LEASE_RETRIES, STEP_RETRY_INLINE_MS_MAX, crate::engine::Backoff::Constant), |_| async {
-        match lease::acquire(env.db, ctx.instance_id(), ctx.instance_id(), ctx.now_ms()).await.map_err(gate_failure)? {
-            lease::LeaseOutcome::Acquired { .. } => Ok(()),
-            lease::LeaseOutcome::Busy { holder, .. } => Err(StepFailure::retryable("LeaseBusy", format!("sandbox held by {holder:?}"))),
-        }
-    })
+    ctx.step(
+        "lease sandbox",
+        StepConfig::default().retries(
+            LEASE_RETRIES,
+            STEP_RETRY_INLINE_MS_MAX,
+            crate::engine::Backoff::Constant,
+        ),
+        |_| async {
+            match lease::acquire(env.db, ctx.instance_id(), ctx.instance_id(), ctx.now_ms())
+                .await
+                .map_err(gate_failure)?
+            {
+                lease::LeaseOutcome::Acquired { .. } => Ok(()),
+                lease::LeaseOutcome::Busy { holder, .. } => Err(StepFailure::retryable(
+                    "LeaseBusy",
+                    format!("sandbox held by {holder:?}"),
+                )),
+            }
+        },
+    )
     .await?;
     let mut secret_env = Vec::with_capacity(deploy.secrets.len());
     for name in &deploy.secrets {
@@ -328,10 +505,14 @@ async fn holding(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput, deploy: &
             None => return Ok(Verdict::Failed { summary: format!("Not deployed: the Worker secret `{name}` named in `[deploy] secrets` is not set.") }),
         }
     }
-    let timeout_ms = command_timeout_ms(deploy.timeout.as_deref()).map_err(|m| RunError::InvalidInput { message: m })?;
+    let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
+        .map_err(|m| RunError::InvalidInput { message: m })?;
     let mut vars = BTreeMap::new();
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
-    vars.insert("SLUICE_HEAD_SHA".to_owned(), head.unwrap_or_else(|| input.sha.clone()));
+    vars.insert(
+        "SLUICE_HEAD_SHA".to_owned(),
+        head.unwrap_or_else(|| input.sha.clone()),
+    );
     vars.insert("SLUICE_BRANCH".to_owned(), input.branch.clone());
     vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
     if let Some(label) = &deploy.label {
@@ -358,8 +539,12 @@ async fn release(ctx: &Ctx<'_>, env: &RunEnv<'_>, group: &str) -> Result<(), Run
     ctx.cleanup_step("release", StepConfig::default(), |_| async {
         let now = ctx.now_ms();
         let id = ctx.instance_id();
-        let next = serial::release(env.db, group, id, now).await.map_err(gate_failure)?;
-        admission::release(env.db, POOL, id).await.map_err(gate_failure)?;
+        let next = serial::release(env.db, group, id, now)
+            .await
+            .map_err(gate_failure)?;
+        admission::release(env.db, POOL, id)
+            .await
+            .map_err(gate_failure)?;
         lease::release(env.db, id, id).await.map_err(gate_failure)?;
         if let Some(next) = next {
             let _ = env.waker.wake(&next, TURN_EVENT).await;
@@ -384,4 +569,3 @@ pub async fn finalize(env: &RunEnv<'_>, instance_id: &str) {
     let _ = admission::release(env.db, POOL, instance_id).await;
     let _ = lease::release(env.db, instance_id, instance_id).await;
 }
-

@@ -63,17 +63,26 @@ pub struct Registry<'a> {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(input: &Value) -> Result<T, RunError> {
-    serde_json::from_value(input.clone()).map_err(|e| RunError::InvalidInput { message: e.to_string() })
+    serde_json::from_value(input.clone()).map_err(|e| RunError::InvalidInput {
+        message: e.to_string(),
+    })
 }
 
 #[async_trait(?Send)]
 impl RunRegistry for Registry<'_> {
-    async fn execute(&self, run: &str, ctx: &Ctx<'_>, input: &Value) -> Result<RunOutcome, RunError> {
+    async fn execute(
+        &self,
+        run: &str,
+        ctx: &Ctx<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError> {
         match run {
             "check" => check::run(ctx, &self.env, &decode(input)?).await,
             "probe" => probe::run(ctx, &self.env, &decode(input)?).await,
             "deploy" => deploy::run(ctx, &self.env, &decode(input)?).await,
-            other => Err(RunError::UnknownRun { run: other.to_owned() }),
+            other => Err(RunError::UnknownRun {
+                run: other.to_owned(),
+            }),
         }
     }
 
@@ -85,9 +94,19 @@ impl RunRegistry for Registry<'_> {
 }
 
 /// Reads `.sluice.toml` at a commit, as a step.
-pub async fn read_config(ctx: &Ctx<'_>, env: &RunEnv<'_>, installation_id: u64, repo: &str, sha: &str) -> Result<ConfigState, RunError> {
+pub async fn read_config(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    installation_id: u64,
+    repo: &str,
+    sha: &str,
+) -> Result<ConfigState, RunError> {
     ctx.step("read config", github_step(), |_| async {
-        let text = env.github.file_at(installation_id, repo, CONFIG_PATH, sha).await.map_err(github_failure)?;
+        let text = env
+            .github
+            .file_at(installation_id, repo, CONFIG_PATH, sha)
+            .await
+            .map_err(github_failure)?;
         Ok(match text {
             None => ConfigState::Missing,
             Some(t) => config::parse(&t),

@@ -32,10 +32,20 @@ pub struct AutoSkipped<'a> {
 /// `X-Sluice-Signature-256: sha256=<hmac of the body under NOTIFY_SECRET>`.
 /// Returns whether it was delivered; a failure is logged in the journal,
 /// not raised.
-pub async fn auto_skipped(ctx: &Ctx<'_>, env: &RunEnv<'_>, n: &AutoSkipped<'_>) -> Result<bool, RunError> {
-    let Some(target) = env.notify.clone() else { return Ok(false) };
-    let body = serde_json::to_string(n).map_err(|e| RunError::InvalidInput { message: e.to_string() })?;
-    let cfg = StepConfig::default().retries(NOTIFY_RETRIES, NOTIFY_RETRY_DELAY_MS, Backoff::Exponential).timeout_ms(NOTIFY_TIMEOUT_MS);
+pub async fn auto_skipped(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    n: &AutoSkipped<'_>,
+) -> Result<bool, RunError> {
+    let Some(target) = env.notify.clone() else {
+        return Ok(false);
+    };
+    let body = serde_json::to_string(n).map_err(|e| RunError::InvalidInput {
+        message: e.to_string(),
+    })?;
+    let cfg = StepConfig::default()
+        .retries(NOTIFY_RETRIES, NOTIFY_RETRY_DELAY_MS, Backoff::Exponential)
+        .timeout_ms(NOTIFY_TIMEOUT_MS);
     let sent = ctx
         .step("notify", cfg, |_| {
             let (target, body) = (target.clone(), body.clone());
@@ -43,15 +53,29 @@ pub async fn auto_skipped(ctx: &Ctx<'_>, env: &RunEnv<'_>, n: &AutoSkipped<'_>) 
                 let mut headers = vec![
                     ("Content-Type".to_owned(), "application/json".to_owned()),
                     ("User-Agent".to_owned(), "sluice".to_owned()),
-                    ("X-Sluice-Event".to_owned(), "deployment_auto_skipped".to_owned()),
+                    (
+                        "X-Sluice-Event".to_owned(),
+                        "deployment_auto_skipped".to_owned(),
+                    ),
                 ];
                 if let Some(secret) = &target.secret {
-                    headers.push(("X-Sluice-Signature-256".to_owned(), sign(secret.expose().as_bytes(), body.as_bytes())));
+                    headers.push((
+                        "X-Sluice-Signature-256".to_owned(),
+                        sign(secret.expose().as_bytes(), body.as_bytes()),
+                    ));
                 }
-                let req = HttpRequest { method: "POST", url: target.url.clone(), headers, body: Some(body) };
+                let req = HttpRequest {
+                    method: "POST",
+                    url: target.url.clone(),
+                    headers,
+                    body: Some(body),
+                };
                 match env.github.transport.send(req).await {
                     Ok(r) if r.status < 300 => Ok(true),
-                    Ok(r) => Err(StepFailure::retryable("NotifyFailed", format!("notification endpoint answered {}", r.status))),
+                    Ok(r) => Err(StepFailure::retryable(
+                        "NotifyFailed",
+                        format!("notification endpoint answered {}", r.status),
+                    )),
                     Err(m) => Err(StepFailure::retryable("NotifyFailed", m)),
                 }
             }

@@ -38,9 +38,15 @@ pub struct ProbeInput {
 /// Default bound of the probe's event wait.
 const PROBE_EVENT_TIMEOUT_MS_DEFAULT: i64 = 10 * 60 * 1000;
 
-pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput) -> Result<RunOutcome, RunError> {
+pub async fn run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &ProbeInput,
+) -> Result<RunOutcome, RunError> {
     if input.steps > STEPS_PER_RUN_MAX_CEILING {
-        return Err(RunError::InvalidInput { message: format!("at most {STEPS_PER_RUN_MAX_CEILING} steps") });
+        return Err(RunError::InvalidInput {
+            message: format!("at most {STEPS_PER_RUN_MAX_CEILING} steps"),
+        });
     }
     let delay_ms = input.step_delay_ms.clamp(0, PROBE_STEP_DELAY_MS_MAX);
     for i in 0..input.steps {
@@ -56,14 +62,26 @@ pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput) -> Result<
     let mut after_sleep_ms = None;
     if input.sleep_ms > 0 {
         ctx.sleep("nap", input.sleep_ms).await?;
-        after_sleep_ms = Some(ctx.step("after sleep", StepConfig::default(), |_| async { Ok(ctx.now_ms()) }).await?);
+        after_sleep_ms = Some(
+            ctx.step("after sleep", StepConfig::default(), |_| async {
+                Ok(ctx.now_ms())
+            })
+            .await?,
+        );
     }
     let mut event = None;
     let mut after_event_ms = None;
     if let Some(ty) = &input.wait_event {
-        let timeout = input.event_timeout_ms.unwrap_or(PROBE_EVENT_TIMEOUT_MS_DEFAULT);
+        let timeout = input
+            .event_timeout_ms
+            .unwrap_or(PROBE_EVENT_TIMEOUT_MS_DEFAULT);
         event = Some(ctx.wait_for_event("wait", ty, timeout).await?);
-        after_event_ms = Some(ctx.step("after event", StepConfig::default(), |_| async { Ok(ctx.now_ms()) }).await?);
+        after_event_ms = Some(
+            ctx.step("after event", StepConfig::default(), |_| async {
+                Ok(ctx.now_ms())
+            })
+            .await?,
+        );
     }
     Ok(RunOutcome::Complete(json!({
         "steps": input.steps,
@@ -73,8 +91,16 @@ pub async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput) -> Result<
     })))
 }
 
-async fn effect(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput, i: u32, attempt: u32) -> Result<(), StepFailure> {
-    let Some(url) = &input.effects_url else { return Ok(()) };
+async fn effect(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &ProbeInput,
+    i: u32,
+    attempt: u32,
+) -> Result<(), StepFailure> {
+    let Some(url) = &input.effects_url else {
+        return Ok(());
+    };
     let body = json!({ "instance": ctx.instance_id(), "step": i, "attempt": attempt }).to_string();
     let req = HttpRequest {
         method: "POST",
@@ -84,7 +110,10 @@ async fn effect(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput, i: u32, att
     };
     match env.github.transport.send(req).await {
         Ok(r) if r.status < 300 => Ok(()),
-        Ok(r) => Err(StepFailure::retryable("EffectFailed", format!("effects URL answered {}", r.status))),
+        Ok(r) => Err(StepFailure::retryable(
+            "EffectFailed",
+            format!("effects URL answered {}", r.status),
+        )),
         Err(m) => Err(StepFailure::retryable("EffectFailed", m)),
     }
 }

@@ -20,12 +20,20 @@ const GITHUB_STEP_TIMEOUT_MS: i64 = 60_000;
 
 pub fn github_step() -> StepConfig {
     StepConfig::default()
-        .retries(GITHUB_STEP_RETRIES, GITHUB_STEP_RETRY_DELAY_MS, Backoff::Exponential)
+        .retries(
+            GITHUB_STEP_RETRIES,
+            GITHUB_STEP_RETRY_DELAY_MS,
+            Backoff::Exponential,
+        )
         .timeout_ms(GITHUB_STEP_TIMEOUT_MS)
 }
 
 pub fn github_failure(e: GitHubError) -> StepFailure {
-    StepFailure { tag: "GitHubApi".into(), message: e.to_string(), retryable: e.retryable() }
+    StepFailure {
+        tag: "GitHubApi".into(),
+        message: e.to_string(),
+        retryable: e.retryable(),
+    }
 }
 
 /// How a run's work ended. A verdict is not an error: an infrastructure
@@ -33,14 +41,27 @@ pub fn github_failure(e: GitHubError) -> StepFailure {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
-    Passed { summary: String },
-    Failed { summary: String },
-    TimedOut { summary: String },
+    Passed {
+        summary: String,
+    },
+    Failed {
+        summary: String,
+    },
+    TimedOut {
+        summary: String,
+    },
     /// Sluice could not do the work (sandbox down, checkout failed).
-    InfraFault { summary: String },
-    /// Not done on purpose (superseded, not current), with the reason and
-    /// the typed tag the instance records (`RunSkipped`, ...).
-    Skipped { reason: String, tag: Option<String>, summary: String },
+    InfraFault {
+        summary: String,
+    },
+    /// Not done on purpose (superseded, not current), with the reason (none
+    /// for an operator's explicit skip) and the typed tag the instance
+    /// records (`RunSkipped`, ...).
+    Skipped {
+        reason: Option<String>,
+        tag: Option<String>,
+        summary: String,
+    },
 }
 
 impl Verdict {
@@ -88,40 +109,75 @@ pub struct CheckTarget<'a> {
 /// concludes the check run from its verdict. A body that fails (not a
 /// suspension) concludes the check run as an infrastructure fault and the
 /// instance errors with the body's typed error.
-pub async fn reported<F, Fut>(ctx: &Ctx<'_>, env: &RunEnv<'_>, target: &CheckTarget<'_>, body: F) -> Result<RunOutcome, RunError>
+pub async fn reported<F, Fut>(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    body: F,
+) -> Result<RunOutcome, RunError>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Verdict, RunError>>,
 {
-    let details_url = format!("{}/v1/executions/{}", env.public_url.trim_end_matches('/'), ctx.instance_id());
+    let details_url = format!(
+        "{}/v1/executions/{}",
+        env.public_url.trim_end_matches('/'),
+        ctx.instance_id()
+    );
     let id: u64 = ctx
         .step("create check run", github_step(), |_| async {
             env.github
-                .ensure_check_run(target.installation_id, target.repo, target.sha, target.name, ctx.instance_id(), &details_url)
+                .ensure_check_run(
+                    target.installation_id,
+                    target.repo,
+                    target.sha,
+                    target.name,
+                    ctx.instance_id(),
+                    &details_url,
+                )
                 .await
                 .map_err(github_failure)
         })
         .await?;
     ctx.step("start check run", github_step(), |_| async move {
-        let update = CheckRunUpdate { status: Some("in_progress"), ..CheckRunUpdate::default() };
-        env.github.update_check_run(target.installation_id, target.repo, id, &update).await.map_err(github_failure)
+        let update = CheckRunUpdate {
+            status: Some("in_progress"),
+            ..CheckRunUpdate::default()
+        };
+        env.github
+            .update_check_run(target.installation_id, target.repo, id, &update)
+            .await
+            .map_err(github_failure)
     })
     .await?;
     let (verdict, failure) = match body().await {
         Ok(v) => (v, None),
         Err(e) if e.is_suspension() || e == RunError::Terminated => return Err(e),
-        Err(e) => (Verdict::InfraFault { summary: format!("{} ({})", e, e.tag()) }, Some(e)),
+        Err(e) => (
+            Verdict::InfraFault {
+                summary: format!("{} ({})", e, e.tag()),
+            },
+            Some(e),
+        ),
     };
     conclude(ctx, env, target, id, &verdict).await?;
     match (failure, verdict) {
         (Some(e), _) => Err(e),
         (None, Verdict::Skipped { reason, tag, .. }) => Ok(RunOutcome::Skipped { reason, tag }),
-        (None, verdict) => Ok(RunOutcome::Complete(json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }))),
+        (None, verdict) => Ok(RunOutcome::Complete(
+            json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }),
+        )),
     }
 }
 
 /// Concludes the check run: a step, so it happens once.
-pub async fn conclude(ctx: &Ctx<'_>, env: &RunEnv<'_>, target: &CheckTarget<'_>, id: u64, verdict: &Verdict) -> Result<(), RunError> {
+pub async fn conclude(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    id: u64,
+    verdict: &Verdict,
+) -> Result<(), RunError> {
     let mut summary = verdict.summary().to_owned();
     if summary.len() > CHECK_SUMMARY_CHARS_MAX {
         let mut cut = CHECK_SUMMARY_CHARS_MAX;
@@ -133,11 +189,17 @@ pub async fn conclude(ctx: &Ctx<'_>, env: &RunEnv<'_>, target: &CheckTarget<'_>,
     let update = CheckRunUpdate {
         status: Some("completed"),
         conclusion: Some(verdict.conclusion()),
-        output: Some(CheckOutput { title: verdict.title().to_owned(), summary }),
+        output: Some(CheckOutput {
+            title: verdict.title().to_owned(),
+            summary,
+        }),
         ..CheckRunUpdate::default()
     };
     ctx.step("complete check run", github_step(), |_| async {
-        env.github.update_check_run(target.installation_id, target.repo, id, &update).await.map_err(github_failure)
+        env.github
+            .update_check_run(target.installation_id, target.repo, id, &update)
+            .await
+            .map_err(github_failure)
     })
     .await
 }

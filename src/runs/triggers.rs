@@ -71,7 +71,10 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     }
     let sha = pr.pull_request.head.sha.to_ascii_lowercase();
     if !valid_sha(&sha) {
-        return Plan::Ignore(format!("head sha {:?} is not a commit id", pr.pull_request.head.sha));
+        return Plan::Ignore(format!(
+            "head sha {:?} is not a commit id",
+            pr.pull_request.head.sha
+        ));
     }
     let repo = pr.repository.full_name.clone();
     let input = CheckInput {
@@ -151,7 +154,9 @@ mod tests {
 
     #[test]
     fn a_pull_request_starts_one_check_named_by_repo_and_sha() {
-        let Plan::Create(reqs) = plan(&pr("synchronize", false, "User")) else { panic!() };
+        let Plan::Create(reqs) = plan(&pr("synchronize", false, "User")) else {
+            panic!()
+        };
         assert_eq!(reqs.len(), 1);
         assert_eq!(reqs[0].key, "check:octo/hello:0123456789ab");
         assert_eq!(reqs[0].run, "check");
@@ -161,7 +166,10 @@ mod tests {
 
     #[test]
     fn drafts_bots_and_other_actions_are_ignored() {
-        assert!(matches!(plan(&pr("closed", false, "User")), Plan::Ignore(_)));
+        assert!(matches!(
+            plan(&pr("closed", false, "User")),
+            Plan::Ignore(_)
+        ));
         assert!(matches!(plan(&pr("opened", true, "User")), Plan::Ignore(_)));
         assert!(matches!(plan(&pr("opened", false, "Bot")), Plan::Ignore(_)));
         assert!(matches!(plan(&Event::Ping), Plan::Ignore(_)));
@@ -181,10 +189,18 @@ mod tests {
     #[test]
     fn a_branch_push_starts_one_deploy_named_by_branch_and_sha() {
         let sha = "89abcdef0123456789abcdef0123456789abcdef";
-        let Plan::Create(reqs) = plan(&push("refs/heads/main", sha, false)) else { panic!() };
+        let Plan::Create(reqs) = plan(&push("refs/heads/main", sha, false)) else {
+            panic!()
+        };
         assert_eq!(reqs[0].key, "deploy:octo/hello:main:89abcdef0123");
         assert_eq!(reqs[0].input["branch"], "main");
-        assert!(matches!(plan(&push("refs/tags/v1", sha, false)), Plan::Ignore(_)));
-        assert!(matches!(plan(&push("refs/heads/main", &"0".repeat(40), true)), Plan::Ignore(_)));
+        assert!(matches!(
+            plan(&push("refs/tags/v1", sha, false)),
+            Plan::Ignore(_)
+        ));
+        assert!(matches!(
+            plan(&push("refs/heads/main", &"0".repeat(40), true)),
+            Plan::Ignore(_)
+        ));
     }
 }

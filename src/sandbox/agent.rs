@@ -27,21 +27,39 @@ struct ErrorDetail {
 }
 
 impl AgentSandbox<'_> {
-    async fn call(&self, method: &'static str, path: &str, body: Option<String>) -> Result<HttpResponse, SandboxError> {
+    async fn call(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<HttpResponse, SandboxError> {
         let mut headers = vec![("Content-Type".to_owned(), "application/json".to_owned())];
         if let Some(t) = &self.token {
             headers.push(("Authorization".to_owned(), format!("Bearer {}", t.expose())));
         }
         let url = format!("{}{}", self.base_url.trim_end_matches('/'), path);
         self.transport
-            .send(HttpRequest { method, url, headers, body })
+            .send(HttpRequest {
+                method,
+                url,
+                headers,
+                body,
+            })
             .await
-            .map_err(|m| SandboxError { code: "unreachable".into(), message: m, status: None })
+            .map_err(|m| SandboxError {
+                code: "unreachable".into(),
+                message: m,
+                status: None,
+            })
     }
 
     fn error(resp: &HttpResponse) -> SandboxError {
         match serde_json::from_str::<ErrorBody>(&resp.body) {
-            Ok(e) => SandboxError { code: e.error.code, message: e.error.message, status: Some(resp.status) },
+            Ok(e) => SandboxError {
+                code: e.error.code,
+                message: e.error.message,
+                status: Some(resp.status),
+            },
             Err(_) => SandboxError {
                 code: "bad_answer".into(),
                 message: resp.body.chars().take(200).collect(),
@@ -68,7 +86,9 @@ impl Sandbox for AgentSandbox<'_> {
             "sha": req.sha,
             "token": req.token.map(|t| t.expose().as_str()),
         });
-        let resp = self.call("POST", "/v1/workspaces", Some(body.to_string())).await?;
+        let resp = self
+            .call("POST", "/v1/workspaces", Some(body.to_string()))
+            .await?;
         if resp.status == 201 || resp.status == 200 {
             return Ok(());
         }
@@ -76,7 +96,9 @@ impl Sandbox for AgentSandbox<'_> {
     }
 
     async fn workspace(&self, workspace: &str) -> Result<WorkspaceState, SandboxError> {
-        let resp = self.call("GET", &format!("/v1/workspaces/{workspace}"), None).await?;
+        let resp = self
+            .call("GET", &format!("/v1/workspaces/{workspace}"), None)
+            .await?;
         if resp.status != 200 {
             return Err(Self::error(&resp));
         }
@@ -84,8 +106,11 @@ impl Sandbox for AgentSandbox<'_> {
     }
 
     async fn start(&self, spec: &ProcessSpec<'_>) -> Result<ProcessState, SandboxError> {
-        let body = serde_json::to_string(spec)
-            .map_err(|e| SandboxError { code: "bad_request".into(), message: e.to_string(), status: None })?;
+        let body = serde_json::to_string(spec).map_err(|e| SandboxError {
+            code: "bad_request".into(),
+            message: e.to_string(),
+            status: None,
+        })?;
         let resp = self.call("POST", "/v1/processes", Some(body)).await?;
         if resp.status == 201 || resp.status == 200 {
             return Self::decode(&resp);
@@ -94,7 +119,13 @@ impl Sandbox for AgentSandbox<'_> {
     }
 
     async fn process(&self, id: &str, wait_ms: i64) -> Result<Option<ProcessState>, SandboxError> {
-        let resp = self.call("GET", &format!("/v1/processes/{id}?wait_ms={wait_ms}"), None).await?;
+        let resp = self
+            .call(
+                "GET",
+                &format!("/v1/processes/{id}?wait_ms={wait_ms}"),
+                None,
+            )
+            .await?;
         match resp.status {
             200 => Self::decode(&resp).map(Some),
             404 => Ok(None),

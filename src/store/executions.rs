@@ -78,7 +78,12 @@ pub async fn insert(db: &dyn Database, rec: &InstanceRecord) -> Result<bool, Sto
 
 /// The statements that mirror an instance's state and changed timeline
 /// entries: sent as ONE batch at each suspension and at completion.
-pub fn mirror_stmts(rec: &InstanceRecord, changed: &[Entry], step_count: u32, now_ms: i64) -> Vec<Stmt> {
+pub fn mirror_stmts(
+    rec: &InstanceRecord,
+    changed: &[Entry],
+    step_count: u32,
+    now_ms: i64,
+) -> Vec<Stmt> {
     let mut stmts = Vec::with_capacity(changed.len() + 1);
     stmts.push(stmt!(
         "UPDATE executions SET status = ?2, reason = ?3, error_tag = ?4, error_message = ?5, \
@@ -122,12 +127,19 @@ pub fn mirror_stmts(rec: &InstanceRecord, changed: &[Entry], step_count: u32, no
 
 /// Drops mirrored steps from `seq` on (an operator restarted the instance).
 pub fn delete_steps_from(id: &str, seq: u32) -> Stmt {
-    stmt!("DELETE FROM execution_steps WHERE execution_id = ?1 AND seq >= ?2", id, seq)
+    stmt!(
+        "DELETE FROM execution_steps WHERE execution_id = ?1 AND seq >= ?2",
+        id,
+        seq
+    )
 }
 
 pub async fn get(db: &dyn Database, id: &str) -> Result<Option<ExecutionRow>, StoreError> {
     let rows = db
-        .all(stmt!(format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = ?1"), id))
+        .all(stmt!(
+            format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = ?1"),
+            id
+        ))
         .await?;
     Ok(decode(rows)?.into_iter().next())
 }
@@ -154,7 +166,11 @@ pub struct ListFilter {
     pub entity: Option<String>,
 }
 
-pub async fn list(db: &dyn Database, f: &ListFilter, limit: u32) -> Result<Vec<ExecutionRow>, StoreError> {
+pub async fn list(
+    db: &dyn Database,
+    f: &ListFilter,
+    limit: u32,
+) -> Result<Vec<ExecutionRow>, StoreError> {
     // Each filter is `(?n IS NULL OR col = ?n)` so one statement serves all.
     let rows = db
         .all(stmt!(
@@ -186,7 +202,11 @@ pub struct Overdue {
 }
 
 /// Non-terminal instances whose wake-up is at or before `before_ms`.
-pub async fn overdue(db: &dyn Database, before_ms: i64, limit: u32) -> Result<Vec<Overdue>, StoreError> {
+pub async fn overdue(
+    db: &dyn Database,
+    before_ms: i64,
+    limit: u32,
+) -> Result<Vec<Overdue>, StoreError> {
     let rows = db
         .all(stmt!(
             "SELECT id, key, run, repo, entity, sha, input_json FROM executions \
@@ -200,7 +220,11 @@ pub async fn overdue(db: &dyn Database, before_ms: i64, limit: u32) -> Result<Ve
 }
 
 /// Terminal instances finished before `before_ms` (retention purge).
-pub async fn finished_before(db: &dyn Database, before_ms: i64, limit: u32) -> Result<Vec<String>, StoreError> {
+pub async fn finished_before(
+    db: &dyn Database,
+    before_ms: i64,
+    limit: u32,
+) -> Result<Vec<String>, StoreError> {
     #[derive(Deserialize)]
     struct Id {
         id: String,
@@ -236,7 +260,10 @@ pub struct DeliveryRow {
     pub received_ms: i64,
 }
 
-pub async fn delivery(db: &dyn Database, delivery_id: &str) -> Result<Option<DeliveryRow>, StoreError> {
+pub async fn delivery(
+    db: &dyn Database,
+    delivery_id: &str,
+) -> Result<Option<DeliveryRow>, StoreError> {
     let rows = db
         .all(stmt!(
             "SELECT delivery_id, event, action, repo, instance_ids_json, received_ms \
@@ -262,7 +289,10 @@ pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(),
     Ok(())
 }
 
-pub async fn recent_deliveries(db: &dyn Database, limit: u32) -> Result<Vec<DeliveryRow>, StoreError> {
+pub async fn recent_deliveries(
+    db: &dyn Database,
+    limit: u32,
+) -> Result<Vec<DeliveryRow>, StoreError> {
     let rows = db
         .all(stmt!(
             "SELECT delivery_id, event, action, repo, instance_ids_json, received_ms \
@@ -272,4 +302,3 @@ pub async fn recent_deliveries(db: &dyn Database, limit: u32) -> Result<Vec<Deli
         .await?;
     decode(rows)
 }
-

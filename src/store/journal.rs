@@ -126,21 +126,29 @@ const UPSERT_ENTRY: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, sta
 
 impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError> {
-        let rows = self.sql.exec("SELECT record FROM instance WHERE singleton = 1", &[])?;
+        let rows = self
+            .sql
+            .exec("SELECT record FROM instance WHERE singleton = 1", &[])?;
         let Some(row) = decode::<RecordRow>(rows)?.into_iter().next() else {
             return Ok(None);
         };
         let v: VersionedRecord =
             serde_json::from_str(&row.record).map_err(|e| StoreError::Decode(e.to_string()))?;
         if v.v != RECORD_VERSION {
-            return Err(StoreError::Decode(format!("instance record version {}", v.v)));
+            return Err(StoreError::Decode(format!(
+                "instance record version {}",
+                v.v
+            )));
         }
         Ok(Some(v.record))
     }
 
     fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError> {
-        let json = serde_json::to_string(&VersionedRecord { v: RECORD_VERSION, record: record.clone() })
-            .map_err(|e| StoreError::Decode(e.to_string()))?;
+        let json = serde_json::to_string(&VersionedRecord {
+            v: RECORD_VERSION,
+            record: record.clone(),
+        })
+        .map_err(|e| StoreError::Decode(e.to_string()))?;
         self.sql.exec(
             "INSERT OR REPLACE INTO instance (singleton, record) VALUES (1, ?1)",
             &[Param::Text(json)],
@@ -149,8 +157,13 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn entries(&self) -> Result<Vec<Entry>, StoreError> {
-        let rows = self.sql.exec(&format!("{SELECT_ENTRIES} ORDER BY seq"), &[])?;
-        decode::<EntryRow>(rows)?.into_iter().map(EntryRow::into_entry).collect()
+        let rows = self
+            .sql
+            .exec(&format!("{SELECT_ENTRIES} ORDER BY seq"), &[])?;
+        decode::<EntryRow>(rows)?
+            .into_iter()
+            .map(EntryRow::into_entry)
+            .collect()
     }
 
     fn put_entry(&self, entry: &Entry) -> Result<(), StoreError> {
@@ -159,7 +172,8 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError> {
-        self.sql.exec("DELETE FROM journal WHERE seq >= ?1", &[Param::from(seq)])?;
+        self.sql
+            .exec("DELETE FROM journal WHERE seq >= ?1", &[Param::from(seq)])?;
         // Events consumed by removed waits are delivered again on replay.
         self.sql.exec(
             "UPDATE events SET consumed_by = NULL WHERE consumed_by >= ?1",
@@ -169,15 +183,24 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError> {
-        let rows =
-            self.sql.exec(&format!("{SELECT_ENTRIES} WHERE rev > ?1 ORDER BY seq"), &[Param::from(rev)])?;
-        decode::<EntryRow>(rows)?.into_iter().map(EntryRow::into_entry).collect()
+        let rows = self.sql.exec(
+            &format!("{SELECT_ENTRIES} WHERE rev > ?1 ORDER BY seq"),
+            &[Param::from(rev)],
+        )?;
+        decode::<EntryRow>(rows)?
+            .into_iter()
+            .map(EntryRow::into_entry)
+            .collect()
     }
 
     fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError> {
         let rows = self.sql.exec(
             "INSERT INTO events (type, payload, received_ms) VALUES (?1, ?2, ?3) RETURNING seq",
-            &[Param::from(event_type), Param::from(payload), Param::from(now_ms)],
+            &[
+                Param::from(event_type),
+                Param::from(payload),
+                Param::from(now_ms),
+            ],
         )?;
         #[derive(Deserialize)]
         struct Seq {

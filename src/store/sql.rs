@@ -60,7 +60,10 @@ pub struct Stmt {
 
 impl Stmt {
     pub fn new(sql: impl Into<Cow<'static, str>>, params: Vec<Param>) -> Stmt {
-        Stmt { sql: sql.into(), params }
+        Stmt {
+            sql: sql.into(),
+            params,
+        }
     }
 }
 

@@ -19,7 +19,9 @@ pub struct SqliteDb {
 impl SqliteDb {
     pub fn open_in_memory() -> Result<SqliteDb, StoreError> {
         let conn = Connection::open_in_memory().map_err(query_err)?;
-        Ok(SqliteDb { conn: RefCell::new(conn) })
+        Ok(SqliteDb {
+            conn: RefCell::new(conn),
+        })
     }
 
     /// An in-memory database with every `migrations/*.sql` applied in order,
@@ -46,7 +48,8 @@ impl SqliteDb {
         let mut conn = self.conn.borrow_mut();
         let tx = conn.transaction().map_err(query_err)?;
         for s in split_statements(sql) {
-            tx.execute_batch(&s).map_err(|e| StoreError::Query(format!("{e}: {s}")))?;
+            tx.execute_batch(&s)
+                .map_err(|e| StoreError::Query(format!("{e}: {s}")))?;
         }
         tx.commit().map_err(query_err)
     }
@@ -55,7 +58,9 @@ impl SqliteDb {
         let mut st = conn.prepare_cached(sql).map_err(query_err)?;
         let names: Vec<String> = st.column_names().iter().map(|s| s.to_string()).collect();
         let values: Vec<SqlValue> = params.iter().map(to_sql).collect();
-        let mut rows = st.query(rusqlite::params_from_iter(values)).map_err(query_err)?;
+        let mut rows = st
+            .query(rusqlite::params_from_iter(values))
+            .map_err(query_err)?;
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(query_err)? {
             let mut map = Row::new();
@@ -79,14 +84,18 @@ impl SqliteDb {
         let mut st = conn.prepare_cached(&stmt.sql).map_err(query_err)?;
         // A statement with RETURNING yields rows; count them as changes.
         if st.column_count() > 0 {
-            let mut rows = st.query(rusqlite::params_from_iter(values)).map_err(query_err)?;
+            let mut rows = st
+                .query(rusqlite::params_from_iter(values))
+                .map_err(query_err)?;
             let mut n = 0;
             while rows.next().map_err(query_err)?.is_some() {
                 n += 1;
             }
             return Ok(n);
         }
-        let n = st.execute(rusqlite::params_from_iter(values)).map_err(query_err)?;
+        let n = st
+            .execute(rusqlite::params_from_iter(values))
+            .map_err(query_err)?;
         Ok(n as u64)
     }
 }
@@ -132,7 +141,8 @@ impl SyncSql for SqliteDb {
         let mut st = conn.prepare_cached(sql).map_err(query_err)?;
         if st.column_count() == 0 {
             let values: Vec<SqlValue> = params.iter().map(to_sql).collect();
-            st.execute(rusqlite::params_from_iter(values)).map_err(query_err)?;
+            st.execute(rusqlite::params_from_iter(values))
+                .map_err(query_err)?;
             return Ok(Vec::new());
         }
         drop(st);

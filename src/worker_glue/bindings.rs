@@ -30,7 +30,11 @@ pub const SANDBOX_URL_DEFAULT: &str = "http://127.0.0.1:8791";
 
 /// A string binding (a var or a secret), or None when unset or empty.
 pub fn text(env: &Env, name: &str) -> Option<String> {
-    let v = env.secret(name).map(|s| s.to_string()).or_else(|_| env.var(name).map(|v| v.to_string())).ok()?;
+    let v = env
+        .secret(name)
+        .map(|s| s.to_string())
+        .or_else(|_| env.var(name).map(|v| v.to_string()))
+        .ok()?;
     if v.is_empty() {
         None
     } else {

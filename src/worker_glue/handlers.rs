@@ -6,21 +6,21 @@ use serde_json::{json, Value};
 use worker::{Env, Method, Request, RequestInit, Response, Result};
 
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
+use crate::gates::policy::QueuePolicy;
+use crate::gates::serial;
 use crate::github::app::private_key_pkcs8_der;
 use crate::github::GitHub;
 use crate::http::routes::{route, Route, RouteError};
 use crate::http::webhook::{check_declared_length, intake, Intake, WebhookHeaders};
 use crate::http::{check_admin, ApiError};
-use crate::limits::{EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX};
-use crate::gates::policy::QueuePolicy;
-use crate::gates::serial;
 use crate::limits::POOL_CAPACITY_MAX;
+use crate::limits::{EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX};
 use crate::runs::deploy::TURN_EVENT;
 use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Waker};
-use crate::store::Database;
 use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
 use crate::store::executions::{self, DeliveryRow, ListFilter};
+use crate::store::Database;
 
 use super::bindings::{self, text};
 use super::platform::{FetchTransport, WebCryptoSigner, WorkerClock, D1, R2};
@@ -50,7 +50,9 @@ pub async fn fetch(req: Request, env: Env) -> Result<Response> {
 }
 
 fn json_ok(status: u16, body: &Value) -> std::result::Result<Response, ApiError> {
-    Response::from_json(body).map(|r| r.with_status(status)).map_err(internal)
+    Response::from_json(body)
+        .map(|r| r.with_status(status))
+        .map_err(internal)
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -65,33 +67,50 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
     let method = req.method().to_string();
     let r = route(&method, &req.path()).map_err(|e| match e {
         RouteError::NotFound => ApiError::not_found(format!("no route for {}", req.path())),
-        RouteError::MethodNotAllowed => ApiError::new(405, "method_not_allowed", format!("{method} is not allowed here")),
+        RouteError::MethodNotAllowed => ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed here"),
+        ),
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
     })?;
     if !matches!(r, Route::Health | Route::Webhook) {
-        check_admin(header(&req, "Authorization").as_deref(), text(env, bindings::ADMIN_TOKEN).as_deref())?;
+        check_admin(
+            header(&req, "Authorization").as_deref(),
+            text(env, bindings::ADMIN_TOKEN).as_deref(),
+        )?;
     }
     let db = D1(env.d1(bindings::DB).map_err(internal)?);
     match r {
         Route::Health => json_ok(200, &json!({ "ok": true })),
         Route::Webhook => webhook(&mut req, env, &db).await,
         Route::ListExecutions => {
-            let filter: ListFilter = req.query().map_err(|e| ApiError::bad_request("bad_query", e.to_string()))?;
+            let filter: ListFilter = req
+                .query()
+                .map_err(|e| ApiError::bad_request("bad_query", e.to_string()))?;
             let rows = executions::list(&db, &filter, EXECUTIONS_LISTED_MAX).await?;
             json_ok(200, &json!({ "executions": rows }))
         }
         Route::CreateExecution => {
             let body: Value = read_json(&mut req).await?;
             let decode = |v: Value| {
-                serde_json::from_value::<CreateRequest>(v).map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))
+                serde_json::from_value::<CreateRequest>(v)
+                    .map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))
             };
             match body {
                 // A batch: each created (or found) in order.
                 Value::Array(items) => {
                     if items.len() > BATCH_CREATE_MAX {
-                        return Err(ApiError::new(413, "batch_too_large", format!("at most {BATCH_CREATE_MAX} instances per batch")));
+                        return Err(ApiError::new(
+                            413,
+                            "batch_too_large",
+                            format!("at most {BATCH_CREATE_MAX} instances per batch"),
+                        ));
                     }
-                    let creates = items.into_iter().map(decode).collect::<std::result::Result<Vec<_>, _>>()?;
+                    let creates = items
+                        .into_iter()
+                        .map(decode)
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
                     let mut out = Vec::with_capacity(creates.len());
                     for c in &creates {
                         out.push(json!(create_instance(env, c).await?));
@@ -105,7 +124,9 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             }
         }
         Route::GetExecution(id) => {
-            let row = executions::get(&db, id.as_str()).await?.ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
+            let row = executions::get(&db, id.as_str())
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
             let steps = executions::steps(&db, id.as_str(), STEPS_LISTED_MAX).await?;
             json_ok(200, &json!({ "execution": row, "steps": steps }))
         }
@@ -115,9 +136,18 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             // look-up first.
             let received_ms = WorkerClock.now_ms();
             let payload: Value = read_json(&mut req).await?;
-            let (status, value) = instance_request(env, &id, "/event", &json!({ "type": event_type, "payload": payload })).await?;
+            let (status, value) = instance_request(
+                env,
+                &id,
+                "/event",
+                &json!({ "type": event_type, "payload": payload }),
+            )
+            .await?;
             match status {
-                202 => json_ok(202, &json!({ "accepted": true, "received_ms": received_ms })),
+                202 => json_ok(
+                    202,
+                    &json!({ "accepted": true, "received_ms": received_ms }),
+                ),
                 _ => instance_answer(&id, status, value),
             }
         }
@@ -133,9 +163,12 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
                     let parsed: RestartBody = if body.trim().is_empty() {
                         RestartBody::default()
                     } else {
-                        serde_json::from_str(&body).map_err(|e| ApiError::bad_request("bad_json", e.to_string()))?
+                        serde_json::from_str(&body)
+                            .map_err(|e| ApiError::bad_request("bad_json", e.to_string()))?
                     };
-                    Command::Restart { from_step: parsed.from_step }
+                    Command::Restart {
+                        from_step: parsed.from_step,
+                    }
                 }
                 other => other,
             };
@@ -145,11 +178,15 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             let rows = executions::recent_deliveries(&db, DELIVERIES_LISTED_MAX).await?;
             json_ok(200, &json!({ "deliveries": rows }))
         }
-        Route::ListGroups => json_ok(200, &json!({ "groups": serial::groups(&db, WorkerClock.now_ms()).await? })),
+        Route::ListGroups => json_ok(
+            200,
+            &json!({ "groups": serial::groups(&db, WorkerClock.now_ms()).await? }),
+        ),
         Route::ExplainGroup(group) => {
             // A group's policy lives in each commit's config; explain with
             // the ADR defaults for "times out in".
-            let view = serial::explain(&db, &group, &QueuePolicy::default(), WorkerClock.now_ms()).await?;
+            let view =
+                serial::explain(&db, &group, &QueuePolicy::default(), WorkerClock.now_ms()).await?;
             json_ok(200, &json!(view))
         }
         Route::SkipAll(group) => {
@@ -167,16 +204,27 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
                 skipped |= serial::skip(&db, &group, id.as_str(), now).await?;
             }
             if !skipped {
-                return Err(ApiError::new(409, "conflict", format!("{id} is not waiting in any serial group")));
+                return Err(ApiError::new(
+                    409,
+                    "conflict",
+                    format!("{id} is not waiting in any serial group"),
+                ));
             }
-            let _ = InstanceWaker { env: env.clone() }.wake(id.as_str(), TURN_EVENT).await;
+            let _ = InstanceWaker { env: env.clone() }
+                .wake(id.as_str(), TURN_EVENT)
+                .await;
             json_ok(200, &json!({ "skipped": id.as_str() }))
         }
     }
 }
 
-async fn read_json<T: for<'de> Deserialize<'de>>(req: &mut Request) -> std::result::Result<T, ApiError> {
-    let body = req.text().await.map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+async fn read_json<T: for<'de> Deserialize<'de>>(
+    req: &mut Request,
+) -> std::result::Result<T, ApiError> {
+    let body = req
+        .text()
+        .await
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
     serde_json::from_str(&body).map_err(|e| ApiError::bad_request("bad_json", e.to_string()))
 }
 
@@ -189,7 +237,10 @@ async fn ensure_exists(db: &D1, id: &InstanceId) -> std::result::Result<(), ApiE
 
 async fn webhook(req: &mut Request, env: &Env, db: &D1) -> std::result::Result<Response, ApiError> {
     check_declared_length(header(req, "Content-Length").as_deref())?;
-    let body = req.bytes().await.map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    let body = req
+        .bytes()
+        .await
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
     let (event, delivery, signature, content_type) = (
         header(req, "X-GitHub-Event"),
         header(req, "X-GitHub-Delivery"),
@@ -204,18 +255,35 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1) -> std::result::Result<R
     };
     let secret = text(env, bindings::GITHUB_WEBHOOK_SECRET);
     match intake(&headers, &body, secret.as_deref())? {
-        Intake::Ignored { event, reason } => json_ok(200, &json!({ "ignored": true, "event": event, "reason": reason })),
-        Intake::Act { delivery, event, action, repo, creates } => {
+        Intake::Ignored { event, reason } => json_ok(
+            200,
+            &json!({ "ignored": true, "event": event, "reason": reason }),
+        ),
+        Intake::Act {
+            delivery,
+            event,
+            action,
+            repo,
+            creates,
+        } => {
             if let Some(prev) = executions::delivery(db, &delivery).await? {
-                let instances: Value = serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
-                return json_ok(202, &json!({ "delivery": delivery, "duplicate": true, "instances": instances }));
+                let instances: Value =
+                    serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
+                return json_ok(
+                    202,
+                    &json!({ "delivery": delivery, "duplicate": true, "instances": instances }),
+                );
             }
             let mut instances = Vec::with_capacity(creates.len());
             for c in &creates {
                 let created = create_instance(env, c).await?;
-                instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
+                instances
+                    .push(json!({ "id": created.id, "run": c.run, "created": created.created }));
             }
-            let recorded: Vec<Value> = instances.iter().map(|i| json!({ "id": i["id"], "run": i["run"], "created": false })).collect();
+            let recorded: Vec<Value> = instances
+                .iter()
+                .map(|i| json!({ "id": i["id"], "run": i["run"], "created": false }))
+                .collect();
             let row = DeliveryRow {
                 delivery_id: delivery.clone(),
                 event,
@@ -225,46 +293,82 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1) -> std::result::Result<R
                 received_ms: WorkerClock.now_ms(),
             };
             executions::record_delivery(db, &row).await?;
-            json_ok(202, &json!({ "delivery": delivery, "duplicate": false, "instances": instances }))
+            json_ok(
+                202,
+                &json!({ "delivery": delivery, "duplicate": false, "instances": instances }),
+            )
         }
     }
 }
 
 /// Sends an operation to an instance's Durable Object.
-async fn instance_request(env: &Env, id: &InstanceId, path: &str, body: &Value) -> std::result::Result<(u16, Value), ApiError> {
-    let ns = env.durable_object(bindings::RUN_INSTANCE).map_err(internal)?;
-    let stub = ns.id_from_name(id.as_str()).and_then(|i| i.get_stub()).map_err(internal)?;
+async fn instance_request(
+    env: &Env,
+    id: &InstanceId,
+    path: &str,
+    body: &Value,
+) -> std::result::Result<(u16, Value), ApiError> {
+    let ns = env
+        .durable_object(bindings::RUN_INSTANCE)
+        .map_err(internal)?;
+    let stub = ns
+        .id_from_name(id.as_str())
+        .and_then(|i| i.get_stub())
+        .map_err(internal)?;
     let mut init = RequestInit::new();
-    init.with_method(Method::Post).with_body(Some(body.to_string().into()));
-    let request = Request::new_with_init(&format!("https://instance{path}"), &init).map_err(internal)?;
+    init.with_method(Method::Post)
+        .with_body(Some(body.to_string().into()));
+    let request =
+        Request::new_with_init(&format!("https://instance{path}"), &init).map_err(internal)?;
     let mut resp = stub.fetch_with_request(request).await.map_err(internal)?;
     let status = resp.status_code();
     let value: Value = resp.json().await.map_err(internal)?;
     Ok((status, value))
 }
 
-async fn instance_call(env: &Env, id: &InstanceId, path: &str, body: &Value) -> std::result::Result<Response, ApiError> {
+async fn instance_call(
+    env: &Env,
+    id: &InstanceId,
+    path: &str,
+    body: &Value,
+) -> std::result::Result<Response, ApiError> {
     let (status, value) = instance_request(env, id, path, body).await?;
     instance_answer(id, status, value)
 }
 
 /// Maps an instance's answer to the API's.
-fn instance_answer(id: &InstanceId, status: u16, value: Value) -> std::result::Result<Response, ApiError> {
+fn instance_answer(
+    id: &InstanceId,
+    status: u16,
+    value: Value,
+) -> std::result::Result<Response, ApiError> {
     match status {
         s if s < 400 => json_ok(s, &value),
         404 => Err(ApiError::not_found(format!("no execution {id}"))),
-        409 => Err(ApiError::new(409, "conflict", value["error"].as_str().unwrap_or("conflict").to_owned())),
-        400 => Err(ApiError::bad_request("bad_request", value["error"].as_str().unwrap_or("bad request").to_owned())),
+        409 => Err(ApiError::new(
+            409,
+            "conflict",
+            value["error"].as_str().unwrap_or("conflict").to_owned(),
+        )),
+        400 => Err(ApiError::bad_request(
+            "bad_request",
+            value["error"].as_str().unwrap_or("bad request").to_owned(),
+        )),
         _ => Err(ApiError::internal(value.to_string())),
     }
 }
 
 /// Creates an instance (or finds it: the id is the idempotency key).
-pub async fn create_instance(env: &Env, create: &CreateRequest) -> std::result::Result<Created, ApiError> {
+pub async fn create_instance(
+    env: &Env,
+    create: &CreateRequest,
+) -> std::result::Result<Created, ApiError> {
     let id = create.id();
     let (status, value) = instance_request(env, &id, "/create", &json!(create)).await?;
     if status != 200 {
-        return Err(ApiError::internal(format!("instance {id} create answered {status}: {value}")));
+        return Err(ApiError::internal(format!(
+            "instance {id} create answered {status}: {value}"
+        )));
     }
     serde_json::from_value(value).map_err(internal)
 }
@@ -274,7 +378,9 @@ pub async fn create_instance(env: &Env, create: &CreateRequest) -> std::result::
 pub async fn poke_instance(env: &Env, create: &CreateRequest) -> std::result::Result<(), ApiError> {
     let (status, value) = instance_request(env, &create.id(), "/poke", &json!(create)).await?;
     if status != 200 {
-        return Err(ApiError::internal(format!("poke answered {status}: {value}")));
+        return Err(ApiError::internal(format!(
+            "poke answered {status}: {value}"
+        )));
     }
     Ok(())
 }
@@ -282,7 +388,9 @@ pub async fn poke_instance(env: &Env, create: &CreateRequest) -> std::result::Re
 pub async fn purge_instance(env: &Env, id: &InstanceId) -> std::result::Result<(), ApiError> {
     let (status, value) = instance_request(env, id, "/purge", &json!({})).await?;
     if status != 200 {
-        return Err(ApiError::internal(format!("purge answered {status}: {value}")));
+        return Err(ApiError::internal(format!(
+            "purge answered {status}: {value}"
+        )));
     }
     Ok(())
 }
@@ -296,9 +404,14 @@ pub struct InstanceWaker {
 impl Waker for InstanceWaker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> std::result::Result<(), String> {
         let id = InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
-        let (status, value) = instance_request(&self.env, &id, "/event", &json!({ "type": event_type, "payload": {} }))
-            .await
-            .map_err(|e| e.message)?;
+        let (status, value) = instance_request(
+            &self.env,
+            &id,
+            "/event",
+            &json!({ "type": event_type, "payload": {} }),
+        )
+        .await
+        .map_err(|e| e.message)?;
         if status < 300 {
             Ok(())
         } else {
@@ -339,22 +452,28 @@ pub struct RunEnvParts {
 pub fn run_env_parts(env: &Env) -> RunEnvParts {
     let key_der = match text(env, bindings::GITHUB_APP_PRIVATE_KEY) {
         None => Err("GITHUB_APP_PRIVATE_KEY is not set".to_owned()),
-        Some(pem) => private_key_pkcs8_der(&pem).map(Secret::new).map_err(|e| e.to_string()),
+        Some(pem) => private_key_pkcs8_der(&pem)
+            .map(Secret::new)
+            .map_err(|e| e.to_string()),
     };
     RunEnvParts {
         transport: FetchTransport,
         signer: WebCryptoSigner,
         blobs: env.bucket(bindings::LOGS).ok().map(R2),
-        api_url: text(env, bindings::GITHUB_API_URL).unwrap_or_else(|| bindings::GITHUB_API_URL_DEFAULT.to_owned()),
+        api_url: text(env, bindings::GITHUB_API_URL)
+            .unwrap_or_else(|| bindings::GITHUB_API_URL_DEFAULT.to_owned()),
         app_id: text(env, bindings::GITHUB_APP_ID),
         key_der,
-        sandbox_url: text(env, bindings::SANDBOX_URL).unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
+        sandbox_url: text(env, bindings::SANDBOX_URL)
+            .unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
         sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
         public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
         waker: InstanceWaker { env: env.clone() },
         secrets: EnvSecrets { env: env.clone() },
-        notify: text(env, bindings::NOTIFY_URL)
-            .map(|url| NotifyTarget { url, secret: bindings::secret(env, bindings::NOTIFY_SECRET) }),
+        notify: text(env, bindings::NOTIFY_URL).map(|url| NotifyTarget {
+            url,
+            secret: bindings::secret(env, bindings::NOTIFY_SECRET),
+        }),
         pool_capacity: text(env, bindings::POOL_CAPACITY)
             .and_then(|v| v.parse::<u32>().ok())
             .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
@@ -369,10 +488,16 @@ struct NoBlobs;
 #[async_trait::async_trait(?Send)]
 impl crate::blobs::Blobs for NoBlobs {
     async fn put_text(&self, _: &str, _: &str) -> std::result::Result<(), String> {
-        Err(format!("the R2 binding {} is not configured", bindings::LOGS))
+        Err(format!(
+            "the R2 binding {} is not configured",
+            bindings::LOGS
+        ))
     }
     async fn get_text(&self, _: &str) -> std::result::Result<Option<String>, String> {
-        Err(format!("the R2 binding {} is not configured", bindings::LOGS))
+        Err(format!(
+            "the R2 binding {} is not configured",
+            bindings::LOGS
+        ))
     }
 }
 
@@ -387,11 +512,20 @@ impl RunEnvParts {
     }
 
     pub fn sandbox(&self) -> AgentSandbox<'_> {
-        AgentSandbox { transport: &self.transport, base_url: self.sandbox_url.clone(), token: self.sandbox_token.clone() }
+        AgentSandbox {
+            transport: &self.transport,
+            base_url: self.sandbox_url.clone(),
+            token: self.sandbox_token.clone(),
+        }
     }
 
     pub fn registry<'a>(&'a self, clock: &'a dyn Clock, db: &'a dyn Database) -> RegistryOwner<'a> {
-        RegistryOwner { parts: self, sandbox: self.sandbox(), clock, db }
+        RegistryOwner {
+            parts: self,
+            sandbox: self.sandbox(),
+            clock,
+            db,
+        }
     }
 }
 

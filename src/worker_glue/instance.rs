@@ -11,14 +11,15 @@ use serde_json::{json, Value};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, State};
 
 use crate::engine::{
-    Command, CommandError, CreateRequest, Engine, Interrupt, InterruptFlag, PassResult, RunError, RunRegistry, Status,
+    Command, CommandError, CreateRequest, Engine, Interrupt, InterruptFlag, PassResult, RunError,
+    RunRegistry, Status,
 };
 use crate::store::journal::SqlJournal;
 use crate::store::StoreError;
 
+use super::bindings;
 use super::handlers::run_env_parts;
 use super::platform::{DoSql, WorkerClock, D1};
-use super::bindings;
 
 /// Passes one wake-up may chain when triggers keep arriving during a pass;
 /// beyond it the next trigger's alarm takes over, so one invocation cannot
@@ -76,7 +77,12 @@ impl DurableObject for RunInstance {
         };
         let index = D1(inner.env.d1(bindings::DB)?);
         let clock = WorkerClock;
-        let engine = Engine { journal, blobs: None, index: &index, clock: &clock };
+        let engine = Engine {
+            journal,
+            blobs: None,
+            index: &index,
+            clock: &clock,
+        };
         match path.as_str() {
             // The sweep's poke also creates: an instance whose create died
             // before reaching its object is rebuilt from D1's copy.
@@ -195,11 +201,23 @@ impl RunInstance {
         let flag = match cmd {
             Command::Terminate => Interrupt::Terminate,
             Command::Pause => Interrupt::Pause,
-            _ => return json_response(409, &json!({ "error": "a pass is running; pause or terminate it first" })),
+            _ => {
+                return json_response(
+                    409,
+                    &json!({ "error": "a pass is running; pause or terminate it first" }),
+                )
+            }
         };
         self.inner.interrupt.set(Some(flag));
-        let status = if flag == Interrupt::Terminate { Status::Terminated } else { Status::Paused };
-        json_response(202, &json!({ "status": status, "pending": "at the next durable call of the running pass" }))
+        let status = if flag == Interrupt::Terminate {
+            Status::Terminated
+        } else {
+            Status::Paused
+        };
+        json_response(
+            202,
+            &json!({ "status": status, "pending": "at the next durable call of the running pass" }),
+        )
     }
 }
 
@@ -237,15 +255,30 @@ const PASS_WATCHDOG_MS: i64 = 15_000;
 
 async fn arm_watchdog(inner: &Inner) -> Result<()> {
     let at = worker::Date::now().as_millis() as i64 + PASS_WATCHDOG_MS;
-    inner.state.storage().set_alarm(ScheduledTime::new(js_sys::Date::new(&js_sys::Number::from(at as f64)))).await
+    inner
+        .state
+        .storage()
+        .set_alarm(ScheduledTime::new(js_sys::Date::new(
+            &js_sys::Number::from(at as f64),
+        )))
+        .await
 }
 
 async fn pass_once(inner: &Inner) -> std::result::Result<PassResult, RunError> {
-    let journal = inner.journal.as_ref().map_err(|e| RunError::Store { message: e.to_string() })?;
-    let index = D1(inner.env.d1(bindings::DB).map_err(|e| RunError::Store { message: e.to_string() })?);
+    let journal = inner.journal.as_ref().map_err(|e| RunError::Store {
+        message: e.to_string(),
+    })?;
+    let index = D1(inner.env.d1(bindings::DB).map_err(|e| RunError::Store {
+        message: e.to_string(),
+    })?);
     let clock = WorkerClock;
     let parts = run_env_parts(&inner.env);
-    let engine = Engine { journal, blobs: parts.blobs(), index: &index, clock: &clock };
+    let engine = Engine {
+        journal,
+        blobs: parts.blobs(),
+        index: &index,
+        clock: &clock,
+    };
     let registry = parts.registry(&clock, &index);
     let result = engine.pass(&registry, &inner.interrupt).await;
     if let Ok(p) = &result {
@@ -264,13 +297,30 @@ async fn pass_once(inner: &Inner) -> std::result::Result<PassResult, RunError> {
     result
 }
 
-async fn schedule(inner: &Inner, outcome: &std::result::Result<PassResult, RunError>) -> Result<()> {
+async fn schedule(
+    inner: &Inner,
+    outcome: &std::result::Result<PassResult, RunError>,
+) -> Result<()> {
     let storage = inner.state.storage();
     let at = |ms: i64| ScheduledTime::new(js_sys::Date::new(&js_sys::Number::from(ms as f64)));
     match outcome {
-        Ok(PassResult { status: Status::Waiting, wake_at_ms: Some(wake), .. }) => storage.set_alarm(at(*wake)).await,
-        Ok(p) if p.status.is_runnable() => storage.set_alarm(at(worker::Date::now().as_millis() as i64)).await,
+        Ok(PassResult {
+            status: Status::Waiting,
+            wake_at_ms: Some(wake),
+            ..
+        }) => storage.set_alarm(at(*wake)).await,
+        Ok(p) if p.status.is_runnable() => {
+            storage
+                .set_alarm(at(worker::Date::now().as_millis() as i64))
+                .await
+        }
         Ok(_) => storage.delete_alarm().await,
-        Err(_) => storage.set_alarm(at(worker::Date::now().as_millis() as i64 + STORE_RETRY_DELAY_MS)).await,
+        Err(_) => {
+            storage
+                .set_alarm(at(
+                    worker::Date::now().as_millis() as i64 + STORE_RETRY_DELAY_MS
+                ))
+                .await
+        }
     }
 }

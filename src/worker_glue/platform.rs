@@ -9,7 +9,9 @@ use js_sys::{Array, Object, Reflect, Uint8Array};
 use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
-use worker::{D1Database, Delay, Fetch, Headers, Method, Request, RequestInit, SqlStorage, SqlStorageValue};
+use worker::{
+    D1Database, Delay, Fetch, Headers, Method, Request, RequestInit, SqlStorage, SqlStorageValue,
+};
 
 use crate::blobs::Blobs;
 use crate::engine::Clock;
@@ -61,7 +63,10 @@ fn to_rows(values: Vec<Value>) -> Vec<Row> {
 impl D1 {
     fn prepare(&self, stmt: &Stmt) -> Result<worker::D1PreparedStatement, StoreError> {
         let params: Vec<JsValue> = stmt.params.iter().map(js_param).collect();
-        self.0.prepare(stmt.sql.as_ref()).bind(&params).map_err(store_err)
+        self.0
+            .prepare(stmt.sql.as_ref())
+            .bind(&params)
+            .map_err(store_err)
     }
 }
 
@@ -74,15 +79,27 @@ impl Database for D1 {
 
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
         let result = self.prepare(&stmt)?.run().await.map_err(store_err)?;
-        Ok(result.meta().map_err(store_err)?.and_then(|m| m.changes).unwrap_or(0) as u64)
+        Ok(result
+            .meta()
+            .map_err(store_err)?
+            .and_then(|m| m.changes)
+            .unwrap_or(0) as u64)
     }
 
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
-        let prepared = stmts.iter().map(|s| self.prepare(s)).collect::<Result<Vec<_>, _>>()?;
+        let prepared = stmts
+            .iter()
+            .map(|s| self.prepare(s))
+            .collect::<Result<Vec<_>, _>>()?;
         let results = self.0.batch(prepared).await.map_err(store_err)?;
         results
             .iter()
-            .map(|r| Ok(r.meta().map_err(store_err)?.and_then(|m| m.changes).unwrap_or(0) as u64))
+            .map(|r| {
+                Ok(r.meta()
+                    .map_err(store_err)?
+                    .and_then(|m| m.changes)
+                    .unwrap_or(0) as u64)
+            })
             .collect()
     }
 }
@@ -119,12 +136,16 @@ impl Transport for FetchTransport {
             headers.set(k, v).map_err(|e| e.to_string())?;
         }
         let mut init = RequestInit::new();
-        init.with_method(Method::from(req.method.to_owned())).with_headers(headers);
+        init.with_method(Method::from(req.method.to_owned()))
+            .with_headers(headers);
         if let Some(body) = req.body {
             init.with_body(Some(JsValue::from_str(&body)));
         }
         let request = Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())?;
-        let mut resp = Fetch::Request(request).send().await.map_err(|e| e.to_string())?;
+        let mut resp = Fetch::Request(request)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
         let status = resp.status_code();
         let body = resp.text().await.map_err(|e| e.to_string())?;
         Ok(HttpResponse { status, body })
@@ -136,7 +157,12 @@ impl Transport for FetchTransport {
 pub struct WebCryptoSigner;
 
 fn js_err(e: JsValue) -> String {
-    e.as_string().or_else(|| e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message()))).unwrap_or_else(|| format!("{e:?}"))
+    e.as_string()
+        .or_else(|| {
+            e.dyn_ref::<js_sys::Error>()
+                .map(|e| String::from(e.message()))
+        })
+        .unwrap_or_else(|| format!("{e:?}"))
 }
 
 #[async_trait(?Send)]
@@ -154,13 +180,23 @@ impl Rs256Signer for WebCryptoSigner {
         Reflect::set(&algorithm, &"hash".into(), &hash).map_err(js_err)?;
         let key_data = Uint8Array::from(pkcs8_der).buffer();
         let usages = Array::of1(&JsValue::from_str("sign"));
-        let key = JsFuture::from(subtle.import_key_with_object("pkcs8", &key_data, &algorithm, false, &usages).map_err(js_err)?)
-            .await
-            .map_err(js_err)?;
-        let key: web_sys::CryptoKey = key.dyn_into().map_err(|_| "importKey returned no key".to_owned())?;
-        let sig = JsFuture::from(subtle.sign_with_object_and_u8_array(&algorithm, &key, data).map_err(js_err)?)
-            .await
-            .map_err(js_err)?;
+        let key = JsFuture::from(
+            subtle
+                .import_key_with_object("pkcs8", &key_data, &algorithm, false, &usages)
+                .map_err(js_err)?,
+        )
+        .await
+        .map_err(js_err)?;
+        let key: web_sys::CryptoKey = key
+            .dyn_into()
+            .map_err(|_| "importKey returned no key".to_owned())?;
+        let sig = JsFuture::from(
+            subtle
+                .sign_with_object_and_u8_array(&algorithm, &key, data)
+                .map_err(js_err)?,
+        )
+        .await
+        .map_err(js_err)?;
         Ok(Uint8Array::new(&sig).to_vec())
     }
 }
@@ -172,7 +208,12 @@ pub struct R2(pub worker::Bucket);
 #[async_trait(?Send)]
 impl Blobs for R2 {
     async fn put_text(&self, key: &str, text: &str) -> Result<(), String> {
-        self.0.put(key, text.as_bytes().to_vec()).execute().await.map(|_| ()).map_err(|e| e.to_string())
+        self.0
+            .put(key, text.as_bytes().to_vec())
+            .execute()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn get_text(&self, key: &str) -> Result<Option<String>, String> {

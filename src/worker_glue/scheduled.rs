@@ -60,9 +60,13 @@ pub async fn sweep(env: &Env) -> SweepReport {
     match executions::finished_before(&db, now - retention_ms, PURGE_BATCH_MAX).await {
         Ok(ids) => {
             for id in ids {
-                let Ok(iid) = InstanceId::parse(&id) else { continue };
+                let Ok(iid) = InstanceId::parse(&id) else {
+                    continue;
+                };
                 let purged = match purge_instance(env, &iid).await {
-                    Ok(()) => executions::delete(&db, &id).await.map_err(|e| e.to_string()),
+                    Ok(()) => executions::delete(&db, &id)
+                        .await
+                        .map_err(|e| e.to_string()),
                     Err(e) => Err(e.message),
                 };
                 match purged {

@@ -122,7 +122,8 @@ impl World {
     /// Another instance sharing the same index.
     pub fn with_index(index: Rc<CountingDb>) -> World {
         World {
-            journal: SqlJournal::open(SqliteDb::open_in_memory().expect("sqlite")).expect("journal schema"),
+            journal: SqlJournal::open(SqliteDb::open_in_memory().expect("sqlite"))
+                .expect("journal schema"),
             index,
             clock: ManualClock::new(T0),
             interrupt: Rc::new(Cell::new(None)),
@@ -131,7 +132,12 @@ impl World {
     }
 
     pub fn engine(&self) -> Engine<'_> {
-        Engine { journal: &self.journal, blobs: Some(&self.blobs), index: self.index.as_ref(), clock: &self.clock }
+        Engine {
+            journal: &self.journal,
+            blobs: Some(&self.blobs),
+            index: self.index.as_ref(),
+            clock: &self.clock,
+        }
     }
 }
 
