@@ -501,10 +501,7 @@ impl crate::blobs::Blobs for NoBlobs {
     }
 }
 
-static NO_BLOBS: NoBlobsCell = NoBlobsCell(NoBlobs);
-struct NoBlobsCell(NoBlobs);
-// SAFETY-free: NoBlobs has no state; wasm is single-threaded.
-unsafe impl Sync for NoBlobsCell {}
+static NO_BLOBS: NoBlobs = NoBlobs;
 
 impl RunEnvParts {
     pub fn blobs(&self) -> Option<&dyn crate::blobs::Blobs> {
@@ -553,7 +550,7 @@ impl RegistryOwner<'_> {
                 sandbox: &self.sandbox,
                 blobs: match &p.blobs {
                     Some(b) => b,
-                    None => &NO_BLOBS.0,
+                    None => &NO_BLOBS,
                 },
                 db: self.db,
                 waker: &p.waker,
