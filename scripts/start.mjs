@@ -238,6 +238,8 @@ async function main() {
   mkdirSync(STATE_DIR, { recursive: true });
   const userVars = readEnvFile(DEV_VARS_FILE);
   const defaults = {
+    // Locally the sandbox is an agent process (no Docker for Containers).
+    SANDBOX_BACKEND: 'agent',
     GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
     ADMIN_TOKEN: 'dev-admin-token',
     PUBLIC_URL: WORKER_URL,

@@ -7,6 +7,7 @@ use crate::secret::Secret;
 pub const DB: &str = "DB";
 pub const RUN_INSTANCE: &str = "RUN_INSTANCE";
 pub const LOGS: &str = "LOGS";
+pub const SANDBOX: &str = "SANDBOX";
 
 pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
@@ -20,6 +21,9 @@ pub const NOTIFY_URL: &str = "NOTIFY_URL";
 pub const NOTIFY_SECRET: &str = "NOTIFY_SECRET";
 pub const POOL_CAPACITY: &str = "POOL_CAPACITY";
 pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
+/// "agent" (default): the sandbox agent at SANDBOX_URL; "container": one
+/// Cloudflare Container per run instance (the SANDBOX binding).
+pub const SANDBOX_BACKEND: &str = "SANDBOX_BACKEND";
 
 /// Containers the sandbox pool admits at once when `POOL_CAPACITY` is
 /// unset: a small account's concurrent container quota.

@@ -23,6 +23,7 @@ use crate::store::executions::{self, DeliveryRow, ListFilter};
 use crate::store::Database;
 
 use super::bindings::{self, text};
+use super::container::ContainerTransport;
 use super::platform::{FetchTransport, WebCryptoSigner, WorkerClock, D1, R2};
 
 /// Instances one `POST /v1/executions` batch may create: bounds one request.
@@ -442,6 +443,9 @@ pub struct RunEnvParts {
     key_der: std::result::Result<Secret<Vec<u8>>, String>,
     sandbox_url: String,
     sandbox_token: Option<Secret>,
+    /// The instance's own Cloudflare Container, when SANDBOX_BACKEND is
+    /// "container"; else the agent at `sandbox_url`.
+    container: Option<ContainerTransport>,
     public_url: String,
     waker: InstanceWaker,
     secrets: EnvSecrets,
@@ -449,7 +453,8 @@ pub struct RunEnvParts {
     pool_capacity: u32,
 }
 
-pub fn run_env_parts(env: &Env) -> RunEnvParts {
+/// The services of one run instance (`instance_id` names its container).
+pub fn run_env_parts(env: &Env, instance_id: &str) -> RunEnvParts {
     let key_der = match text(env, bindings::GITHUB_APP_PRIVATE_KEY) {
         None => Err("GITHUB_APP_PRIVATE_KEY is not set".to_owned()),
         Some(pem) => private_key_pkcs8_der(&pem)
@@ -467,6 +472,12 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
         sandbox_url: text(env, bindings::SANDBOX_URL)
             .unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
         sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
+        container: text(env, bindings::SANDBOX_BACKEND)
+            .filter(|b| b == "container")
+            .map(|_| ContainerTransport {
+                env: env.clone(),
+                sandbox_id: instance_id.to_owned(),
+            }),
         public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
         waker: InstanceWaker { env: env.clone() },
         secrets: EnvSecrets { env: env.clone() },
@@ -509,10 +520,17 @@ impl RunEnvParts {
     }
 
     pub fn sandbox(&self) -> AgentSandbox<'_> {
-        AgentSandbox {
-            transport: &self.transport,
-            base_url: self.sandbox_url.clone(),
-            token: self.sandbox_token.clone(),
+        match &self.container {
+            Some(c) => AgentSandbox {
+                transport: c,
+                base_url: "http://sandbox".into(),
+                token: self.sandbox_token.clone(),
+            },
+            None => AgentSandbox {
+                transport: &self.transport,
+                base_url: self.sandbox_url.clone(),
+                token: self.sandbox_token.clone(),
+            },
         }
     }
 

@@ -134,7 +134,8 @@ impl DurableObject for RunInstance {
                             inner.state.storage().delete_alarm().await?;
                         }
                         if status.is_terminal() {
-                            let parts = run_env_parts(&inner.env);
+                            let id = journal_id(journal);
+                            let parts = run_env_parts(&inner.env, &id);
                             finalize(journal, &parts.registry(&clock, &index)).await;
                         }
                         json_response(200, &json!({ "status": status }))
@@ -162,6 +163,17 @@ impl DurableObject for RunInstance {
         drive(self.inner.clone(), true).await;
         Response::ok("done")
     }
+}
+
+/// The instance's id, as its record holds it.
+fn journal_id(journal: &SqlJournal<DoSql>) -> String {
+    use crate::engine::journal::JournalStore;
+    journal
+        .load_instance()
+        .ok()
+        .flatten()
+        .map(|r| r.id)
+        .unwrap_or_default()
 }
 
 /// Lets the run release what it holds after the instance ended.
@@ -272,7 +284,7 @@ async fn pass_once(inner: &Inner) -> std::result::Result<PassResult, RunError> {
         message: e.to_string(),
     })?);
     let clock = WorkerClock;
-    let parts = run_env_parts(&inner.env);
+    let parts = run_env_parts(&inner.env, &journal_id(journal));
     let engine = Engine {
         journal,
         blobs: parts.blobs(),

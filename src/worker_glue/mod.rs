@@ -7,6 +7,7 @@
 //! in `engine`, `runs` and `http`.
 
 pub mod bindings;
+pub mod container;
 pub mod handlers;
 pub mod instance;
 pub mod platform;

@@ -128,20 +128,25 @@ impl SyncSql for DoSql {
 
 pub struct FetchTransport;
 
+/// An outgoing request as the Workers runtime takes it.
+pub fn worker_request(req: HttpRequest) -> Result<Request, String> {
+    let headers = Headers::new();
+    for (k, v) in &req.headers {
+        headers.set(k, v).map_err(|e| e.to_string())?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::from(req.method.to_owned()))
+        .with_headers(headers);
+    if let Some(body) = req.body {
+        init.with_body(Some(JsValue::from_str(&body)));
+    }
+    Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())
+}
+
 #[async_trait(?Send)]
 impl Transport for FetchTransport {
     async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
-        let headers = Headers::new();
-        for (k, v) in &req.headers {
-            headers.set(k, v).map_err(|e| e.to_string())?;
-        }
-        let mut init = RequestInit::new();
-        init.with_method(Method::from(req.method.to_owned()))
-            .with_headers(headers);
-        if let Some(body) = req.body {
-            init.with_body(Some(JsValue::from_str(&body)));
-        }
-        let request = Request::new_with_init(&req.url, &init).map_err(|e| e.to_string())?;
+        let request = worker_request(req)?;
         let mut resp = Fetch::Request(request)
             .send()
             .await

@@ -213,6 +213,7 @@ async function buildStack(opts, paths, cleanups) {
     GITHUB_WEBHOOK_SECRET: secret,
     ADMIN_TOKEN: adminToken,
     SANDBOX_URL: agent.url,
+    SANDBOX_BACKEND: 'agent',
     SANDBOX_AGENT_TOKEN: agentToken,
     PUBLIC_URL: url,
     ...opts.vars,
