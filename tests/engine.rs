@@ -724,6 +724,65 @@ fn an_interrupt_stops_a_running_pass_at_its_next_durable_call() {
     assert_eq!(runs.effects.count("a"), 0);
 }
 
+#[test]
+fn a_terminate_during_a_suspension_ends_the_instance() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    // Woken early: the pass replays "a" and finds the sleep still running;
+    // no new durable call sees the interrupt, the settle must.
+    w.interrupt.set(Some(Interrupt::Terminate));
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Terminated);
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("Terminated"));
+}
+
+#[test]
+fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("skips", json!(null)))).unwrap();
+    w.index.fail_next_batch.set(true);
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(
+        (p.status, p.mirror_error.is_some()),
+        (Status::Skipped, true)
+    );
+    assert_eq!(row(&w, &c.id).status, "queued");
+    // The sweep's poke runs a pass: nothing runs, the mirror goes out.
+    let again = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert!(again.mirror_error.is_none());
+    assert_eq!(row(&w, &c.id).status, "skipped");
+}
+
+#[test]
+fn a_retry_pending_past_the_ceiling_fails_the_run() {
+    let w = World::new();
+    let runs = Runs::default();
+    let mut r = req("long-backoff", json!(null));
+    r.max_duration_ms = Some(30_000);
+    let c = block_on(w.engine().create(&r)).unwrap();
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(
+        p.wake_at_ms,
+        Some(T0 + 30_000),
+        "woken at the ceiling, before the 60 s backoff ends"
+    );
+    w.clock.advance(30_000);
+    assert_eq!(
+        block_on(w.engine().pass(&runs, &w.interrupt))
+            .unwrap()
+            .status,
+        Status::Errored
+    );
+    assert_eq!(
+        row(&w, &c.id).error_tag.as_deref(),
+        Some("RunDurationExceeded")
+    );
+    assert_eq!(runs.effects.count("slow-retry"), 1);
+}
+
 trait JournalPeek {
     fn journal_entries(&self) -> Vec<sluice::engine::journal::Entry>;
 }

@@ -1622,6 +1622,39 @@ fn a_passing_check_reports_success_with_the_log_tail_and_stores_the_log() {
 }
 
 #[test]
+fn a_long_command_spans_several_passes_and_starts_once() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    // Still running after more long-polls than one step waits for.
+    rig.sandbox.script_running("cargo test", 0, "done\n", 45);
+    let c = rig.check(&s);
+    let first = rig.pass(&c);
+    assert_eq!(
+        first.status,
+        Status::Waiting,
+        "the pass ends while the command runs"
+    );
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    let names = rig.step_names(&c);
+    assert!(
+        names.contains(&"run check command#2".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"command still running".to_owned()),
+        "{names:?}"
+    );
+    assert_eq!(
+        rig.sandbox.starts_in(&c.id).len(),
+        1,
+        "observed, never started again"
+    );
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("success"));
+}
+
+#[test]
 fn a_check_that_exits_3_reports_failure() {
     let rig = Rig::new();
     let s = sha('a');
@@ -1981,6 +2014,7 @@ fn deploys_of_a_branch_never_overlap_and_the_release_hands_the_group_over() {
             "claim",
             "turn",
             "claim#2",
+            "still holding",
             "re-read head",
             "admission",
             "lease sandbox",

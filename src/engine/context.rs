@@ -181,6 +181,16 @@ impl<'a> Ctx<'a> {
                 EntryState::Failed => return Err(self.replayed_error(e)),
                 EntryState::Retrying => {
                     let wake = e.wake_at_ms.unwrap_or(started_ms);
+                    if started_ms >= self.ceiling_at_ms {
+                        let err = self.ceiling(&slot.name, "retry of step");
+                        return Err(self.fail(
+                            &slot,
+                            EntryKind::Step,
+                            e.attempts,
+                            e.started_ms,
+                            err,
+                        ));
+                    }
                     if started_ms < wake {
                         return Err(self.suspend(wake, format!("retry of step {:?}", slot.name)));
                     }

@@ -184,6 +184,7 @@ impl<'a> Engine<'a> {
             generation: 0,
             journal_writes: 0,
             index_round_trips: 1,
+            mirror_pending: false,
         };
         executions::insert(self.index, &rec).await?;
         self.journal.save_instance(&rec)?;
@@ -206,11 +207,20 @@ impl<'a> Engine<'a> {
             });
         };
         if !rec.status.is_runnable() {
+            // A finished or paused instance runs nothing; it only retries a
+            // D1 mirror that failed, so the index does not keep it live.
+            let mut mirror_error = None;
+            if rec.mirror_pending {
+                let now = self.clock.now_ms();
+                mirror_error = self.mirror(&mut rec, now).await.err();
+                rec.mirror_pending = mirror_error.is_some();
+                self.journal.save_instance(&rec)?;
+            }
             return Ok(PassResult {
                 status: rec.status,
                 wake_at_ms: rec.wake_at_ms,
                 stats: PassStats::default(),
-                mirror_error: None,
+                mirror_error,
             });
         }
         let now = self.clock.now_ms();
@@ -258,6 +268,7 @@ impl<'a> Engine<'a> {
         rec.journal_writes += u64::from(stats.journal_writes);
         rec.index_round_trips += 1;
         let mirror_error = self.mirror(&mut rec, now).await.err();
+        rec.mirror_pending = mirror_error.is_some();
         self.journal.save_instance(&rec)?;
         Ok(PassResult {
             status: rec.status,
@@ -278,6 +289,12 @@ impl<'a> Engine<'a> {
     ) {
         rec.reason = None;
         match (result, interrupt) {
+            // An operator's terminate wins over any suspension, including
+            // replayed waits and retry backoffs that never reached a new
+            // durable call.
+            (Err(RunError::Suspended { .. }), Some(Interrupt::Terminate)) => {
+                finish(rec, Status::Terminated, Some(&RunError::Terminated), now)
+            }
             (Err(RunError::Suspended { .. }), Some(Interrupt::Pause)) => {
                 rec.status = Status::Paused;
                 rec.wake_at_ms = None;
@@ -352,7 +369,9 @@ impl<'a> Engine<'a> {
             serde_json::to_string(payload).map_err(|e| CommandError::Conflict(e.to_string()))?;
         self.journal
             .push_event(event_type, &payload, self.clock.now_ms())?;
-        Ok(rec.status == Status::Waiting || rec.status == Status::Queued)
+        // Running too: an event that lands while a pass is past its wait
+        // must get a pass of its own.
+        Ok(rec.status.is_runnable())
     }
 
     /// Applies an operator command to an instance that no pass is running
@@ -414,6 +433,15 @@ impl<'a> Engine<'a> {
                         })?,
                 };
                 self.journal.truncate_from(seq)?;
+                // New entries take revisions above what remains; what is
+                // mirrored is exactly what remains.
+                rec.mirrored_rev = self
+                    .journal
+                    .entries()?
+                    .iter()
+                    .map(|e| e.rev)
+                    .max()
+                    .unwrap_or(0);
                 extra.push(executions::delete_steps_from(&rec.id, seq));
                 rec.status = Status::Queued;
                 rec.started_ms = None;

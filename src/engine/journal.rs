@@ -49,6 +49,10 @@ pub struct InstanceRecord {
     pub journal_writes: u64,
     #[serde(default)]
     pub index_round_trips: u64,
+    /// The last D1 mirror failed: the next pass (or the sweep's poke of a
+    /// finished instance) sends it again.
+    #[serde(default)]
+    pub mirror_pending: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

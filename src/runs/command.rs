@@ -20,12 +20,21 @@ use super::RunEnv;
 /// checkout failed, container replaced), not the command's own failure.
 const COMMAND_STEP_RETRIES: u32 = 2;
 const COMMAND_STEP_RETRY_DELAY_MS: i64 = 2_000;
-/// Time the step may take beyond the command's own timeout: checkout and
-/// log upload.
-const COMMAND_STEP_MARGIN_MS: i64 = 5 * 60 * 1000;
-/// Long-polls beyond `timeout / poll` before the step gives up on a process
-/// the agent should already have killed.
-const EXTRA_POLLS: i64 = 3;
+/// Time a command step may take beyond its wait: checkout and log upload.
+const COMMAND_STEP_MARGIN_MS: i64 = 3 * 60 * 1000;
+/// How long one step waits for a running command: with the margin, well
+/// inside the 15 minutes one Durable Object alarm invocation may run.
+const COMMAND_STEP_WAIT_MS: i64 = 10 * 60 * 1000;
+/// Long-polls in one step.
+const POLLS_PER_STEP: i64 = COMMAND_STEP_WAIT_MS / PROCESS_POLL_MS;
+/// Rounds beyond `timeout / wait` before the run gives up on a process the
+/// agent should already have killed at its timeout.
+const COMMAND_ROUNDS_EXTRA: i64 = 2;
+/// The pause between rounds: it only ends the pass (a new invocation).
+const COMMAND_RESUME_MS: i64 = 1_000;
+
+const _: () = assert!(COMMAND_STEP_WAIT_MS + COMMAND_STEP_MARGIN_MS < 15 * 60 * 1000);
+const _: () = assert!(POLLS_PER_STEP >= 1);
 
 /// Called between a running command's long-polls (every 20 s): a holder
 /// heartbeats what it holds through the whole command.
@@ -91,8 +100,52 @@ pub async fn run_command(
             COMMAND_STEP_RETRY_DELAY_MS,
             Backoff::Exponential,
         )
-        .timeout_ms(spec.timeout_ms + COMMAND_STEP_MARGIN_MS);
+        .timeout_ms(COMMAND_STEP_WAIT_MS + COMMAND_STEP_MARGIN_MS);
     let (pid, ws, key) = (process_id.as_str(), workspace.as_str(), log_key.as_str());
+    // A long command spans several steps: each observes (or starts) the
+    // process and waits at most COMMAND_STEP_WAIT_MS, then the run sleeps a
+    // moment, ending the pass, so no pass outlives the platform's limit on
+    // one invocation.
+    let rounds_max = spec.timeout_ms / COMMAND_STEP_WAIT_MS + COMMAND_ROUNDS_EXTRA;
+    for _ in 0..rounds_max {
+        let progress = command_round(ctx, env, spec, cfg, pid, ws, key).await?;
+        match progress {
+            Progress::Finished(result) => return Ok(result),
+            Progress::Running => {
+                ctx.sleep("command still running", COMMAND_RESUME_MS)
+                    .await?
+            }
+        }
+    }
+    Err(RunError::NonRetryable {
+        step: spec.step.to_owned(),
+        failure: StepFailure::fatal(
+            "ProcessWedged",
+            format!(
+                "still running {rounds_max} rounds after its {} ms timeout",
+                spec.timeout_ms
+            ),
+        ),
+    })
+}
+
+/// One round of a command, as one replay-safe step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "progress", rename_all = "snake_case")]
+enum Progress {
+    Running,
+    Finished(CommandResult),
+}
+
+async fn command_round(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    cfg: StepConfig,
+    pid: &str,
+    ws: &str,
+    key: &str,
+) -> Result<Progress, RunError> {
     ctx.step(spec.step, cfg, |_attempt| async move {
         let state = match env
             .sandbox
@@ -120,7 +173,9 @@ pub async fn run_command(
                     .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
             }
         };
-        let state = wait_for_exit(env, pid, state, spec.timeout_ms, spec.beat).await?;
+        let Some(state) = wait_for_exit(env, pid, state, spec.beat).await? else {
+            return Ok(Progress::Running);
+        };
         let secrets: Vec<&str> = spec
             .secret_env
             .iter()
@@ -131,14 +186,14 @@ pub async fn run_command(
             .put_text(key, &log)
             .await
             .map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
-        Ok(CommandResult {
+        Ok(Progress::Finished(CommandResult {
             exit_code: state.exit_code,
             timed_out: state.status == "timed_out",
             tail: tail(&log),
             log_key: key.to_owned(),
             output_bytes: state.output_bytes,
             duration_ms: state.duration_ms,
-        })
+        }))
     })
     .await
 }
@@ -179,17 +234,17 @@ async fn ensure_workspace(
         .map_err(|e| sandbox_failure("CheckoutFailed", e))
 }
 
+/// Waits (long-polling) for the process to finish, at most
+/// COMMAND_STEP_WAIT_MS; None when it is still running then.
 async fn wait_for_exit(
     env: &RunEnv<'_>,
     pid: &str,
     mut state: ProcessState,
-    timeout_ms: i64,
     beat: Option<&dyn Beat>,
-) -> Result<ProcessState, StepFailure> {
-    let polls_max = timeout_ms / PROCESS_POLL_MS + EXTRA_POLLS;
-    for _ in 0..polls_max {
+) -> Result<Option<ProcessState>, StepFailure> {
+    for _ in 0..POLLS_PER_STEP {
         if state.finished() {
-            return Ok(state);
+            return Ok(Some(state));
         }
         if let Some(b) = beat {
             b.beat().await;
@@ -206,13 +261,7 @@ async fn wait_for_exit(
                 )
             })?;
     }
-    if state.finished() {
-        return Ok(state);
-    }
-    Err(StepFailure::retryable(
-        "ProcessWedged",
-        format!("still running {polls_max} polls after its {timeout_ms} ms timeout"),
-    ))
+    Ok(state.finished().then_some(state))
 }
 
 /// The last lines of a log, within the summary budget, cut on a char

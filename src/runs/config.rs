@@ -7,6 +7,30 @@ use crate::limits::{COMMAND_TIMEOUT_MS_DEFAULT, COMMAND_TIMEOUT_MS_MAX, CONFIG_B
 
 pub const CONFIG_PATH: &str = ".sluice.toml";
 
+/// Sluice's own credentials and settings (the bindings named in
+/// `src/worker_glue/bindings.rs`): a deploy may never export them, or any
+/// commit could read the App's key.
+pub const RESERVED_SECRET_NAMES: &[&str] = &[
+    "GITHUB_APP_PRIVATE_KEY",
+    "GITHUB_APP_ID",
+    "GITHUB_WEBHOOK_SECRET",
+    "GITHUB_API_URL",
+    "ADMIN_TOKEN",
+    "SANDBOX_AGENT_TOKEN",
+    "SANDBOX_URL",
+    "SANDBOX_BACKEND",
+    "NOTIFY_SECRET",
+    "NOTIFY_URL",
+    "PUBLIC_URL",
+    "POOL_CAPACITY",
+    "RETENTION_DAYS",
+];
+
+/// Whether a deploy may read this Worker secret.
+pub fn deploy_may_read(name: &str) -> bool {
+    !RESERVED_SECRET_NAMES.contains(&name)
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepoConfig {
@@ -109,6 +133,11 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
         for s in &d.secrets {
             if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(format!("[deploy] secret name {s:?} must be [A-Za-z0-9_]+"));
+            }
+            if !deploy_may_read(s) {
+                return Err(format!(
+                    "[deploy] secret {s:?} is one of Sluice's own credentials; a deploy cannot read it"
+                ));
             }
         }
         if let Some(q) = &d.queue {
@@ -225,5 +254,13 @@ mod tests {
             parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"A B\"]"),
             ConfigState::Invalid { .. }
         ));
+        for reserved in RESERVED_SECRET_NAMES {
+            let text =
+                format!("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"{reserved}\"]");
+            assert!(
+                matches!(parse(&text), ConfigState::Invalid { .. }),
+                "{reserved} must be refused"
+            );
+        }
     }
 }

@@ -400,10 +400,22 @@ async fn holding(
     group: &str,
     newer: &RefCell<Option<String>>,
 ) -> Result<Verdict, RunError> {
+    // A holder that stalled past the heartbeat bound (paused, or its
+    // executor gone) may have been taken over: it must not deploy then.
+    let still_holding: bool = ctx
+        .step("still holding", StepConfig::default(), |_| async {
+            serial::heartbeat(env.db, group, ctx.instance_id(), ctx.now_ms())
+                .await
+                .map_err(gate_failure)
+        })
+        .await?;
+    if !still_holding {
+        return Ok(Verdict::InfraFault {
+            summary: "Not deployed: this deploy stalled past the 10-minute heartbeat bound and a newer deploy took its group over.".into(),
+        });
+    }
     let head: Option<String> = ctx
         .step("re-read head", github_step(), |_| async {
-            let now = ctx.now_ms();
-            let _ = serial::heartbeat(env.db, group, ctx.instance_id(), now).await;
             env.github
                 .branch_head(input.installation_id, &input.repo, &input.branch)
                 .await

@@ -152,7 +152,14 @@ where
     .await?;
     let (verdict, failure) = match body().await {
         Ok(v) => (v, None),
-        Err(e) if e.is_suspension() || e == RunError::Terminated => return Err(e),
+        Err(e) if e.is_suspension() => return Err(e),
+        Err(RunError::Terminated) => {
+            let v = Verdict::InfraFault {
+                summary: "Terminated by an operator.".into(),
+            };
+            conclude(ctx, env, target, id, &v).await?;
+            return Err(RunError::Terminated);
+        }
         Err(e) => (
             Verdict::InfraFault {
                 summary: format!("{} ({})", e, e.tag()),
@@ -195,7 +202,9 @@ pub async fn conclude(
         }),
         ..CheckRunUpdate::default()
     };
-    ctx.step("complete check run", github_step(), |_| async {
+    // A cleanup step: it concludes the check run even for an instance an
+    // operator is terminating.
+    ctx.cleanup_step("complete check run", github_step(), |_| async {
         env.github
             .update_check_run(target.installation_id, target.repo, id, &update)
             .await

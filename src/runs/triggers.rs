@@ -96,6 +96,10 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     }])
 }
 
+fn short(sha: &str) -> &str {
+    sha.get(..KEY_SHA_CHARS).unwrap_or(sha)
+}
+
 fn plan_push(push: &PushEvent) -> Plan {
     let Some(branch) = push.git_ref.strip_prefix("refs/heads/") else {
         return Plan::Ignore(format!("push to {} (not a branch)", push.git_ref));
@@ -119,7 +123,13 @@ fn plan_push(push: &PushEvent) -> Plan {
         installation_id: push.installation.id,
     };
     Plan::Create(vec![CreateRequest {
-        key: format!("deploy:{repo}:{branch}:{}", &sha[..KEY_SHA_CHARS]),
+        // `before` is part of the identity: pushing an older commit back
+        // (a rollback) is a new deploy, while a redelivery is the same one.
+        key: format!(
+            "deploy:{repo}:{branch}:{}:{}",
+            &sha[..KEY_SHA_CHARS],
+            short(&push.before)
+        ),
         run: "deploy".into(),
         input: json!(input),
         repo: Some(repo),
@@ -192,7 +202,10 @@ mod tests {
         let Plan::Create(reqs) = plan(&push("refs/heads/main", sha, false)) else {
             panic!()
         };
-        assert_eq!(reqs[0].key, "deploy:octo/hello:main:89abcdef0123");
+        assert_eq!(
+            reqs[0].key,
+            "deploy:octo/hello:main:89abcdef0123:000000000000"
+        );
         assert_eq!(reqs[0].input["branch"], "main");
         assert!(matches!(
             plan(&push("refs/tags/v1", sha, false)),

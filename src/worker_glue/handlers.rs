@@ -428,6 +428,10 @@ pub struct EnvSecrets {
 
 impl SecretSource for EnvSecrets {
     fn secret(&self, name: &str) -> Option<Secret> {
+        // Config validation refuses these already; never hand them out.
+        if !crate::runs::config::deploy_may_read(name) {
+            return None;
+        }
         bindings::secret(&self.env, name)
     }
 }

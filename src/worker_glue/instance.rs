@@ -93,9 +93,10 @@ impl DurableObject for RunInstance {
                 };
                 match engine.create(&create).await {
                     Ok(created) => {
-                        if created.status.is_runnable() {
-                            // A poke (the sweep) of a busy instance must not
-                            // queue another pass behind the running one.
+                        // A poke (the sweep) also reaches finished instances,
+                        // whose pass retries a D1 mirror that failed; it must
+                        // not queue another pass behind a running one.
+                        if created.status.is_runnable() || path == "/poke" {
                             self.kick(path == "/create");
                         }
                         json_response(200, &json!(created))
@@ -123,12 +124,19 @@ impl DurableObject for RunInstance {
                     Ok(c) => c,
                     Err(e) => return json_response(400, &json!({ "error": e.to_string() })),
                 };
-                if inner.running.get() {
+                if inner.running.replace(true) {
                     return self.interrupt_running(&cmd);
                 }
-                match engine.command(&cmd).await {
+                // The command holds the executor: no pass may start while it
+                // awaits D1 between reading and writing the record.
+                let result = engine.command(&cmd).await;
+                inner.running.set(false);
+                match result {
                     Ok(status) => {
-                        if status.is_runnable() {
+                        if status.is_runnable()
+                            || inner.rerun.replace(false)
+                            || inner.interrupt.get().is_some()
+                        {
                             self.kick(true);
                         } else {
                             inner.state.storage().delete_alarm().await?;
@@ -256,8 +264,43 @@ async fn drive(inner: Rc<Inner>, rerun_if_busy: bool) {
             break;
         }
     }
-    inner.interrupt.set(None);
+    // An operator's terminate or pause that no durable call saw (it came
+    // after the body's last one) is applied now, never dropped.
+    if let Some(interrupt) = inner.interrupt.take() {
+        apply_interrupt(&inner, interrupt).await;
+    }
     inner.running.set(false);
+}
+
+async fn apply_interrupt(inner: &Inner, interrupt: Interrupt) {
+    let Ok(journal) = inner.journal.as_ref() else {
+        return;
+    };
+    let Ok(db) = inner.env.d1(bindings::DB) else {
+        return;
+    };
+    let index = D1(db);
+    let clock = WorkerClock;
+    let engine = Engine {
+        journal,
+        blobs: None,
+        index: &index,
+        clock: &clock,
+    };
+    let cmd = match interrupt {
+        Interrupt::Terminate => Command::Terminate,
+        Interrupt::Pause => Command::Pause,
+    };
+    // A conflict means the instance already ended on its own: nothing to do.
+    if let Ok(status) = engine.command(&cmd).await {
+        if let Err(e) = inner.state.storage().delete_alarm().await {
+            worker::console_error!("alarm could not be deleted: {e}");
+        }
+        if status.is_terminal() {
+            let parts = run_env_parts(&inner.env, &journal_id(journal));
+            finalize(journal, &parts.registry(&clock, &index)).await;
+        }
+    }
 }
 
 /// How soon a pass that died is resumed by its own alarm: long enough that
