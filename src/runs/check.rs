@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use crate::engine::{Ctx, RunError, RunOutcome};
 
 use super::command::{run_command, CommandResult, CommandSpec};
-use super::config::{command_timeout_ms, ConfigState};
+use super::config::command_timeout_ms;
 use super::report::{reported, CheckTarget, Verdict};
 use super::triggers::CheckInput;
-use super::{read_config, RunEnv};
+use super::{configured, Configured, RunEnv};
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
@@ -24,30 +24,9 @@ pub async fn run(
         repo: &input.repo,
         sha: &input.sha,
     };
-    let check = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await? {
-        ConfigState::Missing => {
-            return Ok(RunOutcome::Skipped {
-                reason: Some("not-configured".into()),
-                tag: None,
-            })
-        }
-        ConfigState::Invalid { message } => {
-            let summary =
-                format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
-            return reported(ctx, env, &target, || async {
-                Ok(Verdict::Failed { summary })
-            })
-            .await;
-        }
-        ConfigState::Valid { config } => match config.check {
-            Some(check) => check,
-            None => {
-                return Ok(RunOutcome::Skipped {
-                    reason: Some("not-configured".into()),
-                    tag: None,
-                })
-            }
-        },
+    let check = match configured(ctx, env, &target, |c| c.check).await? {
+        Configured::Run(check) => check,
+        Configured::Done(outcome) => return Ok(outcome),
     };
     reported(ctx, env, &target, || async {
         let timeout_ms = command_timeout_ms(check.timeout.as_deref())

@@ -21,11 +21,11 @@ use crate::limits::{SERIAL_POLL_MS, STEP_RETRY_INLINE_MS_MAX};
 
 use super::check::verdict_of;
 use super::command::{run_command, Beat, CommandSpec};
-use super::config::{command_timeout_ms, parse_duration_ms, ConfigState, DeployConfig};
+use super::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
 use super::notify::{self, AutoSkipped};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use super::triggers::DeployInput;
-use super::{read_config, RunEnv};
+use super::{configured, Configured, RunEnv};
 
 pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
 /// The event a releasing holder sends the next waiter (push handoff).
@@ -109,31 +109,11 @@ pub async fn run(
         repo: &input.repo,
         sha: &input.sha,
     };
-    let deploy = match read_config(ctx, env, input.installation_id, &input.repo, &input.sha).await?
-    {
-        ConfigState::Valid { config } => match config.deploy {
-            Some(d) if d.branch == input.branch => d,
-            _ => {
-                return Ok(RunOutcome::Skipped {
-                    reason: Some("not-configured".into()),
-                    tag: None,
-                })
-            }
-        },
-        ConfigState::Missing => {
-            return Ok(RunOutcome::Skipped {
-                reason: Some("not-configured".into()),
-                tag: None,
-            })
-        }
-        ConfigState::Invalid { message } => {
-            let summary =
-                format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
-            return reported(ctx, env, &target, || async {
-                Ok(Verdict::Failed { summary })
-            })
-            .await;
-        }
+    let branch = input.branch.as_str();
+    let pick = |c: RepoConfig| c.deploy.filter(|d| d.branch == branch);
+    let deploy = match configured(ctx, env, &target, pick).await? {
+        Configured::Run(deploy) => deploy,
+        Configured::Done(outcome) => return Ok(outcome),
     };
     let policy = match policy_of(&deploy) {
         Ok(p) => p,

@@ -93,6 +93,46 @@ impl RunRegistry for Registry<'_> {
     }
 }
 
+/// What a run's section of `.sluice.toml` says at the commit.
+pub enum Configured<T> {
+    /// The section is there: run with it.
+    Run(T),
+    /// Already decided: skipped `not-configured` (no check run), or an
+    /// invalid file reported as a failed check run.
+    Done(RunOutcome),
+}
+
+/// Reads the config at the target's commit and picks the run's section:
+/// the shared start of every run that reports through a check run.
+pub async fn configured<T>(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &report::CheckTarget<'_>,
+    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+) -> Result<Configured<T>, RunError> {
+    let not_configured = || {
+        Configured::Done(RunOutcome::Skipped {
+            reason: Some("not-configured".into()),
+            tag: None,
+        })
+    };
+    match read_config(ctx, env, target.installation_id, target.repo, target.sha).await? {
+        ConfigState::Missing => Ok(not_configured()),
+        ConfigState::Valid { config } => {
+            Ok(pick(config).map_or_else(not_configured, Configured::Run))
+        }
+        ConfigState::Invalid { message } => {
+            let summary =
+                format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
+            let outcome = report::reported(ctx, env, target, || async {
+                Ok(report::Verdict::Failed { summary })
+            })
+            .await?;
+            Ok(Configured::Done(outcome))
+        }
+    }
+}
+
 /// Reads `.sluice.toml` at a commit, as a step.
 pub async fn read_config(
     ctx: &Ctx<'_>,
