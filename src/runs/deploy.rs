@@ -134,7 +134,13 @@ pub async fn run(
             return Ok(v);
         }
         match serial_gate(ctx, env, input, &group, &policy, &newer).await? {
-            Gate::Skipped(v) => return Ok(v),
+            Gate::Skipped(v) => {
+                // Leaving the line passes the turn on: with supersede-after
+                // the oldest waiter (the one a release wakes) may yield to a
+                // newer one, which must not wait for its poll.
+                release(ctx, env, &group).await?;
+                return Ok(v);
+            }
             Gate::Holding => {}
         }
         let result = holding(ctx, env, input, &deploy, &group, &newer).await;
