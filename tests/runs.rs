@@ -1342,7 +1342,7 @@ impl Rig {
                 .await
                 .expect("pass");
             if r.status.is_terminal() {
-                reg.finalize(&i.run, &i.id, &i.input).await;
+                reg.finalize(&i.run, &i.id, &i.input, r.status).await;
             }
             r
         })
@@ -1371,7 +1371,14 @@ impl Rig {
     }
 
     fn finalize(&self, i: &Inst) {
-        block_on(self.registry().finalize(&i.run, &i.id, &i.input));
+        let status = i
+            .world
+            .engine()
+            .record()
+            .expect("record")
+            .expect("instance")
+            .status;
+        block_on(self.registry().finalize(&i.run, &i.id, &i.input, status));
     }
 
     /// Delivers the wakes recorded for `i` (the Worker's `/event`), as
@@ -2490,6 +2497,15 @@ fn terminating_a_waiting_deploy_then_finalizing_withdraws_it_from_the_queue() {
     );
     rig.finalize(&db);
     assert_eq!(rig.queue_state(&db), "released");
+    let run = rig.github.only_check_run(&b, "sluice/deploy");
+    assert_eq!(
+        (
+            run.statuses.last().map(String::as_str),
+            run.conclusion.as_deref()
+        ),
+        (Some("completed"), Some("cancelled")),
+        "the check run the terminated deploy opened does not stay in progress"
+    );
     rig.finalize(&db);
     assert_eq!(rig.queue_state(&db), "released", "finalize is idempotent");
 

@@ -53,7 +53,7 @@ pub trait RunRegistry {
     /// Called (perhaps more than once) after the instance became terminal
     /// by any path, including ones where the body could not clean up (an
     /// operator's terminate, a crash loop). Must be idempotent.
-    async fn finalize(&self, _run: &str, _instance_id: &str, _input: &Value) {}
+    async fn finalize(&self, _run: &str, _instance_id: &str, _input: &Value, _status: Status) {}
 }
 
 /// A request to create an instance.

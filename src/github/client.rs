@@ -139,6 +139,8 @@ struct RefObject {
 struct CheckRunAnswer {
     id: u64,
     #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
     external_id: Option<String>,
     #[serde(default)]
     name: Option<String>,
@@ -321,6 +323,22 @@ impl<'a> GitHub<'a> {
         name: &str,
         external_id: &str,
     ) -> Result<Option<u64>, GitHubError> {
+        Ok(self
+            .find_check_run_state(installation, repo, sha, name, external_id)
+            .await?
+            .map(|(id, _)| id))
+    }
+
+    /// The check run this instance created, with its status (`queued`,
+    /// `in_progress`, `completed`).
+    pub async fn find_check_run_state(
+        &self,
+        installation: u64,
+        repo: &str,
+        sha: &str,
+        name: &str,
+        external_id: &str,
+    ) -> Result<Option<(u64, String)>, GitHubError> {
         let auth = self.auth(installation).await?;
         let path = format!("/repos/{repo}/commits/{sha}/check-runs?check_name={name}&filter=all");
         let list: CheckRunList = Self::decode(
@@ -334,7 +352,7 @@ impl<'a> GitHub<'a> {
                 c.external_id.as_deref() == Some(external_id)
                     && c.name.as_deref().is_none_or(|n| n == name)
             })
-            .map(|c| c.id))
+            .map(|c| (c.id, c.status.unwrap_or_default())))
     }
 
     /// Creates a queued check run, or returns the one this instance already

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::blobs::Blobs;
-use crate::engine::{Ctx, RunError, RunOutcome, RunRegistry};
+use crate::engine::{Ctx, RunError, RunOutcome, RunRegistry, Status};
 use crate::github::GitHub;
 use crate::sandbox::Sandbox;
 use crate::secret::Secret;
@@ -86,9 +86,35 @@ impl RunRegistry for Registry<'_> {
         }
     }
 
-    async fn finalize(&self, run: &str, instance_id: &str, _input: &Value) {
+    async fn finalize(&self, run: &str, instance_id: &str, input: &Value, status: Status) {
         if run == "deploy" {
             deploy::finalize(&self.env, instance_id).await;
+        }
+        // A run that ended from outside (terminated while idle, a crash
+        // loop) never concluded its check run: conclude it, so it does not
+        // block a merge as `in_progress` for ever.
+        if matches!(status, Status::Terminated | Status::Errored) {
+            let target = match run {
+                "check" => decode::<triggers::CheckInput>(input)
+                    .ok()
+                    .map(|i| (check::CHECK_RUN_NAME, i.installation_id, i.repo, i.sha)),
+                "deploy" => decode::<triggers::DeployInput>(input)
+                    .ok()
+                    .map(|i| (deploy::DEPLOY_CHECK_NAME, i.installation_id, i.repo, i.sha)),
+                _ => None,
+            };
+            if let Some((name, installation, repo, sha)) = target {
+                report::conclude_abandoned(
+                    &self.env,
+                    name,
+                    installation,
+                    &repo,
+                    &sha,
+                    instance_id,
+                    status,
+                )
+                .await;
+            }
         }
     }
 }

@@ -177,6 +177,42 @@ where
     }
 }
 
+/// Concludes, outside any run, a check run an instance left open when it
+/// ended from outside. Best effort: GitHub down means it stays open.
+pub async fn conclude_abandoned(
+    env: &RunEnv<'_>,
+    name: &str,
+    installation: u64,
+    repo: &str,
+    sha: &str,
+    instance_id: &str,
+    status: crate::engine::Status,
+) {
+    let Ok(Some((id, state))) = env
+        .github
+        .find_check_run_state(installation, repo, sha, name, instance_id)
+        .await
+    else {
+        return;
+    };
+    if state == "completed" {
+        return;
+    }
+    let update = CheckRunUpdate {
+        status: Some("completed"),
+        conclusion: Some(CheckConclusion::Cancelled),
+        output: Some(CheckOutput {
+            title: "Sluice could not run this".into(),
+            summary: format!("The run ended {} before it could report.", status.as_str()),
+        }),
+        ..CheckRunUpdate::default()
+    };
+    let _ = env
+        .github
+        .update_check_run(installation, repo, id, &update)
+        .await;
+}
+
 /// Concludes the check run: a step, so it happens once.
 pub async fn conclude(
     ctx: &Ctx<'_>,

@@ -596,7 +596,15 @@ impl crate::engine::RunRegistry for RegistryOwner<'_> {
         self.registry().execute(run, ctx, input).await
     }
 
-    async fn finalize(&self, run: &str, instance_id: &str, input: &Value) {
-        self.registry().finalize(run, instance_id, input).await
+    async fn finalize(
+        &self,
+        run: &str,
+        instance_id: &str,
+        input: &Value,
+        status: crate::engine::Status,
+    ) {
+        self.registry()
+            .finalize(run, instance_id, input, status)
+            .await
     }
 }

@@ -189,7 +189,9 @@ async fn finalize(journal: &SqlJournal<DoSql>, registry: &dyn RunRegistry) {
     use crate::engine::journal::JournalStore;
     if let Ok(Some(rec)) = journal.load_instance() {
         let input: Value = serde_json::from_str(&rec.input).unwrap_or(Value::Null);
-        registry.finalize(&rec.run, &rec.id, &input).await;
+        registry
+            .finalize(&rec.run, &rec.id, &input, rec.status)
+            .await;
     }
 }
 
