@@ -2221,3 +2221,28 @@ fn config() {
         assert_eq!(SkipReason::parse(r.as_str()), Some(r));
     }
 }
+
+#[test]
+fn an_instance_is_found_by_its_own_id_in_every_generation() {
+    let db = fresh();
+    assert_eq!(serial::execution_id_of("inst", 0), "inst");
+    let g1 = serial::execution_id_of("inst", 1);
+    assert_eq!(serial::instance_of(&g1), "inst");
+    enq(&db, "other", "r0", Current::NotDeclared, T0);
+    claim(&db, "other", T0);
+    enq(&db, &g1, "r1", Current::NotDeclared, T0 + 1);
+    let rows = block_on(serial::live_rows_of(&db, "inst")).expect("live rows");
+    assert_eq!(rows, [(G.to_owned(), g1.clone())]);
+    assert!(
+        block_on(serial::live_rows_of(&db, "ins"))
+            .expect("live rows")
+            .is_empty(),
+        "a prefix is not the instance"
+    );
+    let woken = block_on(serial::abandon(&db, "other", T0 + 2)).expect("abandon");
+    assert_eq!(
+        woken,
+        [(G.to_owned(), Some(g1.clone()))],
+        "the waiter of the next generation is woken"
+    );
+}

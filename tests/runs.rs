@@ -2475,6 +2475,26 @@ fn a_deploy_naming_an_unset_secret_fails_without_running() {
 // ---------------------------------------------------------------------------
 
 #[test]
+fn a_restarted_deploy_queues_afresh_and_deploys_again() {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    assert_eq!(rig.sandbox.runs_in(&da.id).len(), 1);
+    assert_eq!(
+        rig.command(&da, Command::Restart { from_step: None }),
+        Status::Queued
+    );
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    assert_eq!(
+        rig.sandbox.runs_in(&da.id).len(),
+        2,
+        "the restart deployed again"
+    );
+}
+
+#[test]
 fn terminating_a_waiting_deploy_then_finalizing_withdraws_it_from_the_queue() {
     let (a, b, e) = (sha('a'), sha('b'), sha('e'));
     let rig = deploy_rig(&[&a, &b, &e], DEPLOY_TOML);

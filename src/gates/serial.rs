@@ -553,39 +553,70 @@ pub async fn release(
     Ok(rows.into_iter().next().and_then(|r| r.next))
 }
 
-/// The groups an execution is queued in or holds (normally one).
-pub async fn live_groups_of(
-    db: &dyn Database,
-    execution_id: &str,
-) -> Result<Vec<String>, StoreError> {
-    #[derive(Deserialize)]
-    struct G {
-        group_key: String,
+/// Separates an instance id from its generation in a gate execution id:
+/// ids never contain it (they are `[A-Za-z0-9_-]`).
+pub const GENERATION_SEPARATOR: char = '.';
+
+/// The execution id an instance uses in the gates: its own id, with its
+/// generation appended after an operator's restart, so a restarted run
+/// queues afresh instead of finding its finished row.
+pub fn execution_id_of(instance_id: &str, generation: u32) -> String {
+    match generation {
+        0 => instance_id.to_owned(),
+        g => format!("{instance_id}{GENERATION_SEPARATOR}g{g}"),
     }
-    let rows: Vec<G> = decode(
+}
+
+/// The instance an execution id belongs to (to wake it).
+pub fn instance_of(execution_id: &str) -> &str {
+    execution_id
+        .split(GENERATION_SEPARATOR)
+        .next()
+        .unwrap_or(execution_id)
+}
+
+/// The live rows (group, execution id) of an instance, every generation:
+/// normally one.
+pub async fn live_rows_of(
+    db: &dyn Database,
+    instance_id: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    #[derive(Deserialize)]
+    struct Live {
+        group_key: String,
+        execution_id: String,
+    }
+    let rows: Vec<Live> = decode(
         db.all(stmt!(
-            "SELECT group_key FROM serial_queue WHERE execution_id = ?1 AND state IN ('waiting','holding') \
-             ORDER BY seq LIMIT ?2",
-            execution_id,
+            // "id" or "id.<anything>": a range, not LIKE (D1 refuses LIKE
+            // patterns as long as an instance id, and `_` is a wildcard).
+            // '.' and '/' are adjacent bytes.
+            "SELECT group_key, execution_id FROM serial_queue \
+             WHERE (execution_id = ?1 OR (execution_id > ?1 || '.' AND execution_id < ?1 || '/')) \
+             AND state IN ('waiting','holding') ORDER BY seq LIMIT ?2",
+            instance_id,
             GROUPS_LISTED_MAX,
         ))
         .await?,
     )?;
-    Ok(rows.into_iter().map(|g| g.group_key).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.group_key, r.execution_id))
+        .collect())
 }
 
-/// An execution ended without cleaning up (an operator terminated it, its
+/// An instance ended without cleaning up (an operator terminated it, its
 /// executor crash-looped): it releases what it holds and withdraws what it
 /// waits for, in every group. Returns, per group, the live waiter to wake.
 /// Idempotent.
 pub async fn abandon(
     db: &dyn Database,
-    execution_id: &str,
+    instance_id: &str,
     now_ms: i64,
 ) -> Result<Vec<(String, Option<String>)>, StoreError> {
     let mut woken = Vec::new();
-    for group in live_groups_of(db, execution_id).await? {
-        let next = release(db, &group, execution_id, now_ms).await?;
+    for (group, execution_id) in live_rows_of(db, instance_id).await? {
+        let next = release(db, &group, &execution_id, now_ms).await?;
         woken.push((group, next));
     }
     Ok(woken)

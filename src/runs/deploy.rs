@@ -218,6 +218,8 @@ async fn serial_gate(
     policy: &QueuePolicy,
     newer: &RefCell<Option<String>>,
 ) -> Result<Gate, RunError> {
+    let gate_id = gate_id(ctx);
+    let gate_id = gate_id.as_str();
     let head: Result<Option<String>, RunError> = ctx
         .step("read head", github_step(), |_| async {
             env.github
@@ -238,7 +240,7 @@ async fn serial_gate(
             async move {
                 let arrival = Arrival {
                     group,
-                    execution_id: ctx.instance_id(),
+                    execution_id: gate_id,
                     revision: &input.sha,
                     current,
                     imperative: false,
@@ -249,7 +251,10 @@ async fn serial_gate(
                 if let EnqueueOutcome::Queued { superseded } = &outcome {
                     // Superseded waiters learn it now, not at their next poll.
                     for s in superseded {
-                        let _ = env.waker.wake(&s.execution_id, TURN_EVENT).await;
+                        let _ = env
+                            .waker
+                            .wake(serial::instance_of(&s.execution_id), TURN_EVENT)
+                            .await;
                     }
                 }
                 Ok(outcome)
@@ -276,7 +281,7 @@ async fn serial_gate(
         let claimed: Claimed = ctx
             .step("claim", StepConfig::default(), |_| async {
                 let at_ms = ctx.now_ms();
-                let outcome = serial::claim(env.db, group, ctx.instance_id(), policy, at_ms)
+                let outcome = serial::claim(env.db, group, gate_id, policy, at_ms)
                     .await
                     .map_err(gate_failure)?;
                 Ok(Claimed { outcome, at_ms })
@@ -352,11 +357,19 @@ fn timed_out(input: &DeployInput, policy: &QueuePolicy) -> Verdict {
     )
 }
 
+/// This execution's id in the serial queue (see `serial::execution_id_of`).
+fn gate_id(ctx: &Ctx<'_>) -> String {
+    serial::execution_id_of(ctx.instance_id(), ctx.generation())
+}
+
 /// Heartbeats everything the holder holds, between the command's polls.
 struct HolderBeat<'a> {
     env: &'a RunEnv<'a>,
     group: &'a str,
+    /// The instance (pool slot and lease holder).
     id: &'a str,
+    /// Its execution id in the serial queue.
+    gate_id: &'a str,
 }
 
 #[async_trait(?Send)]
@@ -365,7 +378,7 @@ impl Beat for HolderBeat<'_> {
         let now = self.env.github.clock.now_ms();
         // A lost heartbeat is logged by the store's error only: the deploy
         // in flight is never cancelled (ADR-0004).
-        let _ = serial::heartbeat(self.env.db, self.group, self.id, now).await;
+        let _ = serial::heartbeat(self.env.db, self.group, self.gate_id, now).await;
         let _ = admission::heartbeat(self.env.db, POOL, self.id, now).await;
         let _ = lease::heartbeat(self.env.db, self.id, self.id, now).await;
     }
@@ -390,7 +403,7 @@ async fn holding(
     // executor gone) may have been taken over: it must not deploy then.
     let still_holding: bool = ctx
         .step("still holding", StepConfig::default(), |_| async {
-            serial::heartbeat(env.db, group, ctx.instance_id(), ctx.now_ms())
+            serial::heartbeat(env.db, group, &gate_id(ctx), ctx.now_ms())
                 .await
                 .map_err(gate_failure)
         })
@@ -428,10 +441,12 @@ async fn holding(
             ));
         }
     }
+    let gate_id = gate_id(ctx);
     let beat = HolderBeat {
         env,
         group,
         id: ctx.instance_id(),
+        gate_id: &gate_id,
     };
     let admitted: Admitted = ctx
         .step(
@@ -537,7 +552,7 @@ async fn release(ctx: &Ctx<'_>, env: &RunEnv<'_>, group: &str) -> Result<(), Run
     ctx.cleanup_step("release", StepConfig::default(), |_| async {
         let now = ctx.now_ms();
         let id = ctx.instance_id();
-        let next = serial::release(env.db, group, id, now)
+        let next = serial::release(env.db, group, &gate_id(ctx), now)
             .await
             .map_err(gate_failure)?;
         admission::release(env.db, POOL, id)
@@ -545,7 +560,7 @@ async fn release(ctx: &Ctx<'_>, env: &RunEnv<'_>, group: &str) -> Result<(), Run
             .map_err(gate_failure)?;
         lease::release(env.db, id, id).await.map_err(gate_failure)?;
         if let Some(next) = next {
-            let _ = env.waker.wake(&next, TURN_EVENT).await;
+            let _ = env.waker.wake(serial::instance_of(&next), TURN_EVENT).await;
         }
         Ok(())
     })
@@ -560,7 +575,7 @@ pub async fn finalize(env: &RunEnv<'_>, instance_id: &str) {
     if let Ok(woken) = serial::abandon(env.db, instance_id, now).await {
         for (_, next) in woken {
             if let Some(next) = next {
-                let _ = env.waker.wake(&next, TURN_EVENT).await;
+                let _ = env.waker.wake(serial::instance_of(&next), TURN_EVENT).await;
             }
         }
     }

@@ -194,15 +194,17 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             let skipped = serial::skip_all(&db, &group, WorkerClock.now_ms()).await?;
             let waker = InstanceWaker { env: env.clone() };
             for s in &skipped {
-                let _ = waker.wake(&s.execution_id, TURN_EVENT).await;
+                let _ = waker
+                    .wake(serial::instance_of(&s.execution_id), TURN_EVENT)
+                    .await;
             }
             json_ok(200, &json!({ "skipped": skipped }))
         }
         Route::Skip(id) => {
             let now = WorkerClock.now_ms();
             let mut skipped = false;
-            for group in serial::live_groups_of(&db, id.as_str()).await? {
-                skipped |= serial::skip(&db, &group, id.as_str(), now).await?;
+            for (group, execution_id) in serial::live_rows_of(&db, id.as_str()).await? {
+                skipped |= serial::skip(&db, &group, &execution_id, now).await?;
             }
             if !skipped {
                 return Err(ApiError::new(
