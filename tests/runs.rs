@@ -2474,6 +2474,49 @@ fn a_deploy_naming_an_unset_secret_fails_without_running() {
 // 7. finalize after an operator's terminate
 // ---------------------------------------------------------------------------
 
+/// A holds, then stalls before it starts deploying (here: D1 refuses its
+/// heartbeat until the retry backoff suspends it). Past the 10-minute
+/// bound B takes the group over and deploys; when A comes back it finds it
+/// no longer holds the group and does not deploy.
+#[test]
+fn a_holder_that_stalled_and_was_taken_over_does_not_deploy() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = deploy_rig(&[&a, &b], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    rig.index.fail_next_runs.set(3);
+    let stalled = rig.pass(&da);
+    assert_eq!(
+        stalled.status,
+        Status::Waiting,
+        "A's 'still holding' step backs off"
+    );
+    assert!(rig.step_names(&da).contains(&"still holding".to_owned()));
+
+    rig.clock.advance(11 * MINUTE_MS);
+    rig.github.set_head(REPO, BRANCH, &b);
+    let db = rig.deploy(&b);
+    assert_eq!(rig.run_to_end(&db), Status::Complete);
+    assert_eq!(
+        rig.sandbox.runs_in(&db.id).len(),
+        1,
+        "B took the stale group over and deployed"
+    );
+
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    assert!(
+        rig.sandbox.runs_in(&da.id).is_empty(),
+        "A never deploys after losing its group"
+    );
+    let run = rig.github.only_check_run(&a, "sluice/deploy");
+    assert_eq!(run.conclusion.as_deref(), Some("cancelled"));
+    assert!(
+        run.summary().contains("took its group over"),
+        "{}",
+        run.summary()
+    );
+}
+
 #[test]
 fn a_restarted_deploy_queues_afresh_and_deploys_again() {
     let a = sha('a');

@@ -55,6 +55,8 @@ pub struct CountingDb {
     pub calls: Cell<u32>,
     pub batches: Cell<u32>,
     pub fail_next_batch: Cell<bool>,
+    /// Fails this many coming `run` calls (a D1 write that errors).
+    pub fail_next_runs: Cell<u32>,
 }
 
 impl CountingDb {
@@ -64,6 +66,7 @@ impl CountingDb {
             calls: Cell::new(0),
             batches: Cell::new(0),
             fail_next_batch: Cell::new(false),
+            fail_next_runs: Cell::new(0),
         }
     }
 }
@@ -76,6 +79,10 @@ impl Database for CountingDb {
     }
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
         self.calls.set(self.calls.get() + 1);
+        if self.fail_next_runs.get() > 0 {
+            self.fail_next_runs.set(self.fail_next_runs.get() - 1);
+            return Err(StoreError::Query("injected run failure".into()));
+        }
         self.db.run(stmt).await
     }
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
