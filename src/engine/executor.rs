@@ -343,7 +343,7 @@ impl<'a> Engine<'a> {
             .journal
             .entries_since(rec.mirrored_rev)
             .map_err(|e| e.to_string())?;
-        let step_count = self.journal.entries().map_err(|e| e.to_string())?.len() as u32;
+        let step_count = self.journal.entry_count().map_err(|e| e.to_string())?;
         let stmts = executions::mirror_stmts(rec, &changed, step_count, now);
         self.index.batch(stmts).await.map_err(|e| e.to_string())?;
         if let Some(max) = changed.iter().map(|e| e.rev).max() {
@@ -456,7 +456,7 @@ impl<'a> Engine<'a> {
                 rec.generation += 1;
             }
         }
-        let step_count = self.journal.entries()?.len() as u32;
+        let step_count = self.journal.entry_count()?;
         let mut stmts = executions::mirror_stmts(&rec, &[], step_count, now);
         stmts.extend(extra);
         self.index.batch(stmts).await?;

@@ -137,6 +137,8 @@ pub trait JournalStore {
     /// Removes entries from `seq` on (restart from a step).
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError>;
     fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError>;
+    /// How many durable calls are journaled (without reading their values).
+    fn entry_count(&self) -> Result<u32, StoreError>;
     fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError>;
     /// The oldest event of this type no wait has consumed.
     fn next_event(&self, event_type: &str) -> Result<Option<Event>, StoreError>;

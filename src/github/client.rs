@@ -22,8 +22,9 @@ pub struct GitHubError {
     /// HTTP status, or None when the request never got an answer.
     pub status: Option<u16>,
     pub message: String,
-    /// Sluice itself is misconfigured (no App key): retrying cannot help.
-    pub config: bool,
+    /// Retrying cannot help: Sluice is misconfigured (no App key) or GitHub
+    /// gave an answer that will not change (not a file, not JSON we know).
+    pub permanent: bool,
 }
 
 impl GitHubError {
@@ -31,22 +32,22 @@ impl GitHubError {
         GitHubError {
             status: None,
             message: message.into(),
-            config: false,
+            permanent: false,
         }
     }
 
-    pub fn config(message: impl Into<String>) -> GitHubError {
+    pub fn permanent(message: impl Into<String>) -> GitHubError {
         GitHubError {
             status: None,
             message: message.into(),
-            config: true,
+            permanent: true,
         }
     }
 
     /// Network faults, rate limits and 5xx are worth retrying; other 4xx
     /// answers will not change.
     pub fn retryable(&self) -> bool {
-        if self.config {
+        if self.permanent {
             return false;
         }
         match self.status {
@@ -203,13 +204,13 @@ impl<'a> GitHub<'a> {
         Err(GitHubError {
             status: Some(resp.status),
             message,
-            config: false,
+            permanent: false,
         })
     }
 
     fn decode<T: for<'de> Deserialize<'de>>(body: &str, what: &str) -> Result<T, GitHubError> {
         serde_json::from_str(body)
-            .map_err(|e| GitHubError::network(format!("unexpected {what} answer: {e}")))
+            .map_err(|e| GitHubError::permanent(format!("unexpected {what} answer: {e}")))
     }
 
     /// An installation token, from the cache while it has more than 5
@@ -226,11 +227,11 @@ impl<'a> GitHub<'a> {
         let key = self
             .key_der
             .as_ref()
-            .map_err(|m| GitHubError::config(m.clone()))?;
+            .map_err(|m| GitHubError::permanent(m.clone()))?;
         let app_id = self
             .app_id
             .as_deref()
-            .ok_or_else(|| GitHubError::config("GITHUB_APP_ID is not set"))?;
+            .ok_or_else(|| GitHubError::permanent("GITHUB_APP_ID is not set"))?;
         let jwt = app_jwt(self.signer, key.expose(), app_id, now / 1000)
             .await
             .map_err(|m| GitHubError::network(format!("cannot sign the App JWT: {m}")))?;
@@ -257,6 +258,22 @@ impl<'a> GitHub<'a> {
         ))
     }
 
+    /// A GET with the installation's token: the decoded answer, or None on
+    /// 404.
+    async fn get<T: for<'de> Deserialize<'de>>(
+        &self,
+        installation: u64,
+        path: &str,
+        what: &str,
+    ) -> Result<Option<T>, GitHubError> {
+        let auth = self.auth(installation).await?;
+        let resp = self.call("GET", path, &auth, None).await?;
+        if resp.status == 404 {
+            return Ok(None);
+        }
+        Self::decode(&Self::expect_ok(resp)?, what).map(Some)
+    }
+
     /// A file's text at a ref, or None when the file does not exist there.
     pub async fn file_at(
         &self,
@@ -265,29 +282,23 @@ impl<'a> GitHub<'a> {
         path: &str,
         git_ref: &str,
     ) -> Result<Option<String>, GitHubError> {
-        let auth = self.auth(installation).await?;
-        let resp = self
-            .call(
-                "GET",
-                &format!("/repos/{repo}/contents/{path}?ref={git_ref}"),
-                &auth,
-                None,
-            )
-            .await?;
-        if resp.status == 404 {
+        let path_q = format!("/repos/{repo}/contents/{path}?ref={git_ref}");
+        let Some(content) = self
+            .get::<Content>(installation, &path_q, "contents")
+            .await?
+        else {
             return Ok(None);
-        }
-        let content: Content = Self::decode(&Self::expect_ok(resp)?, "contents")?;
+        };
         let (Some("base64"), Some(b64)) = (content.encoding.as_deref(), content.content) else {
-            return Err(GitHubError::network(format!("{path} is not a file")));
+            return Err(GitHubError::permanent(format!("{path} is not a file")));
         };
         let cleaned: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
         let bytes = STANDARD
             .decode(cleaned)
-            .map_err(|e| GitHubError::network(format!("{path}: bad base64 ({e})")))?;
+            .map_err(|e| GitHubError::permanent(format!("{path}: bad base64 ({e})")))?;
         String::from_utf8(bytes)
             .map(Some)
-            .map_err(|_| GitHubError::network(format!("{path} is not UTF-8 text")))
+            .map_err(|_| GitHubError::permanent(format!("{path} is not UTF-8 text")))
     }
 
     /// The commit a branch points at, or None when the branch is gone.
@@ -297,19 +308,10 @@ impl<'a> GitHub<'a> {
         repo: &str,
         branch: &str,
     ) -> Result<Option<String>, GitHubError> {
-        let auth = self.auth(installation).await?;
-        let resp = self
-            .call(
-                "GET",
-                &format!("/repos/{repo}/git/ref/heads/{branch}"),
-                &auth,
-                None,
-            )
-            .await?;
-        if resp.status == 404 {
+        let path = format!("/repos/{repo}/git/ref/heads/{branch}");
+        let Some(r) = self.get::<RefAnswer>(installation, &path, "ref").await? else {
             return Ok(None);
-        }
-        let r: RefAnswer = Self::decode(&Self::expect_ok(resp)?, "ref")?;
+        };
         Ok(Some(r.object.sha))
     }
 
@@ -339,12 +341,13 @@ impl<'a> GitHub<'a> {
         name: &str,
         external_id: &str,
     ) -> Result<Option<(u64, String)>, GitHubError> {
-        let auth = self.auth(installation).await?;
         let path = format!("/repos/{repo}/commits/{sha}/check-runs?check_name={name}&filter=all");
-        let list: CheckRunList = Self::decode(
-            &Self::expect_ok(self.call("GET", &path, &auth, None).await?)?,
-            "check runs",
-        )?;
+        let Some(list) = self
+            .get::<CheckRunList>(installation, &path, "check runs")
+            .await?
+        else {
+            return Err(GitHubError::permanent(format!("no commit {sha} in {repo}")));
+        };
         Ok(list
             .check_runs
             .into_iter()
@@ -461,13 +464,13 @@ mod tests {
         let e = |s| GitHubError {
             status: s,
             message: String::new(),
-            config: false,
+            permanent: false,
         };
         assert!(e(None).retryable());
         assert!(e(Some(502)).retryable());
         assert!(e(Some(429)).retryable());
         assert!(!e(Some(422)).retryable());
         assert!(!e(Some(404)).retryable());
-        assert!(!GitHubError::config("no key").retryable());
+        assert!(!GitHubError::permanent("no key").retryable());
     }
 }

@@ -376,8 +376,9 @@ struct HolderBeat<'a> {
 impl Beat for HolderBeat<'_> {
     async fn beat(&self) {
         let now = self.env.github.clock.now_ms();
-        // A lost heartbeat is logged by the store's error only: the deploy
-        // in flight is never cancelled (ADR-0004).
+        // Failures are ignored here: the deploy in flight is never
+        // cancelled (ADR-0004), and a holder that lost its group was
+        // stopped before its command by the "still holding" step.
         let _ = serial::heartbeat(self.env.db, self.group, self.gate_id, now).await;
         let _ = admission::heartbeat(self.env.db, POOL, self.id, now).await;
         let _ = lease::heartbeat(self.env.db, self.id, self.id, now).await;

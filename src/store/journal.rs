@@ -193,6 +193,15 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
             .collect()
     }
 
+    fn entry_count(&self) -> Result<u32, StoreError> {
+        #[derive(Deserialize)]
+        struct Count {
+            n: u32,
+        }
+        let rows = self.sql.exec("SELECT COUNT(*) AS n FROM journal", &[])?;
+        Ok(decode::<Count>(rows)?.first().map_or(0, |c| c.n))
+    }
+
     fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError> {
         let rows = self.sql.exec(
             "INSERT INTO events (type, payload, received_ms) VALUES (?1, ?2, ?3) RETURNING seq",
