@@ -629,6 +629,7 @@ fn d1_sees_one_batch_per_pass_and_no_round_trip_per_step() {
         (100, 2, 1),
         "create + one mirror"
     );
+    assert_eq!(r.step_count, 100, "counted without loading the journal");
 }
 
 #[test]
