@@ -35,8 +35,10 @@ mod entry {
     async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let report = crate::worker_glue::scheduled::sweep(&env).await;
         worker::console_log!(
-            "sweep: resumed {}, purged {}, failed {}",
+            "sweep: resumed {}, woke {}, finalized {}, purged {}, failed {}",
             report.resumed,
+            report.woken,
+            report.finalized,
             report.purged,
             report.failed
         );

@@ -27,9 +27,21 @@ pub const SLEEP_MS_MAX: i64 = 365 * 24 * 3600 * 1000;
 /// a wedged instance is noticed the same day.
 pub const RUN_DURATION_MS_DEFAULT: i64 = 6 * 3600 * 1000;
 
+/// The longest run ceiling a run may set for itself (`Ctx::set_ceiling`): a
+/// week covers the longest bounded human decision Sluice waits for (a 72 h
+/// confirmation or approval, ADR-0001 rule 3) plus the work after it, and
+/// keeps a forgotten instance from living for months.
+pub const RUN_DURATION_MS_MAX: i64 = 7 * 24 * 3600 * 1000;
+
 /// Default per-step wall-clock timeout: bounds a wedged step well inside the
 /// run ceiling (ADR-0001 corollary: waits name themselves).
 pub const STEP_TIMEOUT_MS_DEFAULT: i64 = 10 * 60 * 1000;
+
+/// One pass (one Durable Object alarm invocation) may run 15 minutes of wall
+/// clock. A step that would start after this much of the pass plus its own
+/// timeout ends the pass first and starts in a fresh one; the remaining
+/// minute is for the D1 mirror and the finalize after the body.
+pub const PASS_DURATION_MS_MAX: i64 = 14 * 60 * 1000;
 
 /// Default retries for a step: Workflows' default of 5 retries.
 pub const STEP_RETRY_LIMIT_DEFAULT: u32 = 5;
@@ -90,6 +102,8 @@ pub const STEPS_LISTED_MAX: u32 = 1_000;
 pub const EXECUTIONS_LISTED_MAX: u32 = 200;
 
 const _: () = assert!(STEPS_PER_RUN_MAX_DEFAULT <= STEPS_PER_RUN_MAX_CEILING);
+const _: () = assert!(RUN_DURATION_MS_DEFAULT <= RUN_DURATION_MS_MAX);
+const _: () = assert!(STEP_TIMEOUT_MS_DEFAULT <= PASS_DURATION_MS_MAX);
 const _: () = assert!(STEP_RETRY_INLINE_MS_MAX < STEP_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(COMMAND_TIMEOUT_MS_DEFAULT <= COMMAND_TIMEOUT_MS_MAX);
 const _: () = assert!(COMMAND_TIMEOUT_MS_MAX < RUN_DURATION_MS_DEFAULT);

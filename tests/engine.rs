@@ -10,15 +10,18 @@ use common::{block_on, Effects, World, T0};
 use futures::FutureExt;
 use serde_json::{json, Value};
 use sluice::engine::{
-    Backoff, Command, CreateRequest, Ctx, Interrupt, RunError, RunOutcome, RunRegistry, Status,
-    StepConfig, StepFailure,
+    Backoff, Clock, Command, CommandError, CreateRequest, Ctx, Interrupt, RunError, RunOutcome,
+    RunRegistry, Status, StepConfig, StepFailure,
 };
+use sluice::limits::{PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
 
 /// The runs these tests drive; every side effect is counted in `effects`.
 #[derive(Default)]
 struct Runs {
     effects: Effects,
+    /// For runs whose step bodies take virtual time.
+    clock: Option<common::ManualClock>,
 }
 
 fn cfg_fast(limit: u32) -> StepConfig {
@@ -182,6 +185,31 @@ impl RunRegistry for Runs {
                 let name = "n".repeat(257);
                 ctx.step(&name, StepConfig::default(), |_| async { Ok(1) })
                     .await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "long-steps" => {
+                // Two steps that each take 6 minutes, each bounded by 10.
+                let cfg = StepConfig::default().timeout_ms(10 * 60_000);
+                for name in ["first", "second"] {
+                    ctx.step(name, cfg, |_| async {
+                        fx.hit(name);
+                        if let Some(c) = &self.clock {
+                            c.sleep(6 * 60_000).await;
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                }
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "cleanup-past-ceiling" => {
+                let slept = ctx.sleep("too-long", 60_000).await;
+                ctx.cleanup_step("release", StepConfig::default(), |_| async {
+                    fx.hit("release");
+                    Ok(())
+                })
+                .await?;
+                slept?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
             "skips" => Ok(RunOutcome::Skipped {
@@ -664,46 +692,57 @@ fn terminate_pause_resume_and_restart() {
     block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
 
     assert_eq!(
-        block_on(w.engine().command(&Command::Pause)).unwrap(),
+        block_on(w.engine().command(&runs, &Command::Pause)).unwrap(),
         Status::Paused
     );
     w.clock.advance(5_000);
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p.status, Status::Paused, "a paused instance does not run");
     assert_eq!(row(&w, &c.id).status, "paused");
-    assert!(block_on(w.engine().command(&Command::Pause)).is_err());
+    assert!(block_on(w.engine().command(&runs, &Command::Pause)).is_err());
 
     assert_eq!(
-        block_on(w.engine().command(&Command::Resume)).unwrap(),
+        block_on(w.engine().command(&runs, &Command::Resume)).unwrap(),
         Status::Waiting
     );
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
     assert_eq!(runs.effects.count("a"), 1);
 
     assert!(
-        block_on(w.engine().command(&Command::Terminate)).is_err(),
+        block_on(w.engine().command(&runs, &Command::Terminate)).is_err(),
         "finished stays finished"
     );
 
     // Restart from "b": "a" is kept, "b" runs again.
-    let st = block_on(w.engine().command(&Command::Restart {
-        from_step: Some("b".into()),
-    }))
+    let st = block_on(w.engine().command(
+        &runs,
+        &Command::Restart {
+            from_step: Some("b".into()),
+        },
+    ))
     .unwrap();
     assert_eq!(st, Status::Queued);
     assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
     assert_eq!((runs.effects.count("a"), runs.effects.count("b")), (1, 2));
 
     // Restart from the top: everything runs again.
-    block_on(w.engine().command(&Command::Restart { from_step: None })).unwrap();
+    block_on(
+        w.engine()
+            .command(&runs, &Command::Restart { from_step: None }),
+    )
+    .unwrap();
     assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
     assert_eq!((runs.effects.count("a"), runs.effects.count("b")), (2, 3));
 
     // Terminate a waiting instance.
-    block_on(w.engine().command(&Command::Restart { from_step: None })).unwrap();
+    block_on(
+        w.engine()
+            .command(&runs, &Command::Restart { from_step: None }),
+    )
+    .unwrap();
     block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(
-        block_on(w.engine().command(&Command::Terminate)).unwrap(),
+        block_on(w.engine().command(&runs, &Command::Terminate)).unwrap(),
         Status::Terminated
     );
     let r = row(&w, &c.id);
@@ -793,4 +832,78 @@ impl JournalPeek for World {
         use sluice::engine::journal::JournalStore;
         self.journal.entries().unwrap()
     }
+}
+
+/// Scenario 8 of the gates under adversity: a pass never starts a step
+/// whose timeout would take it past the pass budget (one Durable Object
+/// alarm invocation may run 15 minutes); the step starts in a fresh pass.
+#[test]
+fn a_long_step_that_would_outlive_the_pass_budget_starts_in_a_new_pass() {
+    let w = World::new();
+    let runs = Runs {
+        clock: Some(w.clock.clone()),
+        ..Runs::default()
+    };
+    block_on(w.engine().create(&req("long-steps", json!(null)))).unwrap();
+    let first = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(
+        (
+            first.status,
+            runs.effects.count("first"),
+            runs.effects.count("second")
+        ),
+        (Status::Waiting, 1, 0),
+        "6 minutes in, a 10-minute step would end past the {} ms budget",
+        PASS_DURATION_MS_MAX
+    );
+    assert_eq!(
+        first.wake_at_ms,
+        Some(w.clock.now_ms()),
+        "the next pass is due at once"
+    );
+    let second = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(second.status, Status::Complete);
+    assert_eq!(
+        (runs.effects.count("first"), runs.effects.count("second")),
+        (1, 1),
+        "nothing ran twice"
+    );
+}
+
+/// Scenario 9: cleanup steps run after the run ceiling has passed, and the
+/// recorded error names the wait that was in progress, not the cleanup.
+#[test]
+fn cleanup_runs_past_the_ceiling_and_the_error_names_the_wait() {
+    let w = World::new();
+    let runs = Runs::default();
+    let mut r = req("cleanup-past-ceiling", json!(null));
+    r.max_duration_ms = Some(30_000);
+    let c = block_on(w.engine().create(&r)).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 4), Status::Errored);
+    assert_eq!(runs.effects.count("release"), 1, "the cleanup ran");
+    let row = row(&w, &c.id);
+    assert_eq!(row.error_tag.as_deref(), Some("RunDurationExceeded"));
+    let message = row.error_message.unwrap_or_default();
+    assert!(
+        message.contains("sleep \"too-long\""),
+        "the error names the wait in progress: {message}"
+    );
+}
+
+/// Scenario 9: an event is journaled as its wait's result, so a payload
+/// over the step-result cap is refused (413 at the API) and nothing is kept.
+#[test]
+fn an_event_payload_over_the_cap_is_refused() {
+    let w = World::new();
+    let runs = Runs::default();
+    block_on(w.engine().create(&req("event", json!(null)))).unwrap();
+    block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    let big = json!("x".repeat(STEP_RESULT_BYTES_MAX + 1));
+    assert!(matches!(
+        w.engine().send_event("approve", &big),
+        Err(CommandError::TooLarge(_))
+    ));
+    assert!(w.engine().send_event("approve", &json!("ok")).unwrap());
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
+    assert_eq!(runs.effects.count("after-event"), 1);
 }

@@ -13,7 +13,7 @@ use sluice::gates::serial::{
 use sluice::gates::{Current, QueuePolicy, SkipReason};
 use sluice::limits::{
     HOLDER_STALE_MS, LEASE_TTL_MS, QUEUE_POLICY_MS_MAX, SERIAL_QUEUED_TIMEOUT_MS_DEFAULT,
-    SLOT_TTL_MS, WAITER_STALE_MS,
+    SLOT_TTL_MS,
 };
 use sluice::store::sql::decode;
 use sluice::store::Database;
@@ -35,7 +35,14 @@ fn arrival<'a>(id: &'a str, rev: &'a str, current: Current) -> Arrival<'a> {
     }
 }
 
+/// The instance's row in `executions` (a waiter is live while its instance
+/// is queued, running or waiting), written around the round-trip count.
+fn set_status(db: &CountingDb, id: &str, status: &str) {
+    common::set_instance_status(&db.db, serial::instance_of(id), status);
+}
+
 fn enq(db: &CountingDb, id: &str, rev: &str, current: Current, now: i64) -> EnqueueOutcome {
+    common::ensure_instance(&db.db, serial::instance_of(id));
     block_on(serial::enqueue(
         db,
         &arrival(id, rev, current),
@@ -46,6 +53,7 @@ fn enq(db: &CountingDb, id: &str, rev: &str, current: Current, now: i64) -> Enqu
 }
 
 fn enq_with(db: &CountingDb, a: &Arrival<'_>, p: &QueuePolicy, now: i64) -> EnqueueOutcome {
+    common::ensure_instance(&db.db, serial::instance_of(a.execution_id));
     block_on(serial::enqueue(db, a, p, now)).expect("enqueue")
 }
 
@@ -619,10 +627,12 @@ fn operator_skip_records_no_reason_and_never_touches_the_holder() {
         .is_empty());
 }
 
+/// Scenario 10: supersede-after is applied when a new deployment is
+/// enqueued, never later at a waiter's own claim (the queue-policy seed).
 #[test]
-fn supersede_after_spares_young_waiters_until_they_age() {
+fn supersede_after_applies_at_enqueue_only() {
     let p = QueuePolicy {
-        supersede_after_ms: Some(5 * MIN),
+        supersede_after_ms: Some(30 * MIN),
         ..QueuePolicy::default()
     };
     let db = fresh();
@@ -630,29 +640,42 @@ fn supersede_after_spares_young_waiters_until_they_age() {
     claim_with(&db, "h", &p, T0);
     enq_with(&db, &arrival("b", "r1", Current::NotDeclared), &p, T0);
     assert_eq!(
-        enq_with(&db, &arrival("c", "r2", Current::NotDeclared), &p, T0 + MIN),
+        enq_with(
+            &db,
+            &arrival("c", "r2", Current::NotDeclared),
+            &p,
+            T0 + 10 * MIN
+        ),
         queued(&[]),
-        "b is 1 min old"
+        "b is 10 min old: spared"
+    );
+    // 30 minutes later b has aged past supersede_after, and c is newer and
+    // live: the old code superseded b here, at its own claim.
+    let later = T0 + 40 * MIN;
+    assert!(block_on(serial::heartbeat(&db, G, "h", later)).expect("heartbeat"));
+    assert!(is_waiting(&claim_with(&db, "b", &p, later)));
+    assert_eq!(state(&db, "b"), "waiting");
+    // Both deploy, oldest first.
+    block_on(serial::release(&db, G, "h", later + 1)).expect("release");
+    assert_eq!(claim_with(&db, "b", &p, later + 2), holding());
+    block_on(serial::release(&db, G, "b", later + 3)).expect("release");
+    assert_eq!(claim_with(&db, "c", &p, later + 4), holding());
+    // An arrival past b's age still supersedes the aged waiters it finds.
+    enq_with(
+        &db,
+        &arrival("d", "r3", Current::NotDeclared),
+        &p,
+        later + 5,
     );
     assert_eq!(
         enq_with(
             &db,
-            &arrival("d", "r3", Current::NotDeclared),
+            &arrival("e", "r4", Current::NotDeclared),
             &p,
-            T0 + 5 * MIN + 1
+            later + 31 * MIN
         ),
-        queued(&[("b", "r1", "r3")]),
-        "b is past 5 min, c (4 min) is not"
+        queued(&[("d", "r3", "r4")])
     );
-    assert_eq!(state(&db, "c"), "waiting");
-    // At its own claim, c has aged past 5 min and a newer live waiter exists.
-    assert_eq!(
-        claim_with(&db, "c", &p, T0 + 6 * MIN + 1),
-        ClaimOutcome::Superseded { by: "r3".into() }
-    );
-    assert_eq!(row(&db, "c").ended_by.as_deref(), Some("d"));
-    // d, newest, is never superseded by ageing.
-    assert!(is_waiting(&claim_with(&db, "d", &p, T0 + 9 * MIN)));
 }
 
 #[test]
@@ -694,15 +717,9 @@ fn supersede_off_is_fifo() {
 }
 
 #[test]
-fn a_silent_waiter_stops_blocking_and_yields_when_it_returns() {
+fn a_paused_waiter_stops_blocking_and_yields_when_it_returns() {
     for (p, returns_to) in [
-        (
-            QueuePolicy {
-                supersede_after_ms: Some(30 * MIN),
-                ..QueuePolicy::default()
-            },
-            "superseded",
-        ),
+        (QueuePolicy::default(), "superseded"),
         (
             QueuePolicy {
                 supersede: false,
@@ -712,29 +729,39 @@ fn a_silent_waiter_stops_blocking_and_yields_when_it_returns() {
         ),
     ] {
         let db = fresh();
+        let imperative = Arrival {
+            imperative: true,
+            ..arrival("old", "r1", Current::NotDeclared)
+        };
         enq_with(&db, &arrival("h", "r0", Current::NotDeclared), &p, T0);
         claim_with(&db, "h", &p, T0);
-        enq_with(&db, &arrival("old", "r1", Current::NotDeclared), &p, T0 + 1);
+        // An imperative older waiter is never superseded by arrival.
+        let old = if p.supersede {
+            imperative
+        } else {
+            arrival("old", "r1", Current::NotDeclared)
+        };
+        let old_non_imperative = !old.imperative;
+        enq_with(&db, &old, &p, T0 + 1);
         enq_with(&db, &arrival("new", "r2", Current::NotDeclared), &p, T0 + 2);
         assert!(is_waiting(&claim_with(&db, "old", &p, T0 + MIN)));
-        // The holder finishes; old has gone silent for more than WAITER_STALE_MS, new polls.
-        let t = T0 + MIN + WAITER_STALE_MS + 1;
-        assert!(block_on(serial::heartbeat(&db, G, "h", t - MIN)).expect("heartbeat"));
-        assert!(is_waiting(&claim_with(&db, "new", &p, t - MIN)));
+        // old's instance is paused: it is not handed the group and blocks nobody.
+        set_status(&db, "old", "paused");
         assert_eq!(
-            block_on(serial::release(&db, G, "h", t))
+            block_on(serial::release(&db, G, "h", T0 + 2 * MIN))
                 .expect("release")
                 .as_deref(),
             Some("new")
         );
         assert_eq!(
-            claim_with(&db, "new", &p, t),
+            claim_with(&db, "new", &p, T0 + 2 * MIN),
             holding(),
-            "{returns_to}: a silent older waiter does not block"
+            "{returns_to}: a paused older waiter does not block"
         );
-        let back = claim_with(&db, "old", &p, t + 1);
+        set_status(&db, "old", "waiting");
+        let back = claim_with(&db, "old", &p, T0 + 3 * MIN);
         match returns_to {
-            "superseded" => assert_eq!(
+            "superseded" if old_non_imperative => assert_eq!(
                 back,
                 ClaimOutcome::Superseded { by: "r2".into() },
                 "never run an older revision after a newer one"
@@ -787,7 +814,7 @@ fn explain_and_groups_show_why_each_waits() {
     assert_eq!(
         why,
         [
-            // raw has not polled since it arrived 10 min ago minus 1 ms: still live.
+            // raw's instance waits (live): it claims first.
             (
                 "raw",
                 WaitReason::BehindHolder {
@@ -833,8 +860,9 @@ fn explain_and_groups_show_why_each_waits() {
             ),
         ]
     );
-    // Later: raw has stopped polling; the holder went stale after c's last poll.
-    let later = T0 + WAITER_STALE_MS + 5 * MIN;
+    // Later: raw's instance is paused; the holder went stale after c's last claim.
+    set_status(&db, "raw", "paused");
+    let later = T0 + 50 * MIN;
     assert!(block_on(serial::heartbeat(
         &db,
         G,
@@ -853,7 +881,7 @@ fn explain_and_groups_show_why_each_waits() {
     assert_eq!(
         why,
         [
-            ("raw", WaitReason::NotPolling),
+            ("raw", WaitReason::InstanceNotLive),
             (
                 "c",
                 WaitReason::NextToClaim {
@@ -875,7 +903,7 @@ fn explain_and_groups_show_why_each_waits() {
         ),
         (G, Some("a"), true, 2)
     );
-    assert_eq!(s.oldest_waited_ms, Some(WAITER_STALE_MS + 5 * MIN - 1));
+    assert_eq!(s.oldest_waited_ms, Some(50 * MIN - 1));
     assert_eq!(s.holder_heartbeat_age_ms, Some(HOLDER_STALE_MS + MIN / 2));
 }
 
@@ -975,8 +1003,12 @@ enum Phase {
     Holding,
     /// Ended by the queue or by its own release.
     Done,
-    /// Stopped heartbeating and will never call again.
+    /// A holder that stopped heartbeating and will never call again (its
+    /// executor died; the row goes stale).
     Crashed,
+    /// A waiter whose instance an operator paused: not live, calls again
+    /// when resumed.
+    Paused,
     /// Learned from a refused heartbeat that it lost the group.
     Lost,
 }
@@ -1084,7 +1116,13 @@ fn check_invariants(prev: &[QRow], cur: &[QRow], execs: &[Exec]) {
 
 /// The claim verdict as ADR-0004 and the policy say, from the table before
 /// the claim: an independent statement of what `CLAIM_SQL` must do.
-fn expected_claim(rows: &[QRow], id: &str, p: &QueuePolicy, now: i64) -> (String, Option<String>) {
+fn expected_claim(
+    rows: &[QRow],
+    paused: &[String],
+    id: &str,
+    p: &QueuePolicy,
+    now: i64,
+) -> (String, Option<String>) {
     let me = rows
         .iter()
         .find(|r| r.execution_id == id)
@@ -1097,7 +1135,7 @@ fn expected_claim(rows: &[QRow], id: &str, p: &QueuePolicy, now: i64) -> (String
     });
     let live_older_waiter = rows
         .iter()
-        .any(|r| r.state == "waiting" && r.seq < me.seq && r.heartbeat_ms >= now - WAITER_STALE_MS);
+        .any(|r| r.state == "waiting" && r.seq < me.seq && !paused.contains(&r.execution_id));
     let facts = WaiterFacts {
         revision: &me.revision,
         arrived_ms: me.arrived_ms,
@@ -1108,9 +1146,8 @@ fn expected_claim(rows: &[QRow], id: &str, p: &QueuePolicy, now: i64) -> (String
         let newer = NewerFacts {
             imperative: n.imperative == 1,
             has_claimed: n.claimed_ms.is_some(),
-            live_waiter: n.state == "waiting" && n.heartbeat_ms >= now - WAITER_STALE_MS,
         };
-        p.yields_at_claim(&facts, &newer, now)
+        p.yields_at_claim(&facts, &newer)
     });
     if let Some(w) = winner {
         return ("superseded".into(), Some(w.revision.clone()));
@@ -1269,7 +1306,7 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                         for x in execs.iter_mut().filter(|x| got.contains(&x.id)) {
                             // The superseded execution learns at its next claim; until then it polls.
                             assert!(
-                                matches!(x.phase, Phase::Waiting | Phase::Crashed),
+                                matches!(x.phase, Phase::Waiting | Phase::Paused),
                                 "{} superseded while {:?}",
                                 x.id,
                                 x.phase
@@ -1290,7 +1327,12 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
             18..=49 | 100 if !in_phase(execs, Phase::Waiting).is_empty() => {
                 let i = rng.pick(&in_phase(execs, Phase::Waiting)).unwrap_or(0);
                 let id = execs[i].id.clone();
-                let expected = expected_claim(&before, &id, p, *now);
+                let paused: Vec<String> = execs
+                    .iter()
+                    .filter(|e| e.phase == Phase::Paused)
+                    .map(|e| e.id.clone())
+                    .collect();
+                let expected = expected_claim(&before, &paused, &id, p, *now);
                 let (out, n) = trips(&db, || claim_with(&db, &id, p, *now));
                 trace.push(format!("t+{} {} claim {id} -> {out:?}", *now - T0, step));
                 assert_eq!(n, 1, "a claim is one round trip");
@@ -1346,7 +1388,12 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                 } else {
                     after
                         .iter()
-                        .find(|r| r.state == "waiting" && r.heartbeat_ms >= *now - WAITER_STALE_MS)
+                        .find(|r| {
+                            r.state == "waiting"
+                                && !execs
+                                    .iter()
+                                    .any(|e| e.id == r.execution_id && e.phase == Phase::Paused)
+                        })
                         .map(|r| r.execution_id.clone())
                 };
                 assert_eq!(
@@ -1443,8 +1490,24 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                     .map(|(i, _)| i)
                     .collect();
                 if let Some(i) = rng.pick(&live) {
-                    trace.push(format!("t+{} {} crash {}", *now - T0, step, execs[i].id));
-                    execs[i].phase = Phase::Crashed;
+                    // A holder's executor dies; a waiter's instance is paused
+                    // (a crashed waiter is resumed by its alarm or the sweep,
+                    // so only a pause takes it out of the line).
+                    if execs[i].phase == Phase::Holding {
+                        trace.push(format!("t+{} {} crash {}", *now - T0, step, execs[i].id));
+                        execs[i].phase = Phase::Crashed;
+                    } else {
+                        trace.push(format!("t+{} {} pause {}", *now - T0, step, execs[i].id));
+                        set_status(&db, &execs[i].id, "paused");
+                        execs[i].phase = Phase::Paused;
+                    }
+                }
+            }
+            84..=85 if sched.crashes => {
+                if let Some(i) = rng.pick(&in_phase(execs, Phase::Paused)) {
+                    trace.push(format!("t+{} {} resume {}", *now - T0, step, execs[i].id));
+                    set_status(&db, &execs[i].id, "waiting");
+                    execs[i].phase = Phase::Waiting;
                 }
             }
             82..=83 if sched.operator_skips => {
@@ -1852,7 +1915,9 @@ fn admission_interleavings_respect_capacity_and_order() {
                         "seed {seed} step {step}"
                     );
                 }
-                65..=79 => block_on(admission::release(&db, POOL, h)).expect("release"),
+                65..=79 => {
+                    block_on(admission::release(&db, POOL, h)).expect("release");
+                }
                 80..=83 => crashed[i] = true,
                 _ => now += rng.range(1, 4 * MIN),
             }
@@ -2158,17 +2223,15 @@ fn ageing() {
     let claimed = NewerFacts {
         imperative: false,
         has_claimed: true,
-        live_waiter: false,
     };
     let waiting = NewerFacts {
         imperative: false,
         has_claimed: false,
-        live_waiter: true,
     };
-    assert!(p.yields_at_claim(&waiter("a", NOW), &claimed, NOW));
+    assert!(p.yields_at_claim(&waiter("a", NOW), &claimed));
     assert!(
-        !p.yields_at_claim(&waiter("a", 0), &waiting, NOW),
-        "no supersede_after: arrival decides"
+        !p.yields_at_claim(&waiter("a", 0), &waiting),
+        "a waiting newer one: arrival decided"
     );
     assert!(!p.yields_at_claim(
         &waiter("a", 0),
@@ -2176,19 +2239,20 @@ fn ageing() {
             imperative: true,
             ..claimed
         },
-        NOW
     ));
     let aged = QueuePolicy {
         supersede_after_ms: Some(1_000),
         ..p.clone()
     };
-    assert!(aged.yields_at_claim(&waiter("a", NOW - 1_001), &waiting, NOW));
-    assert!(!aged.yields_at_claim(&waiter("a", NOW - 1_000), &waiting, NOW));
+    assert!(
+        !aged.yields_at_claim(&waiter("a", NOW - 1_001), &waiting),
+        "supersede_after never applies at a claim"
+    );
     let fifo = QueuePolicy {
         supersede: false,
         ..p
     };
-    assert!(!fifo.yields_at_claim(&waiter("a", 0), &claimed, NOW));
+    assert!(!fifo.yields_at_claim(&waiter("a", 0), &claimed));
 }
 
 #[test]

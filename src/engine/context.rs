@@ -17,7 +17,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::limits::{
-    SLEEP_MS_MAX, STEP_NAME_CHARS_MAX, STEP_RESULT_BYTES_MAX, STEP_RETRY_INLINE_MS_MAX,
+    PASS_DURATION_MS_MAX, RUN_DURATION_MS_MAX, SLEEP_MS_MAX, STEP_NAME_CHARS_MAX,
+    STEP_RESULT_BYTES_MAX, STEP_RETRY_INLINE_MS_MAX,
 };
 
 use crate::blobs::Blobs;
@@ -55,8 +56,13 @@ pub struct Ctx<'a> {
     clock: &'a dyn Clock,
     instance_id: String,
     generation: u32,
-    ceiling_at_ms: i64,
-    max_duration_ms: i64,
+    started_ms: i64,
+    /// When this pass began: the pass budget counts from here.
+    pass_started_ms: i64,
+    /// The run ceiling; a run may move it once it knows its budget
+    /// (`set_ceiling`), so both are cells.
+    ceiling_at_ms: Cell<i64>,
+    max_duration_ms: Cell<i64>,
     max_steps: u32,
     entries: RefCell<Vec<Entry>>,
     cursor: Cell<u32>,
@@ -64,6 +70,25 @@ pub struct Ctx<'a> {
     next_rev: Cell<i64>,
     interrupt: InterruptFlag,
     stats: Cell<PassStats>,
+}
+
+/// The failure tag of an attempt that ran past its step's timeout.
+pub const TAG_STEP_TIMED_OUT: &str = "StepTimedOut";
+
+/// Whether a step stops for an operator's interrupt and the run ceiling
+/// (normal), or runs regardless, bounded by its own timeout (cleanup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepKind {
+    Normal,
+    Cleanup,
+}
+
+/// A step as the journal left it.
+enum Resumed {
+    /// Journaled result, as JSON.
+    Value(String),
+    /// Run attempt `attempt`; the step began at `started_ms`.
+    Attempt { attempt: u32, started_ms: i64 },
 }
 
 /// What a position in the journal holds for the call being made.
@@ -94,8 +119,10 @@ impl<'a> Ctx<'a> {
             clock,
             instance_id,
             generation,
-            ceiling_at_ms: started_ms.saturating_add(max_duration_ms),
-            max_duration_ms,
+            started_ms,
+            pass_started_ms: clock.now_ms(),
+            ceiling_at_ms: Cell::new(started_ms.saturating_add(max_duration_ms)),
+            max_duration_ms: Cell::new(max_duration_ms),
             max_steps,
             entries: RefCell::new(entries),
             cursor: Cell::new(0),
@@ -123,6 +150,42 @@ impl<'a> Ctx<'a> {
         self.stats.get()
     }
 
+    /// The run ceiling in force (the executor keeps it in the record).
+    pub fn max_duration_ms(&self) -> i64 {
+        self.max_duration_ms.get()
+    }
+
+    /// When the run ceiling passes, ms since the epoch.
+    pub fn ceiling_at_ms(&self) -> i64 {
+        self.ceiling_at_ms.get()
+    }
+
+    /// Sets the run ceiling (measured from the run's start) once the run
+    /// knows its budget, e.g. a confirmation window plus the deploy itself.
+    /// Journaled, so every replay applies the same value. At most
+    /// `RUN_DURATION_MS_MAX`.
+    pub async fn set_ceiling(&self, name: &str, max_duration_ms: i64) -> Result<(), RunError> {
+        if !(1..=RUN_DURATION_MS_MAX).contains(&max_duration_ms) {
+            return Err(RunError::InvalidStep {
+                step: name.to_owned(),
+                reason: format!(
+                    "a run ceiling of {max_duration_ms} ms is outside 1..={RUN_DURATION_MS_MAX}"
+                ),
+            });
+        }
+        let ms: i64 = self
+            .run_step(
+                name,
+                StepConfig::once(),
+                |_| async move { Ok(max_duration_ms) },
+                StepKind::Normal,
+            )
+            .await?;
+        self.max_duration_ms.set(ms);
+        self.ceiling_at_ms.set(self.started_ms.saturating_add(ms));
+        Ok(())
+    }
+
     fn bump(&self, f: impl FnOnce(&mut PassStats)) {
         let mut s = self.stats.get();
         f(&mut s);
@@ -140,12 +203,13 @@ impl<'a> Ctx<'a> {
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, StepFailure>>,
     {
-        self.run_step(name, cfg, body, true).await
+        self.run_step(name, cfg, body, StepKind::Normal).await
     }
 
     /// A step that runs even after an operator's terminate or pause was
-    /// requested: for releasing what the run holds (a serial group, a
-    /// lease) on every exit path.
+    /// requested, and after the run ceiling passed (bounded by its own
+    /// timeout): for releasing what the run holds (a serial group, a lease)
+    /// and reporting, on every exit path.
     pub async fn cleanup_step<T, F, Fut>(
         &self,
         name: &str,
@@ -157,7 +221,7 @@ impl<'a> Ctx<'a> {
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, StepFailure>>,
     {
-        self.run_step(name, cfg, body, false).await
+        self.run_step(name, cfg, body, StepKind::Cleanup).await
     }
 
     async fn run_step<T, F, Fut>(
@@ -165,7 +229,7 @@ impl<'a> Ctx<'a> {
         name: &str,
         cfg: StepConfig,
         mut body: F,
-        interruptible: bool,
+        kind: StepKind,
     ) -> Result<T, RunError>
     where
         T: Serialize + DeserializeOwned,
@@ -173,49 +237,21 @@ impl<'a> Ctx<'a> {
         Fut: Future<Output = Result<T, StepFailure>>,
     {
         let slot = self.slot(name, EntryKind::Step)?;
-        let mut attempt = 1;
-        let mut started_ms = self.clock.now_ms();
-        if let Some(e) = &slot.existing {
-            match e.state {
-                EntryState::Done => return self.replayed(e),
-                EntryState::Failed => return Err(self.replayed_error(e)),
-                EntryState::Retrying => {
-                    let wake = e.wake_at_ms.unwrap_or(started_ms);
-                    if started_ms >= self.ceiling_at_ms {
-                        let err = self.ceiling(&slot.name, "retry of step");
-                        return Err(self.fail(
-                            &slot,
-                            EntryKind::Step,
-                            e.attempts,
-                            e.started_ms,
-                            err,
-                        ));
-                    }
-                    if started_ms < wake {
-                        return Err(self.suspend(wake, format!("retry of step {:?}", slot.name)));
-                    }
-                    attempt = e.attempts + 1;
-                    started_ms = e.started_ms;
-                }
-                EntryState::Waiting => return Err(self.mismatch(&slot, e, EntryKind::Step)),
-            }
-        }
-        if interruptible {
+        let (mut attempt, started_ms) = match self.resume_step(&slot, kind)? {
+            Resumed::Value(json) => return self.decode_replayed(&slot, &json),
+            Resumed::Attempt {
+                attempt,
+                started_ms,
+            } => (attempt, started_ms),
+        };
+        if kind == StepKind::Normal {
             self.check_interrupt()?;
         }
         loop {
-            let now = self.clock.now_ms();
-            let remaining_ms = self.ceiling_at_ms - now;
-            if remaining_ms <= 0 {
-                return Err(self.fail(
-                    &slot,
-                    EntryKind::Step,
-                    attempt - 1,
-                    started_ms,
-                    self.ceiling(&slot.name, "step"),
-                ));
-            }
-            let limit_ms = cfg.timeout_ms.min(remaining_ms);
+            let limit_ms = match self.attempt_limit_ms(&slot, cfg, kind, attempt, started_ms)? {
+                Some(ms) => ms,
+                None => return Err(self.fail_ceiling(&slot, attempt - 1, started_ms, "step")),
+            };
             self.bump(|s| s.bodies_run += 1);
             let outcome = {
                 let work = Box::pin(body(attempt));
@@ -229,34 +265,14 @@ impl<'a> Ctx<'a> {
                 Some(Ok(value)) => return self.complete_step(&slot, attempt, started_ms, value),
                 Some(Err(f)) => f,
                 None if limit_ms < cfg.timeout_ms => {
-                    let err = self.ceiling(&slot.name, "step");
-                    return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
+                    return Err(self.fail_ceiling(&slot, attempt, started_ms, "step"));
                 }
                 None => StepFailure::retryable(
-                    "StepTimedOut",
+                    TAG_STEP_TIMED_OUT,
                     format!("attempt {attempt} exceeded {} ms", cfg.timeout_ms),
                 ),
             };
-            if !failure.retryable {
-                let err = RunError::NonRetryable {
-                    step: slot.name.clone(),
-                    failure,
-                };
-                return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
-            }
-            if attempt > cfg.retries.limit {
-                let err = if failure.tag == "StepTimedOut" {
-                    RunError::StepTimedOut {
-                        step: slot.name.clone(),
-                        timeout_ms: cfg.timeout_ms,
-                    }
-                } else {
-                    RunError::RetriesExhausted {
-                        step: slot.name.clone(),
-                        attempts: attempt,
-                        last: failure,
-                    }
-                };
+            if let Some(err) = self.final_failure(&slot, cfg, attempt, failure.clone()) {
                 return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
             }
             let delay_ms = cfg.delay_before_retry_ms(attempt);
@@ -267,18 +283,156 @@ impl<'a> Ctx<'a> {
             }
             // A long backoff suspends the instance instead of holding it.
             let wake = self.clock.now_ms() + delay_ms;
-            self.write(Entry {
-                state: EntryState::Retrying,
-                value: None,
-                error_tag: Some(failure.tag.clone()),
-                error_message: Some(failure.message.clone()),
-                attempts: attempt,
-                wake_at_ms: Some(wake),
-                finished_ms: None,
-                ..self.blank(&slot, EntryKind::Step, started_ms)
-            })?;
-            return Err(self.suspend(wake, format!("retry of step {:?}", slot.name)));
+            self.write_retrying(&slot, attempt, started_ms, &failure, wake)?;
+            return Err(self.suspend_step(wake, &slot, kind));
         }
+    }
+
+    /// Where a step stands before this pass runs it: journaled (replay the
+    /// value or the error), waiting for a retry's backoff, or new.
+    fn resume_step(&self, slot: &Slot, kind: StepKind) -> Result<Resumed, RunError> {
+        let now = self.clock.now_ms();
+        let Some(e) = &slot.existing else {
+            return Ok(Resumed::Attempt {
+                attempt: 1,
+                started_ms: now,
+            });
+        };
+        match e.state {
+            EntryState::Done => {
+                self.bump(|s| s.replayed += 1);
+                Ok(Resumed::Value(
+                    e.value.clone().unwrap_or_else(|| "null".into()),
+                ))
+            }
+            EntryState::Failed => Err(self.replayed_error(e)),
+            EntryState::Retrying => {
+                let wake = e.wake_at_ms.unwrap_or(now);
+                if kind == StepKind::Normal && now >= self.ceiling_at_ms.get() {
+                    let err = self.ceiling(&slot.name, "retry of step");
+                    return Err(self.fail(slot, EntryKind::Step, e.attempts, e.started_ms, err));
+                }
+                if now < wake {
+                    return Err(self.suspend_step(wake, slot, kind));
+                }
+                Ok(Resumed::Attempt {
+                    attempt: e.attempts + 1,
+                    started_ms: e.started_ms,
+                })
+            }
+            EntryState::Waiting => Err(self.mismatch(slot, e, EntryKind::Step)),
+        }
+    }
+
+    /// The wall-clock bound of the next attempt: its own timeout, cut at the
+    /// run ceiling for a normal step (None: the ceiling has passed). A long
+    /// attempt that would outlive the pass budget ends the pass first and
+    /// starts in the next one (`PASS_DURATION_MS_MAX`).
+    fn attempt_limit_ms(
+        &self,
+        slot: &Slot,
+        cfg: StepConfig,
+        kind: StepKind,
+        attempt: u32,
+        started_ms: i64,
+    ) -> Result<Option<i64>, RunError> {
+        let now = self.clock.now_ms();
+        let elapsed_ms = now - self.pass_started_ms;
+        let ran_something = self.stats.get().bodies_run > 0;
+        if ran_something && elapsed_ms.saturating_add(cfg.timeout_ms) > PASS_DURATION_MS_MAX {
+            if attempt > 1 {
+                let failure =
+                    StepFailure::retryable("PassBudget", "the next attempt starts in a new pass");
+                self.write_retrying(slot, attempt - 1, started_ms, &failure, now)?;
+            }
+            return Err(RunError::Suspended {
+                wake_at_ms: now,
+                waiting_on: format!("a new pass for step {:?} (pass budget)", slot.name),
+            });
+        }
+        if kind == StepKind::Cleanup {
+            return Ok(Some(cfg.timeout_ms));
+        }
+        let remaining_ms = self.ceiling_at_ms.get() - now;
+        Ok((remaining_ms > 0).then(|| cfg.timeout_ms.min(remaining_ms)))
+    }
+
+    /// The error that ends the step after this failed attempt, if retrying
+    /// cannot or may not help.
+    fn final_failure(
+        &self,
+        slot: &Slot,
+        cfg: StepConfig,
+        attempt: u32,
+        failure: StepFailure,
+    ) -> Option<RunError> {
+        if !failure.retryable {
+            return Some(RunError::NonRetryable {
+                step: slot.name.clone(),
+                failure,
+            });
+        }
+        if attempt <= cfg.retries.limit {
+            return None;
+        }
+        Some(if failure.tag == TAG_STEP_TIMED_OUT {
+            RunError::StepTimedOut {
+                step: slot.name.clone(),
+                timeout_ms: cfg.timeout_ms,
+            }
+        } else {
+            RunError::RetriesExhausted {
+                step: slot.name.clone(),
+                attempts: attempt,
+                last: failure,
+            }
+        })
+    }
+
+    fn write_retrying(
+        &self,
+        slot: &Slot,
+        attempts: u32,
+        started_ms: i64,
+        failure: &StepFailure,
+        wake_ms: i64,
+    ) -> Result<(), RunError> {
+        self.write(Entry {
+            state: EntryState::Retrying,
+            value: None,
+            error_tag: Some(failure.tag.clone()),
+            error_message: Some(failure.message.clone()),
+            attempts,
+            wake_at_ms: Some(wake_ms),
+            finished_ms: None,
+            ..self.blank(slot, EntryKind::Step, started_ms)
+        })
+    }
+
+    fn fail_ceiling(&self, slot: &Slot, attempts: u32, started_ms: i64, what: &str) -> RunError {
+        let err = self.ceiling(&slot.name, what);
+        self.fail(slot, EntryKind::Step, attempts, started_ms, err)
+    }
+
+    /// A step's retry waits for its backoff: a cleanup step's retries are
+    /// not cut at the ceiling (they run past it).
+    fn suspend_step(&self, wake_ms: i64, slot: &Slot, kind: StepKind) -> RunError {
+        let waiting_on = format!("retry of step {:?}", slot.name);
+        match kind {
+            StepKind::Normal => self.suspend(wake_ms, waiting_on),
+            StepKind::Cleanup => RunError::Suspended {
+                wake_at_ms: wake_ms,
+                waiting_on,
+            },
+        }
+    }
+
+    fn decode_replayed<T: DeserializeOwned>(&self, slot: &Slot, json: &str) -> Result<T, RunError> {
+        serde_json::from_str(json).map_err(|err| RunError::JournalMismatch {
+            index: slot.seq,
+            expected: format!("result of {:?} as journaled", slot.name),
+            actual: format!("a type that does not decode it: {err}"),
+        })
     }
 
     /// A step whose output may exceed the 1 MiB result limit: the body's
@@ -380,7 +534,7 @@ impl<'a> Ctx<'a> {
             })?;
             return Ok(());
         }
-        if now >= self.ceiling_at_ms {
+        if now >= self.ceiling_at_ms.get() {
             let err = self.ceiling(&slot.name, "sleep");
             return Err(self.fail(&slot, EntryKind::Sleep, 0, started_ms, err));
         }
@@ -446,7 +600,7 @@ impl<'a> Ctx<'a> {
             };
             return Err(self.fail(&slot, EntryKind::Wait, 0, started_ms, err));
         }
-        if now >= self.ceiling_at_ms {
+        if now >= self.ceiling_at_ms.get() {
             let err = self.ceiling(&slot.name, "wait for event");
             return Err(self.fail(&slot, EntryKind::Wait, 0, started_ms, err));
         }
@@ -632,7 +786,7 @@ impl<'a> Ctx<'a> {
 
     fn ceiling(&self, name: &str, what: &str) -> RunError {
         RunError::RunDurationExceeded {
-            max_duration_ms: self.max_duration_ms,
+            max_duration_ms: self.max_duration_ms.get(),
             in_progress: format!("{what} {name:?}"),
         }
     }
@@ -641,7 +795,7 @@ impl<'a> Ctx<'a> {
     /// pass then fails `RunDurationExceeded` naming this call).
     fn suspend(&self, wake_ms: i64, waiting_on: String) -> RunError {
         RunError::Suspended {
-            wake_at_ms: wake_ms.min(self.ceiling_at_ms),
+            wake_at_ms: wake_ms.min(self.ceiling_at_ms.get()),
             waiting_on,
         }
     }

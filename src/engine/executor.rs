@@ -52,8 +52,39 @@ pub trait RunRegistry {
 
     /// Called (perhaps more than once) after the instance became terminal
     /// by any path, including ones where the body could not clean up (an
-    /// operator's terminate, a crash loop). Must be idempotent.
-    async fn finalize(&self, _run: &str, _instance_id: &str, _input: &Value, _status: Status) {}
+    /// operator's terminate, a crash loop). Must be idempotent. An error
+    /// means something is still held; the caller (the sweep) calls again.
+    async fn finalize(
+        &self,
+        _run: &str,
+        _instance_id: &str,
+        _input: &Value,
+        _status: Status,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Asked before an operator's restart truncates the journal: the run
+    /// undoes what the previous generation holds outside the journal (kills
+    /// its process, leaves its gates) and may move the restart point earlier
+    /// (a restart inside a gate re-enters it from its start). `Err` refuses
+    /// the restart (409) with the reason.
+    async fn prepare_restart(&self, _run: &str, req: &RestartRequest<'_>) -> Result<u32, String> {
+        Ok(req.from_seq)
+    }
+}
+
+/// What a run is told about a restart it may prepare for or refuse.
+pub struct RestartRequest<'a> {
+    pub instance_id: &'a str,
+    pub input: &'a Value,
+    pub status: Status,
+    /// The generation being restarted (the new one is this plus one).
+    pub generation: u32,
+    /// The journal as the previous generation left it.
+    pub entries: &'a [super::journal::Entry],
+    /// The position the operator asked to restart from (0: the top).
+    pub from_seq: u32,
 }
 
 /// A request to create an instance.
@@ -119,6 +150,8 @@ pub enum CommandError {
     NotFound,
     /// The command does not apply in the instance's current status.
     Conflict(String),
+    /// An event payload over `STEP_RESULT_BYTES_MAX` (what it would journal).
+    TooLarge(String),
     Store(String),
 }
 
@@ -252,6 +285,7 @@ impl<'a> Engine<'a> {
                 }),
             };
             stats = ctx.stats();
+            rec.max_duration_ms = ctx.max_duration_ms();
             result
         };
         // A storage fault is not the run's failure: leave the instance as
@@ -367,6 +401,13 @@ impl<'a> Engine<'a> {
         }
         let payload =
             serde_json::to_string(payload).map_err(|e| CommandError::Conflict(e.to_string()))?;
+        // A consumed event is journaled as the wait's result: the same cap.
+        if payload.len() > STEP_RESULT_BYTES_MAX {
+            return Err(CommandError::TooLarge(format!(
+                "an event payload of {} bytes is over the {STEP_RESULT_BYTES_MAX}-byte limit",
+                payload.len()
+            )));
+        }
         self.journal
             .push_event(event_type, &payload, self.clock.now_ms())?;
         // Running too: an event that lands while a pass is past its wait
@@ -376,8 +417,13 @@ impl<'a> Engine<'a> {
 
     /// Applies an operator command to an instance that no pass is running
     /// (a running pass is interrupted by the caller instead). Returns the
-    /// new status.
-    pub async fn command(&self, cmd: &Command) -> Result<Status, CommandError> {
+    /// new status. A restart asks the run to prepare first
+    /// (`RunRegistry::prepare_restart`).
+    pub async fn command(
+        &self,
+        runs: &dyn RunRegistry,
+        cmd: &Command,
+    ) -> Result<Status, CommandError> {
         let mut rec = self
             .journal
             .load_instance()?
@@ -420,40 +466,9 @@ impl<'a> Engine<'a> {
                 rec.wake_at_ms = Some(now);
             }
             Command::Restart { from_step } => {
-                let seq = match from_step {
-                    None => 0,
-                    Some(name) => self
-                        .journal
-                        .entries()?
-                        .iter()
-                        .find(|e| &e.name == name)
-                        .map(|e| e.seq)
-                        .ok_or_else(|| {
-                            CommandError::Conflict(format!("no step named {name:?} in the journal"))
-                        })?,
-                };
-                self.journal.truncate_from(seq)?;
-                // New entries take revisions above what remains; what is
-                // mirrored is exactly what remains.
-                rec.mirrored_rev = self
-                    .journal
-                    .entries()?
-                    .iter()
-                    .map(|e| e.rev)
-                    .max()
-                    .unwrap_or(0);
+                let seq = self.restart_point(runs, &rec, from_step.as_deref()).await?;
+                self.restart_from(&mut rec, seq, now)?;
                 extra.push(executions::delete_steps_from(&rec.id, seq));
-                rec.status = Status::Queued;
-                rec.started_ms = None;
-                rec.wake_at_ms = Some(now);
-                rec.finished_ms = None;
-                rec.reason = None;
-                rec.error_tag = None;
-                rec.error_message = None;
-                rec.output = None;
-                rec.passes = 0;
-                rec.clean_passes = 0;
-                rec.generation += 1;
             }
         }
         let step_count = self.journal.entry_count()?;
@@ -462,6 +477,75 @@ impl<'a> Engine<'a> {
         self.index.batch(stmts).await?;
         self.journal.save_instance(&rec)?;
         Ok(rec.status)
+    }
+
+    /// Where a restart begins: the first step named `from_step` (the top
+    /// when None), as the run adjusts it.
+    async fn restart_point(
+        &self,
+        runs: &dyn RunRegistry,
+        rec: &InstanceRecord,
+        from_step: Option<&str>,
+    ) -> Result<u32, CommandError> {
+        let entries = self.journal.entries()?;
+        let from_seq = match from_step {
+            None => 0,
+            Some(name) => entries
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| e.seq)
+                .ok_or_else(|| {
+                    CommandError::Conflict(format!("no step named {name:?} in the journal"))
+                })?,
+        };
+        let input: Value = serde_json::from_str(&rec.input).unwrap_or(Value::Null);
+        let req = RestartRequest {
+            instance_id: &rec.id,
+            input: &input,
+            status: rec.status,
+            generation: rec.generation,
+            entries: &entries,
+            from_seq,
+        };
+        let seq = runs
+            .prepare_restart(&rec.run, &req)
+            .await
+            .map_err(CommandError::Conflict)?;
+        Ok(seq.min(from_seq))
+    }
+
+    /// A new generation from journal position `seq`: later entries and every
+    /// event the old generation received are gone (a restart never reuses
+    /// an answer given to the previous generation, such as a confirmation).
+    fn restart_from(
+        &self,
+        rec: &mut InstanceRecord,
+        seq: u32,
+        now: i64,
+    ) -> Result<(), CommandError> {
+        self.journal.truncate_from(seq)?;
+        self.journal.clear_events()?;
+        // New entries take revisions above what remains; what is mirrored is
+        // exactly what remains.
+        rec.mirrored_rev = self
+            .journal
+            .entries()?
+            .iter()
+            .map(|e| e.rev)
+            .max()
+            .unwrap_or(0);
+        rec.status = Status::Queued;
+        rec.started_ms = None;
+        rec.wake_at_ms = Some(now);
+        rec.finished_ms = None;
+        rec.reason = None;
+        rec.error_tag = None;
+        rec.error_message = None;
+        rec.output = None;
+        rec.passes = 0;
+        rec.clean_passes = 0;
+        rec.generation += 1;
+        Ok(())
     }
 
     /// The instance's record, if it exists here.

@@ -136,6 +136,9 @@ pub trait JournalStore {
     fn put_entry(&self, entry: &Entry) -> Result<(), StoreError>;
     /// Removes entries from `seq` on (restart from a step).
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError>;
+    /// Drops every event, consumed or pending (a restart starts with an
+    /// empty inbox).
+    fn clear_events(&self) -> Result<(), StoreError>;
     fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError>;
     /// How many durable calls are journaled (without reading their values).
     fn entry_count(&self) -> Result<u32, StoreError>;

@@ -19,7 +19,8 @@ pub use config::{Backoff, StepConfig};
 pub use context::{Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
 pub use executor::{
-    Command, CommandError, CreateRequest, Created, Engine, PassResult, RunOutcome, RunRegistry,
+    Command, CommandError, CreateRequest, Created, Engine, PassResult, RestartRequest, RunOutcome,
+    RunRegistry,
 };
 pub use id::InstanceId;
 pub use status::Status;

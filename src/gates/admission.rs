@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{POOL_CAPACITY_MAX, SLOT_TTL_MS};
 use crate::stmt;
-use crate::store::sql::{decode, Database, StoreError};
+use crate::store::sql::{decode, Database, Stmt, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AdmissionOutcome {
@@ -105,25 +105,42 @@ pub async fn heartbeat(
     holder: &str,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let changes = db
-        .run(stmt!(
-            "UPDATE pool_slots SET heartbeat_ms = MAX(heartbeat_ms, ?3) \
-             WHERE pool = ?1 AND holder = ?2 AND state = 'admitted'",
-            pool,
-            holder,
-            now_ms,
-        ))
-        .await?;
-    Ok(changes == 1)
+    Ok(db.run(heartbeat_stmt(pool, holder, now_ms)).await? == 1)
 }
 
-/// Gives the slot (or the place in line) back; a replay is a no-op.
-pub async fn release(db: &dyn Database, pool: &str, holder: &str) -> Result<(), StoreError> {
-    db.run(stmt!(
-        "DELETE FROM pool_slots WHERE pool = ?1 AND holder = ?2",
+/// The heartbeat as a statement, for a holder that beats all it holds in
+/// one batch; one change when the slot is still admitted.
+pub fn heartbeat_stmt(pool: &str, holder: &str, now_ms: i64) -> Stmt {
+    stmt!(
+        "UPDATE pool_slots SET heartbeat_ms = MAX(heartbeat_ms, ?3) \
+         WHERE pool = ?1 AND holder = ?2 AND state = 'admitted'",
         pool,
-        holder
-    ))
-    .await?;
-    Ok(())
+        holder,
+        now_ms,
+    )
+}
+
+/// Gives the slot (or the place in line) back. Returns the oldest holder
+/// still queued for the pool, to wake now (a push handoff; its own poll is
+/// the fallback). A replay deletes nothing and names nobody.
+pub async fn release(
+    db: &dyn Database,
+    pool: &str,
+    holder: &str,
+) -> Result<Option<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct Next {
+        next: Option<String>,
+    }
+    let rows: Vec<Next> = decode(
+        db.all(stmt!(
+            "DELETE FROM pool_slots WHERE pool = ?1 AND holder = ?2 \
+             RETURNING (SELECT q.holder FROM pool_slots q WHERE q.pool = ?1 AND q.state = 'queued' \
+               AND q.holder <> ?2 ORDER BY q.seq LIMIT 1) AS next",
+            pool,
+            holder
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().next().and_then(|r| r.next))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::LEASE_TTL_MS;
 use crate::stmt;
-use crate::store::sql::{decode, Database, StoreError};
+use crate::store::sql::{decode, Database, Stmt, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LeaseOutcome {
@@ -93,17 +93,31 @@ pub async fn heartbeat(
     holder: &str,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let changes = db
-        .run(stmt!(
-            "UPDATE container_leases SET heartbeat_ms = MAX(heartbeat_ms, ?3), \
-               expires_ms = MAX(expires_ms, ?4) WHERE sandbox_id = ?1 AND holder = ?2",
-            sandbox_id,
-            holder,
-            now_ms,
-            now_ms.saturating_add(LEASE_TTL_MS),
-        ))
-        .await?;
-    Ok(changes == 1)
+    Ok(db.run(heartbeat_stmt(sandbox_id, holder, now_ms)).await? == 1)
+}
+
+/// The heartbeat as a statement, for a holder that beats all it holds in
+/// one batch; one change when the lease is still the holder's.
+pub fn heartbeat_stmt(sandbox_id: &str, holder: &str, now_ms: i64) -> Stmt {
+    stmt!(
+        "UPDATE container_leases SET heartbeat_ms = MAX(heartbeat_ms, ?3), \
+           expires_ms = MAX(expires_ms, ?4) WHERE sandbox_id = ?1 AND holder = ?2",
+        sandbox_id,
+        holder,
+        now_ms,
+        now_ms.saturating_add(LEASE_TTL_MS),
+    )
+}
+
+/// Frees a sandbox whatever its holder: for the instance that owns the
+/// sandbox, once it ended (every generation's lease goes).
+pub async fn release_sandbox(db: &dyn Database, sandbox_id: &str) -> Result<(), StoreError> {
+    db.run(stmt!(
+        "DELETE FROM container_leases WHERE sandbox_id = ?1",
+        sandbox_id
+    ))
+    .await?;
+    Ok(())
 }
 
 /// Gives the sandbox back; never touches another holder's lease, and a

@@ -10,8 +10,10 @@
 //! operation is safe to replay.
 
 pub mod admission;
+pub mod fence;
 pub mod lease;
 pub mod policy;
 pub mod serial;
+pub mod sweep;
 
 pub use policy::{Current, QueuePolicy, SkipReason};

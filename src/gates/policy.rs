@@ -80,9 +80,9 @@ pub struct QueuePolicy {
     pub supersede: bool,
     /// A waiter queued longer than this behind a live holder times out.
     pub queued_timeout_ms: i64,
-    /// When set, an arrival supersedes only waiters older than this; a
-    /// younger waiter is superseded at its own claim once it has aged past it
-    /// and a newer live waiter exists.
+    /// When set, an arrival supersedes only waiters older than this (the
+    /// queue-policy seed: the age rule applies when a new deployment is
+    /// enqueued, never later at a waiter's claim).
     pub supersede_after_ms: Option<i64>,
     /// Carried for the engine, which enforces it as a wait with a timeout and
     /// records [`SkipReason::ConfirmationTimeout`].
@@ -203,26 +203,12 @@ impl QueuePolicy {
     }
 
     /// Whether a waiter, at its claim, yields to a newer non-imperative
-    /// execution: one that already took the group (so running this older
-    /// revision now would undo it), or a live newer waiter once this one has
-    /// aged past `supersede_after`. Only with supersede on; imperative work
-    /// is exempt on both sides.
-    pub fn yields_at_claim(
-        &self,
-        waiter: &WaiterFacts<'_>,
-        newer: &NewerFacts,
-        now_ms: i64,
-    ) -> bool {
-        if !self.supersede || waiter.imperative || newer.imperative {
-            return false;
-        }
-        if newer.has_claimed {
-            return true;
-        }
-        match self.supersede_after_before_ms(now_ms) {
-            Some(before) => newer.live_waiter && waiter.arrived_ms < before,
-            None => false,
-        }
+    /// execution that already took the group: running this older revision
+    /// now would undo it. Only with supersede on; imperative work is exempt
+    /// on both sides. (Supersede-after does not apply here: the seed ages
+    /// waiters only when a new one is enqueued.)
+    pub fn yields_at_claim(&self, waiter: &WaiterFacts<'_>, newer: &NewerFacts) -> bool {
+        self.supersede && !waiter.imperative && !newer.imperative && newer.has_claimed
     }
 }
 
@@ -258,8 +244,6 @@ pub struct NewerFacts {
     pub imperative: bool,
     /// It holds or has held the group.
     pub has_claimed: bool,
-    /// It is waiting and polled within `WAITER_STALE_MS`.
-    pub live_waiter: bool,
 }
 
 impl ArrivalRule {

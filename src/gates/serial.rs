@@ -20,10 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{
     GROUPS_LISTED_MAX, HOLDER_STALE_MS, RECENT_SKIPS_LISTED_MAX, SKIP_ALL_MAX, WAITERS_LISTED_MAX,
-    WAITER_STALE_MS,
 };
 use crate::stmt;
-use crate::store::sql::{decode, Database, StoreError};
+use crate::store::sql::{decode, Database, Stmt, StoreError};
 
 use super::policy::{ArrivalRule, Current, QueuePolicy, SkipReason};
 
@@ -77,6 +76,8 @@ impl RowState {
 #[derive(Debug, Clone)]
 pub struct Arrival<'a> {
     pub group: &'a str,
+    /// Its gate id: the instance id, with the generation after a restart
+    /// (`execution_id_of`).
     pub execution_id: &'a str,
     /// The revision it would ship (a full sha).
     pub revision: &'a str,
@@ -157,12 +158,13 @@ pub enum ClaimOutcome {
 /// SQLite materializes a SELECT that reads the table it inserts into before
 /// inserting, so the NOT EXISTS sees the table as it was.
 /// ?1 group, ?2 execution, ?3 revision, ?4 now, ?5 imperative, ?6 rule
-/// ('not_current' | 'older' | 'none'), ?7 current revision, ?8 arrived before.
+/// ('not_current' | 'older' | 'none'), ?7 current revision, ?8 arrived
+/// before, ?9 instance.
 const ENQUEUE_SQL: &str = "\
-INSERT INTO serial_queue (group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms) \
-SELECT ?1, ?2, ?3, ?5, 'waiting', ?4, ?4, ?4 \
+INSERT INTO serial_queue (group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, instance_id) \
+SELECT ?1, ?2, ?3, ?5, 'waiting', ?4, ?4, ?4, ?9 \
 UNION ALL \
-SELECT group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms \
+SELECT group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, instance_id \
 FROM serial_queue \
 WHERE group_key = ?1 AND state = 'waiting' AND imperative = 0 \
   AND NOT EXISTS (SELECT 1 FROM serial_queue m WHERE m.group_key = ?1 AND m.execution_id = ?2) \
@@ -176,8 +178,8 @@ RETURNING execution_id, revision, state";
 /// touches no other row.
 const ENQUEUE_NOT_CURRENT_SQL: &str = "\
 INSERT INTO serial_queue (group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, \
-  superseded_by, skipped_reason, updated_ms) \
-VALUES (?1, ?2, ?3, 0, 'skipped', ?4, ?4, ?5, 'not_current', ?4) \
+  superseded_by, skipped_reason, updated_ms, instance_id) \
+VALUES (?1, ?2, ?3, 0, 'skipped', ?4, ?4, ?5, 'not_current', ?4, ?6) \
 ON CONFLICT (group_key, execution_id) DO NOTHING \
 RETURNING execution_id";
 
@@ -231,6 +233,7 @@ pub async fn enqueue(
                 arrival.revision,
                 now_ms,
                 current.as_str(),
+                instance_of(arrival.execution_id),
             ))
             .await?;
         if !rows.is_empty() {
@@ -258,6 +261,7 @@ pub async fn enqueue(
             mode,
             current,
             arrived_before_ms,
+            instance_of(arrival.execution_id),
         ))
         .await?,
     )?;
@@ -330,8 +334,20 @@ async fn read_state(
 
 // SQL fragments of the claim, shared so each condition is written once.
 // `m` is the claimant's row. ?1 group, ?2 claimant, ?3 now, ?4 holder stale
-// before, ?5 timed out before, ?6 waiter stale before, ?7 supersede (0/1),
-// ?8 supersede-after: arrived before (NULL when unset).
+// before, ?5 timed out before, ?6 supersede (0/1).
+
+/// A row's instance is live: queued, running or waiting (a paused or
+/// finished instance blocks nobody: it cannot take a turn it is handed).
+/// `$row` names the serial_queue row.
+macro_rules! instance_live {
+    ($row:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM executions e WHERE e.id = ",
+            $row,
+            ".instance_id AND e.status IN ('queued','running','waiting'))"
+        )
+    };
+}
 
 /// A holder other than the claimant that heartbeated within HOLDER_STALE_MS.
 macro_rules! live_holder {
@@ -341,25 +357,28 @@ macro_rules! live_holder {
     };
 }
 
-/// An older waiter that polled within WAITER_STALE_MS: it claims first (FIFO).
+/// An older waiter whose instance is live: it claims first (FIFO).
 macro_rules! live_older_waiter {
     () => {
-        "EXISTS (SELECT 1 FROM serial_queue w WHERE w.group_key = ?1 AND w.state = 'waiting' \
-         AND w.seq < m.seq AND w.heartbeat_ms >= ?6)"
+        concat!(
+            "EXISTS (SELECT 1 FROM serial_queue w WHERE w.group_key = ?1 AND w.state = 'waiting' \
+             AND w.seq < m.seq AND ",
+            instance_live!("w"),
+            ")"
+        )
     };
 }
 
 /// The newest newer non-imperative row the claimant yields to
-/// (`QueuePolicy::yields_at_claim`): one that has held the group, or a live
-/// waiter once the claimant aged past supersede-after. NULL when none.
+/// (`QueuePolicy::yields_at_claim`): one that has held the group, so running
+/// this older revision now would undo it. NULL when none.
 macro_rules! winner {
     ($col:literal) => {
         concat!(
             "(SELECT n.",
             $col,
             " FROM serial_queue n WHERE n.group_key = ?1 AND n.seq > m.seq AND n.imperative = 0 \
-             AND ?7 = 1 AND m.imperative = 0 \
-             AND (n.claimed_ms IS NOT NULL OR (n.state = 'waiting' AND n.heartbeat_ms >= ?6 AND m.arrived_ms < ?8)) \
+             AND ?6 = 1 AND m.imperative = 0 AND n.claimed_ms IS NOT NULL \
              ORDER BY n.seq DESC LIMIT 1)"
         )
     };
@@ -420,7 +439,9 @@ const CLAIM_SQL: &str = concat!(
        (SELECT h.heartbeat_ms FROM serial_queue h WHERE h.group_key = ?1 AND h.state = 'holding' \
           AND h.execution_id <> ?2 LIMIT 1) AS holder_heartbeat_ms, \
        (SELECT COUNT(*) FROM serial_queue w WHERE w.group_key = ?1 AND w.state = 'waiting' \
-          AND w.seq < serial_queue.seq AND w.heartbeat_ms >= ?6) AS waiters_ahead"
+          AND w.seq < serial_queue.seq AND \
+          EXISTS (SELECT 1 FROM executions e WHERE e.id = w.instance_id \
+            AND e.status IN ('queued','running','waiting'))) AS waiters_ahead"
 );
 
 #[derive(Deserialize)]
@@ -436,9 +457,9 @@ struct ClaimRow {
     waiters_ahead: i64,
 }
 
-/// Tries to take the group; a waiter calls it every `SERIAL_POLL_MS`. Each
-/// call is the waiter's sign of life, and applies the queued timeout and the
-/// supersede-after ageing to this waiter. One round trip.
+/// Tries to take the group; a waiter calls it on arrival and each time it is
+/// woken (a handoff, the sweep, its queued-timeout deadline). It applies
+/// the queued timeout to this waiter. One round trip.
 pub async fn claim(
     db: &dyn Database,
     group: &str,
@@ -454,9 +475,7 @@ pub async fn claim(
             now_ms,
             now_ms.saturating_sub(HOLDER_STALE_MS),
             policy.timed_out_before_ms(now_ms),
-            now_ms.saturating_sub(WAITER_STALE_MS),
             i64::from(policy.supersede),
-            policy.supersede_after_before_ms(now_ms),
         ))
         .await?,
     )?;
@@ -507,22 +526,25 @@ pub async fn heartbeat(
     execution_id: &str,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let changes = db
-        .run(stmt!(
-            "UPDATE serial_queue SET heartbeat_ms = MAX(heartbeat_ms, ?3), updated_ms = ?3 \
-             WHERE group_key = ?1 AND execution_id = ?2 AND state = 'holding'",
-            group,
-            execution_id,
-            now_ms,
-        ))
-        .await?;
-    Ok(changes == 1)
+    Ok(db.run(heartbeat_stmt(group, execution_id, now_ms)).await? == 1)
+}
+
+/// The heartbeat as a statement, for a holder that beats all it holds in
+/// one batch; one change when it still holds the group.
+pub fn heartbeat_stmt(group: &str, execution_id: &str, now_ms: i64) -> Stmt {
+    stmt!(
+        "UPDATE serial_queue SET heartbeat_ms = MAX(heartbeat_ms, ?3), updated_ms = ?3 \
+         WHERE group_key = ?1 AND execution_id = ?2 AND state = 'holding'",
+        group,
+        execution_id,
+        now_ms,
+    )
 }
 
 /// Leaves the group on any exit path (a waiter withdraws the same way).
 /// Returns the live waiter to wake now, if the group is free (a push
-/// handoff; the waiter's own poll is the fallback). A replay changes
-/// nothing and names the same waiter. One round trip.
+/// handoff; the sweep is the fallback). A replay changes nothing and names
+/// the same waiter. One round trip.
 pub async fn release(
     db: &dyn Database,
     group: &str,
@@ -540,13 +562,13 @@ pub async fn release(
                updated_ms = CASE WHEN state IN ('holding','waiting') THEN ?3 ELSE updated_ms END \
              WHERE group_key = ?1 AND execution_id = ?2 \
              RETURNING (SELECT w.execution_id FROM serial_queue w WHERE w.group_key = ?1 AND w.state = 'waiting' \
-                AND w.heartbeat_ms >= ?4 \
+                AND EXISTS (SELECT 1 FROM executions e WHERE e.id = w.instance_id \
+                  AND e.status IN ('queued','running','waiting')) \
                 AND NOT EXISTS (SELECT 1 FROM serial_queue h WHERE h.group_key = ?1 AND h.state = 'holding') \
                 ORDER BY w.seq LIMIT 1) AS next",
             group,
             execution_id,
             now_ms,
-            now_ms.saturating_sub(WAITER_STALE_MS),
         ))
         .await?,
     )?;
@@ -702,9 +724,9 @@ pub enum WaitReason {
     /// Nothing blocks it: it takes the group at its next poll (taking over
     /// a stale holder if one is named).
     NextToClaim { takes_over: Option<String> },
-    /// It has not polled within `WAITER_STALE_MS` (its execution is dead or
-    /// paused): it blocks nobody until it polls again.
-    NotPolling,
+    /// Its instance is paused (or already finished): it blocks nobody and
+    /// is not handed the group until it runs again.
+    InstanceNotLive,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -758,6 +780,8 @@ pub struct GroupView {
 #[derive(Deserialize)]
 struct FullRow {
     execution_id: String,
+    /// 1 when the row's instance is queued, running or waiting.
+    instance_live: i64,
     revision: String,
     imperative: i64,
     state: String,
@@ -781,12 +805,14 @@ pub async fn explain(
     let rows: Vec<FullRow> = decode(
         db.all(stmt!(
             "SELECT * FROM (SELECT execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
-                superseded_by, skipped_reason, ended_by, updated_ms FROM serial_queue \
+                superseded_by, skipped_reason, ended_by, updated_ms, \
+                EXISTS (SELECT 1 FROM executions e WHERE e.id = serial_queue.instance_id \
+                  AND e.status IN ('queued','running','waiting')) AS instance_live FROM serial_queue \
                 WHERE group_key = ?1 AND state IN ('holding','waiting') \
                 ORDER BY state = 'holding' DESC, seq LIMIT ?2) \
              UNION ALL \
              SELECT * FROM (SELECT execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
-                superseded_by, skipped_reason, ended_by, updated_ms FROM serial_queue \
+                superseded_by, skipped_reason, ended_by, updated_ms, 0 AS instance_live FROM serial_queue \
                 WHERE group_key = ?1 AND state IN ('superseded','timed_out','skipped','stale') \
                 ORDER BY updated_ms DESC, seq DESC LIMIT ?3)",
             group,
@@ -796,7 +822,6 @@ pub async fn explain(
         .await?,
     )?;
     let holder_stale_before = now_ms.saturating_sub(HOLDER_STALE_MS);
-    let waiter_stale_before = now_ms.saturating_sub(WAITER_STALE_MS);
     let mut view = GroupView {
         group: group.to_owned(),
         holder: None,
@@ -824,9 +849,9 @@ pub async fn explain(
                     continue;
                 }
                 let live_holder = view.holder.as_ref().filter(|h| !h.stale);
-                let polling = r.heartbeat_ms >= waiter_stale_before;
-                let why = if !polling {
-                    WaitReason::NotPolling
+                let live = r.instance_live != 0;
+                let why = if !live {
+                    WaitReason::InstanceNotLive
                 } else if let Some(ahead) = &live_waiter_ahead {
                     WaitReason::BehindWaiter {
                         execution_id: ahead.clone(),
@@ -847,7 +872,7 @@ pub async fn explain(
                         .saturating_sub(now_ms)
                         .max(0)
                 });
-                if polling {
+                if live {
                     live_waiter_ahead = Some(r.execution_id.clone());
                 }
                 view.waiters.push(ExplainedWaiter {

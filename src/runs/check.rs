@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use crate::engine::{Ctx, RunError, RunOutcome};
 
 use super::command::{run_command, CommandResult, CommandSpec};
-use super::config::command_timeout_ms;
+use super::config::{command_timeout_ms, CheckConfig};
+use super::gate::{self, with_gates, Gates, Held};
 use super::report::{reported, CheckTarget, Verdict};
 use super::triggers::CheckInput;
 use super::{configured, Configured, RunEnv};
@@ -28,28 +29,46 @@ pub async fn run(
         Configured::Run(check) => check,
         Configured::Done(outcome) => return Ok(outcome),
     };
-    reported(ctx, env, &target, || async {
-        let timeout_ms = command_timeout_ms(check.timeout.as_deref())
-            .map_err(|m| RunError::InvalidInput { message: m })?;
-        let mut vars = BTreeMap::new();
-        vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
-        vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
-        vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
-        let spec = CommandSpec {
-            step: "run check command",
-            repo_url: &input.clone_url,
-            sha: &input.sha,
-            installation_id: input.installation_id,
-            command: &check.command,
-            timeout_ms,
-            env: vars,
-            secret_env: Vec::new(),
-            beat: None,
-        };
-        let result = run_command(ctx, env, &spec).await?;
-        Ok(verdict_of(&check.command, &result))
+    // Checks serialize nothing, but pass admission and the sandbox lease
+    // like every run that touches a sandbox.
+    let gates = Gates {
+        serial: None,
+        pool: gate::POOL,
+    };
+    reported(ctx, env, &target, || {
+        with_gates(ctx, env, &gates, |held| {
+            check_held(ctx, env, input, &check, held)
+        })
     })
     .await
+}
+
+async fn check_held(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    check: &CheckConfig,
+    held: Held<'_>,
+) -> Result<Verdict, RunError> {
+    let timeout_ms = command_timeout_ms(check.timeout.as_deref())
+        .map_err(|m| RunError::InvalidInput { message: m })?;
+    let mut vars = BTreeMap::new();
+    vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
+    vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
+    vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
+    let spec = CommandSpec {
+        step: "run check command",
+        repo_url: &input.clone_url,
+        sha: &input.sha,
+        installation_id: input.installation_id,
+        command: &check.command,
+        timeout_ms,
+        env: vars,
+        secret_env: Vec::new(),
+        held: &held,
+    };
+    let result = run_command(ctx, env, &spec).await?;
+    Ok(verdict_of(&check.command, &result))
 }
 
 /// Maps a command's end to a verdict, with the log tail in the summary.

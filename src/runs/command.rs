@@ -1,19 +1,26 @@
-//! Running a command in the sandbox as ONE replay-safe step: ensure the
+//! Running a command in the sandbox as replay-safe steps: ensure the
 //! workspace, start a detached process keyed by the instance, wait for it,
 //! store the log. A replayed attempt (the Worker died mid-step) finds the
 //! process it started instead of starting another (ADR-0001 rule 2); a
 //! workspace lost with its container is checked out again inside the
-//! retried step (rule 5).
+//! retried step (rule 5). Every spawn passes the gates' fence first
+//! (`gate::Held::fence`): it is recorded, and refused when the execution
+//! lost its group or another process of the group or sandbox still runs.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Backoff, Ctx, InstanceId, RunError, StepConfig, StepFailure};
-use crate::limits::{LOG_TAIL_BYTES_MAX, LOG_TAIL_LINES_MAX, PROCESS_POLL_MS};
-use crate::sandbox::{Checkout, ProcessSpec, ProcessState, SandboxError};
+use crate::gates::fence::{self, Blocker, FenceOutcome};
+use crate::limits::{
+    COMMAND_TIMEOUT_MS_MAX, LOG_TAIL_BYTES_MAX, LOG_TAIL_LINES_MAX, PASS_DURATION_MS_MAX,
+    PROCESS_POLL_MS,
+};
+use crate::sandbox::{Checkout, ProcessSpec, ProcessState, ProcessStatus, SandboxError};
 use crate::secret::{redact, Secret};
 
+use super::gate::{Held, TAG_GROUP_LOST};
 use super::RunEnv;
 
 /// Retries of the command step: infrastructure faults (agent unreachable,
@@ -22,8 +29,8 @@ const COMMAND_STEP_RETRIES: u32 = 2;
 const COMMAND_STEP_RETRY_DELAY_MS: i64 = 2_000;
 /// Time a command step may take beyond its wait: checkout and log upload.
 const COMMAND_STEP_MARGIN_MS: i64 = 3 * 60 * 1000;
-/// How long one step waits for a running command: with the margin, well
-/// inside the 15 minutes one Durable Object alarm invocation may run.
+/// How long one step waits for a running command (or for the process that
+/// blocks its fence): with the margin, inside one pass's budget.
 const COMMAND_STEP_WAIT_MS: i64 = 10 * 60 * 1000;
 /// Long-polls in one step.
 const POLLS_PER_STEP: i64 = COMMAND_STEP_WAIT_MS / PROCESS_POLL_MS;
@@ -32,16 +39,13 @@ const POLLS_PER_STEP: i64 = COMMAND_STEP_WAIT_MS / PROCESS_POLL_MS;
 const COMMAND_ROUNDS_EXTRA: i64 = 2;
 /// The pause between rounds: it only ends the pass (a new invocation).
 const COMMAND_RESUME_MS: i64 = 1_000;
+/// A process is certainly ended this long after its timeout: the agent
+/// kills its group at the timeout and reaps for 5 s; the rest is clock skew
+/// between the Worker and the sandbox.
+const PROCESS_DEADLINE_MARGIN_MS: i64 = 60_000;
 
-const _: () = assert!(COMMAND_STEP_WAIT_MS + COMMAND_STEP_MARGIN_MS < 15 * 60 * 1000);
+const _: () = assert!(COMMAND_STEP_WAIT_MS + COMMAND_STEP_MARGIN_MS <= PASS_DURATION_MS_MAX);
 const _: () = assert!(POLLS_PER_STEP >= 1);
-
-/// Called between a running command's long-polls (every 20 s): a holder
-/// heartbeats what it holds through the whole command.
-#[async_trait::async_trait(?Send)]
-pub trait Beat {
-    async fn beat(&self);
-}
 
 pub struct CommandSpec<'a> {
     /// The step's name; also names the log.
@@ -54,7 +58,8 @@ pub struct CommandSpec<'a> {
     pub env: BTreeMap<String, String>,
     /// Exported to the command, scrubbed from its log, never journaled.
     pub secret_env: Vec<(String, Secret)>,
-    pub beat: Option<&'a dyn Beat>,
+    /// The gates the run holds: every spawn is fenced by them.
+    pub held: &'a Held<'a>,
 }
 
 /// What the step journals: never the full log, never a secret.
@@ -77,17 +82,22 @@ fn sandbox_failure(tag: &str, e: SandboxError) -> StepFailure {
     }
 }
 
+fn store_failure(e: crate::store::StoreError) -> StepFailure {
+    StepFailure::retryable("Gate", e.to_string())
+}
+
+/// The sandbox process id of a command step in this generation: fresh
+/// after a restart, the same on every replay.
+pub fn process_id(instance_id: &str, step: &str, generation: u32) -> InstanceId {
+    InstanceId::from_key(&format!("{instance_id}:{step}:g{generation}"))
+}
+
 pub async fn run_command(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
 ) -> Result<CommandResult, RunError> {
-    let process_id = InstanceId::from_key(&format!(
-        "{}:{}:g{}",
-        ctx.instance_id(),
-        spec.step,
-        ctx.generation()
-    ));
+    let process_id = process_id(ctx.instance_id(), spec.step, ctx.generation());
     let workspace = ctx.instance_id().to_owned();
     let log_key = format!(
         "logs/{}/{}.log",
@@ -101,17 +111,22 @@ pub async fn run_command(
             Backoff::Exponential,
         )
         .timeout_ms(COMMAND_STEP_WAIT_MS + COMMAND_STEP_MARGIN_MS);
-    let (pid, ws, key) = (process_id.as_str(), workspace.as_str(), log_key.as_str());
+    let ids = Ids {
+        pid: process_id.as_str(),
+        ws: workspace.as_str(),
+        log_key: log_key.as_str(),
+    };
     // A long command spans several steps: each observes (or starts) the
     // process and waits at most COMMAND_STEP_WAIT_MS, then the run sleeps a
-    // moment, ending the pass, so no pass outlives the platform's limit on
-    // one invocation.
-    let rounds_max = spec.timeout_ms / COMMAND_STEP_WAIT_MS + COMMAND_ROUNDS_EXTRA;
+    // moment, ending the pass. A fence blocked by another process waits the
+    // same way, for at most that process's own timeout.
+    let rounds_max =
+        (spec.timeout_ms + COMMAND_TIMEOUT_MS_MAX) / COMMAND_STEP_WAIT_MS + COMMAND_ROUNDS_EXTRA;
     for _ in 0..rounds_max {
-        let progress = command_round(ctx, env, spec, cfg, pid, ws, key).await?;
+        let progress = command_round(ctx, env, spec, cfg, &ids).await?;
         match progress {
             Progress::Finished(result) => return Ok(result),
-            Progress::Running => {
+            Progress::Running | Progress::Blocked => {
                 ctx.sleep("command still running", COMMAND_RESUME_MS)
                     .await?
             }
@@ -129,11 +144,20 @@ pub async fn run_command(
     })
 }
 
+struct Ids<'a> {
+    pid: &'a str,
+    ws: &'a str,
+    log_key: &'a str,
+}
+
 /// One round of a command, as one replay-safe step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "progress", rename_all = "snake_case")]
 enum Progress {
     Running,
+    /// Another execution's process still runs in the group or sandbox: the
+    /// fence stays shut until it ends.
+    Blocked,
     Finished(CommandResult),
 }
 
@@ -142,60 +166,156 @@ async fn command_round(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
     cfg: StepConfig,
-    pid: &str,
-    ws: &str,
-    key: &str,
+    ids: &Ids<'_>,
 ) -> Result<Progress, RunError> {
+    let sandbox = spec.held.sandbox_id;
     ctx.step(spec.step, cfg, |_attempt| async move {
         let state = match env
             .sandbox
-            .process(pid, 0)
+            .process(sandbox, ids.pid, 0)
             .await
             .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
         {
             Some(state) => state,
-            None => {
-                ensure_workspace(env, spec, ws).await?;
-                let mut all_env = spec.env.clone();
-                for (k, v) in &spec.secret_env {
-                    all_env.insert(k.clone(), v.expose().clone());
-                }
-                let p = ProcessSpec {
-                    id: pid,
-                    workspace: ws,
-                    command: spec.command,
-                    timeout_ms: spec.timeout_ms,
-                    env: all_env,
-                };
-                env.sandbox
-                    .start(&p)
-                    .await
-                    .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
-            }
+            None => match start_fenced(env, spec, ids).await? {
+                Some(state) => state,
+                None => return Ok(Progress::Blocked),
+            },
         };
-        let Some(state) = wait_for_exit(env, pid, state, spec.beat).await? else {
+        let Some(state) = wait_for_exit(env, sandbox, ids.pid, state).await? else {
             return Ok(Progress::Running);
         };
-        let secrets: Vec<&str> = spec
-            .secret_env
-            .iter()
-            .map(|(_, v)| v.expose().as_str())
-            .collect();
-        let log = redact(&state.output, &secrets);
-        env.blobs
-            .put_text(key, &log)
+        fence::ended(env.db, ids.pid, env.clock.now_ms())
             .await
-            .map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
-        Ok(Progress::Finished(CommandResult {
-            exit_code: state.exit_code,
-            timed_out: state.status == "timed_out",
-            tail: tail(&log),
-            log_key: key.to_owned(),
-            output_bytes: state.output_bytes,
-            duration_ms: state.duration_ms,
-        }))
+            .map_err(store_failure)?;
+        finished(env, spec, ids, state)
+            .await
+            .map(Progress::Finished)
     })
     .await
+}
+
+/// Stores the redacted log and says how the command ended.
+async fn finished(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ids: &Ids<'_>,
+    state: ProcessState,
+) -> Result<CommandResult, StepFailure> {
+    let secrets: Vec<&str> = spec
+        .secret_env
+        .iter()
+        .map(|(_, v)| v.expose().as_str())
+        .collect();
+    let log = redact(&state.output, &secrets);
+    env.blobs
+        .put_text(ids.log_key, &log)
+        .await
+        .map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
+    Ok(CommandResult {
+        exit_code: state.exit_code,
+        timed_out: state.status == ProcessStatus::TimedOut,
+        tail: tail(&log),
+        log_key: ids.log_key.to_owned(),
+        output_bytes: state.output_bytes,
+        duration_ms: state.duration_ms,
+    })
+}
+
+/// Passes the fence, then checks out and starts the process. None while
+/// another process blocks the fence (after waiting for it within this
+/// step); a lost group fails the step for good.
+async fn start_fenced(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ids: &Ids<'_>,
+) -> Result<Option<ProcessState>, StepFailure> {
+    let deadline_ms =
+        env.clock.now_ms() + spec.timeout_ms + COMMAND_STEP_MARGIN_MS + PROCESS_DEADLINE_MARGIN_MS;
+    // Each pass of the loop either spawns, fails, or sees a blocker end.
+    for _ in 0..FENCE_ATTEMPTS_MAX {
+        let now = env.clock.now_ms();
+        match spec
+            .held
+            .fence(env.db, ids.pid, deadline_ms.max(now), now)
+            .await
+            .map_err(store_failure)?
+        {
+            FenceOutcome::Clear => return spawn(env, spec, ids).await.map(Some),
+            FenceOutcome::Lost => {
+                return Err(StepFailure::fatal(
+                    TAG_GROUP_LOST,
+                    "this execution no longer holds its group: it must not start a command",
+                ))
+            }
+            FenceOutcome::Blocked(b) => {
+                if !wait_for_blocker(env, &b).await? {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Fences one step retries: a blocker that ends lets the next fence pass,
+/// unless a further process (another generation) blocks too.
+const FENCE_ATTEMPTS_MAX: u32 = 4;
+
+/// Long-polls the process that blocks a fence (in its own sandbox) for at
+/// most one step's wait. True once it is known to have ended (then it is
+/// marked so); false while it may still run (or its sandbox does not answer:
+/// its deadline bounds that).
+async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFailure> {
+    for _ in 0..POLLS_PER_STEP {
+        let ended = match env
+            .sandbox
+            .process(&b.sandbox_id, &b.process_id, PROCESS_POLL_MS)
+            .await
+        {
+            Ok(None) => true,
+            Ok(Some(state)) => state.finished(),
+            // An unreachable sandbox answers at once: wait as a poll would.
+            Err(_) => {
+                env.clock.sleep(PROCESS_POLL_MS).await;
+                false
+            }
+        };
+        if ended {
+            fence::ended(env.db, &b.process_id, env.clock.now_ms())
+                .await
+                .map_err(store_failure)?;
+            return Ok(true);
+        }
+        if env.clock.now_ms() >= b.deadline_ms {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+async fn spawn(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ids: &Ids<'_>,
+) -> Result<ProcessState, StepFailure> {
+    let sandbox = spec.held.sandbox_id;
+    ensure_workspace(env, spec, ids.ws).await?;
+    let mut all_env = spec.env.clone();
+    for (k, v) in &spec.secret_env {
+        all_env.insert(k.clone(), v.expose().clone());
+    }
+    let p = ProcessSpec {
+        id: ids.pid,
+        workspace: ids.ws,
+        command: spec.command,
+        timeout_ms: spec.timeout_ms,
+        env: all_env,
+    };
+    env.sandbox
+        .start(sandbox, &p)
+        .await
+        .map_err(|e| sandbox_failure("SandboxUnavailable", e))
 }
 
 /// Checks out the commit unless the workspace already holds it (a retried
@@ -205,9 +325,10 @@ async fn ensure_workspace(
     spec: &CommandSpec<'_>,
     ws: &str,
 ) -> Result<(), StepFailure> {
+    let sandbox = spec.held.sandbox_id;
     let state = env
         .sandbox
-        .workspace(ws)
+        .workspace(sandbox, ws)
         .await
         .map_err(|e| sandbox_failure("SandboxUnavailable", e))?;
     if state.exists && state.sha.as_deref() == Some(spec.sha) {
@@ -229,7 +350,7 @@ async fn ensure_workspace(
         token: Some(&token),
     };
     env.sandbox
-        .checkout(&checkout)
+        .checkout(sandbox, &checkout)
         .await
         .map_err(|e| sandbox_failure("CheckoutFailed", e))
 }
@@ -238,20 +359,17 @@ async fn ensure_workspace(
 /// COMMAND_STEP_WAIT_MS; None when it is still running then.
 async fn wait_for_exit(
     env: &RunEnv<'_>,
+    sandbox: &str,
     pid: &str,
     mut state: ProcessState,
-    beat: Option<&dyn Beat>,
 ) -> Result<Option<ProcessState>, StepFailure> {
     for _ in 0..POLLS_PER_STEP {
         if state.finished() {
             return Ok(Some(state));
         }
-        if let Some(b) = beat {
-            b.beat().await;
-        }
         state = env
             .sandbox
-            .process(pid, PROCESS_POLL_MS)
+            .process(sandbox, pid, PROCESS_POLL_MS)
             .await
             .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
             .ok_or_else(|| {

@@ -6,16 +6,18 @@ pub mod check;
 pub mod command;
 pub mod config;
 pub mod deploy;
+pub mod gate;
 pub mod notify;
 pub mod probe;
 pub mod report;
+pub mod sweep;
 pub mod triggers;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::blobs::Blobs;
-use crate::engine::{Ctx, RunError, RunOutcome, RunRegistry, Status};
+use crate::engine::{Clock, Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
 use crate::github::GitHub;
 use crate::sandbox::Sandbox;
 use crate::secret::Secret;
@@ -44,6 +46,9 @@ pub struct NotifyTarget {
 
 /// The services a run may use.
 pub struct RunEnv<'a> {
+    /// Time (and in-process waits) for the run's own logic; the engine's
+    /// steps take time from `Ctx`, the same clock.
+    pub clock: &'a dyn Clock,
     pub github: GitHub<'a>,
     pub sandbox: &'a dyn Sandbox,
     pub blobs: &'a dyn Blobs,
@@ -86,10 +91,17 @@ impl RunRegistry for Registry<'_> {
         }
     }
 
-    async fn finalize(&self, run: &str, instance_id: &str, input: &Value, status: Status) {
-        if run == "deploy" {
-            deploy::finalize(&self.env, instance_id).await;
-        }
+    async fn finalize(
+        &self,
+        run: &str,
+        instance_id: &str,
+        input: &Value,
+        status: Status,
+    ) -> Result<(), String> {
+        let released = match run {
+            "deploy" | "check" => gate::finalize(&self.env, instance_id).await,
+            _ => Ok(()),
+        };
         // A run that ended from outside (terminated while idle, a crash
         // loop) never concluded its check run: conclude it, so it does not
         // block a merge as `in_progress` for ever.
@@ -115,6 +127,15 @@ impl RunRegistry for Registry<'_> {
                 )
                 .await;
             }
+        }
+        released
+    }
+
+    async fn prepare_restart(&self, run: &str, req: &RestartRequest<'_>) -> Result<u32, String> {
+        match run {
+            "deploy" => deploy::prepare_restart(&self.env, req).await,
+            "check" => gate::prepare_restart(&self.env, req).await,
+            _ => Ok(req.from_seq),
         }
     }
 }

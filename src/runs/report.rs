@@ -55,12 +55,14 @@ pub enum Verdict {
         summary: String,
     },
     /// Not done on purpose (superseded, not current), with the reason (none
-    /// for an operator's explicit skip) and the typed tag the instance
-    /// records (`RunSkipped`, ...).
+    /// for an operator's explicit skip), the typed tag the instance records
+    /// (`RunSkipped`, ...) and the newer revision a skip names.
     Skipped {
         reason: Option<String>,
         tag: Option<String>,
         summary: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        newer: Option<String>,
     },
 }
 
@@ -84,6 +86,21 @@ impl Verdict {
             Verdict::InfraFault { .. } => "Sluice could not run this",
             Verdict::Skipped { .. } => "Skipped",
         }
+    }
+
+    /// The same verdict with a paragraph added to its summary.
+    pub fn with_note(mut self, note: String) -> Verdict {
+        match &mut self {
+            Verdict::Passed { summary }
+            | Verdict::Failed { summary }
+            | Verdict::TimedOut { summary }
+            | Verdict::InfraFault { summary }
+            | Verdict::Skipped { summary, .. } => {
+                summary.push_str("\n\n");
+                summary.push_str(&note);
+            }
+        }
+        self
     }
 
     fn summary(&self) -> &str {

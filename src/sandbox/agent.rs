@@ -9,6 +9,14 @@ use crate::secret::Secret;
 
 use super::{Checkout, ProcessSpec, ProcessState, Sandbox, SandboxError, WorkspaceState};
 
+/// Names the sandbox a request is for, for a transport that reaches one
+/// agent per sandbox (`worker_glue::container::ContainerTransport`); the
+/// agent itself ignores it.
+pub const SANDBOX_ID_HEADER: &str = "X-Sluice-Sandbox";
+
+/// The agent's error code for a process id it does not know.
+const PROCESS_NOT_FOUND: &str = "process_not_found";
+
 pub struct AgentSandbox<'a> {
     pub transport: &'a dyn Transport,
     pub base_url: String,
@@ -29,11 +37,15 @@ struct ErrorDetail {
 impl AgentSandbox<'_> {
     async fn call(
         &self,
+        sandbox: &str,
         method: &'static str,
         path: &str,
         body: Option<String>,
     ) -> Result<HttpResponse, SandboxError> {
-        let mut headers = vec![("Content-Type".to_owned(), "application/json".to_owned())];
+        let mut headers = vec![
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            (SANDBOX_ID_HEADER.to_owned(), sandbox.to_owned()),
+        ];
         if let Some(t) = &self.token {
             headers.push(("Authorization".to_owned(), format!("Bearer {}", t.expose())));
         }
@@ -79,7 +91,7 @@ impl AgentSandbox<'_> {
 
 #[async_trait(?Send)]
 impl Sandbox for AgentSandbox<'_> {
-    async fn checkout(&self, req: &Checkout<'_>) -> Result<(), SandboxError> {
+    async fn checkout(&self, sandbox: &str, req: &Checkout<'_>) -> Result<(), SandboxError> {
         let body = json!({
             "workspace": req.workspace,
             "repo_url": req.repo_url,
@@ -87,7 +99,7 @@ impl Sandbox for AgentSandbox<'_> {
             "token": req.token.map(|t| t.expose().as_str()),
         });
         let resp = self
-            .call("POST", "/v1/workspaces", Some(body.to_string()))
+            .call(sandbox, "POST", "/v1/workspaces", Some(body.to_string()))
             .await?;
         if resp.status == 201 || resp.status == 200 {
             return Ok(());
@@ -95,41 +107,78 @@ impl Sandbox for AgentSandbox<'_> {
         Err(Self::error(&resp))
     }
 
-    async fn workspace(&self, workspace: &str) -> Result<WorkspaceState, SandboxError> {
-        let resp = self
-            .call("GET", &format!("/v1/workspaces/{workspace}"), None)
-            .await?;
+    async fn workspace(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+    ) -> Result<WorkspaceState, SandboxError> {
+        let path = format!("/v1/workspaces/{workspace}");
+        let resp = self.call(sandbox, "GET", &path, None).await?;
         if resp.status != 200 {
             return Err(Self::error(&resp));
         }
         Self::decode(&resp)
     }
 
-    async fn start(&self, spec: &ProcessSpec<'_>) -> Result<ProcessState, SandboxError> {
+    async fn start(
+        &self,
+        sandbox: &str,
+        spec: &ProcessSpec<'_>,
+    ) -> Result<ProcessState, SandboxError> {
         let body = serde_json::to_string(spec).map_err(|e| SandboxError {
             code: "bad_request".into(),
             message: e.to_string(),
             status: None,
         })?;
-        let resp = self.call("POST", "/v1/processes", Some(body)).await?;
+        let resp = self
+            .call(sandbox, "POST", "/v1/processes", Some(body))
+            .await?;
         if resp.status == 201 || resp.status == 200 {
             return Self::decode(&resp);
         }
         Err(Self::error(&resp))
     }
 
-    async fn process(&self, id: &str, wait_ms: i64) -> Result<Option<ProcessState>, SandboxError> {
-        let resp = self
-            .call(
-                "GET",
-                &format!("/v1/processes/{id}?wait_ms={wait_ms}"),
-                None,
-            )
-            .await?;
+    async fn process(
+        &self,
+        sandbox: &str,
+        id: &str,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError> {
+        let path = format!("/v1/processes/{id}?wait_ms={wait_ms}");
+        let resp = self.call(sandbox, "GET", &path, None).await?;
+        Self::state_or_unknown(&resp)
+    }
+
+    async fn kill(
+        &self,
+        sandbox: &str,
+        id: &str,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError> {
+        let path = format!("/v1/processes/{id}/kill?wait_ms={wait_ms}");
+        let resp = self.call(sandbox, "POST", &path, None).await?;
+        Self::state_or_unknown(&resp)
+    }
+}
+
+impl AgentSandbox<'_> {
+    /// A process answer: its state, or None when the agent does not know
+    /// the process. Only the agent's own `process_not_found` means that: any
+    /// other 404 (an agent without the endpoint) must not pass for "not
+    /// running".
+    fn state_or_unknown(resp: &HttpResponse) -> Result<Option<ProcessState>, SandboxError> {
         match resp.status {
-            200 => Self::decode(&resp).map(Some),
-            404 => Ok(None),
-            _ => Err(Self::error(&resp)),
+            200 => Self::decode(resp).map(Some),
+            404 => {
+                let e = Self::error(resp);
+                if e.code == PROCESS_NOT_FOUND {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+            _ => Err(Self::error(resp)),
         }
     }
 }

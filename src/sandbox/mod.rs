@@ -2,6 +2,10 @@
 //! and its one implementation: the sandbox agent's HTTP API
 //! (`crates/sandbox-agent`), reached on localhost in development and
 //! through a Cloudflare Container in production.
+//!
+//! Every call names the sandbox it is for (the container id: a run
+//! instance's own id), so a run can also observe or kill a process another
+//! instance left in its own sandbox (a stalled holder's deploy).
 
 pub mod agent;
 
@@ -62,11 +66,22 @@ pub struct ProcessSpec<'a> {
     pub env: BTreeMap<String, String>,
 }
 
+/// A detached process's state, as the agent names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessStatus {
+    Running,
+    Exited,
+    /// Killed by the agent at its timeout.
+    TimedOut,
+    /// Killed on request (`Sandbox::kill`).
+    Killed,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ProcessState {
     pub id: String,
-    /// running | exited | timed_out
-    pub status: String,
+    pub status: ProcessStatus,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub output: String,
@@ -77,17 +92,39 @@ pub struct ProcessState {
 
 impl ProcessState {
     pub fn finished(&self) -> bool {
-        self.status != "running"
+        self.status != ProcessStatus::Running
     }
 }
 
 #[async_trait(?Send)]
 pub trait Sandbox {
-    async fn checkout(&self, req: &Checkout<'_>) -> Result<(), SandboxError>;
-    async fn workspace(&self, workspace: &str) -> Result<WorkspaceState, SandboxError>;
+    async fn checkout(&self, sandbox: &str, req: &Checkout<'_>) -> Result<(), SandboxError>;
+    async fn workspace(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+    ) -> Result<WorkspaceState, SandboxError>;
     /// Starts a detached process, or returns the one already known by id.
-    async fn start(&self, spec: &ProcessSpec<'_>) -> Result<ProcessState, SandboxError>;
+    async fn start(
+        &self,
+        sandbox: &str,
+        spec: &ProcessSpec<'_>,
+    ) -> Result<ProcessState, SandboxError>;
     /// The process's state, long-polling up to `wait_ms` for it to finish.
     /// None when the agent does not know the id (a replaced container).
-    async fn process(&self, id: &str, wait_ms: i64) -> Result<Option<ProcessState>, SandboxError>;
+    async fn process(
+        &self,
+        sandbox: &str,
+        id: &str,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError>;
+    /// Kills the process and everything in its process group, then waits up
+    /// to `wait_ms` for it to exit. The state says whether it did (`finished`);
+    /// None when the agent does not know the id (it is not running there).
+    async fn kill(
+        &self,
+        sandbox: &str,
+        id: &str,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError>;
 }

@@ -174,11 +174,11 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError> {
         self.sql
             .exec("DELETE FROM journal WHERE seq >= ?1", &[Param::from(seq)])?;
-        // Events consumed by removed waits are delivered again on replay.
-        self.sql.exec(
-            "UPDATE events SET consumed_by = NULL WHERE consumed_by >= ?1",
-            &[Param::from(seq)],
-        )?;
+        Ok(())
+    }
+
+    fn clear_events(&self) -> Result<(), StoreError> {
+        self.sql.exec("DELETE FROM events", &[])?;
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use worker::{
 };
 
 use crate::net::{HttpRequest, HttpResponse, Transport};
+use crate::sandbox::agent::SANDBOX_ID_HEADER;
 
 use super::bindings;
 use super::platform::worker_request;
@@ -74,22 +75,29 @@ impl DurableObject for SandboxContainer {
     }
 }
 
-/// Reaches the sandbox agent inside the container of one run instance.
+/// Reaches the sandbox agent inside the container a request names
+/// (`SANDBOX_ID_HEADER`: a run instance's id names its container).
 pub struct ContainerTransport {
     pub env: Env,
-    /// The container's name: the run instance's id.
-    pub sandbox_id: String,
 }
 
 #[async_trait(?Send)]
 impl Transport for ContainerTransport {
     async fn send(&self, req: HttpRequest) -> std::result::Result<HttpResponse, String> {
+        let sandbox_id = req
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(SANDBOX_ID_HEADER))
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| {
+                format!("a sandbox request must name its sandbox ({SANDBOX_ID_HEADER})")
+            })?;
         let ns = self
             .env
             .durable_object(bindings::SANDBOX)
             .map_err(|e| e.to_string())?;
         let stub = ns
-            .id_from_name(&self.sandbox_id)
+            .id_from_name(&sandbox_id)
             .and_then(|id| id.get_stub())
             .map_err(|e| e.to_string())?;
         let mut resp = stub

@@ -15,7 +15,7 @@ use crate::http::webhook::{check_declared_length, intake, Intake, WebhookHeaders
 use crate::http::{check_admin, ApiError};
 use crate::limits::POOL_CAPACITY_MAX;
 use crate::limits::{EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX};
-use crate::runs::deploy::TURN_EVENT;
+use crate::runs::gate::TURN_EVENT;
 use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Waker};
 use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
@@ -136,6 +136,7 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             // record): an event is on the latency-critical path, so no D1
             // look-up first.
             let received_ms = WorkerClock.now_ms();
+            check_event_length(header(&req, "Content-Length").as_deref())?;
             let payload: Value = read_json(&mut req).await?;
             let (status, value) = instance_request(
                 env,
@@ -219,6 +220,25 @@ async fn dispatch(mut req: Request, env: &Env) -> std::result::Result<Response, 
             json_ok(200, &json!({ "skipped": id.as_str() }))
         }
     }
+}
+
+/// An event's payload is journaled as its wait's result: over the step
+/// result cap it is refused before it is read.
+fn check_event_length(declared: Option<&str>) -> std::result::Result<(), ApiError> {
+    let too_large = declared
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| n > crate::limits::STEP_RESULT_BYTES_MAX);
+    if too_large {
+        return Err(ApiError::new(
+            413,
+            "payload_too_large",
+            format!(
+                "event payloads are at most {} bytes",
+                crate::limits::STEP_RESULT_BYTES_MAX
+            ),
+        ));
+    }
+    Ok(())
 }
 
 async fn read_json<T: for<'de> Deserialize<'de>>(
@@ -357,6 +377,11 @@ fn instance_answer(
             "bad_request",
             value["error"].as_str().unwrap_or("bad request").to_owned(),
         )),
+        413 => Err(ApiError::new(
+            413,
+            "payload_too_large",
+            value["error"].as_str().unwrap_or("too large").to_owned(),
+        )),
         _ => Err(ApiError::internal(value.to_string())),
     }
 }
@@ -449,7 +474,7 @@ pub struct RunEnvParts {
     key_der: std::result::Result<Secret<Vec<u8>>, String>,
     sandbox_url: String,
     sandbox_token: Option<Secret>,
-    /// The instance's own Cloudflare Container, when SANDBOX_BACKEND is
+    /// Cloudflare Containers (one per sandbox id), when SANDBOX_BACKEND is
     /// "container"; else the agent at `sandbox_url`.
     container: Option<ContainerTransport>,
     public_url: String,
@@ -459,8 +484,8 @@ pub struct RunEnvParts {
     pool_capacity: u32,
 }
 
-/// The services of one run instance (`instance_id` names its container).
-pub fn run_env_parts(env: &Env, instance_id: &str) -> RunEnvParts {
+/// The services runs use, from the Worker's bindings.
+pub fn run_env_parts(env: &Env) -> RunEnvParts {
     let key_der = match text(env, bindings::GITHUB_APP_PRIVATE_KEY) {
         None => Err("GITHUB_APP_PRIVATE_KEY is not set".to_owned()),
         Some(pem) => private_key_pkcs8_der(&pem)
@@ -480,10 +505,7 @@ pub fn run_env_parts(env: &Env, instance_id: &str) -> RunEnvParts {
         sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
         container: text(env, bindings::SANDBOX_BACKEND)
             .filter(|b| b == "container")
-            .map(|_| ContainerTransport {
-                env: env.clone(),
-                sandbox_id: instance_id.to_owned(),
-            }),
+            .map(|_| ContainerTransport { env: env.clone() }),
         public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
         waker: InstanceWaker { env: env.clone() },
         secrets: EnvSecrets { env: env.clone() },
@@ -563,6 +585,7 @@ impl RegistryOwner<'_> {
         let p = self.parts;
         Registry {
             env: RunEnv {
+                clock: self.clock,
                 github: GitHub {
                     transport: &p.transport,
                     signer: &p.signer,
@@ -604,9 +627,17 @@ impl crate::engine::RunRegistry for RegistryOwner<'_> {
         instance_id: &str,
         input: &Value,
         status: crate::engine::Status,
-    ) {
+    ) -> std::result::Result<(), String> {
         self.registry()
             .finalize(run, instance_id, input, status)
             .await
+    }
+
+    async fn prepare_restart(
+        &self,
+        run: &str,
+        req: &crate::engine::RestartRequest<'_>,
+    ) -> std::result::Result<u32, String> {
+        self.registry().prepare_restart(run, req).await
     }
 }

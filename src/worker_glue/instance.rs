@@ -128,8 +128,11 @@ impl DurableObject for RunInstance {
                     return self.interrupt_running(&cmd);
                 }
                 // The command holds the executor: no pass may start while it
-                // awaits D1 between reading and writing the record.
-                let result = engine.command(&cmd).await;
+                // awaits D1 between reading and writing the record (or while
+                // a restart's run kills and releases what it holds).
+                let parts = run_env_parts(&inner.env);
+                let registry = parts.registry(&clock, &index);
+                let result = engine.command(&registry, &cmd).await;
                 inner.running.set(false);
                 match result {
                     Ok(status) => {
@@ -142,9 +145,7 @@ impl DurableObject for RunInstance {
                             inner.state.storage().delete_alarm().await?;
                         }
                         if status.is_terminal() {
-                            let id = journal_id(journal);
-                            let parts = run_env_parts(&inner.env, &id);
-                            finalize(journal, &parts.registry(&clock, &index)).await;
+                            finalize(journal, &registry).await;
                         }
                         json_response(200, &json!({ "status": status }))
                     }
@@ -173,25 +174,19 @@ impl DurableObject for RunInstance {
     }
 }
 
-/// The instance's id, as its record holds it.
-fn journal_id(journal: &SqlJournal<DoSql>) -> String {
-    use crate::engine::journal::JournalStore;
-    journal
-        .load_instance()
-        .ok()
-        .flatten()
-        .map(|r| r.id)
-        .unwrap_or_default()
-}
-
-/// Lets the run release what it holds after the instance ended.
+/// Lets the run release what it holds after the instance ended. A failure
+/// leaves it to the sweep, which finalizes finished instances that still
+/// hold gate rows until they release them.
 async fn finalize(journal: &SqlJournal<DoSql>, registry: &dyn RunRegistry) {
     use crate::engine::journal::JournalStore;
     if let Ok(Some(rec)) = journal.load_instance() {
         let input: Value = serde_json::from_str(&rec.input).unwrap_or(Value::Null);
-        registry
+        if let Err(e) = registry
             .finalize(&rec.run, &rec.id, &input, rec.status)
-            .await;
+            .await
+        {
+            worker::console_warn!("finalize of {} left for the sweep: {e}", rec.id);
+        }
     }
 }
 
@@ -204,6 +199,7 @@ fn command_error(e: CommandError) -> Result<Response> {
     match e {
         CommandError::NotFound => json_response(404, &json!({ "error": "no such instance" })),
         CommandError::Conflict(m) => json_response(409, &json!({ "error": m })),
+        CommandError::TooLarge(m) => json_response(413, &json!({ "error": m })),
         CommandError::Store(m) => json_response(500, &json!({ "error": m })),
     }
 }
@@ -293,14 +289,15 @@ async fn apply_interrupt(inner: &Inner, interrupt: Interrupt) {
         Interrupt::Terminate => Command::Terminate,
         Interrupt::Pause => Command::Pause,
     };
+    let parts = run_env_parts(&inner.env);
+    let registry = parts.registry(&clock, &index);
     // A conflict means the instance already ended on its own: nothing to do.
-    if let Ok(status) = engine.command(&cmd).await {
+    if let Ok(status) = engine.command(&registry, &cmd).await {
         if let Err(e) = inner.state.storage().delete_alarm().await {
             worker::console_error!("alarm could not be deleted: {e}");
         }
         if status.is_terminal() {
-            let parts = run_env_parts(&inner.env, &journal_id(journal));
-            finalize(journal, &parts.registry(&clock, &index)).await;
+            finalize(journal, &registry).await;
         }
     }
 }
@@ -329,7 +326,7 @@ async fn pass_once(inner: &Inner) -> std::result::Result<PassResult, RunError> {
         message: e.to_string(),
     })?);
     let clock = WorkerClock;
-    let parts = run_env_parts(&inner.env, &journal_id(journal));
+    let parts = run_env_parts(&inner.env);
     let engine = Engine {
         journal,
         blobs: parts.blobs(),

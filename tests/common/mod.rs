@@ -2,6 +2,8 @@
 //! D1's tables (the same migration files), and a clock the test drives.
 #![allow(dead_code)]
 
+pub mod fakes;
+
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
@@ -13,8 +15,11 @@ use sluice::store::journal::SqlJournal;
 use sluice::store::sqlite::SqliteDb;
 use sluice::store::{Database, Row, Stmt, StoreError};
 
-/// A clock that moves only when told to. An in-process sleep advances it
-/// at once, so a step timeout fires as soon as its body is pending.
+/// A clock that moves only when told to, or when every future a
+/// `block_on` drives is waiting on a timer: then virtual time jumps to the
+/// earliest timer (as tokio's paused time does). So a step timeout fires as
+/// soon as its body is pending on nothing else, and concurrent timers (a
+/// heartbeat beside a long-poll) fire in deadline order.
 #[derive(Clone)]
 pub struct ManualClock(pub Rc<Cell<i64>>, pub Rc<Cell<bool>>);
 
@@ -35,6 +40,54 @@ impl ManualClock {
     }
 }
 
+/// A pending in-process sleep, registered for `block_on` to fire.
+struct Timer {
+    id: u64,
+    deadline_ms: i64,
+    now: Rc<Cell<i64>>,
+    waker: Option<std::task::Waker>,
+}
+
+thread_local! {
+    static TIMERS: RefCell<Vec<Timer>> = const { RefCell::new(Vec::new()) };
+    static TIMER_IDS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Sleep {
+    id: u64,
+    deadline_ms: i64,
+    now: Rc<Cell<i64>>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.now.get() >= self.deadline_ms {
+            return std::task::Poll::Ready(());
+        }
+        TIMERS.with(|t| {
+            let mut t = t.borrow_mut();
+            match t.iter_mut().find(|x| x.id == self.id) {
+                Some(x) => x.waker = Some(cx.waker().clone()),
+                None => t.push(Timer {
+                    id: self.id,
+                    deadline_ms: self.deadline_ms,
+                    now: self.now.clone(),
+                    waker: Some(cx.waker().clone()),
+                }),
+            }
+        });
+        std::task::Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = TIMERS.try_with(|t| t.borrow_mut().retain(|x| x.id != id));
+    }
+}
+
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.get()
@@ -43,9 +96,80 @@ impl Clock for ManualClock {
         if self.1.get() {
             return Box::pin(std::future::pending());
         }
-        // Time moves when the timer is polled, i.e. only when the body it
-        // races is still pending.
-        Box::pin(async move { self.advance(ms.max(0)) })
+        let id = TIMER_IDS.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        Box::pin(Sleep {
+            id,
+            deadline_ms: self.0.get() + ms.max(0),
+            now: self.0.clone(),
+        })
+    }
+}
+
+/// Fires the earliest registered timer: its clock jumps to the deadline.
+/// False when there is none.
+fn fire_earliest_timer() -> bool {
+    let due = TIMERS.with(|t| {
+        let mut t = t.borrow_mut();
+        let i = (0..t.len()).min_by_key(|&i| t[i].deadline_ms)?;
+        Some(t.remove(i))
+    });
+    let Some(timer) = due else {
+        return false;
+    };
+    timer.now.set(timer.now.get().max(timer.deadline_ms));
+    if let Some(w) = timer.waker {
+        w.wake();
+    }
+    true
+}
+
+/// Self-wakes in a row `block_on` allows before it calls the future a spin
+/// (a fake polled in a loop): far more than any real chain of wake-ups.
+const SELF_WAKES_MAX: u32 = 100_000;
+/// Timers one `block_on` may fire: a 60-minute wait in 20 s long-polls with
+/// a 60 s heartbeat beside it is a few hundred.
+const TIMERS_FIRED_MAX: u32 = 1_000_000;
+
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl futures::task::ArcWake for Flag {
+    fn wake_by_ref(arc_self: &std::sync::Arc<Self>) {
+        arc_self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Runs a future to completion on this thread in virtual time: when it is
+/// pending and nothing woke it, the earliest timer fires.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    use std::sync::atomic::Ordering;
+    let flag = std::sync::Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+    let waker = futures::task::waker(flag.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let (mut spins, mut fired) = (0u32, 0u32);
+    loop {
+        flag.0.store(false, Ordering::SeqCst);
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        if flag.0.load(Ordering::SeqCst) {
+            spins += 1;
+            assert!(
+                spins < SELF_WAKES_MAX,
+                "block_on: the future keeps waking itself"
+            );
+            continue;
+        }
+        spins = 0;
+        fired += 1;
+        assert!(fired < TIMERS_FIRED_MAX, "block_on: timers keep firing");
+        assert!(
+            fire_earliest_timer(),
+            "block_on: the future is pending with no timer to fire (a deadlock, or frozen timers)"
+        );
     }
 }
 
@@ -148,8 +272,28 @@ impl World {
     }
 }
 
-pub fn block_on<F: Future>(f: F) -> F::Output {
-    futures::executor::block_on(f)
+/// Writes an instance's `executions` row with this status (a serial waiter
+/// is live while its instance is queued, running or waiting), directly on
+/// the SQLite underneath, so no round trip is counted.
+pub fn set_instance_status(db: &SqliteDb, id: &str, status: &str) {
+    block_on(db.run(sluice::stmt!(
+        "INSERT INTO executions (id, key, run, status, input_json, created_ms, updated_ms) \
+         VALUES (?1, ?1, 'deploy', ?2, 'null', 0, 0) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status",
+        id,
+        status,
+    )))
+    .expect("executions row");
+}
+
+/// An `executions` row for the instance, status `waiting`, unless it has one.
+pub fn ensure_instance(db: &SqliteDb, id: &str) {
+    block_on(db.run(sluice::stmt!(
+        "INSERT OR IGNORE INTO executions (id, key, run, status, input_json, created_ms, updated_ms) \
+         VALUES (?1, ?1, 'deploy', 'waiting', 'null', 0, 0)",
+        id,
+    )))
+    .expect("executions row");
 }
 
 /// Side effects counted outside the engine, by name.

@@ -150,9 +150,13 @@ fn route_inner(state: &State, request: &mut Request) -> Result<Reply, ApiError> 
         (Method::Post, ["exec"]) => run_exec(state, read_json(request)?),
         (Method::Post, ["processes"]) => start_process(state, read_json(request)?),
         (Method::Get, ["processes", id]) => get_process(state, id, query),
-        (_, ["workspaces" | "exec" | "processes"] | ["workspaces" | "processes", _]) => {
-            Err(method_not_allowed())
-        }
+        (Method::Post, ["processes", id, "kill"]) => kill_process(state, id, query),
+        (
+            _,
+            ["workspaces" | "exec" | "processes"]
+            | ["workspaces" | "processes", _]
+            | ["processes", _, "kill"],
+        ) => Err(method_not_allowed()),
         _ => Err(not_found()),
     }
 }
@@ -380,8 +384,8 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
     Ok((if created { 201 } else { 200 }, process.to_json()))
 }
 
-fn get_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> {
-    validate_id(id, "process")?;
+/// The only query parameter of the process endpoints: `wait_ms`, capped.
+fn wait_ms_of(query: &str) -> Result<Duration, ApiError> {
     let mut wait_ms = 0;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
@@ -397,10 +401,29 @@ fn get_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> 
             }
         }
     }
-    let process = state
+    Ok(Duration::from_millis(wait_ms.min(WAIT_MS_MAX)))
+}
+
+fn known_process(state: &State, id: &str) -> Result<Arc<crate::process::Process>, ApiError> {
+    validate_id(id, "process")?;
+    state
         .processes
         .get(id)
-        .ok_or_else(|| ApiError::new(404, "process_not_found", format!("no process {id}")))?;
-    process.wait(Duration::from_millis(wait_ms.min(WAIT_MS_MAX)));
+        .ok_or_else(|| ApiError::new(404, "process_not_found", format!("no process {id}")))
+}
+
+fn get_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> {
+    let wait = wait_ms_of(query)?;
+    let process = known_process(state, id)?;
+    process.wait(wait);
+    Ok((200, process.to_json()))
+}
+
+/// Kills the process group and waits (bounded) for the exit; the answer
+/// says whether it ended (`status` other than `running`).
+fn kill_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> {
+    let wait = wait_ms_of(query)?;
+    let process = known_process(state, id)?;
+    process.kill(wait);
     Ok((200, process.to_json()))
 }

@@ -177,6 +177,11 @@ impl Running {
         self.output.clone()
     }
 
+    /// The process group id (the child leads its own group).
+    pub fn pgid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the command to exit, killing its process group at `timeout`.
     pub fn wait(mut self, timeout: Duration) -> Finished {
         let deadline = self.started + timeout;
@@ -236,7 +241,7 @@ impl Drop for Running {
 
 /// SIGKILLs every process in the group led by `pgid` (the child spawned with
 /// `process_group(0)`), so grandchildren like a backgrounded `sleep` die too.
-fn kill_group(pgid: u32) {
+pub fn kill_group(pgid: u32) {
     match i32::try_from(pgid) {
         // kill(0) and kill(-1) would hit our own group or every process we may signal.
         Ok(pgid) if pgid > 1 => {

@@ -3,6 +3,7 @@
 //! process it already started instead of starting a second one.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use crate::api::ApiError;
-use crate::exec::{Finished, Output, Running};
+use crate::exec::{kill_group, Finished, Output, Running};
 use crate::limits::{FINISHED_OUTPUT_BYTES_MAX, FINISHED_PROCESSES_MAX, PROCESSES_MAX};
 use crate::lock;
 
@@ -18,6 +19,10 @@ pub struct Process {
     id: String,
     started_ms: u64,
     started: Instant,
+    /// The process group the command leads: what `kill` signals.
+    pgid: u32,
+    /// Set by `kill`, so the exit reads as killed rather than signalled.
+    killed: AtomicBool,
     output: Arc<Mutex<Output>>,
     finished: Mutex<Option<Finished>>,
     done: Condvar,
@@ -41,6 +46,21 @@ impl Process {
         }
     }
 
+    /// SIGKILLs the process group unless the command already finished (its
+    /// group id may belong to someone else by then), then waits up to
+    /// `timeout` for the watcher to see the exit.
+    pub fn kill(&self, timeout: Duration) {
+        {
+            let finished = lock(&self.finished);
+            if finished.is_some() {
+                return;
+            }
+            self.killed.store(true, Ordering::SeqCst);
+            kill_group(self.pgid);
+        }
+        self.wait(timeout);
+    }
+
     /// The process state as returned by the API.
     pub fn to_json(&self) -> Value {
         let finished = lock(&self.finished);
@@ -53,7 +73,13 @@ impl Process {
                 self.started.elapsed().as_millis() as u64,
             ),
             Some(f) => (
-                if f.timed_out { "timed_out" } else { "exited" },
+                if f.timed_out {
+                    "timed_out"
+                } else if self.killed.load(Ordering::SeqCst) {
+                    "killed"
+                } else {
+                    "exited"
+                },
                 f.exit_code,
                 f.signal,
                 f.duration_ms,
@@ -118,6 +144,8 @@ impl Registry {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             started: Instant::now(),
+            pgid: running.pgid(),
+            killed: AtomicBool::new(false),
             output: running.output(),
             finished: Mutex::new(None),
             done: Condvar::new(),

@@ -1,0 +1,1933 @@
+//! Strict fakes of what runs talk to, shared by the run tests and the
+//! run-level model: GitHub's REST API (a `Transport`), the sandbox agent,
+//! the waker and the Worker's secrets, and the `Rig` that puts them around
+//! the real engine and the real runs. Every instance of a rig has its own
+//! journal and shares one index (the gates live there) and one virtual
+//! clock, as instances share D1 and time in the Worker.
+//!
+//! The fakes are as strict as production: an endpoint the fake does not
+//! serve, a token it never issued, a commit it never saw, a command it has
+//! no script for are errors the run sees, and `Rig`'s drop check fails the
+//! test on any request the fake did not expect.
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::Poll;
+
+use async_trait::async_trait;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use futures::FutureExt;
+use serde_json::{json, Value};
+use sluice::engine::journal::{Entry, InstanceRecord, JournalStore};
+use sluice::engine::{
+    Clock, Command, CommandError, CreateRequest, InstanceId, PassResult, RunRegistry, Status,
+};
+use sluice::github::app::Rs256Signer;
+use sluice::github::GitHub;
+use sluice::net::{HttpRequest, HttpResponse, Transport};
+use sluice::runs::command::CommandResult;
+use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
+use sluice::runs::triggers::{CheckInput, DeployInput};
+use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Waker};
+use sluice::sandbox::{
+    Checkout, ProcessSpec, ProcessState, ProcessStatus, Sandbox, SandboxError, WorkspaceState,
+};
+use sluice::secret::Secret;
+use sluice::store::executions::{self, ExecutionRow};
+use sluice::store::Database;
+use sluice::store::Stmt;
+
+use super::{block_on, CountingDb, ManualClock, MemoryBlobs, World, T0};
+
+pub const REPO: &str = "octo/hello";
+pub const CLONE_URL: &str = "https://github.com/octo/hello.git";
+pub const BRANCH: &str = "main";
+pub const GROUP: &str = "deploy:octo/hello:main";
+pub const INSTALLATION: u64 = 42;
+pub const PR_NUMBER: u64 = 7;
+pub const APP_ID: &str = "1234";
+pub const PUBLIC_URL: &str = "https://sluice.example.test";
+pub const NOTIFY_URL: &str = "https://hooks.example.test/sluice";
+pub const NOTIFY_SECRET: &str = "notify-signing-secret";
+pub const MINUTE_MS: i64 = 60_000;
+
+pub const CHECK_TOML: &str = "[check]\ncommand = \"cargo test\"\n";
+pub const DEPLOY_TOML: &str = "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\n";
+
+/// A full commit id made of one hex digit, so tests name commits `a`, `b`...
+pub fn sha(digit: char) -> String {
+    assert!(digit.is_ascii_hexdigit());
+    digit.to_string().repeat(40)
+}
+
+pub fn is_sha(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+// ---------------------------------------------------------------------------
+// FakeGitHub: the REST calls `GitHub` makes, and the notification endpoint.
+// ---------------------------------------------------------------------------
+
+/// One request the fake answered.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub route: &'static str,
+    pub path: String,
+    pub status: u16,
+    pub body: Option<String>,
+}
+
+/// A check run as GitHub keeps it, with every status it was given.
+#[derive(Debug, Clone)]
+pub struct CheckRun {
+    pub id: u64,
+    pub repo: String,
+    pub name: String,
+    pub head_sha: String,
+    pub external_id: Option<String>,
+    pub details_url: Option<String>,
+    pub statuses: Vec<String>,
+    pub conclusion: Option<String>,
+    pub title: Option<String>,
+    pub summary: Option<String>,
+}
+
+impl CheckRun {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "name": self.name,
+            "head_sha": self.head_sha,
+            "external_id": self.external_id,
+            "details_url": self.details_url,
+            "status": self.statuses.last(),
+            "conclusion": self.conclusion,
+            "html_url": format!("https://github.com/{}/runs/{}", self.repo, self.id),
+        })
+    }
+
+    pub fn summary(&self) -> &str {
+        self.summary.as_deref().unwrap_or("")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Notification {
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Notification {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).expect("notification body is JSON")
+    }
+
+    /// The signature, recomputed here independently of `webhook::sign`.
+    pub fn signature_is_valid(&self) -> bool {
+        use hmac::{Hmac, Mac};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(NOTIFY_SECRET.as_bytes()).unwrap();
+        mac.update(self.body.as_bytes());
+        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        self.header("X-Sluice-Signature-256") == Some(expected.as_str())
+    }
+}
+
+/// The next `remaining` calls to `route` answer `status`; `after_applying`
+/// means GitHub did the work and the answer was lost on the way back.
+pub struct Fault {
+    pub route: &'static str,
+    pub remaining: u32,
+    pub status: u16,
+    pub after_applying: bool,
+}
+
+#[derive(Default)]
+pub struct GitHubState {
+    /// Files per (repo, commit).
+    pub commits: HashMap<(String, String), HashMap<String, String>>,
+    pub heads: HashMap<(String, String), String>,
+    /// Issued installation tokens and when they expire (ms).
+    pub tokens: HashMap<String, i64>,
+    pub check_runs: Vec<CheckRun>,
+    pub calls: Vec<Call>,
+    pub faults: Vec<Fault>,
+    pub notifications: Vec<Notification>,
+    pub unexpected: Vec<String>,
+}
+
+pub struct FakeGitHub {
+    pub api_url: String,
+    pub clock: ManualClock,
+    pub st: RefCell<GitHubState>,
+}
+
+pub fn reply(status: u16, body: Value) -> HttpResponse {
+    HttpResponse {
+        status,
+        body: body.to_string(),
+    }
+}
+
+pub fn not_found() -> HttpResponse {
+    reply(
+        404,
+        json!({ "message": "Not Found", "documentation_url": "https://docs.github.com/rest" }),
+    )
+}
+
+/// A request that does not match a route, with the route name as context.
+pub type Routed = Result<(&'static str, Vec<String>, HashMap<String, String>), String>;
+
+impl FakeGitHub {
+    pub fn new(clock: ManualClock) -> FakeGitHub {
+        // The client caches installation tokens per (API URL, installation)
+        // in a thread local: a fresh URL per rig keeps tests independent
+        // however the harness schedules them on threads.
+        pub static RIGS: AtomicU32 = AtomicU32::new(0);
+        let n = RIGS.fetch_add(1, Ordering::Relaxed);
+        FakeGitHub {
+            api_url: format!("https://api.github.test/rig{n}"),
+            clock,
+            st: RefCell::default(),
+        }
+    }
+
+    // --- what the test sets up ---
+
+    pub fn commit(&self, repo: &str, sha: &str, files: &[(&str, &str)]) {
+        let files = files
+            .iter()
+            .map(|(p, t)| (p.to_string(), t.to_string()))
+            .collect();
+        self.st
+            .borrow_mut()
+            .commits
+            .insert((repo.into(), sha.into()), files);
+    }
+
+    pub fn set_head(&self, repo: &str, branch: &str, sha: &str) {
+        self.st
+            .borrow_mut()
+            .heads
+            .insert((repo.into(), branch.into()), sha.into());
+    }
+
+    pub fn fail_next(&self, route: &'static str, n: u32, status: u16) {
+        self.st.borrow_mut().faults.push(Fault {
+            route,
+            remaining: n,
+            status,
+            after_applying: false,
+        });
+    }
+
+    /// The next call to `route` is applied, but its answer is a 502.
+    pub fn lose_answer_next(&self, route: &'static str) {
+        self.st.borrow_mut().faults.push(Fault {
+            route,
+            remaining: 1,
+            status: 502,
+            after_applying: true,
+        });
+    }
+
+    // --- what the test reads back ---
+
+    pub fn check_runs_on(&self, sha: &str) -> Vec<CheckRun> {
+        self.st
+            .borrow()
+            .check_runs
+            .iter()
+            .filter(|c| c.head_sha == sha)
+            .cloned()
+            .collect()
+    }
+
+    pub fn only_check_run(&self, sha: &str, name: &str) -> CheckRun {
+        let runs: Vec<CheckRun> = self
+            .check_runs_on(sha)
+            .into_iter()
+            .filter(|c| c.name == name)
+            .collect();
+        assert_eq!(
+            runs.len(),
+            1,
+            "exactly one {name} check run on {sha}: {runs:#?}"
+        );
+        runs.into_iter().next().unwrap()
+    }
+
+    pub fn calls_to(&self, route: &str) -> Vec<Call> {
+        self.st
+            .borrow()
+            .calls
+            .iter()
+            .filter(|c| c.route == route)
+            .cloned()
+            .collect()
+    }
+
+    pub fn all_calls(&self) -> Vec<Call> {
+        self.st.borrow().calls.clone()
+    }
+
+    pub fn notifications(&self) -> Vec<Notification> {
+        self.st.borrow().notifications.clone()
+    }
+
+    pub fn issued_tokens(&self) -> Vec<String> {
+        self.st.borrow().tokens.keys().cloned().collect()
+    }
+
+    // --- serving ---
+
+    pub fn route(&self, req: &HttpRequest) -> Routed {
+        if req.url == NOTIFY_URL {
+            return if req.method == "POST" {
+                Ok(("notify", Vec::new(), HashMap::new()))
+            } else {
+                Err("notify".into())
+            };
+        }
+        let rest = req
+            .url
+            .strip_prefix(&self.api_url)
+            .ok_or("not the API URL")?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let query: HashMap<String, String> = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let segs: Vec<String> = path
+            .trim_start_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect();
+        let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+        let route = match (req.method, s.as_slice()) {
+            ("POST", ["app", "installations", _, "access_tokens"]) => "token",
+            ("GET", ["repos", _, _, "contents", rest @ ..]) if !rest.is_empty() => "contents",
+            ("GET", ["repos", _, _, "git", "ref", "heads", rest @ ..]) if !rest.is_empty() => "ref",
+            ("GET", ["repos", _, _, "commits", _, "check-runs"]) => "list-check-runs",
+            ("POST", ["repos", _, _, "check-runs"]) => "create-check-run",
+            ("PATCH", ["repos", _, _, "check-runs", _]) => "update-check-run",
+            _ => return Err("no such endpoint".into()),
+        };
+        Ok((route, segs, query))
+    }
+
+    pub fn handle(&self, req: HttpRequest) -> HttpResponse {
+        let (route, segs, query) = match self.route(&req) {
+            Ok(r) => r,
+            Err(why) => {
+                let what = format!("{} {} ({why})", req.method, req.url);
+                self.st.borrow_mut().unexpected.push(what.clone());
+                return reply(
+                    599,
+                    json!({ "message": format!("FakeGitHub does not serve {what}") }),
+                );
+            }
+        };
+        let fault = {
+            let mut st = self.st.borrow_mut();
+            let f = st
+                .faults
+                .iter_mut()
+                .find(|f| f.route == route && f.remaining > 0);
+            f.map(|f| {
+                f.remaining -= 1;
+                (f.status, f.after_applying)
+            })
+        };
+        let resp = match fault {
+            Some((status, false)) => {
+                reply(status, json!({ "message": format!("injected {status}") }))
+            }
+            Some((status, true)) => {
+                let _ = self.serve(route, &req, &segs, &query);
+                reply(
+                    status,
+                    json!({ "message": "injected: applied, answer lost" }),
+                )
+            }
+            None => self.serve(route, &req, &segs, &query),
+        };
+        self.st.borrow_mut().calls.push(Call {
+            method: req.method.to_owned(),
+            route,
+            path: req.url.clone(),
+            status: resp.status,
+            body: req.body.clone(),
+        });
+        resp
+    }
+
+    pub fn header<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
+        req.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A request production code should never send: recorded, refused.
+    pub fn refuse(&self, req: &HttpRequest, status: u16, message: &str) -> HttpResponse {
+        self.st
+            .borrow_mut()
+            .unexpected
+            .push(format!("{} {}: {message}", req.method, req.url));
+        reply(status, json!({ "message": message }))
+    }
+
+    pub fn serve(
+        &self,
+        route: &'static str,
+        req: &HttpRequest,
+        segs: &[String],
+        query: &HashMap<String, String>,
+    ) -> HttpResponse {
+        if route == "notify" {
+            self.st.borrow_mut().notifications.push(Notification {
+                headers: req.headers.clone(),
+                body: req.body.clone().unwrap_or_default(),
+            });
+            return reply(200, json!({}));
+        }
+        if Self::header(req, "Accept") != Some("application/vnd.github+json") {
+            return self.refuse(req, 415, "Accept must be application/vnd.github+json");
+        }
+        if Self::header(req, "User-Agent").is_none_or(str::is_empty) {
+            return self.refuse(
+                req,
+                403,
+                "Request forbidden by administrative rules: missing User-Agent",
+            );
+        }
+        if Self::header(req, "X-GitHub-Api-Version").is_none() {
+            return self.refuse(req, 400, "missing X-GitHub-Api-Version");
+        }
+        let auth = Self::header(req, "Authorization").unwrap_or("");
+        if route == "token" {
+            return self.issue_token(req, auth, &segs[2]);
+        }
+        let now = self.clock.now_ms();
+        let token_ok = auth
+            .strip_prefix("token ")
+            .and_then(|t| self.st.borrow().tokens.get(t).copied())
+            .is_some_and(|expires_ms| expires_ms > now);
+        if !token_ok {
+            return self.refuse(req, 401, "Bad credentials");
+        }
+        let repo = format!("{}/{}", segs[1], segs[2]);
+        match route {
+            "contents" => self.contents(req, &repo, &segs[4..].join("/"), query),
+            "ref" => {
+                let branch = segs[6..].join("/");
+                match self.st.borrow().heads.get(&(repo, branch.clone())) {
+                    Some(sha) => reply(
+                        200,
+                        json!({ "ref": format!("refs/heads/{branch}"), "object": { "sha": sha, "type": "commit" } }),
+                    ),
+                    None => not_found(),
+                }
+            }
+            "list-check-runs" => self.list_check_runs(&repo, &segs[4], query),
+            "create-check-run" => self.create_check_run(req, &repo),
+            "update-check-run" => self.update_check_run(req, &repo, &segs[4]),
+            other => self.refuse(req, 599, &format!("route {other} has no handler")),
+        }
+    }
+
+    pub fn issue_token(&self, req: &HttpRequest, auth: &str, installation: &str) -> HttpResponse {
+        // The JWT's signature is not verified; its shape and claims are.
+        let claims = auth.strip_prefix("Bearer ").and_then(|jwt| {
+            let parts: Vec<&str> = jwt.split('.').collect();
+            let [header, claims, sig] = parts.as_slice() else {
+                return None;
+            };
+            let header: Value =
+                serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
+            let claims: Value =
+                serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?;
+            (header["alg"] == "RS256" && !sig.is_empty()).then_some(claims)
+        });
+        let Some(claims) = claims else {
+            return self.refuse(req, 401, "A JSON web token could not be decoded");
+        };
+        let now_s = self.clock.now_ms() / 1000;
+        let (iat, exp) = (
+            claims["iat"].as_i64().unwrap_or(i64::MAX),
+            claims["exp"].as_i64().unwrap_or(0),
+        );
+        if claims["iss"] != APP_ID || iat > now_s || exp <= now_s || exp - iat > 600 {
+            return self.refuse(req, 401, &format!("JWT claims refused: {claims}"));
+        }
+        if installation != INSTALLATION.to_string() {
+            return not_found();
+        }
+        let expires_ms = self.clock.now_ms() + 3600 * 1000;
+        let mut st = self.st.borrow_mut();
+        let token = format!("ghs_{:036}", st.tokens.len() + 1);
+        st.tokens.insert(token.clone(), expires_ms);
+        reply(
+            201,
+            json!({
+                "token": token,
+                "expires_at": rfc3339(expires_ms),
+                "permissions": { "contents": "read", "checks": "write" },
+                "repository_selection": "all",
+            }),
+        )
+    }
+
+    pub fn contents(
+        &self,
+        req: &HttpRequest,
+        repo: &str,
+        path: &str,
+        query: &HashMap<String, String>,
+    ) -> HttpResponse {
+        let Some(git_ref) = query.get("ref") else {
+            return self.refuse(req, 400, "Sluice must always read at an explicit ref");
+        };
+        let st = self.st.borrow();
+        let Some(files) = st.commits.get(&(repo.to_owned(), git_ref.clone())) else {
+            return reply(
+                404,
+                json!({ "message": format!("No commit found for the ref {git_ref}") }),
+            );
+        };
+        let Some(text) = files.get(path) else {
+            return not_found();
+        };
+        // GitHub wraps base64 at 60 columns.
+        let b64 = STANDARD.encode(text);
+        let wrapped: String = b64
+            .as_bytes()
+            .chunks(60)
+            .map(|c| format!("{}\n", String::from_utf8_lossy(c)))
+            .collect();
+        reply(
+            200,
+            json!({ "type": "file", "encoding": "base64", "name": path, "path": path, "size": text.len(), "content": wrapped }),
+        )
+    }
+
+    pub fn list_check_runs(
+        &self,
+        repo: &str,
+        sha: &str,
+        query: &HashMap<String, String>,
+    ) -> HttpResponse {
+        let st = self.st.borrow();
+        if !st.commits.contains_key(&(repo.to_owned(), sha.to_owned())) {
+            return reply(
+                422,
+                json!({ "message": format!("No commit found for SHA: {sha}") }),
+            );
+        }
+        let mut runs: Vec<&CheckRun> = st
+            .check_runs
+            .iter()
+            .filter(|c| c.repo == repo && c.head_sha == sha)
+            .filter(|c| query.get("check_name").is_none_or(|n| *n == c.name))
+            .collect();
+        // GitHub's default filter is "latest": the newest run per name.
+        if query.get("filter").map(String::as_str) != Some("all") {
+            let mut seen = HashSet::new();
+            runs.reverse();
+            runs.retain(|c| seen.insert(c.name.clone()));
+        }
+        reply(
+            200,
+            json!({ "total_count": runs.len(), "check_runs": runs.iter().map(|c| c.to_json()).collect::<Vec<_>>() }),
+        )
+    }
+
+    pub fn create_check_run(&self, req: &HttpRequest, repo: &str) -> HttpResponse {
+        let Some(body) = req
+            .body
+            .as_deref()
+            .and_then(|b| serde_json::from_str::<Value>(b).ok())
+        else {
+            return self.refuse(req, 400, "Problems parsing JSON");
+        };
+        let (Some(name), Some(head_sha)) = (body["name"].as_str(), body["head_sha"].as_str())
+        else {
+            return reply(422, json!({ "message": "name and head_sha are required" }));
+        };
+        let status = body["status"].as_str().unwrap_or("queued");
+        if !["queued", "in_progress", "completed"].contains(&status) || name.is_empty() {
+            return reply(
+                422,
+                json!({ "message": format!("Invalid request: status {status:?}, name {name:?}") }),
+            );
+        }
+        if status == "completed" && body["conclusion"].is_null() {
+            return reply(
+                422,
+                json!({ "message": "conclusion is required when status is completed" }),
+            );
+        }
+        let mut st = self.st.borrow_mut();
+        if !st
+            .commits
+            .contains_key(&(repo.to_owned(), head_sha.to_owned()))
+        {
+            return reply(
+                422,
+                json!({ "message": format!("No commit found for SHA: {head_sha}") }),
+            );
+        }
+        let run = CheckRun {
+            id: 9000 + st.check_runs.len() as u64 + 1,
+            repo: repo.to_owned(),
+            name: name.to_owned(),
+            head_sha: head_sha.to_owned(),
+            external_id: body["external_id"].as_str().map(str::to_owned),
+            details_url: body["details_url"].as_str().map(str::to_owned),
+            statuses: vec![status.to_owned()],
+            conclusion: body["conclusion"].as_str().map(str::to_owned),
+            title: None,
+            summary: None,
+        };
+        let answer = run.to_json();
+        st.check_runs.push(run);
+        reply(201, answer)
+    }
+
+    pub fn update_check_run(&self, req: &HttpRequest, repo: &str, id: &str) -> HttpResponse {
+        pub const CONCLUSIONS: [&str; 8] = [
+            "action_required",
+            "cancelled",
+            "failure",
+            "neutral",
+            "success",
+            "skipped",
+            "stale",
+            "timed_out",
+        ];
+        let Some(body) = req
+            .body
+            .as_deref()
+            .and_then(|b| serde_json::from_str::<Value>(b).ok())
+        else {
+            return self.refuse(req, 400, "Problems parsing JSON");
+        };
+        let mut st = self.st.borrow_mut();
+        let Some(run) = st
+            .check_runs
+            .iter_mut()
+            .find(|c| c.id.to_string() == id && c.repo == repo)
+        else {
+            return not_found();
+        };
+        let status = body["status"].as_str();
+        let conclusion = body["conclusion"].as_str();
+        if status.is_some_and(|s| !["queued", "in_progress", "completed"].contains(&s)) {
+            return reply(
+                422,
+                json!({ "message": format!("Invalid status {status:?}") }),
+            );
+        }
+        if conclusion.is_some_and(|c| !CONCLUSIONS.contains(&c)) {
+            return reply(
+                422,
+                json!({ "message": format!("Invalid conclusion {conclusion:?}") }),
+            );
+        }
+        if status == Some("completed") && conclusion.is_none() && run.conclusion.is_none() {
+            return reply(
+                422,
+                json!({ "message": "conclusion is required when status is completed" }),
+            );
+        }
+        if !body["output"].is_null() {
+            let (Some(title), Some(summary)) = (
+                body["output"]["title"].as_str(),
+                body["output"]["summary"].as_str(),
+            ) else {
+                return reply(
+                    422,
+                    json!({ "message": "output needs a title and a summary" }),
+                );
+            };
+            if summary.chars().count() > 65_535 {
+                return reply(
+                    422,
+                    json!({ "message": "output.summary is too long (maximum is 65535 characters)" }),
+                );
+            }
+            run.title = Some(title.to_owned());
+            run.summary = Some(summary.to_owned());
+        }
+        // A conclusion alone completes the run, as on GitHub.
+        match (status, conclusion) {
+            (Some(s), _) => run.statuses.push(s.to_owned()),
+            (None, Some(_)) => run.statuses.push("completed".into()),
+            (None, None) => {}
+        }
+        if let Some(c) = conclusion {
+            run.conclusion = Some(c.to_owned());
+        }
+        reply(200, run.to_json())
+    }
+}
+
+#[async_trait(?Send)]
+impl Transport for FakeGitHub {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
+        Ok(self.handle(req))
+    }
+}
+
+/// GitHub's `YYYY-MM-DDTHH:MM:SSZ` for a time in ms (civil from days,
+/// H. Hinnant's algorithm).
+pub fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// Signs nothing: the fake GitHub does not verify the JWT's signature.
+pub struct FixedSigner;
+
+#[async_trait(?Send)]
+impl Rs256Signer for FixedSigner {
+    async fn sign(&self, _pkcs8_der: &[u8], _data: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(vec![0x5a; 256])
+    }
+}
+
+// ---------------------------------------------------------------------------
+// FakeSandbox: the agent's workspaces and detached processes.
+// ---------------------------------------------------------------------------
+
+/// How a scripted command ends.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// When set, the process runs this long in virtual time whoever polls
+    /// it (a real process); otherwise polls decide (`running_polls`).
+    pub duration_ms: Option<i64>,
+    pub exit_code: i32,
+    /// Printed output; `$NAME` / `${NAME}` expand from the process env.
+    pub output: String,
+    /// Long-polls answered "still running" before the one that ends it.
+    pub running_polls: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckoutRecord {
+    pub sandbox: String,
+    pub workspace: String,
+    pub repo_url: String,
+    pub sha: String,
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StartRecord {
+    pub sandbox: String,
+    pub id: String,
+    pub workspace: String,
+    pub env: BTreeMap<String, String>,
+    /// False when the id was known and the agent answered the existing one.
+    pub spawned: bool,
+}
+
+/// One spawned process, in virtual time.
+#[derive(Debug, Clone)]
+pub struct ProcessRun {
+    pub workspace: String,
+    pub sha: String,
+    pub started_ms: i64,
+    /// When it was seen to end or was killed.
+    pub ended_ms: Option<i64>,
+    /// When a timed script ends by itself, observed or not.
+    pub natural_end_ms: Option<i64>,
+    pub killed: bool,
+}
+
+impl ProcessRun {
+    /// When it stops running: killed or seen ended, else its natural end;
+    /// None while it runs on.
+    pub fn end_ms(&self) -> Option<i64> {
+        match (self.ended_ms, self.natural_end_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+pub struct Process {
+    pub sha: String,
+    pub env: BTreeMap<String, String>,
+    pub script: Script,
+    pub polls_left: u32,
+    pub started_ms: i64,
+    pub run: usize,
+    pub finished: Option<ProcessState>,
+}
+
+#[derive(Default)]
+pub struct SandboxState {
+    pub scripts: Vec<(String, Script)>,
+    pub workspaces: HashMap<String, String>,
+    pub processes: HashMap<String, Process>,
+    pub checkouts: Vec<CheckoutRecord>,
+    pub starts: Vec<StartRecord>,
+    pub runs: Vec<ProcessRun>,
+    /// Commits whose processes run until the test releases them.
+    pub held: HashSet<String>,
+    /// Long-polls a held process may answer "still running" (so its holder
+    /// heartbeats between them).
+    pub grants: HashMap<String, u32>,
+    pub replace_container_at_poll: Option<u32>,
+    pub containers_replaced: u32,
+    pub hold_spins: u32,
+    pub unexpected: Vec<String>,
+    /// Process ids killed, in order.
+    pub kills: Vec<String>,
+    /// Kills answer "unreachable" (a sandbox that cannot confirm a death).
+    pub kill_fails: bool,
+    /// How long a checkout takes, in virtual time (a big clone).
+    pub checkout_ms: i64,
+    /// Checkouts never finish (a wedged git), until this is cleared.
+    pub checkout_hangs: bool,
+}
+
+pub struct FakeSandbox {
+    pub clock: ManualClock,
+    pub st: RefCell<SandboxState>,
+}
+
+pub fn sandbox_error(status: u16, code: &str, message: impl Into<String>) -> SandboxError {
+    SandboxError {
+        code: code.into(),
+        message: message.into(),
+        status: Some(status),
+    }
+}
+
+/// The agent's id rule: 1 to 100 characters of `[A-Za-z0-9_-]`.
+pub fn check_id(id: &str, what: &str) -> Result<(), SandboxError> {
+    let ok = (1..=100).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(sandbox_error(
+            400,
+            "invalid_id",
+            format!("{what} id {id:?} is not valid"),
+        ))
+    }
+}
+
+pub fn running(id: &str) -> ProcessState {
+    ProcessState {
+        id: id.into(),
+        status: ProcessStatus::Running,
+        exit_code: None,
+        signal: None,
+        output: String::new(),
+        output_bytes: 0,
+        output_truncated: false,
+        duration_ms: None,
+    }
+}
+
+/// `$NAME` and `${NAME}` from the env, as `sh` would expand them in `echo`.
+pub fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
+    let mut names: Vec<&String> = env.keys().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    let mut out = text.to_owned();
+    for n in names {
+        out = out
+            .replace(&format!("${{{n}}}"), &env[n])
+            .replace(&format!("${n}"), &env[n]);
+    }
+    out
+}
+
+pub enum PollPlan {
+    Hold(String),
+    Sleep,
+    Finish,
+}
+
+impl FakeSandbox {
+    pub fn new(clock: ManualClock) -> FakeSandbox {
+        FakeSandbox {
+            clock,
+            st: RefCell::default(),
+        }
+    }
+
+    // --- what the test sets up ---
+
+    pub fn script(&self, command: &str, exit_code: i32, output: &str) {
+        self.script_running(command, exit_code, output, 0);
+    }
+
+    /// A command that runs `duration_ms` of virtual time, as a real one.
+    pub fn script_timed(&self, command: &str, exit_code: i32, output: &str, duration_ms: i64) {
+        let s = Script {
+            duration_ms: Some(duration_ms),
+            exit_code,
+            output: output.into(),
+            running_polls: 0,
+        };
+        self.st.borrow_mut().scripts.push((command.into(), s));
+    }
+
+    /// Processes started and not yet ended at `at_ms` (virtual time).
+    pub fn live_runs_at(&self, at_ms: i64) -> Vec<ProcessRun> {
+        self.st
+            .borrow()
+            .runs
+            .iter()
+            .filter(|r| r.started_ms <= at_ms && r.end_ms().is_none_or(|e| e > at_ms))
+            .cloned()
+            .collect()
+    }
+
+    pub fn script_running(&self, command: &str, exit_code: i32, output: &str, running_polls: u32) {
+        let s = Script {
+            duration_ms: None,
+            exit_code,
+            output: output.into(),
+            running_polls,
+        };
+        self.st.borrow_mut().scripts.push((command.into(), s));
+    }
+
+    /// Processes of this commit keep running until `release`.
+    pub fn hold(&self, sha: &str) {
+        self.st.borrow_mut().held.insert(sha.into());
+    }
+
+    pub fn release(&self, sha: &str) {
+        self.st.borrow_mut().held.remove(sha);
+    }
+
+    /// Lets a held process answer `n` more long-polls "still running".
+    pub fn grant(&self, sha: &str, n: u32) {
+        *self.st.borrow_mut().grants.entry(sha.into()).or_insert(0) += n;
+    }
+
+    pub fn grants_left(&self, sha: &str) -> u32 {
+        self.st.borrow().grants.get(sha).copied().unwrap_or(0)
+    }
+
+    /// At the n-th long-poll from now the container is replaced: every
+    /// process and workspace is gone.
+    pub fn replace_container_at_poll(&self, n: u32) {
+        self.st.borrow_mut().replace_container_at_poll = Some(n);
+    }
+
+    // --- what the test reads back ---
+
+    pub fn checkouts_in(&self, workspace: &str) -> Vec<CheckoutRecord> {
+        self.st
+            .borrow()
+            .checkouts
+            .iter()
+            .filter(|c| c.workspace == workspace)
+            .cloned()
+            .collect()
+    }
+
+    pub fn starts_in(&self, workspace: &str) -> Vec<StartRecord> {
+        self.st
+            .borrow()
+            .starts
+            .iter()
+            .filter(|s| s.workspace == workspace)
+            .cloned()
+            .collect()
+    }
+
+    pub fn runs_in(&self, workspace: &str) -> Vec<ProcessRun> {
+        self.st
+            .borrow()
+            .runs
+            .iter()
+            .filter(|r| r.workspace == workspace)
+            .cloned()
+            .collect()
+    }
+
+    pub fn only_run_in(&self, workspace: &str) -> ProcessRun {
+        let runs = self.runs_in(workspace);
+        assert_eq!(runs.len(), 1, "one process in {workspace}: {runs:#?}");
+        runs.into_iter().next().unwrap()
+    }
+
+    pub fn all_runs(&self) -> Vec<ProcessRun> {
+        self.st.borrow().runs.clone()
+    }
+
+    // --- long-polls ---
+
+    /// Resolves when the commit is released (false) or a poll is granted
+    /// (true). Driven by `poll_once`; a `block_on` on a held process would
+    /// spin, so it is stopped with a clear message instead.
+    pub async fn held(&self, sha: &str) -> bool {
+        std::future::poll_fn(|cx| {
+            let st = &mut *self.st.borrow_mut();
+            if !st.held.contains(sha) {
+                return Poll::Ready(false);
+            }
+            if let Some(g) = st.grants.get_mut(sha).filter(|g| **g > 0) {
+                *g -= 1;
+                return Poll::Ready(true);
+            }
+            st.hold_spins += 1;
+            assert!(
+                st.hold_spins < 10_000,
+                "a held process was polled 10,000 times: drive its pass with poll_once"
+            );
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await
+    }
+
+    pub fn finish(&self, id: &str) -> Option<ProcessState> {
+        let timed = self
+            .st
+            .borrow()
+            .processes
+            .get(id)
+            .is_some_and(|p| p.script.duration_ms.is_some());
+        if !timed {
+            self.clock.advance(1_000);
+        }
+        let now = self.clock.now_ms();
+        let st = &mut *self.st.borrow_mut();
+        let p = st.processes.get_mut(id)?;
+        let now = match p.script.duration_ms {
+            Some(d) => (p.started_ms + d).min(now),
+            None => now,
+        };
+        let output = expand(&p.script.output, &p.env);
+        let state = ProcessState {
+            id: id.into(),
+            status: ProcessStatus::Exited,
+            exit_code: Some(p.script.exit_code),
+            signal: None,
+            output_bytes: output.len() as u64,
+            output,
+            output_truncated: false,
+            duration_ms: Some(now - p.started_ms),
+        };
+        p.finished = Some(state.clone());
+        st.runs[p.run].ended_ms = Some(now);
+        Some(state)
+    }
+}
+
+#[async_trait(?Send)]
+impl Sandbox for FakeSandbox {
+    async fn checkout(&self, sandbox: &str, req: &Checkout<'_>) -> Result<(), SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        check_id(req.workspace, "workspace")?;
+        if self.st.borrow().checkout_hangs {
+            std::future::pending::<()>().await;
+        }
+        let took_ms = self.st.borrow().checkout_ms;
+        if took_ms > 0 {
+            self.clock.sleep(took_ms).await;
+        }
+        if !req.repo_url.starts_with("https://") || !is_sha(req.sha) {
+            return Err(sandbox_error(
+                400,
+                "invalid_request",
+                format!("bad checkout {} @ {}", req.repo_url, req.sha),
+            ));
+        }
+        let st = &mut *self.st.borrow_mut();
+        st.checkouts.push(CheckoutRecord {
+            sandbox: sandbox.into(),
+            workspace: req.workspace.into(),
+            repo_url: req.repo_url.into(),
+            sha: req.sha.into(),
+            token: req.token.map(|t| t.expose().clone()),
+        });
+        st.workspaces.insert(req.workspace.into(), req.sha.into());
+        Ok(())
+    }
+
+    async fn workspace(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+    ) -> Result<WorkspaceState, SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        check_id(workspace, "workspace")?;
+        let sha = self.st.borrow().workspaces.get(workspace).cloned();
+        Ok(WorkspaceState {
+            exists: sha.is_some(),
+            sha,
+        })
+    }
+
+    async fn start(
+        &self,
+        sandbox: &str,
+        spec: &ProcessSpec<'_>,
+    ) -> Result<ProcessState, SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        check_id(spec.id, "process")?;
+        check_id(spec.workspace, "workspace")?;
+        let env_ok = spec
+            .env
+            .iter()
+            .all(|(k, v)| !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0'));
+        if !(1..=3_600_000).contains(&spec.timeout_ms) || spec.command.is_empty() || !env_ok {
+            return Err(sandbox_error(400, "invalid_request", "bad process spec"));
+        }
+        let now = self.clock.now_ms();
+        let st = &mut *self.st.borrow_mut();
+        let record = |spawned| StartRecord {
+            sandbox: sandbox.into(),
+            id: spec.id.into(),
+            workspace: spec.workspace.into(),
+            env: spec.env.clone(),
+            spawned,
+        };
+        if let Some(p) = st.processes.get(spec.id) {
+            let state = p.finished.clone().unwrap_or_else(|| running(spec.id));
+            st.starts.push(record(false));
+            return Ok(state);
+        }
+        if !st.workspaces.contains_key(spec.workspace) {
+            return Err(sandbox_error(
+                404,
+                "workspace_not_found",
+                format!("workspace {} does not exist", spec.workspace),
+            ));
+        }
+        let Some(script) = st
+            .scripts
+            .iter()
+            .find(|(c, _)| spec.command.contains(c.as_str()))
+            .map(|(_, s)| s.clone())
+        else {
+            st.unexpected
+                .push(format!("unscripted command {:?}", spec.command));
+            return Err(sandbox_error(
+                400,
+                "unscripted",
+                format!("FakeSandbox has no script for {:?}", spec.command),
+            ));
+        };
+        let sha = spec.env.get("SLUICE_SHA").cloned().unwrap_or_default();
+        st.runs.push(ProcessRun {
+            workspace: spec.workspace.into(),
+            sha: sha.clone(),
+            started_ms: now,
+            ended_ms: None,
+            natural_end_ms: script.duration_ms.map(|d| now + d),
+            killed: false,
+        });
+        let run = st.runs.len() - 1;
+        let polls_left = script.running_polls;
+        st.processes.insert(
+            spec.id.into(),
+            Process {
+                sha,
+                env: spec.env.clone(),
+                script,
+                polls_left,
+                started_ms: now,
+                run,
+                finished: None,
+            },
+        );
+        st.starts.push(record(true));
+        Ok(running(spec.id))
+    }
+
+    async fn process(
+        &self,
+        sandbox: &str,
+        id: &str,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        check_id(id, "process")?;
+        if let Some(left_ms) = self.timed_left_ms(id) {
+            return self.poll_timed(id, left_ms, wait_ms).await;
+        }
+        let plan = {
+            let st = &mut *self.st.borrow_mut();
+            let Some(p) = st.processes.get(id) else {
+                return Ok(None);
+            };
+            if let Some(done) = &p.finished {
+                return Ok(Some(done.clone()));
+            }
+            if wait_ms <= 0 {
+                return Ok(Some(running(id)));
+            }
+            if let Some(n) = st.replace_container_at_poll {
+                if n <= 1 {
+                    st.replace_container_at_poll = None;
+                    st.processes.clear();
+                    st.workspaces.clear();
+                    st.containers_replaced += 1;
+                    return Ok(None);
+                }
+                st.replace_container_at_poll = Some(n - 1);
+            }
+            let p = st.processes.get_mut(id).expect("still there");
+            if st.held.contains(&p.sha) {
+                PollPlan::Hold(p.sha.clone())
+            } else if p.polls_left > 0 {
+                p.polls_left -= 1;
+                PollPlan::Sleep
+            } else {
+                PollPlan::Finish
+            }
+        };
+        match plan {
+            PollPlan::Hold(sha) => {
+                if self.held(&sha).await {
+                    return Ok(Some(running(id)));
+                }
+            }
+            // A long-poll of a process that keeps running lasts its wait.
+            PollPlan::Sleep => {
+                self.clock.sleep(wait_ms).await;
+                return Ok(Some(running(id)));
+            }
+            PollPlan::Finish => {}
+        }
+        Ok(self.finish(id))
+    }
+
+    async fn kill(
+        &self,
+        sandbox: &str,
+        id: &str,
+        _wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        check_id(id, "process")?;
+        if self.st.borrow().kill_fails {
+            return Err(SandboxError {
+                code: "unreachable".into(),
+                message: "the sandbox does not answer".into(),
+                status: None,
+            });
+        }
+        let now = self.clock.now_ms();
+        let st = &mut *self.st.borrow_mut();
+        st.kills.push(id.into());
+        let Some(p) = st.processes.get_mut(id) else {
+            return Ok(None);
+        };
+        if let Some(done) = &p.finished {
+            return Ok(Some(done.clone()));
+        }
+        let natural_end = p.script.duration_ms.map(|d| p.started_ms + d);
+        if natural_end.is_some_and(|e| e <= now) {
+            // It had already ended on its own.
+            drop(st);
+            return Ok(self.finish(id));
+        }
+        let state = ProcessState {
+            id: id.into(),
+            status: ProcessStatus::Killed,
+            exit_code: None,
+            signal: Some(9),
+            output: String::new(),
+            output_bytes: 0,
+            output_truncated: false,
+            duration_ms: Some(now - p.started_ms),
+        };
+        p.finished = Some(state.clone());
+        st.runs[p.run].ended_ms = Some(now);
+        st.runs[p.run].killed = true;
+        Ok(Some(state))
+    }
+}
+
+impl FakeSandbox {
+    /// For a timed process still running: how long until it ends by itself.
+    fn timed_left_ms(&self, id: &str) -> Option<i64> {
+        let st = self.st.borrow();
+        let p = st.processes.get(id)?;
+        if p.finished.is_some() {
+            return None;
+        }
+        let d = p.script.duration_ms?;
+        Some((p.started_ms + d - self.clock.now_ms()).max(0))
+    }
+
+    /// A long-poll of a timed process: it waits until the process ends or
+    /// the wait runs out, in virtual time.
+    async fn poll_timed(
+        &self,
+        id: &str,
+        left_ms: i64,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError> {
+        if left_ms > 0 && wait_ms > 0 {
+            self.clock.sleep(left_ms.min(wait_ms)).await;
+        }
+        if !self.st.borrow().processes.contains_key(id) {
+            return Ok(None);
+        }
+        match self.timed_left_ms(id) {
+            Some(0) => Ok(self.finish(id)),
+            Some(_) => Ok(Some(running(id))),
+            // Killed or finished meanwhile.
+            None => Ok(self
+                .st
+                .borrow()
+                .processes
+                .get(id)
+                .and_then(|p| p.finished.clone())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// FakeWaker and FakeSecrets
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Wake {
+    pub instance_id: String,
+    pub event_type: String,
+    pub delivered: bool,
+}
+
+#[derive(Default)]
+pub struct FakeWaker {
+    pub wakes: RefCell<Vec<Wake>>,
+    /// Tasks of `Rig::drive` loops waiting for a wake of their instance.
+    listeners: RefCell<HashMap<String, std::task::Waker>>,
+    /// The next this many wakes are recorded but never delivered (lost).
+    pub lose_next: std::cell::Cell<u32>,
+    /// Wake attempts refused with an error (the object unreachable).
+    pub fail_next: std::cell::Cell<u32>,
+}
+
+impl FakeWaker {
+    pub fn recorded(&self) -> Vec<(String, String)> {
+        self.wakes
+            .borrow()
+            .iter()
+            .map(|w| (w.instance_id.clone(), w.event_type.clone()))
+            .collect()
+    }
+
+    /// Resolves once a wake for `instance_id` waits to be delivered.
+    pub async fn woken(&self, instance_id: &str) {
+        std::future::poll_fn(|cx| {
+            let pending = self
+                .wakes
+                .borrow()
+                .iter()
+                .any(|w| w.instance_id == instance_id && !w.delivered);
+            if pending {
+                return Poll::Ready(());
+            }
+            self.listeners
+                .borrow_mut()
+                .insert(instance_id.to_owned(), cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+#[async_trait(?Send)]
+impl Waker for FakeWaker {
+    async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String> {
+        // As the Worker's waker: an id that names no object is refused.
+        InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
+        if self.fail_next.get() > 0 {
+            self.fail_next.set(self.fail_next.get() - 1);
+            return Err(format!("wake {instance_id}: the object did not answer"));
+        }
+        // A lost wake is recorded as delivered: nobody will see it.
+        let lost = self.lose_next.get() > 0;
+        if lost {
+            self.lose_next.set(self.lose_next.get() - 1);
+        }
+        self.wakes.borrow_mut().push(Wake {
+            instance_id: instance_id.into(),
+            event_type: event_type.into(),
+            delivered: lost,
+        });
+        if !lost {
+            if let Some(w) = self.listeners.borrow_mut().remove(instance_id) {
+                w.wake();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct FakeSecrets(RefCell<HashMap<String, String>>);
+
+impl FakeSecrets {
+    pub fn set(&self, name: &str, value: &str) {
+        self.0.borrow_mut().insert(name.into(), value.into());
+    }
+}
+
+impl SecretSource for FakeSecrets {
+    fn secret(&self, name: &str) -> Option<Secret> {
+        self.0.borrow().get(name).cloned().map(Secret::new)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The rig: one world of several instances sharing the index and the clock.
+// ---------------------------------------------------------------------------
+
+pub struct Rig {
+    /// Instances the sweep poked, by id.
+    pub pokes: RecordedPokes,
+    pub clock: ManualClock,
+    pub index: std::rc::Rc<CountingDb>,
+    pub github: FakeGitHub,
+    pub sandbox: FakeSandbox,
+    pub waker: FakeWaker,
+    pub secrets: FakeSecrets,
+    /// The runs' object storage (logs).
+    pub blobs: MemoryBlobs,
+    pub signer: FixedSigner,
+}
+
+/// One instance: its own journal, the rig's index and clock.
+pub struct Inst {
+    pub world: World,
+    pub id: String,
+    pub run: String,
+    pub input: Value,
+}
+
+pub type PendingPass<'r> = Pin<Box<dyn Future<Output = PassResult> + 'r>>;
+
+/// Passes one `Rig::drive` runs: a long deploy is a pass per 10-minute
+/// round plus its waits.
+const DRIVE_PASSES_MAX: u32 = 500;
+
+impl Rig {
+    pub fn new() -> Rig {
+        let clock = ManualClock::new(T0);
+        Rig {
+            pokes: RecordedPokes::default(),
+            index: std::rc::Rc::new(CountingDb::new()),
+            github: FakeGitHub::new(clock.clone()),
+            sandbox: FakeSandbox::new(clock.clone()),
+            waker: FakeWaker::default(),
+            secrets: FakeSecrets::default(),
+            blobs: MemoryBlobs::default(),
+            signer: FixedSigner,
+            clock,
+        }
+    }
+
+    /// The Worker's registry over the fakes (`RunEnvParts::registry`).
+    pub fn registry(&self) -> Registry<'_> {
+        Registry {
+            env: RunEnv {
+                clock: &self.clock,
+                github: GitHub {
+                    transport: &self.github,
+                    signer: &self.signer,
+                    clock: &self.clock,
+                    api_url: self.github.api_url.clone(),
+                    app_id: Some(APP_ID.into()),
+                    key_der: Ok(Secret::new(b"fake pkcs8 der".to_vec())),
+                },
+                sandbox: &self.sandbox,
+                blobs: &self.blobs,
+                db: self.index.as_ref(),
+                waker: &self.waker,
+                secrets: &self.secrets,
+                notify: Some(NotifyTarget {
+                    url: NOTIFY_URL.into(),
+                    secret: Some(Secret::new(NOTIFY_SECRET.into())),
+                }),
+                pool_capacity: 4,
+                public_url: PUBLIC_URL.into(),
+            },
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    // --- instances ---
+
+    pub fn create(&self, req: CreateRequest) -> Inst {
+        let mut world = World::with_index(self.index.clone());
+        world.clock = self.clock.clone();
+        let c = block_on(world.engine().create(&req)).expect("create");
+        assert!(c.created);
+        Inst {
+            world,
+            id: c.id,
+            run: req.run,
+            input: req.input,
+        }
+    }
+
+    pub fn check(&self, sha: &str) -> Inst {
+        let input = CheckInput {
+            repo: REPO.into(),
+            clone_url: CLONE_URL.into(),
+            sha: sha.into(),
+            installation_id: INSTALLATION,
+            pr_number: PR_NUMBER,
+        };
+        self.create(CreateRequest {
+            key: format!("check:{REPO}:{}", &sha[..12]),
+            run: "check".into(),
+            input: json!(input),
+            repo: Some(REPO.into()),
+            entity: Some(format!("pr:{PR_NUMBER}")),
+            sha: Some(sha.into()),
+            max_steps: None,
+            max_duration_ms: None,
+        })
+    }
+
+    pub fn deploy(&self, sha: &str) -> Inst {
+        self.deploy_with_ceiling(sha, None)
+    }
+
+    /// A deploy with its own run ceiling (`max_duration_ms`).
+    pub fn deploy_with_ceiling(&self, sha: &str, max_duration_ms: Option<i64>) -> Inst {
+        let input = DeployInput {
+            repo: REPO.into(),
+            clone_url: CLONE_URL.into(),
+            branch: BRANCH.into(),
+            sha: sha.into(),
+            installation_id: INSTALLATION,
+        };
+        self.create(CreateRequest {
+            key: format!("deploy:{REPO}:{BRANCH}:{}", &sha[..12]),
+            run: "deploy".into(),
+            input: json!(input),
+            repo: Some(REPO.into()),
+            entity: Some(format!("branch:{BRANCH}")),
+            sha: Some(sha.into()),
+            max_steps: None,
+            max_duration_ms,
+        })
+    }
+
+    /// A pass as the Worker runs it: the engine's pass, then `finalize`
+    /// when the instance ended (`worker_glue::instance::pass_once`).
+    pub fn start_pass<'r>(&'r self, i: &'r Inst) -> PendingPass<'r> {
+        Box::pin(async move {
+            let reg = self.registry();
+            let r = i
+                .world
+                .engine()
+                .pass(&reg, &i.world.interrupt)
+                .await
+                .expect("pass");
+            if r.status.is_terminal() {
+                // As the Durable Object: a failure is left to the sweep.
+                let _ = reg.finalize(&i.run, &i.id, &i.input, r.status).await;
+            }
+            r
+        })
+    }
+
+    pub fn pass(&self, i: &Inst) -> PassResult {
+        block_on(self.start_pass(i))
+    }
+
+    /// One cron sweep over the rig's index, as `worker_glue::scheduled`
+    /// builds it: pokes are recorded (the test runs passes itself), wakes go
+    /// to the rig's waker, finalize to the real registry.
+    pub fn sweep(&self) -> SweepReport {
+        let finalizer = RigFinalizer { rig: self };
+        let sweep = Sweep {
+            db: self.index.as_ref(),
+            instances: &self.pokes,
+            waker: &self.waker,
+            finalizer: &finalizer,
+            retention_ms: sluice::limits::RETENTION_MS_DEFAULT,
+        };
+        block_on(sweep.run(self.now()))
+    }
+
+    /// Runs the instance as its Durable Object would, in virtual time: a
+    /// pass, then (while it waits) until its alarm, `alarm_late_ms` late, or
+    /// a wake-up event, whichever comes first; until it ends or pauses.
+    /// Drive several at once with `futures::join!` under `block_on`.
+    pub async fn drive(&self, i: &Inst, alarm_late_ms: i64) -> Status {
+        for _ in 0..DRIVE_PASSES_MAX {
+            self.deliver(i);
+            let r = self.start_pass(i).await;
+            if r.status.is_terminal() || r.status == Status::Paused {
+                return r.status;
+            }
+            let due = r.wake_at_ms.map_or(self.now(), |w| w + alarm_late_ms);
+            let alarm = self.clock.sleep(due - self.now());
+            let woken = Box::pin(self.waker.woken(&i.id));
+            futures::future::select(alarm, woken).await;
+        }
+        panic!("{} did not end in {DRIVE_PASSES_MAX} passes", i.id);
+    }
+
+    /// Passes until the instance ends, moving the clock to each wake-up.
+    pub fn run_to_end(&self, i: &Inst) -> Status {
+        for _ in 0..20 {
+            let r = self.pass(i);
+            match (r.status, r.wake_at_ms) {
+                (s, _) if s.is_terminal() => return s,
+                (Status::Waiting, Some(wake)) => self.clock.set(wake.max(self.now())),
+                other => panic!("unexpected pass result {other:?}"),
+            }
+        }
+        panic!("{} did not end in 20 passes", i.id);
+    }
+
+    /// An operator command, then `finalize` only if the test asks.
+    pub fn command(&self, i: &Inst, cmd: Command) -> Status {
+        self.try_command(i, cmd).expect("command")
+    }
+
+    /// An operator command as the Durable Object applies it (the run
+    /// prepares a restart), without `finalize`.
+    pub fn try_command(&self, i: &Inst, cmd: Command) -> Result<Status, CommandError> {
+        let reg = self.registry();
+        block_on(i.world.engine().command(&reg, &cmd))
+    }
+
+    pub fn finalize(&self, i: &Inst) {
+        let status = i
+            .world
+            .engine()
+            .record()
+            .expect("record")
+            .expect("instance")
+            .status;
+        self.try_finalize_status(i, status)
+            .expect("finalize released everything");
+    }
+
+    /// `finalize` as the Worker calls it; Err when something stays held.
+    pub fn try_finalize(&self, i: &Inst) -> Result<(), String> {
+        let status = i
+            .world
+            .engine()
+            .record()
+            .expect("record")
+            .expect("instance")
+            .status;
+        self.try_finalize_status(i, status)
+    }
+
+    fn try_finalize_status(&self, i: &Inst, status: Status) -> Result<(), String> {
+        block_on(self.registry().finalize(&i.run, &i.id, &i.input, status))
+    }
+
+    /// Delivers the wakes recorded for `i` (the Worker's `/event`), as
+    /// `InstanceWaker` does; returns how many.
+    pub fn deliver(&self, i: &Inst) -> usize {
+        let events: Vec<String> = self
+            .waker
+            .wakes
+            .borrow_mut()
+            .iter_mut()
+            .filter(|w| w.instance_id == i.id && !w.delivered)
+            .map(|w| {
+                w.delivered = true;
+                w.event_type.clone()
+            })
+            .collect();
+        for e in &events {
+            match i.world.engine().send_event(e, &json!({})) {
+                Ok(_) | Err(CommandError::Conflict(_)) => {}
+                Err(other) => panic!("send_event: {other:?}"),
+            }
+        }
+        events.len()
+    }
+
+    // --- reading back ---
+
+    pub fn record(&self, i: &Inst) -> InstanceRecord {
+        i.world
+            .journal
+            .load_instance()
+            .unwrap()
+            .expect("instance exists")
+    }
+
+    pub fn row(&self, i: &Inst) -> ExecutionRow {
+        block_on(executions::get(self.index.as_ref(), &i.id))
+            .unwrap()
+            .expect("row exists")
+    }
+
+    pub fn journal(&self, i: &Inst) -> Vec<Entry> {
+        i.world.journal.entries().unwrap()
+    }
+
+    pub fn step_names(&self, i: &Inst) -> Vec<String> {
+        self.journal(i).into_iter().map(|e| e.name).collect()
+    }
+
+    pub fn entry(&self, i: &Inst, name: &str) -> Entry {
+        self.journal(i)
+            .into_iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("no step {name:?}"))
+    }
+
+    pub fn command_result(&self, i: &Inst, step: &str) -> CommandResult {
+        serde_json::from_str(self.entry(i, step).value.as_deref().unwrap()).unwrap()
+    }
+
+    pub fn output(&self, i: &Inst) -> Value {
+        serde_json::from_str(self.record(i).output.as_deref().expect("output")).unwrap()
+    }
+
+    pub fn log(&self, key: &str) -> Option<String> {
+        self.blobs.0.borrow().get(key).cloned()
+    }
+
+    /// The instance's row in the serial queue: state, reason, superseded_by.
+    pub fn queue_row(&self, i: &Inst) -> Value {
+        let rows = block_on(self.index.db.all(sluice::stmt!(
+            "SELECT state, skipped_reason, superseded_by FROM serial_queue WHERE execution_id = ?1",
+            i.id.as_str(),
+        )))
+        .unwrap();
+        assert_eq!(rows.len(), 1, "one serial_queue row for {}", i.id);
+        Value::Object(rows[0].clone())
+    }
+
+    pub fn queue_state(&self, i: &Inst) -> String {
+        self.queue_row(i)["state"].as_str().unwrap().to_owned()
+    }
+
+    /// The states of every serial row of the instance, every generation,
+    /// oldest first.
+    pub fn queue_states(&self, i: &Inst) -> Vec<String> {
+        let rows = block_on(self.index.db.all(sluice::stmt!(
+            "SELECT state FROM serial_queue WHERE instance_id = ?1 ORDER BY seq",
+            i.id.as_str(),
+        )))
+        .unwrap();
+        rows.iter()
+            .map(|r| r["state"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Every gate row an instance still holds (serial rows waiting or
+    /// holding, pool slots, leases, live processes), as text; empty when it
+    /// released everything.
+    pub fn held_by(&self, i: &Inst) -> Vec<String> {
+        let q = |sql: &'static str| {
+            block_on(self.index.db.all(sluice::stmt!(sql, i.id.as_str())))
+                .unwrap()
+                .into_iter()
+                .map(|r| serde_json::to_string(&r).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let mut out = q(
+            "SELECT 'serial' AS t, state FROM serial_queue WHERE instance_id = ?1 \
+                         AND state IN ('waiting','holding')",
+        );
+        out.extend(q(
+            "SELECT 'slot' AS t, state FROM pool_slots WHERE holder = ?1",
+        ));
+        out.extend(q(
+            "SELECT 'lease' AS t, holder FROM container_leases WHERE sandbox_id = ?1",
+        ));
+        out.extend(q(
+            "SELECT 'process' AS t, process_id FROM sandbox_processes \
+                      WHERE instance_id = ?1 AND state = 'live'",
+        ));
+        out
+    }
+
+    /// Fails when two processes of the rig ever ran at the same time.
+    pub fn assert_no_overlap(&self) {
+        let runs = self.sandbox.all_runs();
+        for (i, x) in runs.iter().enumerate() {
+            for y in &runs[i + 1..] {
+                let x_end = x.end_ms().unwrap_or(i64::MAX);
+                let y_end = y.end_ms().unwrap_or(i64::MAX);
+                assert!(
+                    x_end <= y.started_ms || y_end <= x.started_ms,
+                    "two deploys at once: {x:?} and {y:?}"
+                );
+            }
+        }
+    }
+
+    /// Every row of every table of the index, as text.
+    pub fn index_dump(&self) -> String {
+        let tables = block_on(self.index.db.all(sluice::stmt!(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        )))
+        .unwrap();
+        let mut out = String::new();
+        for t in tables {
+            let name = t["name"].as_str().unwrap().to_owned();
+            let rows = block_on(
+                self.index
+                    .db
+                    .all(Stmt::new(format!("SELECT * FROM \"{name}\""), vec![])),
+            )
+            .unwrap();
+            out.push_str(&serde_json::to_string(&rows).unwrap());
+        }
+        out
+    }
+
+    /// The instance's own storage, as text: its record and every entry.
+    pub fn journal_dump(&self, i: &Inst) -> String {
+        format!(
+            "{}{}",
+            serde_json::to_string(&self.record(i)).unwrap(),
+            serde_json::to_string(&self.journal(i)).unwrap()
+        )
+    }
+
+    /// Where a deploy's held command now is: pending inside its long-poll.
+    pub fn holds_in_flight(&self, pass: &mut PendingPass<'_>) {
+        assert!(
+            pass.as_mut().now_or_never().is_none(),
+            "the holder's pass is still inside its command"
+        );
+    }
+}
+
+impl Drop for Rig {
+    /// Strictness: a request no fake expected fails the test that made it.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let gh = &self.github.st.borrow().unexpected;
+        assert!(gh.is_empty(), "FakeGitHub saw unexpected requests: {gh:#?}");
+        let sb = &self.sandbox.st.borrow().unexpected;
+        assert!(
+            sb.is_empty(),
+            "FakeSandbox saw unexpected requests: {sb:#?}"
+        );
+    }
+}
+
+/// The sweep's view of the instances, recording what it asked.
+#[derive(Default)]
+pub struct RecordedPokes {
+    pub poked: RefCell<Vec<String>>,
+    pub purged: RefCell<Vec<String>>,
+}
+
+#[async_trait(?Send)]
+impl Instances for RecordedPokes {
+    async fn poke(&self, create: &CreateRequest) -> Result<(), String> {
+        self.poked.borrow_mut().push(create.id().to_string());
+        Ok(())
+    }
+    async fn purge(&self, id: &InstanceId) -> Result<(), String> {
+        self.purged.borrow_mut().push(id.to_string());
+        Ok(())
+    }
+}
+
+/// The sweep's finalize: the real registry of the rig.
+pub struct RigFinalizer<'a> {
+    pub rig: &'a Rig,
+}
+
+#[async_trait(?Send)]
+impl Finalizer for RigFinalizer<'_> {
+    async fn finalize(
+        &self,
+        run: &str,
+        instance_id: &str,
+        input: &Value,
+        status: Status,
+    ) -> Result<(), String> {
+        self.rig
+            .registry()
+            .finalize(run, instance_id, input, status)
+            .await
+    }
+}
+
+/// A deploy rig whose `./deploy.sh` is a real process of `duration_ms`
+/// (virtual time), for runs driven concurrently with `Rig::drive`.
+pub fn deploy_rig_timed(shas: &[&str], config: &str, duration_ms: i64) -> Rig {
+    let rig = Rig::new();
+    for s in shas {
+        rig.github.commit(REPO, s, &[(".sluice.toml", config)]);
+    }
+    rig.sandbox.script_timed(
+        "./deploy.sh",
+        0,
+        "deployed $SLUICE_SHA (head $SLUICE_HEAD_SHA)\n",
+        duration_ms,
+    );
+    rig
+}
+
+/// A deploy rig: commits `shas` carry `config`, `./deploy.sh` is scripted.
+pub fn deploy_rig(shas: &[&str], config: &str) -> Rig {
+    let rig = Rig::new();
+    for s in shas {
+        rig.github.commit(REPO, s, &[(".sluice.toml", config)]);
+    }
+    rig.sandbox.script(
+        "./deploy.sh",
+        0,
+        "deployed $SLUICE_SHA (head $SLUICE_HEAD_SHA)\n",
+    );
+    rig
+}
