@@ -61,6 +61,11 @@ pub const EXECUTOR_CRASHES_MAX: u32 = 5;
 /// Completed instances are kept 30 days (ADR-0001: Workflows' retention).
 pub const RETENTION_MS_DEFAULT: i64 = 30 * 24 * 3600 * 1000;
 
+/// The cron sweep runs this often (`crons = ["* * * * *"]` in wrangler.toml;
+/// `npm start` drives it at least as often). It is the fallback of every
+/// push: a lost handoff costs at most this, a dead holder frees its group
+/// within `HOLDER_STALE_MS` plus this.
+pub const SWEEP_INTERVAL_MS: i64 = 60_000;
 /// The sweep resumes an instance whose wake-up is this overdue: longer than
 /// an alarm's usual lateness (a few ms) so it does not race live alarms.
 pub const SWEEP_OVERDUE_MS: i64 = 30_000;
@@ -119,22 +124,6 @@ pub const SERIAL_QUEUED_TIMEOUT_MS_DEFAULT: i64 = 60 * 60 * 1000;
 /// ADR-0004: a holder whose last heartbeat is this old is presumed dead and
 /// stops blocking its group; the next claim takes the group over.
 pub const HOLDER_STALE_MS: i64 = 10 * 60 * 1000;
-/// The ADR polls every 30 s (≤121 claim steps an hour). Sluice hands a freed
-/// group to its live waiter at once (the releasing holder wakes it), so a
-/// waiter polls only as the fallback for a dead holder: every 20 minutes, so
-/// a 60-minute wait costs at most 4 claim steps, and a dead holder (stale
-/// after 10 min) blocks its group at most 30 minutes.
-pub const SERIAL_POLL_MS: i64 = 20 * 60 * 1000;
-/// A waiter's claim is its sign of life. One silent for over two polls is
-/// dead or paused and stops blocking the waiters behind it (otherwise a
-/// crashed waiter at the head of a FIFO group would block it for ever); it
-/// keeps its row and may claim again when it comes back.
-pub const WAITER_STALE_MS: i64 = 45 * 60 * 1000;
-/// The default queued timeout in polls, plus the first claim: the bound of
-/// a waiter's claim loop (the ADR's was 121). An imperative waiter is never
-/// aged out; the run ceiling bounds it.
-pub const SERIAL_CLAIM_POLLS_MAX_DEFAULT: u32 =
-    (SERIAL_QUEUED_TIMEOUT_MS_DEFAULT / SERIAL_POLL_MS) as u32 + 1;
 /// Holders of a group, a pool slot or a sandbox lease heartbeat this often:
 /// three missed beats still leave them inside every staleness bound below.
 pub const HEARTBEAT_INTERVAL_MS: i64 = 60_000;
@@ -166,13 +155,13 @@ pub const GROUPS_LISTED_MAX: u32 = 200;
 pub const SKIP_ALL_MAX: u32 = 1_000;
 
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= HOLDER_STALE_MS);
+// ADR-0004 freed a dead holder's group after 10 minutes; with the sweep the
+// group is free at most one interval later (the 11-minute target).
+const _: () = assert!(HOLDER_STALE_MS + SWEEP_INTERVAL_MS <= 11 * 60 * 1000);
+const _: () = assert!(SWEEP_OVERDUE_MS < SWEEP_INTERVAL_MS);
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= SLOT_TTL_MS);
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= LEASE_TTL_MS);
-const _: () = assert!(SERIAL_POLL_MS * 2 <= WAITER_STALE_MS);
-// A long-polled sandbox process returns often enough to heartbeat between polls.
-const _: () = assert!(PROCESS_POLL_MS < HEARTBEAT_INTERVAL_MS);
 // A dead holder frees its group well before the waiters behind it time out.
 const _: () = assert!(HOLDER_STALE_MS < SERIAL_QUEUED_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(SERIAL_QUEUED_TIMEOUT_MS_DEFAULT <= QUEUE_POLICY_MS_MAX);
-const _: () = assert!(SERIAL_CLAIM_POLLS_MAX_DEFAULT <= 4);
 const _: () = assert!(WAITERS_LISTED_MAX <= SKIP_ALL_MAX);

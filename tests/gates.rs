@@ -1652,8 +1652,10 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
     true
 }
 
+/// How far the model moves time while waiters wait at quiescence: a
+/// sweep interval, the fallback that wakes them.
 fn common_poll() -> i64 {
-    sluice::limits::SERIAL_POLL_MS
+    sluice::limits::SWEEP_INTERVAL_MS
 }
 
 #[test]
@@ -1686,6 +1688,8 @@ fn seeded_interleavings_keep_the_serial_invariants() {
         "replay enqueue",
         "replay claim",
         "crash",
+        "pause",
+        "resume",
         "operator skip",
         "ahead: 1",
     ];
@@ -2309,4 +2313,577 @@ fn an_instance_is_found_by_its_own_id_in_every_generation() {
         [(G.to_owned(), Some(g1.clone()))],
         "the waiter of the next generation is woken"
     );
+}
+
+// --- the run-level model: the real deploy run, the real engine and the
+// sweep, under operator commands, stalls, crashes and lost wake-ups ---
+//
+// Each schedule is one branch's deploys in virtual time. Every instance is
+// driven as its Durable Object would drive it (passes, alarms, wake-up
+// events, the watchdog after a crash); beside them an adversary restarts
+// (from the top or from any journaled step), pauses, resumes, terminates,
+// stalls executors, crashes passes, loses wake-ups and fails a finalize,
+// and the cron sweep runs every minute. The effect is modelled, not only
+// the rows: the fake sandbox's processes run in virtual time whoever
+// watches them. Checked throughout and at the end:
+// - never two live deploy processes of the group;
+// - no group free (no live holder) with a live, running waiter for longer
+//   than one sweep interval;
+// - every finished instance's gate rows released within one sweep;
+// - the newest commit is the last to start deploying.
+
+mod run_model {
+    use std::cell::{Cell, OnceCell, RefCell};
+    use std::task::{Poll, Waker};
+
+    use futures::future::{join_all, select, Either};
+    use sluice::engine::journal::JournalStore;
+    use sluice::engine::{Clock, Command, Status};
+    use sluice::limits::{HOLDER_STALE_MS, SWEEP_INTERVAL_MS};
+    use sluice::store::Database;
+
+    use super::common::fakes::*;
+    use super::common::{block_on, T0};
+    use super::Rng;
+
+    const MIN: i64 = 60_000;
+    /// The Durable Object's watchdog: a crashed pass resumes this much later.
+    const WATCHDOG_MS: i64 = 15_000;
+    /// Slack on the timing invariants for a pass's own latency (a pass runs
+    /// in virtual time, but a claim may follow a short step).
+    const SLACK_MS: i64 = 20_000;
+    /// The monitor's sampling interval: well under the slack, so a breach
+    /// is seen within it.
+    const SAMPLE_MS: i64 = 10_000;
+    /// Schedules per `cargo test` (RUN_MODEL_SCHEDULES for more): ~0.2 s
+    /// each in a debug build.
+    const SCHEDULES_DEFAULT: u64 = 120;
+    /// Adversary operations per schedule, at most.
+    const OPS_MAX: u64 = 40;
+    /// Bounds each task's loop: a schedule lasts a few virtual hours.
+    const LOOP_MAX: u32 = 20_000;
+
+    /// What the adversary asks of one executor.
+    #[derive(Default)]
+    struct Ctl {
+        inst: OnceCell<Inst>,
+        /// The executor makes no progress until then (ms).
+        stalled_until: Cell<i64>,
+        /// Drop the pass in flight now (the isolate died).
+        crash: Cell<bool>,
+        in_pass: Cell<bool>,
+        /// A crash happened at this time: the watchdog resumes it.
+        crashed_at: Cell<Option<i64>>,
+        signal: RefCell<Option<Waker>>,
+    }
+
+    impl Ctl {
+        fn poke(&self) {
+            if let Some(w) = self.signal.borrow_mut().take() {
+                w.wake();
+            }
+        }
+        /// Resolves when the adversary pokes this executor.
+        async fn poked(&self) {
+            let mut first = true;
+            std::future::poll_fn(|cx| {
+                if !first {
+                    return Poll::Ready(());
+                }
+                first = false;
+                *self.signal.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            })
+            .await
+        }
+        fn status(&self) -> Option<Status> {
+            let i = self.inst.get()?;
+            Some(i.world.journal.load_instance().ok()??.status)
+        }
+    }
+
+    struct World<'r> {
+        rig: &'r Rig,
+        ctls: Vec<Ctl>,
+        shas: Vec<String>,
+        over: Cell<bool>,
+        trace: RefCell<Vec<String>>,
+    }
+
+    impl World<'_> {
+        fn log(&self, what: String) {
+            let t = (self.rig.now() - T0) / 1000;
+            self.trace.borrow_mut().push(format!("t+{t}s {what}"));
+        }
+    }
+
+    /// One executor: the instance's passes as its Durable Object runs them.
+    async fn executor(w: &World<'_>, k: usize, arrive_ms: i64, head_moves_first: bool) {
+        let rig = w.rig;
+        rig.clock.sleep(arrive_ms).await;
+        let sha = &w.shas[k];
+        if !head_moves_first {
+            rig.github.set_head(REPO, BRANCH, sha);
+        }
+        let ctl = &w.ctls[k];
+        let _ = ctl.inst.set(rig.deploy(sha));
+        let inst = ctl.inst.get().unwrap();
+        w.log(format!("arrive {k}"));
+        for _ in 0..LOOP_MAX {
+            let status = ctl.status().unwrap();
+            if w.over.get() && (status.is_terminal() || status == Status::Paused) {
+                return;
+            }
+            if status.is_terminal() || status == Status::Paused {
+                // Idle until a resume or a restart pokes it.
+                let nap = rig.clock.sleep(MIN);
+                select(nap, Box::pin(ctl.poked())).await;
+                continue;
+            }
+            let stall = ctl.stalled_until.get() - rig.now();
+            if stall > 0 {
+                rig.clock.sleep(stall).await;
+                continue;
+            }
+            rig.deliver(inst);
+            ctl.in_pass.set(true);
+            let result = faulty_pass(w, ctl, inst).await;
+            ctl.in_pass.set(false);
+            let Some(r) = result else {
+                ctl.crashed_at.set(Some(rig.now()));
+                w.log(format!("crash {k}"));
+                rig.clock.sleep(WATCHDOG_MS).await;
+                continue;
+            };
+            ctl.crashed_at.set(None);
+            apply_late_interrupt(w, inst);
+            if !r.status.is_runnable() {
+                continue;
+            }
+            let due = r.wake_at_ms.unwrap_or(rig.now());
+            let alarm = rig.clock.sleep(due - rig.now());
+            let woken = Box::pin(rig.waker.woken(&inst.id));
+            select(select(alarm, woken), Box::pin(ctl.poked())).await;
+        }
+        panic!("executor {k} did not settle");
+    }
+
+    /// A pass the adversary may stall (not polled: no heartbeat, no step)
+    /// or crash (dropped mid-flight). None when it crashed.
+    async fn faulty_pass(
+        w: &World<'_>,
+        ctl: &Ctl,
+        inst: &Inst,
+    ) -> Option<sluice::engine::PassResult> {
+        let mut pass = w.rig.try_pass(inst);
+        for _ in 0..LOOP_MAX {
+            if ctl.crash.replace(false) {
+                return None;
+            }
+            let stall = ctl.stalled_until.get() - w.rig.now();
+            if stall > 0 {
+                w.rig.clock.sleep(stall).await;
+                continue;
+            }
+            match select(pass.as_mut(), Box::pin(ctl.poked())).await {
+                Either::Left((r, _)) => return r,
+                Either::Right(_) => continue,
+            }
+        }
+        panic!("a pass did not end");
+    }
+
+    /// A pause or terminate the pass never reached a durable call for is
+    /// applied after it, as the Durable Object does (then finalize).
+    fn apply_late_interrupt(w: &World<'_>, inst: &Inst) {
+        let Some(flag) = inst.world.interrupt.take() else {
+            return;
+        };
+        let cmd = match flag {
+            sluice::engine::Interrupt::Terminate => Command::Terminate,
+            sluice::engine::Interrupt::Pause => Command::Pause,
+        };
+        if let Ok(st) = w.rig.try_command(inst, cmd) {
+            if st.is_terminal() {
+                let _ = w.rig.try_finalize(inst);
+            }
+        }
+    }
+
+    /// The adversary: random operator commands and faults.
+    async fn adversary(w: &World<'_>, rng: &RefCell<Rng>) {
+        let rig = w.rig;
+        let ops = rng.borrow_mut().range(5, OPS_MAX as i64);
+        for _ in 0..ops {
+            let kind = rng.borrow_mut().below(10);
+            let gap = match kind {
+                0..=5 => rng.borrow_mut().range(1_000, 2 * MIN),
+                6..=8 => rng.borrow_mut().range(2 * MIN, 8 * MIN),
+                _ => rng
+                    .borrow_mut()
+                    .range(HOLDER_STALE_MS - MIN, HOLDER_STALE_MS + 3 * MIN),
+            };
+            rig.clock.sleep(gap).await;
+            let k = rng.borrow_mut().below(w.ctls.len() as u64) as usize;
+            let ctl = &w.ctls[k];
+            let Some(inst) = ctl.inst.get() else { continue };
+            let op = rng.borrow_mut().below(100);
+            operate(w, rng, k, ctl, inst, op);
+            ctl.poke();
+        }
+    }
+
+    fn operate(w: &World<'_>, rng: &RefCell<Rng>, k: usize, ctl: &Ctl, inst: &Inst, op: u64) {
+        let rig = w.rig;
+        match op {
+            0..=19 if !ctl.in_pass.get() => {
+                let names: Vec<String> = inst
+                    .world
+                    .journal
+                    .entries()
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.name)
+                    .collect();
+                let pick = rng.borrow_mut().below(names.len() as u64 + 1) as usize;
+                let from_step = match pick {
+                    0 => None,
+                    n => Some(names[n - 1].clone()),
+                };
+                let out = rig.try_command(
+                    inst,
+                    Command::Restart {
+                        from_step: from_step.clone(),
+                    },
+                );
+                w.log(format!("restart {k} from {from_step:?} -> {out:?}"));
+            }
+            20..=31 => {
+                if ctl.in_pass.get() {
+                    inst.world
+                        .interrupt
+                        .set(Some(sluice::engine::Interrupt::Pause));
+                    w.log(format!("pause {k} (interrupt)"));
+                } else {
+                    let out = rig.try_command(inst, Command::Pause);
+                    w.log(format!("pause {k} -> {out:?}"));
+                }
+            }
+            32..=45 if !ctl.in_pass.get() => {
+                let out = rig.try_command(inst, Command::Resume);
+                w.log(format!("resume {k} -> {out:?}"));
+            }
+            46..=55 => {
+                if ctl.in_pass.get() {
+                    inst.world
+                        .interrupt
+                        .set(Some(sluice::engine::Interrupt::Terminate));
+                    w.log(format!("terminate {k} (interrupt)"));
+                } else if let Ok(st) = rig.try_command(inst, Command::Terminate) {
+                    // Crash mid-finalize, sometimes: D1 fails half way.
+                    let fail = rng.borrow_mut().chance(40);
+                    if fail {
+                        rig.index.fail_next_runs.set(1);
+                    }
+                    let fin = rig.try_finalize(inst);
+                    rig.index.fail_next_runs.set(0);
+                    w.log(format!("terminate {k} -> {st:?}, finalize {fin:?}"));
+                }
+            }
+            56..=71 => {
+                let stall = rng.borrow_mut().range(MIN, 14 * MIN);
+                ctl.stalled_until.set(rig.now() + stall);
+                w.log(format!("stall {k} for {} s", stall / 1000));
+            }
+            72..=79 if ctl.in_pass.get() => {
+                ctl.crash.set(true);
+                w.log(format!("crash {k} mid-pass"));
+            }
+            _ => {
+                rig.waker.lose_next.set(rig.waker.lose_next.get() + 1);
+                w.log("lose the next wake-up".into());
+            }
+        }
+    }
+
+    /// The cron sweep, every minute.
+    async fn sweeper(w: &World<'_>) {
+        for _ in 0..LOOP_MAX {
+            if w.over.get() && settled(w) {
+                return;
+            }
+            w.rig.clock.sleep(SWEEP_INTERVAL_MS).await;
+            let r = w.rig.sweep();
+            if r.woken + r.finalized > 0 {
+                w.log(format!("sweep {r:?}"));
+            }
+        }
+    }
+
+    fn settled(w: &World<'_>) -> bool {
+        w.ctls.iter().all(|c| {
+            c.status()
+                .is_none_or(|s| s.is_terminal() || s == Status::Paused)
+        })
+    }
+
+    /// Whether the instance's executor can take a turn now.
+    fn running(w: &World<'_>, ctl: &Ctl) -> bool {
+        let now = w.rig.now();
+        ctl.stalled_until.get() <= now && ctl.crashed_at.get().is_none_or(|t| now - t > WATCHDOG_MS)
+    }
+
+    /// Samples the invariants every few seconds of virtual time.
+    async fn monitor(w: &World<'_>) {
+        let mut free_since: Option<(i64, u32)> = None;
+        let mut unreleased_since: Vec<Option<i64>> = vec![None; w.ctls.len()];
+        for _ in 0..LOOP_MAX * 10 {
+            if w.over.get() && settled(w) {
+                return;
+            }
+            w.rig.clock.sleep(SAMPLE_MS).await;
+            let now = w.rig.now();
+            assert!(
+                w.rig.sandbox.live_runs_at(now).len() <= 1,
+                "two deploys at once: {:?}",
+                w.rig.sandbox.live_runs_at(now)
+            );
+            free_since = check_free_group(w, free_since, now);
+            // One query: finished instances (per D1) that still hold rows.
+            let unreleased: Vec<String> =
+                block_on(sluice::gates::sweep::unreleased(w.rig.index.as_ref(), 100))
+                    .unwrap()
+                    .into_iter()
+                    .map(|u| u.id)
+                    .collect();
+            for (k, ctl) in w.ctls.iter().enumerate() {
+                let Some(inst) = ctl.inst.get() else { continue };
+                let held = unreleased.contains(&inst.id);
+                unreleased_since[k] = match (held, unreleased_since[k]) {
+                    (false, _) => None,
+                    (true, None) => Some(now),
+                    (true, Some(t)) => {
+                        assert!(
+                            now - t <= SWEEP_INTERVAL_MS + SLACK_MS,
+                            "finished {k} still holds {:?} after {} s",
+                            w.rig.held_by(inst),
+                            (now - t) / 1000
+                        );
+                        Some(t)
+                    }
+                };
+            }
+        }
+    }
+
+    /// The group has no live holder while a live, running waiter exists:
+    /// since when (and how many wake-ups were lost by then). Fails past one
+    /// sweep interval; a wake-up lost meanwhile (the sweep's own, too) costs
+    /// one more, so the clock starts again at each loss.
+    fn check_free_group(w: &World<'_>, since: Option<(i64, u32)>, now: i64) -> Option<(i64, u32)> {
+        let rows = block_on(w.rig.index.db.all(sluice::stmt!(
+            "SELECT q.state, q.heartbeat_ms, q.instance_id, e.status FROM serial_queue q \
+             LEFT JOIN executions e ON e.id = q.instance_id WHERE q.group_key = ?1 \
+             AND q.state IN ('waiting','holding')",
+            GROUP,
+        )))
+        .unwrap();
+        let live_holder = rows.iter().any(|r| {
+            r["state"] == "holding" && r["heartbeat_ms"].as_i64().unwrap() >= now - HOLDER_STALE_MS
+        });
+        let live_waiter = rows.iter().any(|r| {
+            let id = r["instance_id"].as_str().unwrap_or("");
+            let ctl = w
+                .ctls
+                .iter()
+                .find(|c| c.inst.get().is_some_and(|i| i.id == id));
+            r["state"] == "waiting"
+                && matches!(r["status"].as_str(), Some("queued" | "running" | "waiting"))
+                && ctl.is_some_and(|c| running(w, c))
+        });
+        if live_holder || !live_waiter {
+            return None;
+        }
+        let lost = w.rig.waker.lost.get();
+        let (since, lost_then) = match since {
+            Some((t, l)) if l == lost => (t, l),
+            _ => (now, lost),
+        };
+        assert!(
+            now - since <= SWEEP_INTERVAL_MS + SLACK_MS,
+            "the group sat free {} s with a live waiter: {rows:?}",
+            (now - since) / 1000
+        );
+        Some((since, lost_then))
+    }
+
+    /// Ends the adversary's schedule: every stall lifted, every paused
+    /// instance resumed, so all of them run to an end.
+    async fn quiesce(w: &World<'_>, adversary_done: &Cell<bool>) {
+        for _ in 0..LOOP_MAX {
+            if adversary_done.get() {
+                break;
+            }
+            w.rig.clock.sleep(MIN).await;
+        }
+        for _ in 0..LOOP_MAX {
+            let mut all = true;
+            for ctl in &w.ctls {
+                ctl.stalled_until.set(0);
+                match (ctl.inst.get(), ctl.status()) {
+                    (Some(inst), Some(Status::Paused)) => {
+                        let _ = w.rig.try_command(inst, Command::Resume);
+                        ctl.poke();
+                        all = false;
+                    }
+                    (_, Some(s)) if s.is_terminal() => {}
+                    _ => all = false,
+                }
+            }
+            if all {
+                w.over.set(true);
+                for c in &w.ctls {
+                    c.poke();
+                }
+                return;
+            }
+            w.rig.clock.sleep(MIN).await;
+        }
+        panic!("the schedule never quiesced");
+    }
+
+    /// Runs one schedule; returns its trace.
+    pub fn run(seed: u64) -> Vec<String> {
+        let rng = RefCell::new(Rng(seed));
+        let k = rng.borrow_mut().range(2, 6) as usize;
+        let shas: Vec<String> = (0..k).map(|i| sha(char::from(b'a' + i as u8))).collect();
+        let refs: Vec<&str> = shas.iter().map(String::as_str).collect();
+        let duration = rng.borrow_mut().range(MIN, 25 * MIN);
+        let rig = deploy_rig_timed(&refs, DEPLOY_TOML, duration);
+        let w = World {
+            rig: &rig,
+            ctls: (0..k).map(|_| Ctl::default()).collect(),
+            shas,
+            over: Cell::new(false),
+            trace: RefCell::new(vec![format!(
+                "seed {seed:#x}: {k} deploys of {} s",
+                duration / 1000
+            )]),
+        };
+        let arrivals: Vec<(i64, bool)> = (0..k)
+            .map(|i| {
+                let gap = rng.borrow_mut().range(10_000, 20 * MIN);
+                let late = rng.borrow_mut().chance(10);
+                (i as i64 * gap, late)
+            })
+            .collect();
+        let adversary_done = Cell::new(false);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            block_on(async {
+                let executors =
+                    join_all((0..k).map(|i| executor(&w, i, arrivals[i].0, arrivals[i].1)));
+                let adv = async {
+                    adversary(&w, &rng).await;
+                    adversary_done.set(true);
+                };
+                futures::future::join5(
+                    executors,
+                    adv,
+                    sweeper(&w),
+                    monitor(&w),
+                    quiesce(&w, &adversary_done),
+                )
+                .await;
+            });
+            check_end(&w);
+        }));
+        let trace = w.trace.borrow().clone();
+        if let Err(e) = outcome {
+            eprintln!("--- failing run-level schedule, replay with RUN_MODEL_SEED={seed:#x} ---");
+            for line in trace.iter().rev().take(60).rev() {
+                eprintln!("{line}");
+            }
+            std::panic::resume_unwind(e);
+        }
+        trace
+    }
+
+    /// After quiescence: nothing held, no overlap, the newest commit last.
+    fn check_end(w: &World<'_>) {
+        w.rig.assert_no_overlap();
+        for (k, ctl) in w.ctls.iter().enumerate() {
+            let inst = ctl.inst.get().unwrap();
+            assert!(
+                w.rig.held_by(inst).is_empty(),
+                "{k} still holds {:?}",
+                w.rig.held_by(inst)
+            );
+        }
+        let runs = w.rig.sandbox.all_runs();
+        // The newest commit is the branch head the last push left.
+        let newest = w.rig.github.st.borrow().heads[&(REPO.to_owned(), BRANCH.to_owned())].clone();
+        if let Some(last_newest) = runs
+            .iter()
+            .filter(|r| r.sha == newest)
+            .map(|r| r.started_ms)
+            .max()
+        {
+            for r in runs.iter().filter(|r| r.sha != newest && !r.killed) {
+                assert!(
+                    r.started_ms < last_newest,
+                    "an older commit {} deployed after the newest started: {runs:#?}",
+                    r.sha
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn seeded_run_schedules_keep_deploys_apart_and_groups_moving() {
+        let only = std::env::var("RUN_MODEL_SEED")
+            .ok()
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
+        let count: u64 = std::env::var("RUN_MODEL_SCHEDULES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(SCHEDULES_DEFAULT);
+        let seeds: Vec<u64> = match only {
+            Some(s) => vec![s],
+            None => (0..count)
+                .map(|i| 0x7E57_0007u64.wrapping_add(i.wrapping_mul(0x9E37_79B9)))
+                .collect(),
+        };
+        let markers = [
+            "restart",
+            "-> Ok(Queued)",
+            "Conflict",
+            "pause",
+            "resume",
+            "terminate",
+            "finalize Err",
+            "stall",
+            "crash",
+            "lose",
+            "sweep",
+            "woken: 1",
+            "finalized: 1",
+        ];
+        let mut seen = vec![0u32; markers.len()];
+        for seed in &seeds {
+            for line in run(*seed) {
+                for (m, n) in markers.iter().zip(seen.iter_mut()) {
+                    *n += u32::from(line.contains(m));
+                }
+            }
+        }
+        eprintln!("{} run-level schedules", seeds.len());
+        for (m, n) in markers.iter().zip(&seen) {
+            eprintln!("  {n:6} x {m}");
+        }
+        if only.is_none() {
+            for (m, n) in markers.iter().zip(&seen) {
+                assert!(*n > 0, "no schedule reached {m:?}");
+            }
+        }
+    }
 }

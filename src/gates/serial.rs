@@ -128,7 +128,7 @@ pub enum ClaimOutcome {
     /// This execution holds the group; `took_over` names a stale holder
     /// whose row this claim flipped to `stale`.
     Holding { took_over: Option<String> },
-    /// Not yet: poll again in `SERIAL_POLL_MS`. `ahead` counts live waiters
+    /// Not yet: wait for the handoff. `ahead` counts live waiters
     /// that claim first.
     Waiting {
         holder: Option<HolderView>,
