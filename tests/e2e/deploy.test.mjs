@@ -208,3 +208,34 @@ deployTest('an operator skips a waiting deploy: it ends skipped and no notificat
   assert.ok(!notifications.seen.some((n) => n.body.execution_id === waiter), 'an operator skip is silent');
   assert.equal((await stack.api(`/v1/executions/${holder}/skip`, { method: 'POST' })).status, 409, 'a finished deploy cannot be skipped');
 });
+
+deployTest('an operator restart of a deploy past its gate while another holds the group deploys nothing beside it', async () => {
+  const repo = 'restarts';
+  const logFile = join(stack.tmpDir, 'restarts.log');
+  const first = stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(logFile, 0.2), 'VERSION': 'a\n' });
+  const a = await push(repo, first);
+  const [doneA] = await waitAllTerminal([a]);
+  assert.equal(doneA.status, 'complete');
+  // B, the new head, holds the group with a longer deploy.
+  const second = stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(logFile, 4), 'VERSION': 'b\n' });
+  const b = await push(repo, second, first);
+  await stack.waitFor(() => readDeployLog(logFile).some((r) => r.sha === second), {
+    timeoutMs: BURST_TIMEOUT_MS, message: "B's deploy to start",
+  });
+
+  // A restart of A from its command would deploy without the group: refused, naming why.
+  const refused = await stack.api(`/v1/executions/${a}/restart`, { method: 'POST', body: { from_step: 'run deploy command' } });
+  assert.equal(refused.status, 409, JSON.stringify(refused.body));
+  assert.match(refused.body.error.message, /no longer holds/);
+  // From inside the gate it queues afresh; behind B and not the head, it is skipped.
+  const reentered = await stack.api(`/v1/executions/${a}/restart`, { method: 'POST', body: { from_step: 'gate: enqueue' } });
+  assert.equal(reentered.status, 200, JSON.stringify(reentered.body));
+  const [endA, endB] = await waitAllTerminal([a, b]);
+  assert.equal(endB.status, 'complete', JSON.stringify(endB));
+  assert.equal(endA.status, 'skipped', JSON.stringify(endA));
+  assert.equal(endA.reason, 'not_current');
+
+  const runs = readDeployLog(logFile);
+  assert.deepEqual(runs.map((r) => r.sha), [first, second], 'A deployed once, before B; nothing after');
+  assert.ok(runs[1].start > runs[0].end, 'the deploys never overlapped');
+});

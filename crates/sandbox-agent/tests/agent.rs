@@ -736,3 +736,79 @@ fn detached_processes_are_capped() {
     let (status, _) = agent.post("/v1/processes", body("p0".into()));
     assert_eq!(status, 200, "an existing id is still answered at the cap");
 }
+
+/// Whether a pid names a live (non-zombie) process.
+fn pid_alive(pid: &str) -> bool {
+    let stat = PathBuf::from(format!("/proc/{}/stat", pid.trim()));
+    match std::fs::read_to_string(&stat) {
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn kill_ends_the_whole_process_group_and_reports_it() {
+    let agent = Agent::start();
+    let path = agent.empty_workspace("w");
+    let body = json!({
+        "id": "deploy-1",
+        "workspace": "w",
+        "command": "sleep 30 & echo $! > child.pid; sleep 30",
+        "timeout_ms": 60_000,
+    });
+    let (status, reply) = agent.post("/v1/processes", body);
+    assert_eq!(status, 201, "{reply}");
+    // Wait for the positive signal that the background child exists.
+    let pid_file = path.join("child.pid");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pid_file.exists() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let pid = std::fs::read_to_string(&pid_file).expect("the command wrote its child's pid");
+
+    let (status, killed) = agent.post("/v1/processes/deploy-1/kill?wait_ms=10000", json!({}));
+    assert_eq!(status, 200, "{killed}");
+    assert_eq!(killed["status"], "killed", "{killed}");
+    assert_eq!(killed["signal"], 9);
+    // The orphaned background sleep went with the group.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pid_alive(&pid) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pid_alive(&pid), "background sleep {} survived the kill", pid.trim());
+
+    // A second kill of a finished process changes nothing.
+    let (status, again) = agent.post("/v1/processes/deploy-1/kill", json!({}));
+    assert_eq!((status, &again["status"]), (200, &json!("killed")));
+    let (_, seen) = agent.get("/v1/processes/deploy-1");
+    assert_eq!(seen["status"], "killed");
+
+    // A process the agent does not know is its own 404, not "no endpoint".
+    let (status, unknown) = agent.post("/v1/processes/nobody/kill", json!({}));
+    assert_eq!((status, error_code(&unknown)), (404, "process_not_found"));
+    let (status, _) = agent.get("/v1/processes/deploy-1/kill");
+    assert_eq!(status, 405);
+}
+
+#[test]
+fn kill_of_a_process_that_already_exited_reports_its_exit() {
+    let agent = Agent::start();
+    agent.empty_workspace("w");
+    let body = json!({"id": "quick", "workspace": "w", "command": "exit 3", "timeout_ms": 10_000});
+    let (status, _) = agent.post("/v1/processes", body);
+    assert_eq!(status, 201);
+    let (_, done) = agent.get("/v1/processes/quick?wait_ms=10000");
+    assert_eq!(done["status"], "exited");
+    let (status, after) = agent.post("/v1/processes/quick/kill", json!({}));
+    assert_eq!(status, 200);
+    assert_eq!(
+        (&after["status"], &after["exit_code"]),
+        (&json!("exited"), &json!(3)),
+        "an ended process is not re-signalled (its group id may be reused)"
+    );
+}
