@@ -1325,7 +1325,7 @@ fn scenario_4_a_restart_asks_for_confirmation_again() {
 #[test]
 fn scenario_5_a_lost_handoff_is_recovered_by_the_next_sweep() {
     let (a, b) = (sha('a'), sha('b'));
-    let rig = deploy_rig_timed(&[&a, &b], DEPLOY_TOML, 5 * MINUTE_MS);
+    let rig = deploy_rig_timed(&[&a, &b], DEPLOY_TOML, 5 * MINUTE_MS + 30_000);
     rig.github.set_head(REPO, BRANCH, &a);
     let da = rig.deploy(&a);
     rig.waker.lose_next.set(1);
@@ -1347,6 +1347,7 @@ fn scenario_5_a_lost_handoff_is_recovered_by_the_next_sweep() {
         rig.sandbox.only_run_in(&db.id),
     );
     let idle_ms = rb.started_ms - ra.end_ms().unwrap();
+    println!("lost wake-up: the group sat free {idle_ms} ms with a live waiter");
     assert!(
         (0..=MINUTE_MS + 2_000).contains(&idle_ms),
         "the group sat idle {idle_ms} ms with B waiting"
@@ -1433,6 +1434,11 @@ fn scenario_5_a_dead_holder_frees_its_group_within_eleven_minutes() {
             .last()
             .and_then(|e| e.finished_ms)
             .unwrap();
+        println!(
+            "dead holder (its process {}): the group was taken {} ms after its last heartbeat",
+            if process_outlives_it { "outlived it" } else { "died with it" },
+            claimed - last_beat
+        );
         assert!(
             claimed - last_beat <= HOLDER_STALE_MS + MINUTE_MS,
             "the group was taken {} ms after A's last beat",
