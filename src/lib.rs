@@ -3,10 +3,12 @@
 //! for the map.
 
 pub mod blobs;
+pub mod clock;
 pub mod engine;
 pub mod gates;
 pub mod github;
 pub mod http;
+pub mod journal;
 pub mod limits;
 pub mod net;
 pub mod runs;
@@ -28,7 +30,7 @@ mod entry {
 
     #[event(fetch)]
     async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-        crate::worker_glue::handlers::fetch(req, env).await
+        crate::worker_glue::router::fetch(req, env).await
     }
 
     #[event(scheduled)]

@@ -824,12 +824,12 @@ fn a_retry_pending_past_the_ceiling_fails_the_run() {
 }
 
 trait JournalPeek {
-    fn journal_entries(&self) -> Vec<sluice::engine::journal::Entry>;
+    fn journal_entries(&self) -> Vec<sluice::journal::Entry>;
 }
 
 impl JournalPeek for World {
-    fn journal_entries(&self) -> Vec<sluice::engine::journal::Entry> {
-        use sluice::engine::journal::JournalStore;
+    fn journal_entries(&self) -> Vec<sluice::journal::Entry> {
+        use sluice::store::journal::JournalStore;
         self.journal.entries().unwrap()
     }
 }

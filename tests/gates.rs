@@ -2337,9 +2337,9 @@ mod run_model {
     use std::task::{Poll, Waker};
 
     use futures::future::{join_all, select, Either};
-    use sluice::engine::journal::JournalStore;
     use sluice::engine::{Clock, Command, Status};
     use sluice::limits::{HOLDER_STALE_MS, SWEEP_INTERVAL_MS};
+    use sluice::store::journal::JournalStore;
     use sluice::store::Database;
 
     use super::common::fakes::*;

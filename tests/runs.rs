@@ -1436,7 +1436,11 @@ fn scenario_5_a_dead_holder_frees_its_group_within_eleven_minutes() {
             .unwrap();
         println!(
             "dead holder (its process {}): the group was taken {} ms after its last heartbeat",
-            if process_outlives_it { "outlived it" } else { "died with it" },
+            if process_outlives_it {
+                "outlived it"
+            } else {
+                "died with it"
+            },
             claimed - last_beat
         );
         assert!(

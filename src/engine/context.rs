@@ -23,10 +23,11 @@ use crate::limits::{
 
 use crate::blobs::Blobs;
 
-use super::clock::Clock;
 use super::config::StepConfig;
 use super::error::{RunError, StepFailure};
-use super::journal::{Entry, EntryKind, EntryState, JournalStore};
+use crate::clock::Clock;
+use crate::journal::{Entry, EntryKind, EntryState};
+use crate::store::journal::JournalStore;
 
 /// What an operator asked of a pass in progress; the next durable call
 /// honours it.

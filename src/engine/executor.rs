@@ -19,12 +19,13 @@ use crate::limits::{
 use crate::store::executions;
 use crate::store::Database;
 
-use super::clock::Clock;
 use super::context::{Ctx, Interrupt, InterruptFlag, PassStats};
 use super::error::RunError;
 use super::id::InstanceId;
-use super::journal::{InstanceRecord, JournalStore};
-use super::status::Status;
+use crate::clock::Clock;
+use crate::journal::InstanceRecord;
+use crate::journal::Status;
+use crate::store::journal::JournalStore;
 
 /// How a run body ends when it does not fail.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +83,7 @@ pub struct RestartRequest<'a> {
     /// The generation being restarted (the new one is this plus one).
     pub generation: u32,
     /// The journal as the previous generation left it.
-    pub entries: &'a [super::journal::Entry],
+    pub entries: &'a [crate::journal::Entry],
     /// The position the operator asked to restart from (0: the top).
     pub from_seq: u32,
 }

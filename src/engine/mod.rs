@@ -5,16 +5,15 @@
 //! storage, the index and time only through `JournalStore`, `Database` and
 //! `Clock`, so every rule is tested natively against real SQLite.
 
-pub mod clock;
 pub mod config;
 pub mod context;
+pub mod driver;
 pub mod error;
 pub mod executor;
 pub mod id;
-pub mod journal;
-pub mod status;
 
-pub use clock::Clock;
+pub use crate::clock::Clock;
+pub use crate::journal::Status;
 pub use config::{Backoff, StepConfig};
 pub use context::{Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
@@ -23,4 +22,3 @@ pub use executor::{
     RunRegistry,
 };
 pub use id::InstanceId;
-pub use status::Status;

@@ -664,6 +664,22 @@ pub async fn skip(
     Ok(changes == 1)
 }
 
+/// An operator skips an execution waiting in any group, every generation
+/// (never a holder): the rows it skipped, empty when it was not waiting.
+pub async fn skip_instance(
+    db: &dyn Database,
+    instance_id: &str,
+    now_ms: i64,
+) -> Result<Vec<String>, StoreError> {
+    let mut skipped = Vec::new();
+    for (group, execution_id) in live_rows_of(db, instance_id).await? {
+        if skip(db, &group, &execution_id, now_ms).await? {
+            skipped.push(execution_id);
+        }
+    }
+    Ok(skipped)
+}
+
 /// An operator skips every waiter of a group, imperative ones included,
 /// never the holder; at most `SKIP_ALL_MAX` per call (oldest first).
 pub async fn skip_all(

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::engine::Clock;
+use crate::clock::Clock;
 use crate::limits::TOKEN_REFRESH_MARGIN_MS;
 use crate::net::{HttpRequest, HttpResponse, Transport};
 use crate::secret::Secret;

@@ -2,10 +2,14 @@
 //! pure function over the request's parts. The Worker glue only reads the
 //! request and carries the plan out.
 
-use crate::engine::CreateRequest;
+use serde_json::{json, Value};
+
+use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
 use crate::runs::triggers::{self, Plan};
+use crate::store::executions::{self, DeliveryRow};
+use crate::store::Database;
 
 use super::error::ApiError;
 
@@ -132,4 +136,68 @@ pub fn intake(
             creates,
         }),
     }
+}
+
+/// Creates the instances a delivery asks for (the Worker: through their
+/// Durable Objects; creating an existing id finds it).
+#[async_trait::async_trait(?Send)]
+pub trait InstanceCreator {
+    async fn create(&self, req: &CreateRequest) -> Result<Created, ApiError>;
+}
+
+/// Carries out an intake: a delivery already acted on answers with the
+/// instances it created and creates nothing (GitHub redelivers with the
+/// same GUID); otherwise every instance is created, then the delivery is
+/// recorded (only after all, so one that died half way is not mistaken for
+/// a done one). Returns the status and body of the answer.
+pub async fn accept(
+    db: &dyn Database,
+    creator: &dyn InstanceCreator,
+    intake: Intake,
+    now_ms: i64,
+) -> Result<(u16, Value), ApiError> {
+    let (delivery, event, action, repo, creates) = match intake {
+        Intake::Ignored { event, reason } => {
+            return Ok((
+                200,
+                json!({ "ignored": true, "event": event, "reason": reason }),
+            ))
+        }
+        Intake::Act {
+            delivery,
+            event,
+            action,
+            repo,
+            creates,
+        } => (delivery, event, action, repo, creates),
+    };
+    if let Some(prev) = executions::delivery(db, &delivery).await? {
+        let instances: Value = serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
+        return Ok((
+            202,
+            json!({ "delivery": delivery, "duplicate": true, "instances": instances }),
+        ));
+    }
+    let mut instances = Vec::with_capacity(creates.len());
+    for c in &creates {
+        let created = creator.create(c).await?;
+        instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
+    }
+    let recorded: Vec<Value> = instances
+        .iter()
+        .map(|i| json!({ "id": i["id"], "run": i["run"], "created": false }))
+        .collect();
+    let row = DeliveryRow {
+        delivery_id: delivery.clone(),
+        event,
+        action,
+        repo,
+        instance_ids_json: Value::Array(recorded).to_string(),
+        received_ms: now_ms,
+    };
+    executions::record_delivery(db, &row).await?;
+    Ok((
+        202,
+        json!({ "delivery": delivery, "duplicate": false, "instances": instances }),
+    ))
 }

@@ -793,7 +793,7 @@ struct GateRegion {
 }
 
 impl GateRegion {
-    fn of(entries: &[crate::engine::journal::Entry]) -> Option<GateRegion> {
+    fn of(entries: &[crate::journal::Entry]) -> Option<GateRegion> {
         let is_acquire = |name: &str| {
             let base = name.split('#').next().unwrap_or(name);
             ACQUIRE_STEPS.contains(&base)

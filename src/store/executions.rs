@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::journal::{Entry, InstanceRecord};
+use crate::journal::{Entry, InstanceRecord};
 use crate::stmt;
 
 use super::sql::{decode, Database, Stmt, StoreError};

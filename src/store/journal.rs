@@ -3,9 +3,35 @@
 
 use serde::Deserialize;
 
-use crate::engine::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord, JournalStore};
+use crate::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord};
 
 use super::sql::{decode, split_statements, Param, StoreError, SyncSql};
+
+/// The instance's own storage. Synchronous, as a Durable Object's SQLite
+/// storage is; every method is one local write or read.
+pub trait JournalStore {
+    fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError>;
+    fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError>;
+    fn entries(&self) -> Result<Vec<Entry>, StoreError>;
+    /// Writes one entry (insert or replace at its `seq`).
+    fn put_entry(&self, entry: &Entry) -> Result<(), StoreError>;
+    /// Removes entries from `seq` on (restart from a step).
+    fn truncate_from(&self, seq: u32) -> Result<(), StoreError>;
+    /// Drops every event, consumed or pending (a restart starts with an
+    /// empty inbox).
+    fn clear_events(&self) -> Result<(), StoreError>;
+    fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError>;
+    /// How many durable calls are journaled (without reading their values).
+    fn entry_count(&self) -> Result<u32, StoreError>;
+    fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError>;
+    /// The oldest event of this type no wait has consumed.
+    fn next_event(&self, event_type: &str) -> Result<Option<Event>, StoreError>;
+    /// Marks the event consumed by the wait at `entry_seq` and writes that
+    /// entry, as one unit.
+    fn consume_event(&self, event_seq: i64, entry: &Entry) -> Result<(), StoreError>;
+    /// Wipes everything (retention purge of a finished instance).
+    fn clear(&self) -> Result<(), StoreError>;
+}
 
 /// The journal schema, applied by every instance on start.
 pub const JOURNAL_SCHEMA: &str = include_str!("journal.sql");

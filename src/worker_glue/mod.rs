@@ -7,8 +7,10 @@
 //! in `engine`, `runs` and `http`.
 
 pub mod bindings;
+pub mod compose;
 pub mod container;
-pub mod handlers;
 pub mod instance;
+pub mod instances;
 pub mod platform;
+pub mod router;
 pub mod scheduled;

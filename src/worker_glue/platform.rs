@@ -14,7 +14,7 @@ use worker::{
 };
 
 use crate::blobs::Blobs;
-use crate::engine::Clock;
+use crate::clock::Clock;
 use crate::github::app::Rs256Signer;
 use crate::net::{HttpRequest, HttpResponse, Transport};
 use crate::store::{Database, Param, Row, Stmt, StoreError, SyncSql};

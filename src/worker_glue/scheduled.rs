@@ -9,7 +9,8 @@ use crate::limits::RETENTION_MS_DEFAULT;
 use crate::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
 
 use super::bindings;
-use super::handlers::{poke_instance, purge_instance, run_env_parts, InstanceWaker};
+use super::compose::run_env_parts;
+use super::instances::{self, InstanceWaker};
 use super::platform::{WorkerClock, D1};
 
 /// The instances, through their Durable Objects.
@@ -20,10 +21,12 @@ struct ObjectInstances<'a> {
 #[async_trait::async_trait(?Send)]
 impl Instances for ObjectInstances<'_> {
     async fn poke(&self, create: &CreateRequest) -> Result<(), String> {
-        poke_instance(self.env, create).await.map_err(|e| e.message)
+        instances::poke(self.env, create)
+            .await
+            .map_err(|e| e.message)
     }
     async fn purge(&self, id: &InstanceId) -> Result<(), String> {
-        purge_instance(self.env, id).await.map_err(|e| e.message)
+        instances::purge(self.env, id).await.map_err(|e| e.message)
     }
 }
 

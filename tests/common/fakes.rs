@@ -23,12 +23,12 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use futures::FutureExt;
 use serde_json::{json, Value};
-use sluice::engine::journal::{Entry, InstanceRecord, JournalStore};
 use sluice::engine::{
     Clock, Command, CommandError, CreateRequest, InstanceId, PassResult, RunRegistry, Status,
 };
 use sluice::github::app::Rs256Signer;
 use sluice::github::GitHub;
+use sluice::journal::{Entry, InstanceRecord};
 use sluice::net::{HttpRequest, HttpResponse, Transport};
 use sluice::runs::command::CommandResult;
 use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
@@ -39,6 +39,7 @@ use sluice::sandbox::{
 };
 use sluice::secret::Secret;
 use sluice::store::executions::{self, ExecutionRow};
+use sluice::store::journal::JournalStore;
 use sluice::store::Database;
 use sluice::store::Stmt;
 

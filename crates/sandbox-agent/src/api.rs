@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response};
 
+use crate::error::ApiError;
 use crate::exec;
 use crate::limits::{EXEC_TIMEOUT_MS_MAX, ID_CHARS_MAX, REQUEST_BYTES_MAX, WAIT_MS_MAX};
 use crate::lock;
@@ -31,29 +32,6 @@ impl State {
             workspaces: Workspaces::new(root)?,
             processes: Arc::default(),
         })
-    }
-}
-
-/// An error answered as `{"error": {"code", "message"}}`.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: u16,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// 400 for a well-formed JSON body whose fields are unacceptable.
-    pub fn invalid(message: impl Into<String>) -> Self {
-        ApiError::new(400, "invalid_request", message)
     }
 }
 

@@ -2,6 +2,7 @@
 //! API. In production it runs inside a Cloudflare Container; in development on localhost.
 
 mod api;
+mod error;
 mod exec;
 mod limits;
 mod process;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::exec::{kill_group, Finished, Output, Running};
 use crate::limits::{FINISHED_OUTPUT_BYTES_MAX, FINISHED_PROCESSES_MAX, PROCESSES_MAX};
 use crate::lock;

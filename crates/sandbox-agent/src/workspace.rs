@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::exec;
 use crate::limits::{ERROR_OUTPUT_BYTES_MAX, GIT_TIMEOUT_MS};
 use crate::lock;

@@ -780,7 +780,11 @@ fn kill_ends_the_whole_process_group_and_reports_it() {
     while pid_alive(&pid) && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));
     }
-    assert!(!pid_alive(&pid), "background sleep {} survived the kill", pid.trim());
+    assert!(
+        !pid_alive(&pid),
+        "background sleep {} survived the kill",
+        pid.trim()
+    );
 
     // A second kill of a finished process changes nothing.
     let (status, again) = agent.post("/v1/processes/deploy-1/kill", json!({}));

@@ -1,12 +1,18 @@
-//! What an instance's own storage holds: its record, its step journal and
-//! its event inbox. The storage is the authoritative truth of the instance;
-//! D1 holds a mirror (see `store::executions`).
+//! What an instance's own storage holds: its record (with its run
+//! `Status`), its step journal and its event inbox. The storage is the
+//! authoritative truth of the instance; D1 holds a mirror (see
+//! `store::executions`).
+//!
+//! Architecture invariant: a leaf. The engine (which writes it) and the
+//! store (which keeps it, `store::journal::JournalStore`, and mirrors it to
+//! D1) both depend on it; it depends on neither, so the store never depends
+//! on the engine.
+
+pub mod status;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::StoreError;
-
-use super::status::Status;
+pub use status::Status;
 
 /// The instance itself, one row in its own storage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,30 +130,4 @@ pub struct Event {
     pub event_type: String,
     pub payload: String,
     pub received_ms: i64,
-}
-
-/// The instance's own storage. Synchronous, as a Durable Object's SQLite
-/// storage is; every method is one local write or read.
-pub trait JournalStore {
-    fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError>;
-    fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError>;
-    fn entries(&self) -> Result<Vec<Entry>, StoreError>;
-    /// Writes one entry (insert or replace at its `seq`).
-    fn put_entry(&self, entry: &Entry) -> Result<(), StoreError>;
-    /// Removes entries from `seq` on (restart from a step).
-    fn truncate_from(&self, seq: u32) -> Result<(), StoreError>;
-    /// Drops every event, consumed or pending (a restart starts with an
-    /// empty inbox).
-    fn clear_events(&self) -> Result<(), StoreError>;
-    fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError>;
-    /// How many durable calls are journaled (without reading their values).
-    fn entry_count(&self) -> Result<u32, StoreError>;
-    fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError>;
-    /// The oldest event of this type no wait has consumed.
-    fn next_event(&self, event_type: &str) -> Result<Option<Event>, StoreError>;
-    /// Marks the event consumed by the wait at `entry_seq` and writes that
-    /// entry, as one unit.
-    fn consume_event(&self, event_seq: i64, entry: &Entry) -> Result<(), StoreError>;
-    /// Wipes everything (retention purge of a finished instance).
-    fn clear(&self) -> Result<(), StoreError>;
 }

@@ -1,0 +1,265 @@
+//! The executor protocol of one run instance, as pure decisions over the
+//! engine's interfaces: never two passes of an instance at once, no
+//! interrupt dropped, every wake-up kept, and a watchdog for a pass that
+//! dies. The host (a Durable Object in the Worker, a fake in native tests)
+//! carries the decisions out: it runs passes, sets and deletes its alarm,
+//! applies commands.
+//!
+//! Events reach the driver as calls: `trigger` (a create, a poke, an
+//! event: "run a pass, or one more after the running one"), `on_alarm`,
+//! `begin_command`/`end_command` (an operator's command), and the loop
+//! `drive` runs passes until the instance waits, ends or stops being
+//! triggered.
+//!
+//! Architecture invariant: no I/O here but through `Host`, no clock but
+//! `Host::now_ms`, no `worker` types.
+
+use std::cell::Cell;
+
+use async_trait::async_trait;
+
+use super::context::{Interrupt, InterruptFlag};
+use super::error::RunError;
+use super::executor::{Command, CommandError, PassResult};
+use crate::journal::Status;
+
+/// Passes one wake-up may chain when triggers keep arriving during a pass;
+/// beyond it the next trigger's alarm takes over, so one invocation cannot
+/// run forever.
+pub const PASSES_PER_WAKE_MAX: u32 = 50;
+/// How soon a pass that died is resumed by its own alarm: long enough that
+/// a live pass's watchdog rarely fires (it is re-armed when it does), short
+/// enough that a crash costs seconds, not the sweep's minute.
+pub const PASS_WATCHDOG_MS: i64 = 15_000;
+/// When storage or the index fails mid-pass, try again this much later.
+pub const STORE_RETRY_DELAY_MS: i64 = 5_000;
+
+/// What the host does for the driver.
+#[async_trait(?Send)]
+pub trait Host {
+    fn now_ms(&self) -> i64;
+    async fn set_alarm(&self, at_ms: i64) -> Result<(), String>;
+    async fn delete_alarm(&self) -> Result<(), String>;
+    /// One pass of the engine (and the run's finalize when it ended).
+    async fn pass(&self, interrupt: &InterruptFlag) -> Result<PassResult, RunError>;
+    /// An operator command on the idle instance (and the run's finalize
+    /// when it ended).
+    async fn command(&self, cmd: &Command) -> Result<Status, CommandError>;
+}
+
+/// What a trigger leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kick {
+    /// No pass runs: start driving now.
+    Start,
+    /// A pass runs; it was asked for one more (or nothing, when the trigger
+    /// does not need one).
+    Queued,
+}
+
+/// What the alarm leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAlarm {
+    /// No pass runs: drive.
+    Drive,
+    /// The watchdog of a pass still running (a long step): re-arm it.
+    RearmWatchdog(i64),
+}
+
+/// How an operator command meets the instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandGate {
+    /// Nothing runs: apply it now (the driver holds the executor meanwhile).
+    Apply,
+    /// A pass runs: it is honoured at the pass's next durable call; the
+    /// answer is the status it will take.
+    Interrupted(Status),
+    /// A pass runs and the command cannot interrupt it.
+    Refused(String),
+}
+
+/// After a command: drive (the instance is runnable, or a trigger or
+/// interrupt arrived meanwhile), delete the alarm (it is paused or ended),
+/// or leave it (the command was refused: the instance is as it was).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterCommand {
+    Drive,
+    DeleteAlarm,
+    Keep,
+}
+
+/// The alarm a pass's end calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alarm {
+    At(i64),
+    Delete,
+}
+
+/// The protocol's state: shared between the host's concurrent handlers
+/// (a fetch during a pass) on one thread.
+#[derive(Default)]
+pub struct Driver {
+    running: Cell<bool>,
+    rerun: Cell<bool>,
+    /// Read by the running pass at each durable call.
+    pub interrupt: InterruptFlag,
+}
+
+impl Driver {
+    /// A create, a poke or an event. `rerun_if_busy`: the running pass may
+    /// have evaluated its wait before this arrived, so it must pass again.
+    pub fn trigger(&self, rerun_if_busy: bool) -> Kick {
+        if self.running.get() {
+            if rerun_if_busy {
+                self.rerun.set(true);
+            }
+            return Kick::Queued;
+        }
+        Kick::Start
+    }
+
+    pub fn on_alarm(&self, now_ms: i64) -> OnAlarm {
+        if self.running.get() {
+            OnAlarm::RearmWatchdog(now_ms + PASS_WATCHDOG_MS)
+        } else {
+            OnAlarm::Drive
+        }
+    }
+
+    /// An operator command arrives. `Apply` holds the executor until
+    /// `end_command`.
+    pub fn begin_command(&self, cmd: &Command) -> CommandGate {
+        if !self.running.replace(true) {
+            return CommandGate::Apply;
+        }
+        let (flag, status) = match cmd {
+            Command::Terminate => (Interrupt::Terminate, Status::Terminated),
+            Command::Pause => (Interrupt::Pause, Status::Paused),
+            _ => {
+                return CommandGate::Refused(
+                    "a pass is running; pause or terminate it first".into(),
+                )
+            }
+        };
+        self.interrupt.set(Some(flag));
+        CommandGate::Interrupted(status)
+    }
+
+    /// The applied command left the instance in `status` (None: it was
+    /// refused and changed nothing).
+    pub fn end_command(&self, status: Option<Status>) -> AfterCommand {
+        self.running.set(false);
+        let runnable = status.is_some_and(Status::is_runnable);
+        if runnable || self.rerun.replace(false) || self.interrupt.get().is_some() {
+            AfterCommand::Drive
+        } else if status.is_some() {
+            AfterCommand::DeleteAlarm
+        } else {
+            AfterCommand::Keep
+        }
+    }
+
+    /// Takes the executor for a drive; false when a pass already runs (it
+    /// was asked for one more if the caller needs it).
+    fn begin_drive(&self, rerun_if_busy: bool) -> bool {
+        if self.running.replace(true) {
+            if rerun_if_busy {
+                self.rerun.set(true);
+            }
+            return false;
+        }
+        true
+    }
+}
+
+/// The alarm after a pass: the wake-up of a waiting instance, now for a
+/// runnable one (a pass budget, an interrupted chain), none for a finished
+/// or paused one, a retry after a storage fault.
+pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm {
+    match outcome {
+        Ok(PassResult {
+            status: Status::Waiting,
+            wake_at_ms: Some(wake),
+            ..
+        }) => Alarm::At(*wake),
+        Ok(p) if p.status.is_runnable() => Alarm::At(now_ms),
+        Ok(_) => Alarm::Delete,
+        Err(_) => Alarm::At(now_ms + STORE_RETRY_DELAY_MS),
+    }
+}
+
+/// Runs passes until the instance waits, ends, or stops being triggered;
+/// then applies an interrupt no durable call saw (it came after the body's
+/// last one), so none is dropped.
+pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
+    if !driver.begin_drive(rerun_if_busy) {
+        return;
+    }
+    for _ in 0..PASSES_PER_WAKE_MAX {
+        driver.rerun.set(false);
+        // If the process dies mid-pass, the alarm resumes the instance
+        // (alarms survive restarts); the pass's end replaces it.
+        let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
+        let outcome = host.pass(&driver.interrupt).await;
+        let _ = match alarm_after(&outcome, host.now_ms()) {
+            Alarm::At(at) => host.set_alarm(at).await,
+            Alarm::Delete => host.delete_alarm().await,
+        };
+        if !driver.rerun.get() {
+            break;
+        }
+    }
+    if let Some(interrupt) = driver.interrupt.take() {
+        let cmd = match interrupt {
+            Interrupt::Terminate => Command::Terminate,
+            Interrupt::Pause => Command::Pause,
+        };
+        // A conflict means the instance already ended on its own.
+        if host.command(&cmd).await.is_ok() {
+            let _ = host.delete_alarm().await;
+        }
+    }
+    driver.running.set(false);
+}
+
+/// An operator command, as the host receives it: applied now, honoured by
+/// the running pass, or refused. When the command leaves the instance
+/// runnable (a resume, a restart) or something arrived meanwhile, the
+/// answer says to drive: the host starts `drive` without holding the
+/// request open.
+pub async fn command(
+    driver: &Driver,
+    host: &dyn Host,
+    cmd: &Command,
+) -> Result<CommandAnswer, CommandError> {
+    match driver.begin_command(cmd) {
+        CommandGate::Interrupted(status) => Ok(CommandAnswer {
+            status,
+            pending: true,
+            drive: false,
+        }),
+        CommandGate::Refused(why) => Err(CommandError::Conflict(why)),
+        CommandGate::Apply => {
+            let result = host.command(cmd).await;
+            let after = driver.end_command(result.as_ref().ok().copied());
+            if after == AfterCommand::DeleteAlarm {
+                let _ = host.delete_alarm().await;
+            }
+            result.map(|status| CommandAnswer {
+                status,
+                pending: false,
+                drive: after == AfterCommand::Drive,
+            })
+        }
+    }
+}
+
+/// How a command was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandAnswer {
+    pub status: Status,
+    /// The running pass takes `status` at its next durable call.
+    pub pending: bool,
+    /// The host must start `drive` now.
+    pub drive: bool,
+}

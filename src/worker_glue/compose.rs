@@ -1,0 +1,213 @@
+//! The composition root: builds the services runs use (`RunEnv`) from the
+//! Worker's bindings, once per pass (or per sweep finalize).
+
+use serde_json::Value;
+use worker::Env;
+
+use crate::engine::Clock;
+use crate::github::app::private_key_pkcs8_der;
+use crate::github::GitHub;
+use crate::limits::POOL_CAPACITY_MAX;
+use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource};
+use crate::sandbox::agent::AgentSandbox;
+use crate::secret::Secret;
+use crate::store::Database;
+
+use super::bindings::{self, text};
+use super::container::ContainerTransport;
+use super::instances::InstanceWaker;
+use super::platform::{FetchTransport, WebCryptoSigner, R2};
+
+/// Worker secrets by name.
+pub struct EnvSecrets {
+    pub env: Env,
+}
+
+impl SecretSource for EnvSecrets {
+    fn secret(&self, name: &str) -> Option<Secret> {
+        // Config validation refuses these already; never hand them out.
+        if !crate::runs::config::deploy_may_read(name) {
+            return None;
+        }
+        bindings::secret(&self.env, name)
+    }
+}
+
+/// The owned pieces a run's services borrow from, built per pass from the
+/// Worker's bindings.
+pub struct RunEnvParts {
+    transport: FetchTransport,
+    signer: WebCryptoSigner,
+    blobs: Option<R2>,
+    api_url: String,
+    app_id: Option<String>,
+    key_der: std::result::Result<Secret<Vec<u8>>, String>,
+    sandbox_url: String,
+    sandbox_token: Option<Secret>,
+    /// Cloudflare Containers (one per sandbox id), when SANDBOX_BACKEND is
+    /// "container"; else the agent at `sandbox_url`.
+    container: Option<ContainerTransport>,
+    public_url: String,
+    waker: InstanceWaker,
+    secrets: EnvSecrets,
+    notify: Option<NotifyTarget>,
+    pool_capacity: u32,
+}
+
+/// The services runs use, from the Worker's bindings.
+pub fn run_env_parts(env: &Env) -> RunEnvParts {
+    let key_der = match text(env, bindings::GITHUB_APP_PRIVATE_KEY) {
+        None => Err("GITHUB_APP_PRIVATE_KEY is not set".to_owned()),
+        Some(pem) => private_key_pkcs8_der(&pem)
+            .map(Secret::new)
+            .map_err(|e| e.to_string()),
+    };
+    RunEnvParts {
+        transport: FetchTransport,
+        signer: WebCryptoSigner,
+        blobs: env.bucket(bindings::LOGS).ok().map(R2),
+        api_url: text(env, bindings::GITHUB_API_URL)
+            .unwrap_or_else(|| bindings::GITHUB_API_URL_DEFAULT.to_owned()),
+        app_id: text(env, bindings::GITHUB_APP_ID),
+        key_der,
+        sandbox_url: text(env, bindings::SANDBOX_URL)
+            .unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
+        sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
+        container: text(env, bindings::SANDBOX_BACKEND)
+            .filter(|b| b == "container")
+            .map(|_| ContainerTransport { env: env.clone() }),
+        public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
+        waker: InstanceWaker { env: env.clone() },
+        secrets: EnvSecrets { env: env.clone() },
+        notify: text(env, bindings::NOTIFY_URL).map(|url| NotifyTarget {
+            url,
+            secret: bindings::secret(env, bindings::NOTIFY_SECRET),
+        }),
+        pool_capacity: text(env, bindings::POOL_CAPACITY)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
+            .clamp(1, POOL_CAPACITY_MAX),
+    }
+}
+
+/// Stands in for a missing R2 binding: every upload fails with a clear
+/// message (a step error), rather than the Worker refusing to start.
+struct NoBlobs;
+
+#[async_trait::async_trait(?Send)]
+impl crate::blobs::Blobs for NoBlobs {
+    async fn put_text(&self, _: &str, _: &str) -> std::result::Result<(), String> {
+        Err(format!(
+            "the R2 binding {} is not configured",
+            bindings::LOGS
+        ))
+    }
+    async fn get_text(&self, _: &str) -> std::result::Result<Option<String>, String> {
+        Err(format!(
+            "the R2 binding {} is not configured",
+            bindings::LOGS
+        ))
+    }
+}
+
+static NO_BLOBS: NoBlobs = NoBlobs;
+
+impl RunEnvParts {
+    pub fn blobs(&self) -> Option<&dyn crate::blobs::Blobs> {
+        self.blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs)
+    }
+
+    pub fn sandbox(&self) -> AgentSandbox<'_> {
+        match &self.container {
+            Some(c) => AgentSandbox {
+                transport: c,
+                base_url: "http://sandbox".into(),
+                token: self.sandbox_token.clone(),
+            },
+            None => AgentSandbox {
+                transport: &self.transport,
+                base_url: self.sandbox_url.clone(),
+                token: self.sandbox_token.clone(),
+            },
+        }
+    }
+
+    pub fn registry<'a>(&'a self, clock: &'a dyn Clock, db: &'a dyn Database) -> RegistryOwner<'a> {
+        RegistryOwner {
+            parts: self,
+            sandbox: self.sandbox(),
+            clock,
+            db,
+        }
+    }
+}
+
+/// Owns the sandbox client the registry borrows.
+pub struct RegistryOwner<'a> {
+    parts: &'a RunEnvParts,
+    sandbox: AgentSandbox<'a>,
+    clock: &'a dyn Clock,
+    db: &'a dyn Database,
+}
+
+impl RegistryOwner<'_> {
+    fn registry(&self) -> Registry<'_> {
+        let p = self.parts;
+        Registry {
+            env: RunEnv {
+                clock: self.clock,
+                github: GitHub {
+                    transport: &p.transport,
+                    signer: &p.signer,
+                    clock: self.clock,
+                    api_url: p.api_url.clone(),
+                    app_id: p.app_id.clone(),
+                    key_der: p.key_der.clone(),
+                },
+                sandbox: &self.sandbox,
+                blobs: match &p.blobs {
+                    Some(b) => b,
+                    None => &NO_BLOBS,
+                },
+                db: self.db,
+                waker: &p.waker,
+                secrets: &p.secrets,
+                notify: p.notify.clone(),
+                pool_capacity: p.pool_capacity,
+                public_url: p.public_url.clone(),
+            },
+        }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl crate::engine::RunRegistry for RegistryOwner<'_> {
+    async fn execute(
+        &self,
+        run: &str,
+        ctx: &crate::engine::Ctx<'_>,
+        input: &Value,
+    ) -> std::result::Result<crate::engine::RunOutcome, crate::engine::RunError> {
+        self.registry().execute(run, ctx, input).await
+    }
+
+    async fn finalize(
+        &self,
+        run: &str,
+        instance_id: &str,
+        input: &Value,
+        status: crate::engine::Status,
+    ) -> std::result::Result<(), String> {
+        self.registry()
+            .finalize(run, instance_id, input, status)
+            .await
+    }
+
+    async fn prepare_restart(
+        &self,
+        run: &str,
+        req: &crate::engine::RestartRequest<'_>,
+    ) -> std::result::Result<u32, String> {
+        self.registry().prepare_restart(run, req).await
+    }
+}

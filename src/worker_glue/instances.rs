@@ -1,0 +1,145 @@
+//! The client of run instances: every request to a `RunInstance` Durable
+//! Object goes through here (create, poke, event, command, purge), and the
+//! waker other instances use to send one an event.
+
+use serde_json::{json, Value};
+use worker::{Env, Method, Request, RequestInit};
+
+use crate::engine::{CreateRequest, Created, InstanceId};
+use crate::http::ApiError;
+use crate::runs::Waker;
+
+use super::bindings;
+
+/// The operations a `RunInstance` serves, and their paths: written once
+/// for the client and the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceOp {
+    /// Create (idempotent by id) and run.
+    Create,
+    /// The sweep: create if the object lost its create, and run.
+    Poke,
+    Event,
+    Command,
+    /// Wipe a finished instance's storage (retention).
+    Purge,
+}
+
+impl InstanceOp {
+    pub const ALL: [InstanceOp; 5] = [
+        InstanceOp::Create,
+        InstanceOp::Poke,
+        InstanceOp::Event,
+        InstanceOp::Command,
+        InstanceOp::Purge,
+    ];
+
+    pub fn path(self) -> &'static str {
+        match self {
+            InstanceOp::Create => "/create",
+            InstanceOp::Poke => "/poke",
+            InstanceOp::Event => "/event",
+            InstanceOp::Command => "/command",
+            InstanceOp::Purge => "/purge",
+        }
+    }
+
+    pub fn parse(path: &str) -> Option<InstanceOp> {
+        InstanceOp::ALL.into_iter().find(|op| op.path() == path)
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(e.to_string())
+}
+
+/// Sends an operation to an instance's Durable Object: its status and JSON.
+pub async fn request(
+    env: &Env,
+    id: &InstanceId,
+    op: InstanceOp,
+    body: &Value,
+) -> Result<(u16, Value), ApiError> {
+    let ns = env
+        .durable_object(bindings::RUN_INSTANCE)
+        .map_err(internal)?;
+    let stub = ns
+        .id_from_name(id.as_str())
+        .and_then(|i| i.get_stub())
+        .map_err(internal)?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(body.to_string().into()));
+    let url = format!("https://instance{}", op.path());
+    let request = Request::new_with_init(&url, &init).map_err(internal)?;
+    let mut resp = stub.fetch_with_request(request).await.map_err(internal)?;
+    let status = resp.status_code();
+    let value: Value = resp.json().await.map_err(internal)?;
+    Ok((status, value))
+}
+
+/// An operation whose only good answer is 200.
+async fn expect_ok(
+    env: &Env,
+    id: &InstanceId,
+    op: InstanceOp,
+    body: &Value,
+) -> Result<Value, ApiError> {
+    let (status, value) = request(env, id, op, body).await?;
+    if status != 200 {
+        return Err(ApiError::internal(format!(
+            "instance {id} {op:?} answered {status}: {value}"
+        )));
+    }
+    Ok(value)
+}
+
+/// Creates an instance (or finds it: the id is the idempotency key).
+pub async fn create(env: &Env, create: &CreateRequest) -> Result<Created, ApiError> {
+    let value = expect_ok(env, &create.id(), InstanceOp::Create, &json!(create)).await?;
+    serde_json::from_value(value).map_err(internal)
+}
+
+/// Pokes an instance (the sweep): creates it if its object lost the create,
+/// and runs a pass if it is runnable.
+pub async fn poke(env: &Env, create: &CreateRequest) -> Result<(), ApiError> {
+    expect_ok(env, &create.id(), InstanceOp::Poke, &json!(create)).await?;
+    Ok(())
+}
+
+pub async fn purge(env: &Env, id: &InstanceId) -> Result<(), ApiError> {
+    expect_ok(env, id, InstanceOp::Purge, &json!({})).await?;
+    Ok(())
+}
+
+/// Sends an event; the object answers 202, 404 (no such instance), 409
+/// (finished) or 413 (too large).
+pub async fn event(
+    env: &Env,
+    id: &InstanceId,
+    event_type: &str,
+    payload: &Value,
+) -> Result<(u16, Value), ApiError> {
+    let body = json!({ "type": event_type, "payload": payload });
+    request(env, id, InstanceOp::Event, &body).await
+}
+
+/// Wakes an instance by sending it an event through its Durable Object.
+pub struct InstanceWaker {
+    pub env: Env,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Waker for InstanceWaker {
+    async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String> {
+        let id = InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
+        let (status, value) = event(&self.env, &id, event_type, &json!({}))
+            .await
+            .map_err(|e| e.message)?;
+        if status < 300 {
+            Ok(())
+        } else {
+            Err(format!("wake {instance_id}: {status} {value}"))
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! The fetch handler: routes a request (`http::routes`), checks auth, and
+//! carries out each route with the Worker's bindings; every failure becomes
+//! one JSON error shape (`http::ApiError`), and a 5xx is logged with the
+//! request id it names.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use worker::{Env, Request, Response, Result};
+
+use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
+use crate::gates::policy::QueuePolicy;
+use crate::gates::serial;
+use crate::http::routes::{route, Route, RouteError};
+use crate::http::webhook::{
+    accept, check_declared_length, intake, InstanceCreator, WebhookHeaders,
+};
+use crate::http::{check_admin, ApiError};
+use crate::limits::{EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX, STEP_RESULT_BYTES_MAX};
+use crate::runs::gate::TURN_EVENT;
+use crate::runs::Waker;
+use crate::store::executions::{self, ListFilter};
+
+use super::bindings::{self, text};
+use super::instances::{self, InstanceOp, InstanceWaker};
+use super::platform::{WorkerClock, D1};
+
+/// Instances one `POST /v1/executions` batch may create: bounds one request.
+const BATCH_CREATE_MAX: usize = 100;
+/// Deliveries listed by `GET /v1/deliveries`.
+const DELIVERIES_LISTED_MAX: u32 = 200;
+
+type Answer = std::result::Result<Response, ApiError>;
+
+pub async fn fetch(req: Request, env: Env) -> Result<Response> {
+    let request_id = header(&req, "cf-ray")
+        .unwrap_or_else(|| format!("{:012x}", (js_sys::Math::random() * 2f64.powi(48)) as u64));
+    match dispatch(req, &env).await {
+        Ok(resp) => Ok(resp),
+        Err(e) => {
+            if e.is_server_error() {
+                worker::console_error!("[{request_id}] {} {}", e.code, e.message);
+            }
+            Ok(Response::from_json(&e.body(&request_id))?.with_status(e.status))
+        }
+    }
+}
+
+fn json_ok(status: u16, body: &Value) -> Answer {
+    Response::from_json(body)
+        .map(|r| r.with_status(status))
+        .map_err(internal)
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(e.to_string())
+}
+
+fn header(req: &Request, name: &str) -> Option<String> {
+    req.headers().get(name).ok().flatten()
+}
+
+async fn dispatch(mut req: Request, env: &Env) -> Answer {
+    let method = req.method().to_string();
+    let r = route(&method, &req.path()).map_err(|e| match e {
+        RouteError::NotFound => ApiError::not_found(format!("no route for {}", req.path())),
+        RouteError::MethodNotAllowed => ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed here"),
+        ),
+        RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
+    })?;
+    if !matches!(r, Route::Health | Route::Webhook) {
+        check_admin(
+            header(&req, "Authorization").as_deref(),
+            text(env, bindings::ADMIN_TOKEN).as_deref(),
+        )?;
+    }
+    let db = D1(env.d1(bindings::DB).map_err(internal)?);
+    let now = WorkerClock.now_ms();
+    match r {
+        Route::Health => json_ok(200, &json!({ "ok": true })),
+        Route::Webhook => webhook(&mut req, env, &db).await,
+        Route::ListExecutions => list_executions(&req, &db).await,
+        Route::CreateExecution => create_executions(&mut req, env).await,
+        Route::GetExecution(id) => get_execution(&db, &id).await,
+        Route::SendEvent(id, event_type) => send_event(&mut req, env, &id, &event_type).await,
+        Route::Command(id, cmd) => command(&mut req, env, &db, &id, cmd).await,
+        Route::ListDeliveries => {
+            let rows = executions::recent_deliveries(&db, DELIVERIES_LISTED_MAX).await?;
+            json_ok(200, &json!({ "deliveries": rows }))
+        }
+        Route::ListGroups => json_ok(200, &json!({ "groups": serial::groups(&db, now).await? })),
+        // A group's policy lives in each commit's config; explain with the
+        // ADR defaults for "times out in".
+        Route::ExplainGroup(group) => json_ok(
+            200,
+            &json!(serial::explain(&db, &group, &QueuePolicy::default(), now).await?),
+        ),
+        Route::SkipAll(group) => skip_all(env, &db, &group, now).await,
+        Route::Skip(id) => skip(env, &db, &id, now).await,
+    }
+}
+
+async fn list_executions(req: &Request, db: &D1) -> Answer {
+    let filter: ListFilter = req
+        .query()
+        .map_err(|e| ApiError::bad_request("bad_query", e.to_string()))?;
+    let rows = executions::list(db, &filter, EXECUTIONS_LISTED_MAX).await?;
+    json_ok(200, &json!({ "executions": rows }))
+}
+
+/// One create request, or an array of them (each created or found, in
+/// order).
+async fn create_executions(req: &mut Request, env: &Env) -> Answer {
+    let body: Value = read_json(req).await?;
+    let decode = |v: Value| {
+        serde_json::from_value::<CreateRequest>(v)
+            .map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))
+    };
+    match body {
+        Value::Array(items) => {
+            if items.len() > BATCH_CREATE_MAX {
+                return Err(ApiError::new(
+                    413,
+                    "batch_too_large",
+                    format!("at most {BATCH_CREATE_MAX} instances per batch"),
+                ));
+            }
+            let creates = items
+                .into_iter()
+                .map(decode)
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let mut out = Vec::with_capacity(creates.len());
+            for c in &creates {
+                out.push(json!(instances::create(env, c).await?));
+            }
+            json_ok(200, &json!({ "instances": out }))
+        }
+        single => {
+            let created = instances::create(env, &decode(single)?).await?;
+            json_ok(if created.created { 201 } else { 200 }, &json!(created))
+        }
+    }
+}
+
+async fn get_execution(db: &D1, id: &InstanceId) -> Answer {
+    let row = executions::get(db, id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
+    let steps = executions::steps(db, id.as_str(), STEPS_LISTED_MAX).await?;
+    json_ok(200, &json!({ "execution": row, "steps": steps }))
+}
+
+/// Straight to the instance (it answers 404 when it has no record): an
+/// event is on the latency-critical path, so no D1 look-up first.
+async fn send_event(req: &mut Request, env: &Env, id: &InstanceId, event_type: &str) -> Answer {
+    let received_ms = WorkerClock.now_ms();
+    check_event_length(header(req, "Content-Length").as_deref())?;
+    let payload: Value = read_json(req).await?;
+    let (status, value) = instances::event(env, id, event_type, &payload).await?;
+    match status {
+        202 => json_ok(
+            202,
+            &json!({ "accepted": true, "received_ms": received_ms }),
+        ),
+        _ => instance_answer(id, status, value),
+    }
+}
+
+async fn command(req: &mut Request, env: &Env, db: &D1, id: &InstanceId, cmd: Command) -> Answer {
+    ensure_exists(db, id).await?;
+    let cmd = match cmd {
+        Command::Restart { .. } => Command::Restart {
+            from_step: restart_body(req).await?.from_step,
+        },
+        other => other,
+    };
+    let (status, value) = instances::request(env, id, InstanceOp::Command, &json!(cmd)).await?;
+    instance_answer(id, status, value)
+}
+
+#[derive(Deserialize, Default)]
+struct RestartBody {
+    from_step: Option<String>,
+}
+
+/// `restart` takes an optional `{"from_step": "name"}`.
+async fn restart_body(req: &mut Request) -> std::result::Result<RestartBody, ApiError> {
+    let body = req.text().await.map_err(internal)?;
+    if body.trim().is_empty() {
+        return Ok(RestartBody::default());
+    }
+    serde_json::from_str(&body).map_err(|e| ApiError::bad_request("bad_json", e.to_string()))
+}
+
+async fn skip_all(env: &Env, db: &D1, group: &str, now: i64) -> Answer {
+    let skipped = serial::skip_all(db, group, now).await?;
+    let waker = InstanceWaker { env: env.clone() };
+    // Best effort: a skipped waiter that misses its wake-up is told by the
+    // sweep (it slept through the end of its row).
+    for s in &skipped {
+        let _ = waker
+            .wake(serial::instance_of(&s.execution_id), TURN_EVENT)
+            .await;
+    }
+    json_ok(200, &json!({ "skipped": skipped }))
+}
+
+async fn skip(env: &Env, db: &D1, id: &InstanceId, now: i64) -> Answer {
+    if serial::skip_instance(db, id.as_str(), now)
+        .await?
+        .is_empty()
+    {
+        return Err(ApiError::new(
+            409,
+            "conflict",
+            format!("{id} is not waiting in any serial group"),
+        ));
+    }
+    let _ = InstanceWaker { env: env.clone() }
+        .wake(id.as_str(), TURN_EVENT)
+        .await;
+    json_ok(200, &json!({ "skipped": id.as_str() }))
+}
+
+/// Maps an instance's answer to the API's.
+fn instance_answer(id: &InstanceId, status: u16, value: Value) -> Answer {
+    let message = |fallback: &str| value["error"].as_str().unwrap_or(fallback).to_owned();
+    match status {
+        s if s < 400 => json_ok(s, &value),
+        404 => Err(ApiError::not_found(format!("no execution {id}"))),
+        409 => Err(ApiError::new(409, "conflict", message("conflict"))),
+        400 => Err(ApiError::bad_request("bad_request", message("bad request"))),
+        413 => Err(ApiError::new(
+            413,
+            "payload_too_large",
+            message("too large"),
+        )),
+        _ => Err(ApiError::internal(value.to_string())),
+    }
+}
+
+/// An event's payload is journaled as its wait's result: over the step
+/// result cap it is refused before it is read.
+fn check_event_length(declared: Option<&str>) -> std::result::Result<(), ApiError> {
+    let too_large = declared
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| n > STEP_RESULT_BYTES_MAX);
+    if too_large {
+        return Err(ApiError::new(
+            413,
+            "payload_too_large",
+            format!("event payloads are at most {STEP_RESULT_BYTES_MAX} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+async fn read_json<T: for<'de> Deserialize<'de>>(
+    req: &mut Request,
+) -> std::result::Result<T, ApiError> {
+    let body = req
+        .text()
+        .await
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    serde_json::from_str(&body).map_err(|e| ApiError::bad_request("bad_json", e.to_string()))
+}
+
+async fn ensure_exists(db: &D1, id: &InstanceId) -> std::result::Result<(), ApiError> {
+    match executions::get(db, id.as_str()).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::not_found(format!("no execution {id}"))),
+    }
+}
+
+/// Creates through the instances' Durable Objects.
+struct ObjectCreator<'a> {
+    env: &'a Env,
+}
+
+#[async_trait::async_trait(?Send)]
+impl InstanceCreator for ObjectCreator<'_> {
+    async fn create(&self, req: &CreateRequest) -> std::result::Result<Created, ApiError> {
+        instances::create(self.env, req).await
+    }
+}
+
+async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {
+    check_declared_length(header(req, "Content-Length").as_deref())?;
+    let body = req
+        .bytes()
+        .await
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    let (event, delivery, signature, content_type) = (
+        header(req, "X-GitHub-Event"),
+        header(req, "X-GitHub-Delivery"),
+        header(req, "X-Hub-Signature-256"),
+        header(req, "Content-Type"),
+    );
+    let headers = WebhookHeaders {
+        event: event.as_deref(),
+        delivery: delivery.as_deref(),
+        signature: signature.as_deref(),
+        content_type: content_type.as_deref(),
+    };
+    let secret = text(env, bindings::GITHUB_WEBHOOK_SECRET);
+    let planned = intake(&headers, &body, secret.as_deref())?;
+    let (status, answer) =
+        accept(db, &ObjectCreator { env }, planned, WorkerClock.now_ms()).await?;
+    json_ok(status, &answer)
+}
