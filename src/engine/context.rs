@@ -84,6 +84,14 @@ enum StepKind {
     Cleanup,
 }
 
+/// One attempt of a step's body, as it ended.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    number: u32,
+    /// It ran out of its step's timeout (not a failure it reported).
+    timed_out: bool,
+}
+
 /// A step as the journal left it.
 enum Resumed {
     /// Journaled result, as JSON.
@@ -262,18 +270,25 @@ impl<'a> Ctx<'a> {
                     Either::Right(_) => None,
                 }
             };
-            let failure = match outcome {
+            let (failure, timed_out) = match outcome {
                 Some(Ok(value)) => return self.complete_step(&slot, attempt, started_ms, value),
-                Some(Err(f)) => f,
+                Some(Err(f)) => (f, false),
                 None if limit_ms < cfg.timeout_ms => {
                     return Err(self.fail_ceiling(&slot, attempt, started_ms, "step"));
                 }
-                None => StepFailure::retryable(
-                    TAG_STEP_TIMED_OUT,
-                    format!("attempt {attempt} exceeded {} ms", cfg.timeout_ms),
+                None => (
+                    StepFailure::retryable(
+                        TAG_STEP_TIMED_OUT,
+                        format!("attempt {attempt} exceeded {} ms", cfg.timeout_ms),
+                    ),
+                    true,
                 ),
             };
-            if let Some(err) = self.final_failure(&slot, cfg, attempt, failure.clone()) {
+            let last = Attempt {
+                number: attempt,
+                timed_out,
+            };
+            if let Some(err) = self.final_failure(&slot, cfg, last, failure.clone()) {
                 return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
             }
             let delay_ms = cfg.delay_before_retry_ms(attempt);
@@ -359,12 +374,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The error that ends the step after this failed attempt, if retrying
-    /// cannot or may not help.
+    /// cannot or may not help: a last attempt that ran out of time is the
+    /// step's timeout, any other its last failure.
     fn final_failure(
         &self,
         slot: &Slot,
         cfg: StepConfig,
-        attempt: u32,
+        last: Attempt,
         failure: StepFailure,
     ) -> Option<RunError> {
         if !failure.retryable {
@@ -373,10 +389,11 @@ impl<'a> Ctx<'a> {
                 failure,
             });
         }
+        let attempt = last.number;
         if attempt <= cfg.retries.limit {
             return None;
         }
-        Some(if failure.tag == TAG_STEP_TIMED_OUT {
+        Some(if last.timed_out {
             RunError::StepTimedOut {
                 step: slot.name.clone(),
                 timeout_ms: cfg.timeout_ms,

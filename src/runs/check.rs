@@ -3,22 +3,49 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
+
 use crate::engine::{Ctx, RunError, RunOutcome};
 
 use super::command::{run_command, CommandResult, CommandSpec};
 use super::config::{command_timeout_ms, CheckConfig};
 use super::gate::{self, with_gates, Gates, Held};
+use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{reported, CheckTarget, Verdict};
 use super::triggers::CheckInput;
 use super::{configured, Configured, RunEnv};
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
-pub async fn run(
-    ctx: &Ctx<'_>,
-    env: &RunEnv<'_>,
-    input: &CheckInput,
-) -> Result<RunOutcome, RunError> {
+/// The `check` run.
+pub struct CheckRun;
+
+#[async_trait(?Send)]
+impl Run for CheckRun {
+    const NAME: RunName = RunName::Check;
+    const GATED: bool = true;
+    type Input = CheckInput;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &CheckInput,
+    ) -> Result<RunOutcome, RunError> {
+        run(ctx, env, input).await
+    }
+
+    fn check_run(&self, input: &CheckInput) -> Option<CheckRunOf> {
+        Some(CheckRunOf {
+            name: CHECK_RUN_NAME,
+            installation_id: input.installation_id,
+            repo: input.repo.clone(),
+            sha: input.sha.clone(),
+        })
+    }
+}
+
+async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunOutcome, RunError> {
     let target = CheckTarget {
         name: CHECK_RUN_NAME,
         installation_id: input.installation_id,

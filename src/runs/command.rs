@@ -20,7 +20,8 @@ use crate::limits::{
 use crate::sandbox::{Checkout, ProcessSpec, ProcessState, ProcessStatus, SandboxError};
 use crate::secret::{redact, Secret};
 
-use super::gate::{Held, TAG_GROUP_LOST};
+use super::gate::Held;
+use super::tags::FailureTag;
 use super::RunEnv;
 
 /// Retries of the command step: infrastructure faults (agent unreachable,
@@ -74,16 +75,12 @@ pub struct CommandResult {
     pub duration_ms: Option<i64>,
 }
 
-fn sandbox_failure(tag: &str, e: SandboxError) -> StepFailure {
-    StepFailure {
-        tag: tag.to_owned(),
-        message: e.to_string(),
-        retryable: e.retryable(),
-    }
+fn sandbox_failure(tag: FailureTag, e: SandboxError) -> StepFailure {
+    tag.failure(e.to_string(), e.retryable())
 }
 
 fn store_failure(e: crate::store::StoreError) -> StepFailure {
-    StepFailure::retryable("Gate", e.to_string())
+    FailureTag::Gate.retryable(e.to_string())
 }
 
 /// The sandbox process id of a command step in this generation: fresh
@@ -134,13 +131,10 @@ pub async fn run_command(
     }
     Err(RunError::NonRetryable {
         step: spec.step.to_owned(),
-        failure: StepFailure::fatal(
-            "ProcessWedged",
-            format!(
-                "still running {rounds_max} rounds after its {} ms timeout",
-                spec.timeout_ms
-            ),
-        ),
+        failure: FailureTag::ProcessWedged.fatal(format!(
+            "still running {rounds_max} rounds after its {} ms timeout",
+            spec.timeout_ms
+        )),
     })
 }
 
@@ -174,7 +168,7 @@ async fn command_round(
             .sandbox
             .process(sandbox, ids.pid, 0)
             .await
-            .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
+            .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?
         {
             Some(state) => state,
             None => match start_fenced(env, spec, ids).await? {
@@ -211,7 +205,7 @@ async fn finished(
     env.blobs
         .put_text(ids.log_key, &log)
         .await
-        .map_err(|m| StepFailure::retryable("LogUploadFailed", m))?;
+        .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?;
     Ok(CommandResult {
         exit_code: state.exit_code,
         timed_out: state.status == ProcessStatus::TimedOut,
@@ -243,8 +237,7 @@ async fn start_fenced(
         {
             FenceOutcome::Clear => return spawn(env, spec, ids).await.map(Some),
             FenceOutcome::Lost => {
-                return Err(StepFailure::fatal(
-                    TAG_GROUP_LOST,
+                return Err(FailureTag::GroupLost.fatal(
                     "this execution no longer holds its group: it must not start a command",
                 ))
             }
@@ -315,7 +308,7 @@ async fn spawn(
     env.sandbox
         .start(sandbox, &p)
         .await
-        .map_err(|e| sandbox_failure("SandboxUnavailable", e))
+        .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))
 }
 
 /// Checks out the commit unless the workspace already holds it (a retried
@@ -330,7 +323,7 @@ async fn ensure_workspace(
         .sandbox
         .workspace(sandbox, ws)
         .await
-        .map_err(|e| sandbox_failure("SandboxUnavailable", e))?;
+        .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?;
     if state.exists && state.sha.as_deref() == Some(spec.sha) {
         return Ok(());
     }
@@ -338,11 +331,7 @@ async fn ensure_workspace(
         .github
         .installation_token(spec.installation_id)
         .await
-        .map_err(|e| StepFailure {
-            tag: "GitHubApi".into(),
-            message: e.to_string(),
-            retryable: e.retryable(),
-        })?;
+        .map_err(|e| FailureTag::GitHubApi.failure(e.to_string(), e.retryable()))?;
     let checkout = Checkout {
         workspace: ws,
         repo_url: spec.repo_url,
@@ -352,7 +341,7 @@ async fn ensure_workspace(
     env.sandbox
         .checkout(sandbox, &checkout)
         .await
-        .map_err(|e| sandbox_failure("CheckoutFailed", e))
+        .map_err(|e| sandbox_failure(FailureTag::CheckoutFailed, e))
 }
 
 /// Waits (long-polling) for the process to finish, at most
@@ -371,12 +360,10 @@ async fn wait_for_exit(
             .sandbox
             .process(sandbox, pid, PROCESS_POLL_MS)
             .await
-            .map_err(|e| sandbox_failure("SandboxUnavailable", e))?
+            .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?
             .ok_or_else(|| {
-                StepFailure::retryable(
-                    "ProcessLost",
-                    "the sandbox no longer knows the process (container replaced)",
-                )
+                FailureTag::ProcessLost
+                    .retryable("the sandbox no longer knows the process (container replaced)")
             })?;
     }
     Ok(state.finished().then_some(state))

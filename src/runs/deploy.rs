@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
+
 use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome};
 use crate::gates::policy::{QueuePolicy, SkipReason};
 use crate::limits::RUN_DURATION_MS_DEFAULT;
@@ -18,7 +20,9 @@ use super::command::{run_command, CommandSpec};
 use super::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
 use super::gate::{self, with_gates, BranchRef, Gates, Held, Serial};
 use super::notify::{self, AutoSkipped};
+use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
+use super::tags::SkipTag;
 use super::triggers::DeployInput;
 use super::{configured, Configured, RunEnv};
 
@@ -59,11 +63,43 @@ pub fn policy_of(deploy: &DeployConfig) -> Result<QueuePolicy, String> {
     .map_err(|e| e.to_string())
 }
 
-pub async fn run(
-    ctx: &Ctx<'_>,
-    env: &RunEnv<'_>,
-    input: &DeployInput,
-) -> Result<RunOutcome, RunError> {
+/// The `deploy` run.
+pub struct DeployRun;
+
+#[async_trait(?Send)]
+impl Run for DeployRun {
+    const NAME: RunName = RunName::Deploy;
+    const GATED: bool = true;
+    type Input = DeployInput;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &DeployInput,
+    ) -> Result<RunOutcome, RunError> {
+        run(ctx, env, input).await
+    }
+
+    fn check_run(&self, input: &DeployInput) -> Option<CheckRunOf> {
+        Some(CheckRunOf {
+            name: DEPLOY_CHECK_NAME,
+            installation_id: input.installation_id,
+            repo: input.repo.clone(),
+            sha: input.sha.clone(),
+        })
+    }
+
+    async fn prepare_restart(
+        &self,
+        env: &RunEnv<'_>,
+        req: &RestartRequest<'_>,
+    ) -> Result<u32, String> {
+        prepare_restart(env, req).await
+    }
+}
+
+async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<RunOutcome, RunError> {
     let target = CheckTarget {
         name: DEPLOY_CHECK_NAME,
         installation_id: input.installation_id,
@@ -183,8 +219,8 @@ async fn confirm(
     {
         Ok(_) => Ok(None),
         Err(RunError::EventTimedOut { .. }) => Ok(Some(Verdict::Skipped {
-            reason: Some(SkipReason::ConfirmationTimeout.as_str().to_owned()),
-            tag: Some("RunSkipped".into()),
+            reason: Some(SkipReason::ConfirmationTimeout),
+            tag: SkipTag::RunSkipped,
             summary: format!(
                 "Not deployed: nobody confirmed {} within {} minutes (`confirmation_timeout`).",
                 input.sha,
@@ -223,8 +259,8 @@ async fn deploy_held(
         })?;
     if let Some(h) = head.as_ref().filter(|h| **h != input.sha) {
         return Ok(Verdict::Skipped {
-            reason: Some(SkipReason::NotCurrent.as_str().to_owned()),
-            tag: Some("RunSkipped".into()),
+            reason: Some(SkipReason::NotCurrent),
+            tag: SkipTag::RunSkipped,
             summary: format!(
                 "Not deployed: `{}` moved on to {h} while this deploy waited.",
                 input.branch
@@ -270,7 +306,7 @@ async fn deploy_held(
 /// A restart of a deploy re-enters its gate (`gate::prepare_restart`) and
 /// never reuses a confirmation: when one was given, the restart starts at
 /// or before the confirmation wait, which asks again.
-pub async fn prepare_restart(env: &RunEnv<'_>, req: &RestartRequest<'_>) -> Result<u32, String> {
+async fn prepare_restart(env: &RunEnv<'_>, req: &RestartRequest<'_>) -> Result<u32, String> {
     let confirmed_at = req
         .entries
         .iter()

@@ -38,6 +38,7 @@ use crate::limits::{HEARTBEAT_INTERVAL_MS, HOLDER_STALE_MS, SLOT_TTL_MS};
 use crate::store::{Database, StoreError};
 
 use super::report::{github_failure, github_step, Verdict};
+use super::tags::{FailureTag, SkipTag};
 use super::RunEnv;
 
 /// The sandbox pool every gated run is admitted to.
@@ -46,8 +47,6 @@ pub const POOL: &str = "sandbox";
 pub const TURN_EVENT: &str = "serial-turn";
 /// The event a released pool slot sends the oldest queued run.
 pub const SLOT_EVENT: &str = "pool-turn";
-/// The failure tag of a spawn the fence refused: the group is lost.
-pub const TAG_GROUP_LOST: &str = "GroupLost";
 
 /// Claims one waiter makes: each follows its arrival, a wake-up (a handoff,
 /// the sweep, which wakes only a waiter whose claim takes the group) or its
@@ -168,7 +167,7 @@ impl Held<'_> {
 }
 
 fn gate_failure(e: StoreError) -> StepFailure {
-    StepFailure::retryable("Gate", e.to_string())
+    FailureTag::Gate.retryable(e.to_string())
 }
 
 /// Acquires the gates, runs `body` holding them with a concurrent
@@ -214,7 +213,12 @@ where
     let result = with_heartbeat(env, &held, work).await;
     let verdict = match result {
         Ok(v) => v,
-        Err(e) if e.step_failure().is_some_and(|f| f.tag == TAG_GROUP_LOST) => lost_verdict(),
+        Err(e)
+            if e.step_failure()
+                .is_some_and(|f| FailureTag::GroupLost.is(f)) =>
+        {
+            lost_verdict()
+        }
         Err(e) => return left_on(ctx, env, &held, e).await,
     };
     let verdict = note_if_lost(ctx, env, &held, verdict).await?;
@@ -435,13 +439,13 @@ async fn enqueue(
 
 fn skipped(
     reason: Option<SkipReason>,
-    tag: &str,
+    tag: SkipTag,
     summary: String,
     newer: Option<String>,
 ) -> Verdict {
     Verdict::Skipped {
-        reason: reason.map(|r| r.as_str().to_owned()),
-        tag: Some(tag.to_owned()),
+        reason,
+        tag,
         summary,
         newer,
     }
@@ -460,7 +464,7 @@ fn not_current(s: &Serial<'_>, current: &str) -> Verdict {
     };
     skipped(
         Some(SkipReason::NotCurrent),
-        "RunSkipped",
+        SkipTag::RunSkipped,
         summary,
         Some(current.to_owned()),
     )
@@ -469,7 +473,7 @@ fn not_current(s: &Serial<'_>, current: &str) -> Verdict {
 fn timed_out(s: &Serial<'_>) -> Verdict {
     skipped(
         Some(SkipReason::QueuedTimeout),
-        "SerialQueueTimedOut",
+        SkipTag::SerialQueueTimedOut,
         format!(
             "Not run: {} waited over {} minutes behind a running one.",
             s.revision,
@@ -484,27 +488,27 @@ fn skip_of(s: &Serial<'_>, outcome: ClaimOutcome) -> Result<Verdict, RunError> {
     Ok(match outcome {
         ClaimOutcome::Superseded { by } => skipped(
             Some(SkipReason::Superseded),
-            "RunSkipped",
+            SkipTag::RunSkipped,
             format!("Not run: superseded by a newer revision, {by}."),
             Some(by),
         ),
         ClaimOutcome::TimedOut => timed_out(s),
         ClaimOutcome::Skipped { reason: None } => skipped(
             None,
-            "RunSkipped",
+            SkipTag::RunSkipped,
             "Not run: an operator skipped it.".into(),
             None,
         ),
         ClaimOutcome::Skipped { reason: Some(r) } => skipped(
             Some(r),
-            "RunSkipped",
+            SkipTag::RunSkipped,
             format!("Not run: skipped ({r})."),
             None,
         ),
         other => {
             return Err(RunError::NonRetryable {
                 step: CLAIM_STEP.into(),
-                failure: StepFailure::fatal("Gate", format!("unexpected claim outcome {other:?}")),
+                failure: FailureTag::Gate.fatal(format!("unexpected claim outcome {other:?}")),
             })
         }
     })
@@ -579,10 +583,8 @@ async fn take_lease(ctx: &Ctx<'_>, env: &RunEnv<'_>, held: &Held<'_>) -> Result<
             .map_err(gate_failure)?
         {
             lease::LeaseOutcome::Acquired { .. } => Ok(()),
-            lease::LeaseOutcome::Busy { holder, .. } => Err(StepFailure::retryable(
-                "LeaseBusy",
-                format!("sandbox {} is held by {holder:?}", held.sandbox_id),
-            )),
+            lease::LeaseOutcome::Busy { holder, .. } => Err(FailureTag::LeaseBusy
+                .retryable(format!("sandbox {} is held by {holder:?}", held.sandbox_id))),
         }
     })
     .await
@@ -678,7 +680,7 @@ async fn wake_step(
                 env.waker
                     .wake(&w.instance_id, &w.event)
                     .await
-                    .map_err(|m| StepFailure::retryable("WakeFailed", m))?;
+                    .map_err(|m| FailureTag::WakeFailed.retryable(m))?;
             }
             Ok(())
         })

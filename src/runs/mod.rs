@@ -1,6 +1,7 @@
-//! The run registry and each run. A run is an async function over a
-//! `Ctx` and a `RunEnv` (the services it may use), reading as a short list
-//! of durable steps.
+//! The runs and what they share. A run is a type implementing
+//! `registry::Run`, an async body over a `Ctx` and a `RunEnv` (the services
+//! it may use) that reads as a short list of durable steps; the registry
+//! knows every run by name.
 
 pub mod check;
 pub mod command;
@@ -9,16 +10,18 @@ pub mod deploy;
 pub mod gate;
 pub mod notify;
 pub mod probe;
+pub mod registry;
 pub mod report;
 pub mod sweep;
+pub mod tags;
 pub mod triggers;
 
 use async_trait::async_trait;
-use serde_json::Value;
 
 use crate::blobs::Blobs;
-use crate::engine::{Clock, Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
+use crate::engine::{Clock, Ctx, RunError, RunOutcome};
 use crate::github::GitHub;
+use crate::net::Transport;
 use crate::sandbox::Sandbox;
 use crate::secret::Secret;
 use crate::store::Database;
@@ -49,6 +52,8 @@ pub struct RunEnv<'a> {
     /// Time (and in-process waits) for the run's own logic; the engine's
     /// steps take time from `Ctx`, the same clock.
     pub clock: &'a dyn Clock,
+    /// Outbound HTTP for what is not GitHub (notifications, the probe).
+    pub http: &'a dyn Transport,
     pub github: GitHub<'a>,
     pub sandbox: &'a dyn Sandbox,
     pub blobs: &'a dyn Blobs,
@@ -63,82 +68,11 @@ pub struct RunEnv<'a> {
     pub public_url: String,
 }
 
-pub struct Registry<'a> {
-    pub env: RunEnv<'a>,
-}
+pub use registry::{Registry, Run, RunName};
 
-fn decode<T: serde::de::DeserializeOwned>(input: &Value) -> Result<T, RunError> {
-    serde_json::from_value(input.clone()).map_err(|e| RunError::InvalidInput {
-        message: e.to_string(),
-    })
-}
-
-#[async_trait(?Send)]
-impl RunRegistry for Registry<'_> {
-    async fn execute(
-        &self,
-        run: &str,
-        ctx: &Ctx<'_>,
-        input: &Value,
-    ) -> Result<RunOutcome, RunError> {
-        match run {
-            "check" => check::run(ctx, &self.env, &decode(input)?).await,
-            "probe" => probe::run(ctx, &self.env, &decode(input)?).await,
-            "deploy" => deploy::run(ctx, &self.env, &decode(input)?).await,
-            other => Err(RunError::UnknownRun {
-                run: other.to_owned(),
-            }),
-        }
-    }
-
-    async fn finalize(
-        &self,
-        run: &str,
-        instance_id: &str,
-        input: &Value,
-        status: Status,
-    ) -> Result<(), String> {
-        let released = match run {
-            "deploy" | "check" => gate::finalize(&self.env, instance_id).await,
-            _ => Ok(()),
-        };
-        // A run that ended from outside (terminated while idle, a crash
-        // loop) never concluded its check run: conclude it, so it does not
-        // block a merge as `in_progress` for ever.
-        if matches!(status, Status::Terminated | Status::Errored) {
-            let target = match run {
-                "check" => decode::<triggers::CheckInput>(input)
-                    .ok()
-                    .map(|i| (check::CHECK_RUN_NAME, i.installation_id, i.repo, i.sha)),
-                "deploy" => decode::<triggers::DeployInput>(input)
-                    .ok()
-                    .map(|i| (deploy::DEPLOY_CHECK_NAME, i.installation_id, i.repo, i.sha)),
-                _ => None,
-            };
-            if let Some((name, installation, repo, sha)) = target {
-                report::conclude_abandoned(
-                    &self.env,
-                    name,
-                    installation,
-                    &repo,
-                    &sha,
-                    instance_id,
-                    status,
-                )
-                .await;
-            }
-        }
-        released
-    }
-
-    async fn prepare_restart(&self, run: &str, req: &RestartRequest<'_>) -> Result<u32, String> {
-        match run {
-            "deploy" => deploy::prepare_restart(&self.env, req).await,
-            "check" => gate::prepare_restart(&self.env, req).await,
-            _ => Ok(req.from_seq),
-        }
-    }
-}
+/// The skip reason of a commit without `.sluice.toml` (or without the
+/// run's section): no check run is made.
+pub const NOT_CONFIGURED: &str = "not-configured";
 
 /// What a run's section of `.sluice.toml` says at the commit.
 pub enum Configured<T> {
@@ -159,7 +93,7 @@ pub async fn configured<T>(
 ) -> Result<Configured<T>, RunError> {
     let not_configured = || {
         Configured::Done(RunOutcome::Skipped {
-            reason: Some("not-configured".into()),
+            reason: Some(NOT_CONFIGURED.into()),
             tag: None,
         })
     };

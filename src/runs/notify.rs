@@ -4,10 +4,11 @@
 
 use serde::Serialize;
 
-use crate::engine::{Backoff, Ctx, RunError, StepConfig, StepFailure};
+use crate::engine::{Backoff, Ctx, RunError, StepConfig};
 use crate::github::webhook::sign;
 use crate::net::HttpRequest;
 
+use super::tags::FailureTag;
 use super::RunEnv;
 
 /// A notification endpoint that is down must not hold a run for long:
@@ -70,13 +71,11 @@ pub async fn auto_skipped(
                     headers,
                     body: Some(body),
                 };
-                match env.github.transport.send(req).await {
+                match env.http.send(req).await {
                     Ok(r) if r.status < 300 => Ok(true),
-                    Ok(r) => Err(StepFailure::retryable(
-                        "NotifyFailed",
-                        format!("notification endpoint answered {}", r.status),
-                    )),
-                    Err(m) => Err(StepFailure::retryable("NotifyFailed", m)),
+                    Ok(r) => Err(FailureTag::NotifyFailed
+                        .retryable(format!("notification endpoint answered {}", r.status))),
+                    Err(m) => Err(FailureTag::NotifyFailed.retryable(m)),
                 }
             }
         })

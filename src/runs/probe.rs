@@ -12,6 +12,8 @@ use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
 use crate::limits::STEPS_PER_RUN_MAX_CEILING;
 use crate::net::HttpRequest;
 
+use super::registry::{Run, RunName};
+use super::tags::FailureTag;
 use super::RunEnv;
 
 /// A probe step's artificial duration is capped: it is a diagnostic.
@@ -38,11 +40,26 @@ pub struct ProbeInput {
 /// Default bound of the probe's event wait.
 const PROBE_EVENT_TIMEOUT_MS_DEFAULT: i64 = 10 * 60 * 1000;
 
-pub async fn run(
-    ctx: &Ctx<'_>,
-    env: &RunEnv<'_>,
-    input: &ProbeInput,
-) -> Result<RunOutcome, RunError> {
+/// The `probe` run.
+pub struct ProbeRun;
+
+#[async_trait::async_trait(?Send)]
+impl Run for ProbeRun {
+    const NAME: RunName = RunName::Probe;
+    const GATED: bool = false;
+    type Input = ProbeInput;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &ProbeInput,
+    ) -> Result<RunOutcome, RunError> {
+        run(ctx, env, input).await
+    }
+}
+
+async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput) -> Result<RunOutcome, RunError> {
     if input.steps > STEPS_PER_RUN_MAX_CEILING {
         return Err(RunError::InvalidInput {
             message: format!("at most {STEPS_PER_RUN_MAX_CEILING} steps"),
@@ -53,7 +70,7 @@ pub async fn run(
         ctx.step("step", StepConfig::default(), |attempt| async move {
             effect(ctx, env, input, i, attempt).await?;
             if delay_ms > 0 {
-                env.github.clock.sleep(delay_ms).await;
+                env.clock.sleep(delay_ms).await;
             }
             Ok(i)
         })
@@ -108,12 +125,11 @@ async fn effect(
         headers: vec![("Content-Type".into(), "application/json".into())],
         body: Some(body),
     };
-    match env.github.transport.send(req).await {
+    match env.http.send(req).await {
         Ok(r) if r.status < 300 => Ok(()),
-        Ok(r) => Err(StepFailure::retryable(
-            "EffectFailed",
-            format!("effects URL answered {}", r.status),
-        )),
-        Err(m) => Err(StepFailure::retryable("EffectFailed", m)),
+        Ok(r) => {
+            Err(FailureTag::EffectFailed.retryable(format!("effects URL answered {}", r.status)))
+        }
+        Err(m) => Err(FailureTag::EffectFailed.retryable(m)),
     }
 }

@@ -11,7 +11,10 @@ use crate::engine::{Backoff, Ctx, RunError, RunOutcome, StepConfig, StepFailure}
 use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate, GitHubError};
 use crate::limits::CHECK_SUMMARY_CHARS_MAX;
 
+use super::registry::CheckRunOf;
+use super::tags::{FailureTag, SkipTag};
 use super::RunEnv;
+use crate::gates::SkipReason;
 
 /// GitHub calls: a few quick retries ride out a blip or a rate limit.
 const GITHUB_STEP_RETRIES: u32 = 4;
@@ -29,11 +32,7 @@ pub fn github_step() -> StepConfig {
 }
 
 pub fn github_failure(e: GitHubError) -> StepFailure {
-    StepFailure {
-        tag: "GitHubApi".into(),
-        message: e.to_string(),
-        retryable: e.retryable(),
-    }
+    FailureTag::GitHubApi.failure(e.to_string(), e.retryable())
 }
 
 /// How a run's work ended. A verdict is not an error: an infrastructure
@@ -58,8 +57,8 @@ pub enum Verdict {
     /// for an operator's explicit skip), the typed tag the instance records
     /// (`RunSkipped`, ...) and the newer revision a skip names.
     Skipped {
-        reason: Option<String>,
-        tag: Option<String>,
+        reason: Option<SkipReason>,
+        tag: SkipTag,
         summary: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         newer: Option<String>,
@@ -187,7 +186,10 @@ where
     conclude(ctx, env, target, id, &verdict).await?;
     match (failure, verdict) {
         (Some(e), _) => Err(e),
-        (None, Verdict::Skipped { reason, tag, .. }) => Ok(RunOutcome::Skipped { reason, tag }),
+        (None, Verdict::Skipped { reason, tag, .. }) => Ok(RunOutcome::Skipped {
+            reason: reason.map(|r| r.as_str().to_owned()),
+            tag: Some(tag.as_str().to_owned()),
+        }),
         (None, verdict) => Ok(RunOutcome::Complete(
             json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }),
         )),
@@ -198,16 +200,14 @@ where
 /// ended from outside. Best effort: GitHub down means it stays open.
 pub async fn conclude_abandoned(
     env: &RunEnv<'_>,
-    name: &str,
-    installation: u64,
-    repo: &str,
-    sha: &str,
+    target: &CheckRunOf,
     instance_id: &str,
     status: crate::engine::Status,
 ) {
+    let (installation, repo) = (target.installation_id, target.repo.as_str());
     let Ok(Some((id, state))) = env
         .github
-        .find_check_run_state(installation, repo, sha, name, instance_id)
+        .find_check_run_state(installation, repo, &target.sha, target.name, instance_id)
         .await
     else {
         return;

@@ -7,6 +7,8 @@ use serde_json::json;
 use crate::engine::CreateRequest;
 use crate::github::webhook::{Event, PullRequestEvent, PushEvent};
 
+use super::RunName;
+
 /// Pull request actions that mean "there is new code to check".
 const CHECK_ACTIONS: [&str; 4] = ["opened", "synchronize", "reopened", "ready_for_review"];
 
@@ -86,7 +88,7 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     };
     Plan::Create(vec![CreateRequest {
         key: format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]),
-        run: "check".into(),
+        run: RunName::Check.as_str().into(),
         input: json!(input),
         repo: Some(repo),
         entity: Some(format!("pr:{}", pr.number)),
@@ -130,7 +132,7 @@ fn plan_push(push: &PushEvent) -> Plan {
             &sha[..KEY_SHA_CHARS],
             short(&push.before)
         ),
-        run: "deploy".into(),
+        run: RunName::Deploy.as_str().into(),
         input: json!(input),
         repo: Some(repo),
         entity: Some(format!("branch:{branch}")),

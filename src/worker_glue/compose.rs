@@ -156,6 +156,7 @@ impl RegistryOwner<'_> {
         Registry {
             env: RunEnv {
                 clock: self.clock,
+                http: &p.transport,
                 github: GitHub {
                     transport: &p.transport,
                     signer: &p.signer,

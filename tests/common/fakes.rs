@@ -1484,6 +1484,7 @@ impl Rig {
         Registry {
             env: RunEnv {
                 clock: &self.clock,
+                http: &self.github,
                 github: GitHub {
                     transport: &self.github,
                     signer: &self.signer,

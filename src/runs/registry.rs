@@ -1,0 +1,213 @@
+//! Every run, registered once. A run is a type implementing [`Run`]: its
+//! name, its input type, the check run it reports through, and whether it
+//! holds the gates. The registry maps a name to the run and erases the
+//! input type, so the engine sees runs as names and JSON.
+//!
+//! Adding a run: write `src/runs/<name>.rs` with a unit struct implementing
+//! `Run`, add its `RunName` variant and one arm to `run_of`.
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
+
+use super::{check, deploy, gate, probe, report, RunEnv};
+
+/// The runs Sluice has, by the name instances are created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunName {
+    Check,
+    Deploy,
+    Probe,
+}
+
+impl RunName {
+    pub const ALL: [RunName; 3] = [RunName::Check, RunName::Deploy, RunName::Probe];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunName::Check => "check",
+            RunName::Deploy => "deploy",
+            RunName::Probe => "probe",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunName> {
+        RunName::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// The check run a run reports through, named from its input.
+pub struct CheckRunOf {
+    pub name: &'static str,
+    pub installation_id: u64,
+    pub repo: String,
+    pub sha: String,
+}
+
+/// One run.
+#[async_trait(?Send)]
+pub trait Run {
+    const NAME: RunName;
+    /// Whether it touches a sandbox through the gates: then finalize
+    /// releases them (killing its process first) and a restart re-enters
+    /// them (`gate::prepare_restart`).
+    const GATED: bool;
+    type Input: DeserializeOwned;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &Self::Input,
+    ) -> Result<RunOutcome, RunError>;
+
+    /// The check run it reports through, so one an instance left open when
+    /// it ended from outside (terminated, a crash loop) is concluded.
+    fn check_run(&self, _input: &Self::Input) -> Option<CheckRunOf> {
+        None
+    }
+
+    /// Before an operator's restart: the gates' rules, unless the run adds
+    /// its own (a deploy's confirmation).
+    async fn prepare_restart(
+        &self,
+        env: &RunEnv<'_>,
+        req: &RestartRequest<'_>,
+    ) -> Result<u32, String> {
+        if Self::GATED {
+            gate::prepare_restart(env, req).await
+        } else {
+            Ok(req.from_seq)
+        }
+    }
+}
+
+/// A run with its input type erased.
+#[async_trait(?Send)]
+trait AnyRun {
+    async fn execute(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError>;
+    async fn finalize(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &Value,
+        status: Status,
+    ) -> Result<(), String>;
+    async fn prepare_restart(
+        &self,
+        env: &RunEnv<'_>,
+        req: &RestartRequest<'_>,
+    ) -> Result<u32, String>;
+}
+
+struct Erased<R>(R);
+
+fn decode<T: DeserializeOwned>(input: &Value) -> Result<T, RunError> {
+    serde_json::from_value(input.clone()).map_err(|e| RunError::InvalidInput {
+        message: e.to_string(),
+    })
+}
+
+#[async_trait(?Send)]
+impl<R: Run> AnyRun for Erased<R> {
+    async fn execute(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError> {
+        self.0.run(ctx, env, &decode(input)?).await
+    }
+
+    /// Releases what the instance still holds and, when it ended from
+    /// outside, concludes the check run it left open (so it does not block
+    /// a merge as `in_progress` for ever).
+    async fn finalize(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &Value,
+        status: Status,
+    ) -> Result<(), String> {
+        let released = if R::GATED {
+            gate::finalize(env, instance_id).await
+        } else {
+            Ok(())
+        };
+        if matches!(status, Status::Terminated | Status::Errored) {
+            if let Some(c) = decode::<R::Input>(input)
+                .ok()
+                .and_then(|i| self.0.check_run(&i))
+            {
+                report::conclude_abandoned(env, &c, instance_id, status).await;
+            }
+        }
+        released
+    }
+
+    async fn prepare_restart(
+        &self,
+        env: &RunEnv<'_>,
+        req: &RestartRequest<'_>,
+    ) -> Result<u32, String> {
+        self.0.prepare_restart(env, req).await
+    }
+}
+
+/// The one place a name meets its run.
+fn run_of(name: RunName) -> &'static dyn AnyRun {
+    match name {
+        RunName::Check => &Erased(check::CheckRun),
+        RunName::Deploy => &Erased(deploy::DeployRun),
+        RunName::Probe => &Erased(probe::ProbeRun),
+    }
+}
+
+/// The registered runs with the services they use: what the engine calls.
+pub struct Registry<'a> {
+    pub env: RunEnv<'a>,
+}
+
+fn unknown(run: &str) -> RunError {
+    RunError::UnknownRun {
+        run: run.to_owned(),
+    }
+}
+
+#[async_trait(?Send)]
+impl RunRegistry for Registry<'_> {
+    async fn execute(
+        &self,
+        run: &str,
+        ctx: &Ctx<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError> {
+        let name = RunName::parse(run).ok_or_else(|| unknown(run))?;
+        run_of(name).execute(ctx, &self.env, input).await
+    }
+
+    async fn finalize(
+        &self,
+        run: &str,
+        instance_id: &str,
+        input: &Value,
+        status: Status,
+    ) -> Result<(), String> {
+        let name = RunName::parse(run).ok_or_else(|| unknown(run).to_string())?;
+        run_of(name)
+            .finalize(&self.env, instance_id, input, status)
+            .await
+    }
+
+    async fn prepare_restart(&self, run: &str, req: &RestartRequest<'_>) -> Result<u32, String> {
+        let name = RunName::parse(run).ok_or_else(|| unknown(run).to_string())?;
+        run_of(name).prepare_restart(&self.env, req).await
+    }
+}
