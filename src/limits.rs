@@ -84,11 +84,13 @@ pub const APP_JWT_BACKDATE_S: i64 = 60;
 
 /// Default timeout of a configured command (`[check] timeout`).
 pub const COMMAND_TIMEOUT_MS_DEFAULT: i64 = 30 * 60 * 1000;
-/// Hard cap on any command: the sandbox agent refuses longer ones too.
-pub const COMMAND_TIMEOUT_MS_MAX: i64 = 3600 * 1000;
+/// Hard cap on any command: the sandbox agent's own (the protocol's).
+pub const COMMAND_TIMEOUT_MS_MAX: i64 = sluice_sandbox_protocol::TIMEOUT_MS_MAX as i64;
 /// One long-poll of a detached process: below the agent's own cap (25 s)
 /// and short enough that a lost container is noticed quickly.
 pub const PROCESS_POLL_MS: i64 = 20_000;
+// The agent answers a long-poll by its cap; past it the poll would stall.
+const _: () = assert!(PROCESS_POLL_MS < sluice_sandbox_protocol::WAIT_MS_MAX as i64);
 
 /// Lines of the log tail put in a check run summary: enough to see the
 /// failure, far under GitHub's 65,535-character summary limit.

@@ -2,36 +2,21 @@
 
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::net::{HttpRequest, HttpResponse, Transport};
 use crate::secret::Secret;
 
 use super::{Checkout, ProcessSpec, ProcessState, Sandbox, SandboxError, WorkspaceState};
 
-/// Names the sandbox a request is for, for a transport that reaches one
-/// agent per sandbox (`worker_glue::container::ContainerTransport`); the
-/// agent itself ignores it.
-pub const SANDBOX_ID_HEADER: &str = "X-Sluice-Sandbox";
-
-/// The agent's error code for a process id it does not know.
-const PROCESS_NOT_FOUND: &str = "process_not_found";
+pub use sluice_sandbox_protocol::SANDBOX_ID_HEADER;
+use sluice_sandbox_protocol::{
+    self as protocol, CheckoutRequest, ErrorBody, ProcessRequest, PROCESS_NOT_FOUND,
+};
 
 pub struct AgentSandbox<'a> {
     pub transport: &'a dyn Transport,
     pub base_url: String,
     pub token: Option<Secret>,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-
-#[derive(Deserialize)]
-struct ErrorDetail {
-    code: String,
-    message: String,
 }
 
 impl AgentSandbox<'_> {
@@ -92,14 +77,19 @@ impl AgentSandbox<'_> {
 #[async_trait(?Send)]
 impl Sandbox for AgentSandbox<'_> {
     async fn checkout(&self, sandbox: &str, req: &Checkout<'_>) -> Result<(), SandboxError> {
-        let body = json!({
-            "workspace": req.workspace,
-            "repo_url": req.repo_url,
-            "sha": req.sha,
-            "token": req.token.map(|t| t.expose().as_str()),
-        });
+        let body = CheckoutRequest {
+            workspace: req.workspace.to_owned(),
+            repo_url: req.repo_url.to_owned(),
+            sha: req.sha.to_owned(),
+            token: req.token.map(|t| t.expose().clone()),
+        };
         let resp = self
-            .call(sandbox, "POST", "/v1/workspaces", Some(body.to_string()))
+            .call(
+                sandbox,
+                "POST",
+                protocol::PATH_WORKSPACES,
+                Some(encode(&body)?),
+            )
             .await?;
         if resp.status == 201 || resp.status == 200 {
             return Ok(());
@@ -112,7 +102,7 @@ impl Sandbox for AgentSandbox<'_> {
         sandbox: &str,
         workspace: &str,
     ) -> Result<WorkspaceState, SandboxError> {
-        let path = format!("/v1/workspaces/{workspace}");
+        let path = protocol::workspace_path(workspace);
         let resp = self.call(sandbox, "GET", &path, None).await?;
         if resp.status != 200 {
             return Err(Self::error(&resp));
@@ -125,13 +115,20 @@ impl Sandbox for AgentSandbox<'_> {
         sandbox: &str,
         spec: &ProcessSpec<'_>,
     ) -> Result<ProcessState, SandboxError> {
-        let body = serde_json::to_string(spec).map_err(|e| SandboxError {
-            code: "bad_request".into(),
-            message: e.to_string(),
-            status: None,
-        })?;
+        let body = ProcessRequest {
+            id: spec.id.to_owned(),
+            workspace: spec.workspace.to_owned(),
+            command: spec.command.to_owned(),
+            timeout_ms: u64::try_from(spec.timeout_ms).unwrap_or(0),
+            env: Some(spec.env.clone()),
+        };
         let resp = self
-            .call(sandbox, "POST", "/v1/processes", Some(body))
+            .call(
+                sandbox,
+                "POST",
+                protocol::PATH_PROCESSES,
+                Some(encode(&body)?),
+            )
             .await?;
         if resp.status == 201 || resp.status == 200 {
             return Self::decode(&resp);
@@ -145,7 +142,7 @@ impl Sandbox for AgentSandbox<'_> {
         id: &str,
         wait_ms: i64,
     ) -> Result<Option<ProcessState>, SandboxError> {
-        let path = format!("/v1/processes/{id}?wait_ms={wait_ms}");
+        let path = protocol::process_path(id, wait_of(wait_ms));
         let resp = self.call(sandbox, "GET", &path, None).await?;
         Self::state_or_unknown(&resp)
     }
@@ -156,10 +153,25 @@ impl Sandbox for AgentSandbox<'_> {
         id: &str,
         wait_ms: i64,
     ) -> Result<Option<ProcessState>, SandboxError> {
-        let path = format!("/v1/processes/{id}/kill?wait_ms={wait_ms}");
+        let path = protocol::kill_path(id, wait_of(wait_ms));
         let resp = self.call(sandbox, "POST", &path, None).await?;
         Self::state_or_unknown(&resp)
     }
+}
+
+fn encode<T: serde::Serialize>(body: &T) -> Result<String, SandboxError> {
+    serde_json::to_string(body).map_err(|e| SandboxError {
+        code: "bad_request".into(),
+        message: e.to_string(),
+        status: None,
+    })
+}
+
+/// A wait in ms as the agent takes it: never negative, at most its cap.
+fn wait_of(wait_ms: i64) -> u64 {
+    u64::try_from(wait_ms)
+        .unwrap_or(0)
+        .min(protocol::WAIT_MS_MAX)
 }
 
 impl AgentSandbox<'_> {

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use crate::secret::Secret;
 
@@ -50,13 +49,11 @@ pub struct Checkout<'a> {
     pub token: Option<&'a Secret>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct WorkspaceState {
-    pub exists: bool,
-    pub sha: Option<String>,
-}
+pub use sluice_sandbox_protocol::{ProcessState, ProcessStatus, WorkspaceState};
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A process to start: borrowed from the run, sent as the protocol's
+/// `ProcessRequest`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProcessSpec<'a> {
     /// Caller-chosen idempotency key: starting an existing id returns it.
     pub id: &'a str,
@@ -64,36 +61,6 @@ pub struct ProcessSpec<'a> {
     pub command: &'a str,
     pub timeout_ms: i64,
     pub env: BTreeMap<String, String>,
-}
-
-/// A detached process's state, as the agent names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProcessStatus {
-    Running,
-    Exited,
-    /// Killed by the agent at its timeout.
-    TimedOut,
-    /// Killed on request (`Sandbox::kill`).
-    Killed,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ProcessState {
-    pub id: String,
-    pub status: ProcessStatus,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub output: String,
-    pub output_bytes: u64,
-    pub output_truncated: bool,
-    pub duration_ms: Option<i64>,
-}
-
-impl ProcessState {
-    pub fn finished(&self) -> bool {
-        self.status != ProcessStatus::Running
-    }
 }
 
 #[async_trait(?Send)]

@@ -866,6 +866,7 @@ pub fn running(id: &str) -> ProcessState {
         output: String::new(),
         output_bytes: 0,
         output_truncated: false,
+        started_ms: None,
         duration_ms: None,
     }
 }
@@ -1053,6 +1054,7 @@ impl FakeSandbox {
             output_bytes: output.len() as u64,
             output,
             output_truncated: false,
+            started_ms: None,
             duration_ms: Some(now - p.started_ms),
         };
         p.finished = Some(state.clone());
@@ -1101,6 +1103,7 @@ impl Sandbox for FakeSandbox {
         check_id(workspace, "workspace")?;
         let sha = self.st.borrow().workspaces.get(workspace).cloned();
         Ok(WorkspaceState {
+            workspace: workspace.into(),
             exists: sha.is_some(),
             sha,
         })
@@ -1285,6 +1288,7 @@ impl Sandbox for FakeSandbox {
             output: String::new(),
             output_bytes: 0,
             output_truncated: false,
+            started_ms: None,
             duration_ms: Some(now - p.started_ms),
         };
         p.finished = Some(state.clone());

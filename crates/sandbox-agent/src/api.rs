@@ -12,9 +12,17 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response};
 
+use sluice_sandbox_protocol::{self as protocol, CheckoutRequest, ProcessRequest};
+
 use crate::error::ApiError;
 use crate::exec;
 use crate::limits::{EXEC_TIMEOUT_MS_MAX, ID_CHARS_MAX, REQUEST_BYTES_MAX, WAIT_MS_MAX};
+
+/// A protocol answer as the JSON a reply carries.
+fn to_value<T: serde::Serialize>(answer: &T) -> Result<Value, ApiError> {
+    serde_json::to_value(answer)
+        .map_err(|e| ApiError::new(500, "internal", format!("answer does not encode: {e}")))
+}
 use crate::lock;
 use crate::process::Registry;
 use crate::workspace::Workspaces;
@@ -204,13 +212,9 @@ fn read_json<T: DeserializeOwned>(request: &mut Request) -> Result<T, ApiError> 
     })
 }
 
-/// Ids become directory names and registry keys: 1..=ID_CHARS_MAX of `[A-Za-z0-9_-]`.
+/// Ids become directory names and registry keys (`protocol::valid_id`).
 fn validate_id(id: &str, what: &str) -> Result<(), ApiError> {
-    let ok = (1..=ID_CHARS_MAX).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+    if protocol::valid_id(id) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -219,15 +223,6 @@ fn validate_id(id: &str, what: &str) -> Result<(), ApiError> {
             format!("{what} id must be 1 to {ID_CHARS_MAX} characters of A-Z a-z 0-9 _ -"),
         ))
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckoutRequest {
-    workspace: String,
-    repo_url: String,
-    sha: String,
-    token: Option<String>,
 }
 
 fn create_workspace(state: &State, req: CheckoutRequest) -> Result<Reply, ApiError> {
@@ -251,9 +246,12 @@ fn create_workspace(state: &State, req: CheckoutRequest) -> Result<Reply, ApiErr
 
 fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
     validate_id(id, "workspace")?;
-    let exists = state.workspaces.existing(id).is_some();
-    let sha = state.workspaces.head(id);
-    Ok((200, json!({"workspace": id, "exists": exists, "sha": sha})))
+    let answer = protocol::WorkspaceState {
+        workspace: id.to_owned(),
+        exists: state.workspaces.existing(id).is_some(),
+        sha: state.workspaces.head(id),
+    };
+    Ok((200, to_value(&answer)?))
 }
 
 fn delete_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
@@ -266,16 +264,6 @@ fn delete_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CommandSpec {
-    workspace: String,
-    command: String,
-    timeout_ms: u64,
-    env: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProcessRequest {
-    id: String,
     workspace: String,
     command: String,
     timeout_ms: u64,
@@ -359,7 +347,7 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
     let (process, created) = state.processes.start(&req.id, timeout, || {
         spawn(&workspace_dir(state, &spec.workspace)?, &spec)
     })?;
-    Ok((if created { 201 } else { 200 }, process.to_json()))
+    Ok((if created { 201 } else { 200 }, to_value(&process.state())?))
 }
 
 /// The only query parameter of the process endpoints: `wait_ms`, capped.
@@ -387,14 +375,14 @@ fn known_process(state: &State, id: &str) -> Result<Arc<crate::process::Process>
     state
         .processes
         .get(id)
-        .ok_or_else(|| ApiError::new(404, "process_not_found", format!("no process {id}")))
+        .ok_or_else(|| ApiError::new(404, protocol::PROCESS_NOT_FOUND, format!("no process {id}")))
 }
 
 fn get_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> {
     let wait = wait_ms_of(query)?;
     let process = known_process(state, id)?;
     process.wait(wait);
-    Ok((200, process.to_json()))
+    Ok((200, to_value(&process.state())?))
 }
 
 /// Kills the process group and waits (bounded) for the exit; the answer
@@ -403,5 +391,5 @@ fn kill_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError>
     let wait = wait_ms_of(query)?;
     let process = known_process(state, id)?;
     process.kill(wait);
-    Ok((200, process.to_json()))
+    Ok((200, to_value(&process.state())?))
 }

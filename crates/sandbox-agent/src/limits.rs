@@ -1,25 +1,19 @@
-//! Every bound the agent enforces, in one place, each with the reason for its value.
+//! Every bound the agent enforces, in one place, each with the reason for its value. The
+//! bounds its callers must agree on (ids, timeouts, long-polls, body size) are the protocol's
+//! (`sluice_sandbox_protocol`), re-exported here.
 
-/// Largest accepted request body. Requests carry a command line and an env map, never file
-/// contents, so 1 MiB is generous while keeping a hostile client from exhausting memory.
-pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+pub use sluice_sandbox_protocol::{
+    ID_CHARS_MAX, REQUEST_BYTES_MAX, TIMEOUT_MS_MAX as EXEC_TIMEOUT_MS_MAX, WAIT_MS_MAX,
+};
 
 /// Requests handled at once (each gets its own thread). A run drives one step at a time, plus a
 /// few long-polls and health checks; 32 leaves headroom without letting a flood of blocking
 /// `exec` calls pin unbounded threads and output buffers.
 pub const REQUESTS_CONCURRENT_MAX: usize = 32;
 
-/// Longest workspace or process id. Ids are caller-chosen keys (run/job/step names); 100
-/// characters fits them and keeps paths far below filesystem name limits (255).
-pub const ID_CHARS_MAX: usize = 100;
-
 /// Bound on each git command of a checkout. A full-history fallback fetch of a large repository
 /// can take minutes; past 10 minutes the step should fail and be retried rather than hang.
 pub const GIT_TIMEOUT_MS: u64 = 10 * 60 * 1000;
-
-/// Largest `timeout_ms` a caller may ask for. One hour matches the longest CI step we intend
-/// to support; anything longer should be split into steps.
-pub const EXEC_TIMEOUT_MS_MAX: u64 = 60 * 60 * 1000;
 
 /// Output kept in memory per command. 4 MiB covers the logs of nearly every build step while
 /// keeping the worst case (all concurrent commands at the cap) within a small container.
@@ -45,10 +39,6 @@ pub const OUTPUT_DRAIN_MS: u64 = 2_000;
 /// How long to wait for a SIGKILLed command to be reaped. SIGKILL is immediate unless the
 /// process is stuck in uninterruptible I/O; after 5 s we report the kill and stop waiting.
 pub const KILL_REAP_MS: u64 = 5_000;
-
-/// Longest long-poll on `GET /v1/processes/{id}?wait_ms=N`. Stays under common 30 s proxy and
-/// subrequest idle timeouts so the response always arrives; callers simply poll again.
-pub const WAIT_MS_MAX: u64 = 25_000;
 
 /// Detached processes running at once. A job rarely needs more than a few background services;
 /// 16 bounds threads, process groups and output buffers (16 x OUTPUT_BYTES_MAX).

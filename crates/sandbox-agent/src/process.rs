@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use sluice_sandbox_protocol::{ProcessState, ProcessStatus};
 
 use crate::error::ApiError;
 use crate::exec::{kill_group, Finished, Output, Running};
@@ -62,40 +62,40 @@ impl Process {
     }
 
     /// The process state as returned by the API.
-    pub fn to_json(&self) -> Value {
+    pub fn state(&self) -> ProcessState {
         let finished = lock(&self.finished);
         let output = lock(&self.output).capture();
         let (status, exit_code, signal, duration_ms) = match finished.as_ref() {
             None => (
-                "running",
+                ProcessStatus::Running,
                 None,
                 None,
                 self.started.elapsed().as_millis() as u64,
             ),
             Some(f) => (
                 if f.timed_out {
-                    "timed_out"
+                    ProcessStatus::TimedOut
                 } else if self.killed.load(Ordering::SeqCst) {
-                    "killed"
+                    ProcessStatus::Killed
                 } else {
-                    "exited"
+                    ProcessStatus::Exited
                 },
                 f.exit_code,
                 f.signal,
                 f.duration_ms,
             ),
         };
-        json!({
-            "id": self.id,
-            "status": status,
-            "exit_code": exit_code,
-            "signal": signal,
-            "output": output.text,
-            "output_bytes": output.bytes,
-            "output_truncated": output.truncated,
-            "started_ms": self.started_ms,
-            "duration_ms": duration_ms,
-        })
+        ProcessState {
+            id: self.id.clone(),
+            status,
+            exit_code,
+            signal,
+            output: output.text,
+            output_bytes: output.bytes,
+            output_truncated: output.truncated,
+            started_ms: Some(self.started_ms),
+            duration_ms: i64::try_from(duration_ms).ok(),
+        }
     }
 }
 

@@ -1,0 +1,139 @@
+//! The sandbox agent's HTTP API, written once: the request and response
+//! bodies, the paths, the error codes, and the limits both sides must
+//! agree on. The agent (`crates/sandbox-agent`) serves it; the Worker's
+//! client (`src/sandbox/agent.rs`) calls it. Serde types only, so it builds
+//! for the Worker's wasm32 target as well as natively.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest workspace or process id. Ids are caller-chosen keys (run
+/// instance, step, generation); 100 characters fits them and keeps paths
+/// far below filesystem name limits (255).
+pub const ID_CHARS_MAX: usize = 100;
+/// Largest `timeout_ms` of a command: one hour, the longest CI step Sluice
+/// supports (anything longer should be split into steps).
+pub const TIMEOUT_MS_MAX: u64 = 60 * 60 * 1000;
+/// Longest long-poll on `GET /v1/processes/{id}?wait_ms=N`: under common
+/// 30 s proxy and subrequest idle timeouts, so the answer always arrives.
+pub const WAIT_MS_MAX: u64 = 25_000;
+/// Largest request body: requests carry a command line and an env map,
+/// never file contents.
+pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+
+/// Names the sandbox a request is for, for a transport that reaches one
+/// agent per sandbox (the Worker's Containers transport); the agent
+/// ignores it.
+pub const SANDBOX_ID_HEADER: &str = "X-Sluice-Sandbox";
+
+pub const PATH_WORKSPACES: &str = "/v1/workspaces";
+pub const PATH_PROCESSES: &str = "/v1/processes";
+
+/// `/v1/workspaces/{id}`.
+pub fn workspace_path(id: &str) -> String {
+    format!("{PATH_WORKSPACES}/{id}")
+}
+
+/// `/v1/processes/{id}?wait_ms={wait_ms}`.
+pub fn process_path(id: &str, wait_ms: u64) -> String {
+    format!("{PATH_PROCESSES}/{id}?wait_ms={wait_ms}")
+}
+
+/// `/v1/processes/{id}/kill?wait_ms={wait_ms}`.
+pub fn kill_path(id: &str, wait_ms: u64) -> String {
+    format!("{PATH_PROCESSES}/{id}/kill?wait_ms={wait_ms}")
+}
+
+/// Ids become directory names and registry keys: 1..=ID_CHARS_MAX of
+/// `[A-Za-z0-9_-]`.
+pub fn valid_id(id: &str) -> bool {
+    (1..=ID_CHARS_MAX).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `POST /v1/workspaces`: a fresh checkout of `sha`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckoutRequest {
+    pub workspace: String,
+    pub repo_url: String,
+    pub sha: String,
+    /// Used for this checkout only, never written into it.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// `GET /v1/workspaces/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceState {
+    pub workspace: String,
+    pub exists: bool,
+    /// The checked-out commit, when it exists.
+    pub sha: Option<String>,
+}
+
+/// `POST /v1/processes`: starts a detached process, or answers the one
+/// already known by `id` (201 new, 200 known).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessRequest {
+    /// Caller-chosen idempotency key.
+    pub id: String,
+    pub workspace: String,
+    pub command: String,
+    pub timeout_ms: u64,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+/// A detached process's state, as the agent names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessStatus {
+    Running,
+    Exited,
+    /// Killed by the agent at its timeout.
+    TimedOut,
+    /// Killed on request (`POST /v1/processes/{id}/kill`).
+    Killed,
+}
+
+/// A process as the agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessState {
+    pub id: String,
+    pub status: ProcessStatus,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The captured output (head and tail when truncated).
+    pub output: String,
+    pub output_bytes: u64,
+    pub output_truncated: bool,
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    pub duration_ms: Option<i64>,
+}
+
+impl ProcessState {
+    pub fn finished(&self) -> bool {
+        self.status != ProcessStatus::Running
+    }
+}
+
+/// Every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// The agent's error code for a process id it does not know (404).
+pub const PROCESS_NOT_FOUND: &str = "process_not_found";
