@@ -17,6 +17,10 @@
 -- `executions` by an indexed column: to find waiters whose instance is live
 -- (queued, running or waiting; a paused or finished one does not block the
 -- waiters behind it) and finished instances that still hold rows.
+-- This replaces 0003's rule for waiters: a waiter no longer polls, so its
+-- `heartbeat_ms` is only the time of its last claim, and a waiter stops
+-- blocking the ones behind it when its instance is not live, not after a
+-- silence (0003's comment says 10 minutes; the constant it meant was 45).
 --
 -- Owner: src/gates/fence.rs (sandbox_processes), src/gates/serial.rs.
 -- Replay: the fence is an upsert keyed by the process id (instance,

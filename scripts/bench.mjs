@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ROOT, WRANGLER_BIN, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
 import { startStack } from '../tests/e2e/harness.mjs';
+import { benchAgent } from './bench-agent.mjs';
 import { benchGates } from './bench-gates.mjs';
 
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
@@ -171,6 +172,7 @@ async function main() {
     rows.push({ figure: 'D1 round trips per completed step', sluice: fmt(median(r.d1PerStep), ''), peer: 'n/a', target: '~0 (one batch per pass)', met: median(r.d1PerStep) <= 0.05 });
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
     rows.push(...(await benchGates(stack, { rounds })));
+    rows.push(...(await benchAgent(stack, { rounds })));
   } finally {
     await peer.stop();
     await stack.stop();

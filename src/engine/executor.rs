@@ -241,53 +241,16 @@ impl<'a> Engine<'a> {
             });
         };
         if !rec.status.is_runnable() {
-            // A finished or paused instance runs nothing; it only retries a
-            // D1 mirror that failed, so the index does not keep it live.
-            let mut mirror_error = None;
-            if rec.mirror_pending {
-                let now = self.clock.now_ms();
-                mirror_error = self.mirror(&mut rec, now).await.err();
-                rec.mirror_pending = mirror_error.is_some();
-                self.journal.save_instance(&rec)?;
-            }
-            return Ok(PassResult {
-                status: rec.status,
-                wake_at_ms: rec.wake_at_ms,
-                stats: PassStats::default(),
-                mirror_error,
-            });
+            return self.idle_pass(rec).await;
         }
-        let now = self.clock.now_ms();
         let crashes = rec.passes - rec.clean_passes;
-        let mut stats = PassStats::default();
-        let result = if crashes >= EXECUTOR_CRASHES_MAX {
-            Err(RunError::ExecutorCrashLoop { crashes })
+        let (result, stats) = if crashes >= EXECUTOR_CRASHES_MAX {
+            (
+                Err(RunError::ExecutorCrashLoop { crashes }),
+                PassStats::default(),
+            )
         } else {
-            rec.passes += 1;
-            rec.started_ms.get_or_insert(now);
-            rec.status = Status::Running;
-            self.journal.save_instance(&rec)?;
-            let ctx = Ctx::new(
-                self.journal,
-                self.blobs,
-                self.clock,
-                rec.id.clone(),
-                rec.generation,
-                rec.started_ms.unwrap_or(now),
-                rec.max_duration_ms,
-                rec.max_steps,
-                self.journal.entries()?,
-                interrupt.clone(),
-            );
-            let result = match serde_json::from_str::<Value>(&rec.input) {
-                Ok(input) => runs.execute(&rec.run, &ctx, &input).await,
-                Err(e) => Err(RunError::InvalidInput {
-                    message: e.to_string(),
-                }),
-            };
-            stats = ctx.stats();
-            rec.max_duration_ms = ctx.max_duration_ms();
-            result
+            self.run_body(&mut rec, runs, interrupt).await?
         };
         // A storage fault is not the run's failure: leave the instance as
         // it is (the pass counts as crashed) and let the alarm or the sweep
@@ -311,6 +274,60 @@ impl<'a> Engine<'a> {
             stats,
             mirror_error,
         })
+    }
+
+    /// A finished or paused instance runs nothing; it only retries a D1
+    /// mirror that failed, so the index does not keep it live.
+    async fn idle_pass(&self, mut rec: InstanceRecord) -> Result<PassResult, RunError> {
+        let mut mirror_error = None;
+        if rec.mirror_pending {
+            let now = self.clock.now_ms();
+            mirror_error = self.mirror(&mut rec, now).await.err();
+            rec.mirror_pending = mirror_error.is_some();
+            self.journal.save_instance(&rec)?;
+        }
+        Ok(PassResult {
+            status: rec.status,
+            wake_at_ms: rec.wake_at_ms,
+            stats: PassStats::default(),
+            mirror_error,
+        })
+    }
+
+    /// Runs the body from the top (replaying the journal). The record says
+    /// a pass started before the body runs, so a pass that dies counts as a
+    /// crash; the run's ceiling may move during the pass.
+    async fn run_body(
+        &self,
+        rec: &mut InstanceRecord,
+        runs: &dyn RunRegistry,
+        interrupt: &InterruptFlag,
+    ) -> Result<(Result<RunOutcome, RunError>, PassStats), RunError> {
+        let now = self.clock.now_ms();
+        rec.passes += 1;
+        rec.started_ms.get_or_insert(now);
+        rec.status = Status::Running;
+        self.journal.save_instance(rec)?;
+        let ctx = Ctx::new(
+            self.journal,
+            self.blobs,
+            self.clock,
+            rec.id.clone(),
+            rec.generation,
+            rec.started_ms.unwrap_or(now),
+            rec.max_duration_ms,
+            rec.max_steps,
+            self.journal.entries()?,
+            interrupt.clone(),
+        );
+        let result = match serde_json::from_str::<Value>(&rec.input) {
+            Ok(input) => runs.execute(&rec.run, &ctx, &input).await,
+            Err(e) => Err(RunError::InvalidInput {
+                message: e.to_string(),
+            }),
+        };
+        rec.max_duration_ms = ctx.max_duration_ms();
+        Ok((result, ctx.stats()))
     }
 
     /// Decides the instance's status from how the body ended: the one place

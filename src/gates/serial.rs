@@ -225,23 +225,7 @@ pub async fn enqueue(
         now_ms,
     );
     if let ArrivalRule::NotCurrent { current } = &rule {
-        let rows = db
-            .all(stmt!(
-                ENQUEUE_NOT_CURRENT_SQL,
-                arrival.group,
-                arrival.execution_id,
-                arrival.revision,
-                now_ms,
-                current.as_str(),
-                instance_of(arrival.execution_id),
-            ))
-            .await?;
-        if !rows.is_empty() {
-            return Ok(EnqueueOutcome::NotCurrent {
-                current: current.clone(),
-            });
-        }
-        return existing(db, arrival).await;
+        return enqueue_not_current(db, arrival, current, now_ms).await;
     }
     let (mode, current, arrived_before_ms) = match &rule {
         ArrivalRule::SupersedeNotCurrent { current } => {
@@ -269,26 +253,54 @@ pub async fn enqueue(
         // Our row existed, so the statement superseded nothing either.
         return existing(db, arrival).await;
     }
-    let mut superseded = Vec::with_capacity(rows.len().saturating_sub(1));
-    for r in rows
+    let superseded = rows
         .into_iter()
         .filter(|r| r.execution_id != arrival.execution_id)
-    {
-        let state = parse_state(&r.state)?;
-        if state != RowState::Superseded {
-            return Err(StoreError::Decode(format!(
-                "enqueue returned {} in state {}",
-                r.execution_id, r.state
-            )));
-        }
-        superseded.push(Skipped {
-            execution_id: r.execution_id,
-            revision: r.revision,
-            reason: Some(SkipReason::Superseded),
-            superseded_by: Some(arrival.revision.to_owned()),
-        });
-    }
+        .map(|r| superseded_by(r, arrival.revision))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(EnqueueOutcome::Queued { superseded })
+}
+
+/// A not-current arrival: recorded as skipped, touching no other row.
+async fn enqueue_not_current(
+    db: &dyn Database,
+    arrival: &Arrival<'_>,
+    current: &str,
+    now_ms: i64,
+) -> Result<EnqueueOutcome, StoreError> {
+    let rows = db
+        .all(stmt!(
+            ENQUEUE_NOT_CURRENT_SQL,
+            arrival.group,
+            arrival.execution_id,
+            arrival.revision,
+            now_ms,
+            current,
+            instance_of(arrival.execution_id),
+        ))
+        .await?;
+    if rows.is_empty() {
+        return existing(db, arrival).await;
+    }
+    Ok(EnqueueOutcome::NotCurrent {
+        current: current.to_owned(),
+    })
+}
+
+/// A waiter the enqueue statement superseded, as the caller is told.
+fn superseded_by(r: ReturnedRow, revision: &str) -> Result<Skipped, StoreError> {
+    if parse_state(&r.state)? != RowState::Superseded {
+        return Err(StoreError::Decode(format!(
+            "enqueue returned {} in state {}",
+            r.execution_id, r.state
+        )));
+    }
+    Ok(Skipped {
+        execution_id: r.execution_id,
+        revision: r.revision,
+        reason: Some(SkipReason::Superseded),
+        superseded_by: Some(revision.to_owned()),
+    })
 }
 
 /// A replayed enqueue: report the row as it is. A not-current row reports
@@ -810,6 +822,20 @@ struct FullRow {
     updated_ms: i64,
 }
 
+/// The group's holder, its live waiters and recent ends, as one statement.
+const EXPLAIN_SQL: &str = "\
+SELECT * FROM (SELECT execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
+   superseded_by, skipped_reason, ended_by, updated_ms, \
+   EXISTS (SELECT 1 FROM executions e WHERE e.id = serial_queue.instance_id \
+     AND e.status IN ('queued','running','waiting')) AS instance_live FROM serial_queue \
+   WHERE group_key = ?1 AND state IN ('holding','waiting') \
+   ORDER BY state = 'holding' DESC, seq LIMIT ?2) \
+UNION ALL \
+SELECT * FROM (SELECT execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
+   superseded_by, skipped_reason, ended_by, updated_ms, 0 AS instance_live FROM serial_queue \
+   WHERE group_key = ?1 AND state IN ('superseded','timed_out','skipped','stale') \
+   ORDER BY updated_ms DESC, seq DESC LIMIT ?3)";
+
 /// The group's holder, live waiters and recent ends. One round trip.
 pub async fn explain(
     db: &dyn Database,
@@ -817,27 +843,15 @@ pub async fn explain(
     policy: &QueuePolicy,
     now_ms: i64,
 ) -> Result<GroupView, StoreError> {
-    let waiters_max = WAITERS_LISTED_MAX as usize;
     let rows: Vec<FullRow> = decode(
         db.all(stmt!(
-            "SELECT * FROM (SELECT execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
-                superseded_by, skipped_reason, ended_by, updated_ms, \
-                EXISTS (SELECT 1 FROM executions e WHERE e.id = serial_queue.instance_id \
-                  AND e.status IN ('queued','running','waiting')) AS instance_live FROM serial_queue \
-                WHERE group_key = ?1 AND state IN ('holding','waiting') \
-                ORDER BY state = 'holding' DESC, seq LIMIT ?2) \
-             UNION ALL \
-             SELECT * FROM (SELECT execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
-                superseded_by, skipped_reason, ended_by, updated_ms, 0 AS instance_live FROM serial_queue \
-                WHERE group_key = ?1 AND state IN ('superseded','timed_out','skipped','stale') \
-                ORDER BY updated_ms DESC, seq DESC LIMIT ?3)",
+            EXPLAIN_SQL,
             group,
             WAITERS_LISTED_MAX + 2,
             RECENT_SKIPS_LISTED_MAX,
         ))
         .await?,
     )?;
-    let holder_stale_before = now_ms.saturating_sub(HOLDER_STALE_MS);
     let mut view = GroupView {
         group: group.to_owned(),
         holder: None,
@@ -845,71 +859,20 @@ pub async fn explain(
         waiters_truncated: false,
         recent: Vec::new(),
     };
-    let mut live_waiter_ahead: Option<String> = None;
+    // The live waiter that claims before the next one (FIFO).
+    let mut ahead: Option<String> = None;
     for r in rows {
-        let state = parse_state(&r.state)?;
-        match state {
-            RowState::Holding => {
-                view.holder = Some(ExplainedHolder {
-                    execution_id: r.execution_id,
-                    revision: r.revision,
-                    imperative: r.imperative != 0,
-                    held_ms: now_ms.saturating_sub(r.claimed_ms.unwrap_or(r.arrived_ms)),
-                    heartbeat_age_ms: now_ms.saturating_sub(r.heartbeat_ms),
-                    stale: r.heartbeat_ms < holder_stale_before,
-                })
+        match parse_state(&r.state)? {
+            RowState::Holding => view.holder = Some(explained_holder(r, now_ms)),
+            RowState::Waiting if view.waiters.len() >= WAITERS_LISTED_MAX as usize => {
+                view.waiters_truncated = true;
             }
             RowState::Waiting => {
-                if view.waiters.len() >= waiters_max {
-                    view.waiters_truncated = true;
-                    continue;
+                let w = explained_waiter(r, view.holder.as_ref(), ahead.as_deref(), policy, now_ms);
+                if w.why != WaitReason::InstanceNotLive {
+                    ahead = Some(w.execution_id.clone());
                 }
-                let live_holder = view.holder.as_ref().filter(|h| !h.stale);
-                let live = r.instance_live != 0;
-                let why = if !live {
-                    WaitReason::InstanceNotLive
-                } else if let Some(ahead) = &live_waiter_ahead {
-                    WaitReason::BehindWaiter {
-                        execution_id: ahead.clone(),
-                    }
-                } else if let Some(h) = live_holder {
-                    WaitReason::BehindHolder {
-                        execution_id: h.execution_id.clone(),
-                    }
-                } else {
-                    WaitReason::NextToClaim {
-                        takes_over: view.holder.as_ref().map(|h| h.execution_id.clone()),
-                    }
-                };
-                let imperative = r.imperative != 0;
-                let times_out_in_ms = (live_holder.is_some() && !imperative).then(|| {
-                    r.arrived_ms
-                        .saturating_add(policy.queued_timeout_ms)
-                        .saturating_sub(now_ms)
-                        .max(0)
-                });
-                if live {
-                    live_waiter_ahead = Some(r.execution_id.clone());
-                }
-                view.waiters.push(ExplainedWaiter {
-                    execution_id: r.execution_id,
-                    revision: r.revision,
-                    imperative,
-                    waited_ms: now_ms.saturating_sub(r.arrived_ms),
-                    why,
-                    times_out_in_ms,
-                });
-            }
-            RowState::Superseded | RowState::TimedOut | RowState::Skipped | RowState::Stale => {
-                view.recent.push(ExplainedEnd {
-                    execution_id: r.execution_id,
-                    revision: r.revision,
-                    state,
-                    reason: parse_reason(r.skipped_reason.as_deref())?,
-                    superseded_by: r.superseded_by,
-                    ended_by: r.ended_by,
-                    ended_ago_ms: now_ms.saturating_sub(r.updated_ms),
-                })
+                view.waiters.push(w);
             }
             RowState::Released => {
                 return Err(StoreError::Decode(format!(
@@ -917,9 +880,75 @@ pub async fn explain(
                     r.execution_id
                 )));
             }
+            ended => view.recent.push(explained_end(r, ended, now_ms)?),
         }
     }
     Ok(view)
+}
+
+fn explained_holder(r: FullRow, now_ms: i64) -> ExplainedHolder {
+    ExplainedHolder {
+        held_ms: now_ms.saturating_sub(r.claimed_ms.unwrap_or(r.arrived_ms)),
+        heartbeat_age_ms: now_ms.saturating_sub(r.heartbeat_ms),
+        stale: r.heartbeat_ms < now_ms.saturating_sub(HOLDER_STALE_MS),
+        imperative: r.imperative != 0,
+        execution_id: r.execution_id,
+        revision: r.revision,
+    }
+}
+
+/// Why a waiter waits: its instance is not live, an older live waiter
+/// claims first, a live holder holds, or nothing blocks it.
+fn explained_waiter(
+    r: FullRow,
+    holder: Option<&ExplainedHolder>,
+    ahead: Option<&str>,
+    policy: &QueuePolicy,
+    now_ms: i64,
+) -> ExplainedWaiter {
+    let live_holder = holder.filter(|h| !h.stale);
+    let why = if r.instance_live == 0 {
+        WaitReason::InstanceNotLive
+    } else if let Some(ahead) = ahead {
+        WaitReason::BehindWaiter {
+            execution_id: ahead.to_owned(),
+        }
+    } else if let Some(h) = live_holder {
+        WaitReason::BehindHolder {
+            execution_id: h.execution_id.clone(),
+        }
+    } else {
+        WaitReason::NextToClaim {
+            takes_over: holder.map(|h| h.execution_id.clone()),
+        }
+    };
+    let imperative = r.imperative != 0;
+    let times_out_in_ms = (live_holder.is_some() && !imperative).then(|| {
+        r.arrived_ms
+            .saturating_add(policy.queued_timeout_ms)
+            .saturating_sub(now_ms)
+            .max(0)
+    });
+    ExplainedWaiter {
+        waited_ms: now_ms.saturating_sub(r.arrived_ms),
+        execution_id: r.execution_id,
+        revision: r.revision,
+        imperative,
+        why,
+        times_out_in_ms,
+    }
+}
+
+fn explained_end(r: FullRow, state: RowState, now_ms: i64) -> Result<ExplainedEnd, StoreError> {
+    Ok(ExplainedEnd {
+        reason: parse_reason(r.skipped_reason.as_deref())?,
+        ended_ago_ms: now_ms.saturating_sub(r.updated_ms),
+        execution_id: r.execution_id,
+        revision: r.revision,
+        state,
+        superseded_by: r.superseded_by,
+        ended_by: r.ended_by,
+    })
 }
 
 /// One group with live rows, for the overview.

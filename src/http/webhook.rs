@@ -60,57 +60,9 @@ pub fn intake(
     body: &[u8],
     secret: Option<&str>,
 ) -> Result<Intake, ApiError> {
-    let secret = secret.filter(|s| !s.is_empty()).ok_or_else(|| {
-        ApiError::new(
-            503,
-            "not_configured",
-            "GITHUB_WEBHOOK_SECRET is not set; Sluice cannot verify webhooks",
-        )
-    })?;
-    let event = h.event.filter(|e| !e.is_empty()).ok_or_else(|| {
-        ApiError::bad_request("missing_event", "X-GitHub-Event header is required")
-    })?;
-    let delivery = h
-        .delivery
-        .filter(|d| !d.is_empty() && d.len() <= DELIVERY_ID_CHARS_MAX)
-        .ok_or_else(|| {
-            ApiError::bad_request("missing_delivery", "X-GitHub-Delivery header is required")
-        })?;
-    let media = h
-        .content_type
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if media != "application/json" {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            "webhooks must be sent as application/json (set the App's webhook content type to JSON)",
-        ));
-    }
-    if body.len() > WEBHOOK_BODY_BYTES_MAX {
-        return Err(too_large());
-    }
-    webhook::verify_signature(secret.as_bytes(), body, h.signature).map_err(|e| match e {
-        SignatureError::Missing => ApiError::new(
-            401,
-            "missing_signature",
-            "X-Hub-Signature-256 header is required",
-        ),
-        SignatureError::Malformed => ApiError::new(
-            401,
-            "bad_signature",
-            "X-Hub-Signature-256 is not sha256=<hex>",
-        ),
-        SignatureError::Mismatch => ApiError::new(
-            401,
-            "bad_signature",
-            "X-Hub-Signature-256 does not match the body",
-        ),
-    })?;
+    let (event, delivery) = required_headers(h, secret, body.len())?;
+    let secret = secret.unwrap_or_default();
+    webhook::verify_signature(secret.as_bytes(), body, h.signature).map_err(signature_error)?;
     let parsed = webhook::parse(event, body).map_err(|e| match e {
         ParseError::BadJson(_) => ApiError::bad_request("bad_json", e.to_string()),
         ParseError::WrongShape { .. } => ApiError::new(422, "wrong_shape", e.to_string()),
@@ -135,6 +87,63 @@ pub fn intake(
             repo,
             creates,
         }),
+    }
+}
+
+/// The configuration, the headers and the size a delivery must have before
+/// its signature is checked: the event name and the delivery id.
+fn required_headers<'h>(
+    h: &WebhookHeaders<'h>,
+    secret: Option<&str>,
+    body_bytes: usize,
+) -> Result<(&'h str, &'h str), ApiError> {
+    if secret.is_none_or(str::is_empty) {
+        return Err(ApiError::new(
+            503,
+            "not_configured",
+            "GITHUB_WEBHOOK_SECRET is not set; Sluice cannot verify webhooks",
+        ));
+    }
+    let event = h.event.filter(|e| !e.is_empty()).ok_or_else(|| {
+        ApiError::bad_request("missing_event", "X-GitHub-Event header is required")
+    })?;
+    let delivery = h
+        .delivery
+        .filter(|d| !d.is_empty() && d.len() <= DELIVERY_ID_CHARS_MAX)
+        .ok_or_else(|| {
+            ApiError::bad_request("missing_delivery", "X-GitHub-Delivery header is required")
+        })?;
+    let media = h.content_type.unwrap_or("").split(';').next().unwrap_or("");
+    if !media.trim().eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "webhooks must be sent as application/json (set the App's webhook content type to JSON)",
+        ));
+    }
+    if body_bytes > WEBHOOK_BODY_BYTES_MAX {
+        return Err(too_large());
+    }
+    Ok((event, delivery))
+}
+
+fn signature_error(e: SignatureError) -> ApiError {
+    match e {
+        SignatureError::Missing => ApiError::new(
+            401,
+            "missing_signature",
+            "X-Hub-Signature-256 header is required",
+        ),
+        SignatureError::Malformed => ApiError::new(
+            401,
+            "bad_signature",
+            "X-Hub-Signature-256 is not sha256=<hex>",
+        ),
+        SignatureError::Mismatch => ApiError::new(
+            401,
+            "bad_signature",
+            "X-Hub-Signature-256 does not match the body",
+        ),
     }
 }
 

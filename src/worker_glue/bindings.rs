@@ -21,8 +21,9 @@ pub const NOTIFY_URL: &str = "NOTIFY_URL";
 pub const NOTIFY_SECRET: &str = "NOTIFY_SECRET";
 pub const POOL_CAPACITY: &str = "POOL_CAPACITY";
 pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
-/// "agent" (default): the sandbox agent at SANDBOX_URL; "container": one
-/// Cloudflare Container per run instance (the SANDBOX binding).
+/// "container" (what wrangler.toml sets for production): one Cloudflare
+/// Container per run instance (the SANDBOX binding); unset or "agent": the
+/// sandbox agent at SANDBOX_URL (npm start and the tests).
 pub const SANDBOX_BACKEND: &str = "SANDBOX_BACKEND";
 
 /// Containers the sandbox pool admits at once when `POOL_CAPACITY` is

@@ -20,9 +20,6 @@ const RUN_TIMEOUT_MS = 60_000;
 const TEST_TIMEOUT_MS = 3 * 60_000;
 // Starting the stack: wrangler dev ~1.5 s prebuilt, migrations ~2 s; a build when not prebuilt.
 const STACK_START_TIMEOUT_MS = 16 * 60_000;
-// After a request that must not start anything, wait this long before counting GitHub calls: a
-// wrongly started run calls GitHub within milliseconds, so 2 s is ample.
-const SETTLE_MS = 2_000;
 // Just over the 25 MiB webhook limit (GitHub caps payloads at 25 MB).
 const OVERSIZED_BYTES = 26 * 1024 * 1024;
 
@@ -57,10 +54,6 @@ function withLogs(fn) {
 
 function sluiceTest(name, fn) {
   test(name, { timeout: TEST_TIMEOUT_MS }, withLogs(fn));
-}
-
-function delay(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 // -- helpers -------------------------------------------------------------------------------------
@@ -218,8 +211,10 @@ sluiceTest('repeated deliveries and repeated head shas start nothing new', async
   await assertOneCompletedCheckRun(repo, sha, { conclusion: 'success', outputMarker: PASS_MARKER });
   assert.equal(await checkRunPosts(repo), 1, 'exactly one check run was created');
 
+  // Each repeat is answered only after its work is done (a duplicate or an
+  // existing instance creates nothing, in the background neither): the
+  // answers are the signal that nothing more happens.
   await repeatBoth();
-  await delay(SETTLE_MS);
   assert.equal((await checkRunsFor(repo)).length, 1);
   assert.equal(await checkRunPosts(repo), 1, 'no check run created by repeats after completion');
   assert.equal((await getExecution(instance.id)).execution.status, 'complete');
@@ -231,7 +226,7 @@ sluiceTest('a repository without .sluice.toml is skipped without a check run', a
   const { instance } = await openPullRequest(repo, sha);
   const { execution } = await waitForTerminal(instance.id, 'skipped');
   assert.equal(execution.reason, 'not-configured');
-  await delay(SETTLE_MS);
+  // Terminal: the instance will do nothing more.
   assert.deepEqual(await checkRunsFor(repo), []);
   assert.equal(await checkRunPosts(repo), 0);
 });
@@ -252,11 +247,10 @@ sluiceTest('bad webhook input is rejected with a JSON error and writes nothing',
     ['wrong shape for pull_request', 422, () => postWebhookRaw(JSON.stringify({ action: 'opened', number: 'one', pull_request: 42 }))],
     ['oversized body', 413, () => postWebhookRaw(Buffer.alloc(OVERSIZED_BYTES, 0x20))],
   ];
+  // A refused delivery starts no background work: its answer is the signal.
   for (const [label, status, send] of cases) {
     assertErrorBody(await send(), status, label);
   }
-
-  await delay(SETTLE_MS);
   assert.deepEqual(await countWrites(), baseline);
   assert.equal(await checkRunPosts(repo), 0);
 });
@@ -287,7 +281,7 @@ sluiceTest('valid events Sluice does not act on are ignored and write nothing', 
     assert.equal(typeof res.body.reason, 'string', `${label}: reason`);
   }
 
-  await delay(SETTLE_MS);
+  // An ignored delivery starts no background work: its answer is the signal.
   assert.deepEqual(await countWrites(), baseline);
   assert.equal(await checkRunPosts(repo), 0);
   assert.deepEqual(await checkRunsFor(repo), []);

@@ -264,7 +264,7 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agent, killWorker, startWorker, cleanups });
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agent, agentToken, killWorker, startWorker, cleanups });
   lastStack = stack;
   return stack;
 }
@@ -273,7 +273,7 @@ function spawnWorker(args, env, logFd) {
   return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
 }
 
-function makeStackApi({ url, standin, paths, secret, adminToken, agent, killWorker, startWorker, cleanups }) {
+function makeStackApi({ url, standin, paths, secret, adminToken, agent, agentToken, killWorker, startWorker, cleanups }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -298,6 +298,8 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agent, killWork
     reposDir: paths.repos,
     tmpDir: paths.tmp,
     agentUrl: agent.url,
+    agentToken,
+    sandboxRoot: paths.sandbox,
     secret,
     adminToken,
     sendWebhook: (event, payload, deliveryId) => withTimeout(
