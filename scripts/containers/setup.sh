@@ -26,6 +26,11 @@ readonly SIDECAR_REPO=sluice-sidecar
 # The tag Dockerfile.local builds FROM by default; always moved to the current base image.
 readonly BASE_ALIAS="$BASE_REPO:local"
 readonly DOCKERD_LOG=/var/log/sluice-dockerd.log
+# Docker's own default bridge address, given explicitly: only then does dockerd 20.10 report the
+# gateway in `docker network inspect bridge`, which wrangler 4.86's runtime reads to bind the
+# egress listener it hands the sidecar (an empty gateway fails every container start), and
+# which the harness reads to put the GitHub stand-in where containers reach the host.
+readonly BRIDGE_CIDR=172.17.0.1/16
 # Bumped when the way the base image is built changes (not its package list, which is hashed).
 readonly BASE_RECIPE=mmdebstrap-minbase-v1
 
@@ -100,7 +105,7 @@ start_dockerd() {
   say "starting dockerd in the background (log: $DOCKERD_LOG)"
   # Its own session: the caller's process group (a test harness) may be killed as a whole, and
   # the daemon must outlive it.
-  setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  setsid dockerd --bip "$BRIDGE_CIDR" >>"$DOCKERD_LOG" 2>&1 </dev/null &
   local deadline=$((SECONDS + DOCKERD_READY_TIMEOUT_S))
   until docker_answers; do
     if ((SECONDS >= deadline)); then
@@ -110,6 +115,19 @@ start_dockerd() {
     sleep "$DOCKERD_POLL_S"
   done
   say "dockerd ready after $((SECONDS - deadline + DOCKERD_READY_TIMEOUT_S)) s"
+}
+
+# The gateway of Docker's default bridge, or nothing when the daemon does not report one.
+bridge_gateway() {
+  "$WRAPPER" network inspect bridge --format '{{range .IPAM.Config}}{{.Gateway}} {{end}}' 2>/dev/null |
+    tr ' ' '\n' | grep -E '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$' | head -n1 || true
+}
+
+require_bridge_gateway() {
+  local gateway
+  gateway="$(bridge_gateway)"
+  [[ -n "$gateway" ]] || die "Docker's bridge network reports no gateway; restart dockerd with --bip $BRIDGE_CIDR (see docs/containers-local.md)"
+  say "Docker bridge gateway $gateway"
 }
 
 image_exists() {
@@ -195,6 +213,7 @@ mkdir -p "$STATE"
 chmod +x "$WRAPPER"
 install_packages
 start_dockerd
+require_bridge_gateway
 build_base_image
 build_sidecar_image
 write_env
