@@ -31,6 +31,9 @@ const SETUP_TIMEOUT_MS = 30 * 60_000;
 const AGENT_BUILD_TIMEOUT_MS = 15 * 60_000;
 // One docker CLI call (inspect, ps, rm of a few containers): milliseconds to a second or two.
 const DOCKER_CALL_TIMEOUT_MS = 60_000;
+// A container's log kept for a post-mortem: the agent logs one line per request, so 16 MiB is
+// far more than a test run writes, and bounds memory if something floods it.
+const CONTAINER_LOG_BYTES_MAX = 16 * 1024 * 1024;
 
 let prepared = null;
 
@@ -104,6 +107,14 @@ export async function bridgeGateway(dockerBin) {
 export async function sandboxContainers(dockerBin) {
   const out = await docker(dockerBin, ['ps', '-a', '--filter', `name=${SANDBOX_CONTAINER_PREFIX}`, '--format', '{{.Names}}']);
   return out ? out.split('\n') : [];
+}
+
+// A container's stdout and stderr, interleaved as Docker stored them.
+export async function containerLogs(dockerBin, name) {
+  const { stdout, stderr } = await execFileAsync(dockerBin, ['logs', '--timestamps', name], {
+    timeout: DOCKER_CALL_TIMEOUT_MS, encoding: 'utf8', maxBuffer: CONTAINER_LOG_BYTES_MAX,
+  });
+  return stdout + stderr;
 }
 
 export async function removeContainers(dockerBin, names) {

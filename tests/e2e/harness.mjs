@@ -17,7 +17,7 @@ import {
   ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup, randomToken,
   runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree, wranglerEnv,
 } from '../../scripts/lib.mjs';
-import { prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
+import { containerLogs, prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
 
 export const APP_ID = 4242;
 export const INSTALLATION_ID = 42;
@@ -282,6 +282,12 @@ async function buildStack(opts, paths, cleanups) {
     const before = new Set(await sandboxContainers(layer.docker));
     cleanups.push(async () => {
       const mine = (await sandboxContainers(layer.docker)).filter((name) => !before.has(name));
+      // Their output (the agent's request log, the sidecar's) goes to the temp dir first, for
+      // SLUICE_E2E_KEEP_TMP=1 post-mortems.
+      for (const name of mine) {
+        const log = await containerLogs(layer.docker, name).catch((err) => `(no logs: ${err.message})`);
+        writeFileSync(join(paths.tmp, `${name}.log`), log);
+      }
       await removeContainers(layer.docker, mine);
     });
   }
