@@ -196,6 +196,19 @@ build_sidecar_image() {
     die "building the sidecar image failed or took over ${IMAGE_BUILD_TIMEOUT_S} s"
 }
 
+# Earlier builds of our two images (other hashes) are only disk space: remove them. One still
+# used by a container stays (docker refuses), which is fine.
+prune_old_images() {
+  local ref
+  while read -r ref; do
+    [[ "$ref" == "$BASE_IMAGE" || "$ref" == "$BASE_ALIAS" || "$ref" == "$SIDECAR_IMAGE" ]] && continue
+    if "$WRAPPER" rmi "$ref" >/dev/null 2>&1; then
+      say "removed old image $ref"
+    fi
+  done < <("$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' "$BASE_REPO" 2>/dev/null
+           "$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' "$SIDECAR_REPO" 2>/dev/null)
+}
+
 write_env() {
   local env_file="$STATE/env"
   cat >"$env_file.tmp" <<EOF
@@ -216,5 +229,6 @@ start_dockerd
 require_bridge_gateway
 build_base_image
 build_sidecar_image
+prune_old_images
 write_env
 say "done in $(($(date +%s) - STARTED_AT)) s (base $BASE_IMAGE, sidecar $SIDECAR_IMAGE)"

@@ -294,7 +294,7 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agent, layer, killWorker, startWorker, cleanups });
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agentToken, agent, layer, killWorker, startWorker, cleanups });
   lastStack = stack;
   return stack;
 }
@@ -303,7 +303,7 @@ function spawnWorker(args, env, logFd) {
   return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
 }
 
-function makeStackApi({ url, standin, paths, secret, adminToken, agent, layer, killWorker, startWorker, cleanups }) {
+function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, agent, layer, killWorker, startWorker, cleanups }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -328,6 +328,7 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agent, layer, k
     reposDir: paths.repos,
     tmpDir: paths.tmp,
     agentUrl: agent?.url ?? null,
+    agentToken,
     // With containers: the docker CLI wrangler uses, and the Worker's sandbox containers.
     docker: layer?.docker ?? null,
     sandboxContainers: () => (layer ? sandboxContainers(layer.docker) : Promise.resolve([])),

@@ -276,7 +276,10 @@ fn tunnel(mut client: TcpStream, head: &Head, early: Vec<u8>) -> io::Result<()> 
     let mut upstream = match TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) {
         Ok(upstream) => upstream,
         // 400 is what the runtime reads as "the container is not listening (yet)".
-        Err(e) => return respond(&mut client, 400, "Bad Request", &format!("{dst}: {e}")),
+        Err(e) => {
+            eprintln!("sidecar: CONNECT {dst}: {e} -> 400");
+            return respond(&mut client, 400, "Bad Request", &format!("{dst}: {e}"));
+        }
     };
     client.set_read_timeout(None)?;
     client.write_all(b"HTTP/1.1 200 OK\r\n\r\n")?;
