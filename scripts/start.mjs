@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { commitFiles, headSha } from '../tools/github-standin/git.mjs';
 import { startStandin } from '../tools/github-standin/server.mjs';
+import { prepareContainerLayer, removeContainers, sandboxContainers } from './containers/layer.mjs';
 import {
   DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, randomToken, readEnvFile, runBounded,
   spawnGroup, startAgent, stopGroup, waitForHttp, wranglerEnv,
@@ -57,8 +58,14 @@ const DEMO_FILES = {
   'README.md': '# hello\n\nDemo repository served by the Sluice GitHub stand-in.\n',
 };
 
+// `npm run start:containers` (or SLUICE_CONTAINERS=1): the sandbox runs in real containers on this
+// machine's Docker (SANDBOX_BACKEND = "container"; docs/containers-local.md) instead of an agent
+// process.
+const CONTAINERS = process.argv.includes('--containers') || process.env.SLUICE_CONTAINERS === '1';
+
 const children = new Set();
 let standin = null;
+let layer = null;
 let cronTimer = null;
 let shuttingDown = false;
 
@@ -77,6 +84,8 @@ async function shutdown(code) {
   shuttingDown = true;
   clearInterval(cronTimer);
   await Promise.all([...children].map((child) => stopGroup(child, SHUTDOWN_GRACE_MS)));
+  // The runtime leaves its containers running when wrangler stops.
+  if (layer) await removeContainers(layer.docker, await sandboxContainers(layer.docker)).catch((err) => log(`removing containers: ${err.message}`));
   if (standin) await standin.close();
   process.exit(code);
 }
@@ -115,6 +124,8 @@ async function startGithub(userVars, defaults) {
   const privateKey = standinKey();
   standin = await startStandin({
     port: STANDIN_PORT,
+    // With containers, where they reach the host (the Docker bridge gateway).
+    host: layer?.gateway ?? '127.0.0.1',
     reposDir: STANDIN_REPOS_DIR,
     appId: STANDIN_APP_ID,
     publicKeyPem: createPublicKey(privateKey).export({ type: 'spki', format: 'pem' }),
@@ -171,7 +182,8 @@ function startWrangler(env) {
     '--test-scheduled', '--show-interactive-dev-session=false', '--env-file', DEFAULTS_FILE,
   ];
   if (existsSync(DEV_VARS_FILE)) args.push('--env-file', DEV_VARS_FILE);
-  const child = track(spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', 'inherit', 'inherit'] }));
+  if (layer) args.push('--config', layer.config);
+  const child = track(spawnGroup(WRANGLER_BIN, args, { env: { ...env, ...layer?.env }, stdio: ['ignore', 'inherit', 'inherit'] }));
   child.exited.then(({ code, signal }) => {
     if (shuttingDown) return;
     log(`wrangler dev exited (${code ?? signal}); stopping`);
@@ -206,7 +218,9 @@ function printBanner({ github, sandboxUrl, defaults, userVars }) {
     github
       ? `  GitHub: stand-in at ${github.url} (demo repository ${DEMO.owner}/${DEMO.repo} at ${github.demoSha.slice(0, 12)})`
       : `  GitHub: ${userVars.GITHUB_API_URL || defaults.GITHUB_API_URL} (App configured in .dev.vars)`,
-    `  Sandbox agent: ${sandboxUrl ?? `${userVars.SANDBOX_URL} (from .dev.vars)`}`,
+    layer
+      ? '  Sandbox: containers on this machine\'s Docker (crates/sandbox-agent/Dockerfile.local)'
+      : `  Sandbox agent: ${sandboxUrl ?? `${userVars.SANDBOX_URL} (from .dev.vars)`}`,
     `  Cron handler: driven every ${CRON_INTERVAL_MS / 1000} s`,
     '',
   ];
@@ -236,16 +250,22 @@ async function main() {
     MIGRATIONS_TIMEOUT_MS, { ...wEnv, CI: 'true', SLUICE_SKIP_BUILD: '1' });
 
   mkdirSync(STATE_DIR, { recursive: true });
+  if (CONTAINERS) {
+    log('container layer (scripts/containers/setup.sh, the agent image\'s build context)');
+    layer = await prepareContainerLayer();
+  }
   const userVars = readEnvFile(DEV_VARS_FILE);
   const defaults = {
-    // Locally the sandbox is an agent process (no Docker for Containers).
-    SANDBOX_BACKEND: 'agent',
+    // Locally the sandbox is an agent process unless containers were asked for.
+    SANDBOX_BACKEND: layer ? 'container' : 'agent',
     GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
     ADMIN_TOKEN: 'dev-admin-token',
     PUBLIC_URL: WORKER_URL,
   };
   const github = await startGithub(userVars, defaults);
-  const sandboxUrl = await startSandbox(userVars, defaults);
+  let sandboxUrl = null;
+  if (layer) defaults.SANDBOX_AGENT_TOKEN = userVars.SANDBOX_AGENT_TOKEN || randomToken();
+  else sandboxUrl = await startSandbox(userVars, defaults);
   writeFileSync(DEFAULTS_FILE, formatEnvFile(defaults), { mode: 0o600 });
 
   // Built above, so wrangler's [build] command is skipped.

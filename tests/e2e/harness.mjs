@@ -17,6 +17,7 @@ import {
   ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup, randomToken,
   runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree, wranglerEnv,
 } from '../../scripts/lib.mjs';
+import { containerLogs, prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
 
 export const APP_ID = 4242;
 export const INSTALLATION_ID = 42;
@@ -29,6 +30,10 @@ const MIGRATIONS_TIMEOUT_MS = 60_000;
 // `wrangler dev` answers ~1.5 s after start with a prebuilt Worker; a loaded 2-core CI machine
 // running other suites can be many times slower.
 const WORKER_START_TIMEOUT_MS = 60_000;
+// With containers (startStack({ containers: true })) wrangler first builds the agent image (a
+// COPY onto a cached base: seconds) and checks the sidecar image; 3 minutes allows a cold
+// Docker build cache on a loaded machine.
+const CONTAINERS_WORKER_START_TIMEOUT_MS = 3 * 60_000;
 // After kill -9 the kernel frees the port at once; this only covers the group's exit racing us.
 const PORT_RELEASE_TIMEOUT_MS = 10_000;
 // Any single request to the Worker or the stand-in; webhooks and API reads answer in milliseconds.
@@ -153,6 +158,11 @@ export function logTail(n = LOG_TAIL_LINES) {
   return lastStack ? lastStack.logTail(n) : '(no stack started)';
 }
 
+// Options: `vars` (Worker vars over the defaults), `config` (another wrangler config), and
+// `containers: true`, which runs the sandbox in real containers on this machine's Docker
+// (SANDBOX_BACKEND = "container"; scripts/containers/, docs/containers-local.md): no agent
+// process, and the GitHub stand-in listens on the Docker bridge gateway so the containers can
+// clone from it.
 export async function startStack(opts = {}) {
   await ensureBuilt();
   const tmp = mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
@@ -186,22 +196,26 @@ async function buildStack(opts, paths, cleanups) {
   const adminToken = randomToken();
   const agentToken = randomToken();
   const keys = generateAppKeyPair();
+  const layer = opts.containers ? await prepareContainerLayer() : null;
 
   const standin = await startStandin({
-    port: 0, reposDir: paths.repos, appId: APP_ID, publicKeyPem: keys.publicKey, installations: [INSTALLATION_ID],
+    port: 0, host: layer?.gateway ?? '127.0.0.1', reposDir: paths.repos, appId: APP_ID, publicKeyPem: keys.publicKey, installations: [INSTALLATION_ID],
   });
   cleanups.push(() => standin.close());
 
-  const agentLog = createWriteStream(paths.agentLog, { flags: 'a' });
-  const agent = await startAgent({
-    listen: '127.0.0.1:0', root: paths.sandbox, token: agentToken, onOutput: (chunk) => agentLog.write(chunk),
-  });
-  liveGroups.add(agent.child);
-  cleanups.push(async () => {
-    await stopGroup(agent.child, STOP_GRACE_MS);
-    liveGroups.delete(agent.child);
-    agentLog.end();
-  });
+  let agent = null;
+  if (!layer) {
+    const agentLog = createWriteStream(paths.agentLog, { flags: 'a' });
+    agent = await startAgent({
+      listen: '127.0.0.1:0', root: paths.sandbox, token: agentToken, onOutput: (chunk) => agentLog.write(chunk),
+    });
+    liveGroups.add(agent.child);
+    cleanups.push(async () => {
+      await stopGroup(agent.child, STOP_GRACE_MS);
+      liveGroups.delete(agent.child);
+      agentLog.end();
+    });
+  }
 
   const port = await freePort();
   const inspectorPort = await freePort();
@@ -212,16 +226,17 @@ async function buildStack(opts, paths, cleanups) {
     GITHUB_APP_PRIVATE_KEY: keys.privateKey,
     GITHUB_WEBHOOK_SECRET: secret,
     ADMIN_TOKEN: adminToken,
-    SANDBOX_URL: agent.url,
-    SANDBOX_BACKEND: 'agent',
+    ...(agent ? { SANDBOX_URL: agent.url } : {}),
+    SANDBOX_BACKEND: layer ? 'container' : 'agent',
     SANDBOX_AGENT_TOKEN: agentToken,
     PUBLIC_URL: url,
     ...opts.vars,
   }), { mode: 0o600 });
 
   // Built once up front, so wrangler's [build] command is skipped (SLUICE_SKIP_BUILD).
-  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), SLUICE_SKIP_BUILD: '1' };
-  const configArgs = opts.config ? ['--config', opts.config] : [];
+  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), SLUICE_SKIP_BUILD: '1', ...layer?.env };
+  const config = layer ? layer.config : opts.config;
+  const configArgs = config ? ['--config', config] : [];
   const migrationsOutput = await runBounded(
     WRANGLER_BIN,
     ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', paths.state, ...configArgs],
@@ -247,7 +262,7 @@ async function buildStack(opts, paths, cleanups) {
     liveGroups.add(worker);
     const current = worker;
     await waitForHttp(`${url}/healthz`, {
-      timeoutMs: WORKER_START_TIMEOUT_MS,
+      timeoutMs: layer ? CONTAINERS_WORKER_START_TIMEOUT_MS : WORKER_START_TIMEOUT_MS,
       alive: () => current.exitCode === null && current.signalCode === null,
     });
   }
@@ -261,10 +276,25 @@ async function buildStack(opts, paths, cleanups) {
     liveGroups.delete(current);
   }
 
+  if (layer) {
+    // The runtime leaves its containers running when wrangler dies: remove the ones this stack
+    // started (after killWorker, which is pushed next and so runs first).
+    const before = new Set(await sandboxContainers(layer.docker));
+    cleanups.push(async () => {
+      const mine = (await sandboxContainers(layer.docker)).filter((name) => !before.has(name));
+      // Their output (the agent's request log, the sidecar's) goes to the temp dir first, for
+      // SLUICE_E2E_KEEP_TMP=1 post-mortems.
+      for (const name of mine) {
+        const log = await containerLogs(layer.docker, name).catch((err) => `(no logs: ${err.message})`);
+        writeFileSync(join(paths.tmp, `${name}.log`), log);
+      }
+      await removeContainers(layer.docker, mine);
+    });
+  }
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agent, agentToken, killWorker, startWorker, cleanups });
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agentToken, agent, layer, killWorker, startWorker, cleanups });
   lastStack = stack;
   return stack;
 }
@@ -273,7 +303,7 @@ function spawnWorker(args, env, logFd) {
   return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
 }
 
-function makeStackApi({ url, standin, paths, secret, adminToken, agent, agentToken, killWorker, startWorker, cleanups }) {
+function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, agent, layer, killWorker, startWorker, cleanups }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -297,9 +327,12 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agent, agentTok
     standinUrl: standin.url,
     reposDir: paths.repos,
     tmpDir: paths.tmp,
-    agentUrl: agent.url,
+    agentUrl: agent?.url ?? null,
     agentToken,
     sandboxRoot: paths.sandbox,
+    // With containers: the docker CLI wrangler uses, and the Worker's sandbox containers.
+    docker: layer?.docker ?? null,
+    sandboxContainers: () => (layer ? sandboxContainers(layer.docker) : Promise.resolve([])),
     secret,
     adminToken,
     sendWebhook: (event, payload, deliveryId) => withTimeout(

@@ -305,7 +305,7 @@ function wrapBase64(buf) {
 // The server
 
 export async function startStandin({
-  port = 0, reposDir, appId, publicKeyPem, installations = [42], tokenTtlSeconds = 3600, log = false,
+  port = 0, host = '127.0.0.1', reposDir, appId, publicKeyPem, installations = [42], tokenTtlSeconds = 3600, log = false,
 } = {}) {
   if (!reposDir) throw new Error('startStandin: reposDir is required');
   if (appId === undefined || appId === null) throw new Error('startStandin: appId is required');
@@ -980,10 +980,12 @@ export async function startStandin({
   });
   await new Promise((resolveListen, rejectListen) => {
     server.once('error', rejectListen);
-    server.listen(port, '127.0.0.1', resolveListen);
+    // `host` is loopback unless a caller needs it reachable elsewhere on this machine (the
+    // container layer listens on the Docker bridge gateway, where containers reach the host).
+    server.listen(port, host, resolveListen);
   });
   const actualPort = server.address().port;
-  state.baseUrl = `http://127.0.0.1:${actualPort}`;
+  state.baseUrl = `http://${host}:${actualPort}`;
 
   return {
     url: state.baseUrl,

@@ -1,0 +1,122 @@
+// The local container layer (docs/containers-local.md): what a stack needs to run
+// SANDBOX_BACKEND = "container" under `wrangler dev` on this machine's Docker. Used by
+// tests/e2e/harness.mjs (startStack({ containers: true })).
+//
+// prepareContainerLayer() runs scripts/containers/setup.sh (packages, dockerd, base and sidecar
+// images), builds the agent for the image, stages it as the image's build context, and writes
+// wrangler.containers.toml, generated from wrangler.toml so the two never drift apart.
+
+import { execFile } from 'node:child_process';
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { ROOT, readEnvFile, runBounded } from '../lib.mjs';
+
+const execFileAsync = promisify(execFile);
+
+export const CONTAINERS_STATE_DIR = join(ROOT, '.sluice', 'containers');
+export const CONTAINERS_ENV_FILE = join(CONTAINERS_STATE_DIR, 'env');
+export const CONTAINERS_CONFIG = join(ROOT, 'wrangler.containers.toml');
+// The agent image's whole build context: the agent binary and nothing else (Dockerfile.local).
+const AGENT_CONTEXT_DIR = join(CONTAINERS_STATE_DIR, 'agent-context');
+const AGENT_RELEASE_BIN = join(ROOT, 'target', 'release', 'sluice-sandbox-agent');
+// What every container of the Worker is named by the runtime: workerd-<worker>-<class>-<id>,
+// and its networking sidecar the same with `-proxy` appended.
+export const SANDBOX_CONTAINER_PREFIX = 'workerd-sluice-SandboxContainer-';
+
+// setup.sh on a cold machine: apt installs (~20 s here), mmdebstrap (~35-45 s), a release build
+// of the sidecar; 30 minutes allows a slow mirror and a cold cargo cache on a loaded CI machine.
+const SETUP_TIMEOUT_MS = 30 * 60_000;
+// A release build of the agent: ~1 minute cold on 2 cores, seconds warm.
+const AGENT_BUILD_TIMEOUT_MS = 15 * 60_000;
+// One docker CLI call (inspect, ps, rm of a few containers): milliseconds to a second or two.
+const DOCKER_CALL_TIMEOUT_MS = 60_000;
+// A container's log kept for a post-mortem: the agent logs one line per request, so 16 MiB is
+// far more than a test run writes, and bounds memory if something floods it.
+const CONTAINER_LOG_BYTES_MAX = 16 * 1024 * 1024;
+
+let prepared = null;
+
+// Once per process: set up the machine, stage the agent, write the config. Resolves to
+// { env, config, gateway, docker } where env is what wrangler needs on top of its usual env.
+export function prepareContainerLayer() {
+  prepared ??= (async () => {
+    await runBounded('bash', [join(ROOT, 'scripts', 'containers', 'setup.sh')], {
+      label: 'scripts/containers/setup.sh', timeoutMs: SETUP_TIMEOUT_MS, stdio: 'pipe', env: { CI: 'true' },
+    });
+    const vars = readEnvFile(CONTAINERS_ENV_FILE);
+    for (const name of ['WRANGLER_DOCKER_BIN', 'MINIFLARE_CONTAINER_EGRESS_IMAGE', 'SLUICE_BASE_IMAGE']) {
+      if (!vars[name]) throw new Error(`${CONTAINERS_ENV_FILE} has no ${name}; run scripts/containers/setup.sh`);
+    }
+    await runBounded('cargo', ['build', '--release', '-p', 'sluice-sandbox-agent'], {
+      label: 'cargo build --release -p sluice-sandbox-agent', timeoutMs: AGENT_BUILD_TIMEOUT_MS, stdio: 'pipe',
+    });
+    rmSync(AGENT_CONTEXT_DIR, { recursive: true, force: true });
+    mkdirSync(AGENT_CONTEXT_DIR, { recursive: true });
+    copyFileSync(AGENT_RELEASE_BIN, join(AGENT_CONTEXT_DIR, 'sluice-sandbox-agent'));
+    writeFileSync(CONTAINERS_CONFIG, containersConfig(readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'), {
+      baseImage: vars.SLUICE_BASE_IMAGE,
+    }));
+    const docker = vars.WRANGLER_DOCKER_BIN;
+    return {
+      docker,
+      config: CONTAINERS_CONFIG,
+      gateway: await bridgeGateway(docker),
+      env: {
+        WRANGLER_DOCKER_BIN: docker,
+        MINIFLARE_CONTAINER_EGRESS_IMAGE: vars.MINIFLARE_CONTAINER_EGRESS_IMAGE,
+      },
+    };
+  })();
+  return prepared;
+}
+
+// wrangler.toml with containers on and the agent image built locally. Every edit must apply
+// exactly once, so a changed wrangler.toml fails loudly here instead of silently running the
+// process backend.
+export function containersConfig(text, { baseImage }) {
+  const edits = [
+    [/^enable_containers = false$/m, 'enable_containers = true'],
+    [/^image = "\.\/crates\/sandbox-agent\/Dockerfile"$/m, 'image = "./crates/sandbox-agent/Dockerfile.local"'],
+    [/^image_build_context = "\."$/m,
+      `image_build_context = "./.sluice/containers/agent-context"\nimage_vars = { BASE_IMAGE = "${baseImage}" }`],
+  ];
+  let out = text;
+  for (const [pattern, replacement] of edits) {
+    const matches = out.match(new RegExp(pattern.source, 'gm')) ?? [];
+    if (matches.length !== 1) throw new Error(`wrangler.toml: expected one line matching ${pattern}, found ${matches.length}`);
+    out = out.replace(pattern, replacement);
+  }
+  return `# Generated from wrangler.toml by scripts/containers/layer.mjs for the local container layer\n# (docs/containers-local.md). Do not edit: edit wrangler.toml.\n${out}`;
+}
+
+export async function docker(dockerBin, args) {
+  const { stdout } = await execFileAsync(dockerBin, args, { timeout: DOCKER_CALL_TIMEOUT_MS, encoding: 'utf8' });
+  return stdout.trim();
+}
+
+// The host's address on Docker's default bridge: where a container reaches a server on the host.
+export async function bridgeGateway(dockerBin) {
+  const gateway = await docker(dockerBin, ['network', 'inspect', 'bridge', '--format', '{{range .IPAM.Config}}{{.Gateway}} {{end}}']);
+  const ipv4 = gateway.split(/\s+/).find((g) => /^\d+\.\d+\.\d+\.\d+$/.test(g));
+  if (!ipv4) throw new Error(`Docker's bridge network has no IPv4 gateway (${JSON.stringify(gateway)})`);
+  return ipv4;
+}
+
+// Names of the Worker's sandbox containers (and their sidecars), running or not.
+export async function sandboxContainers(dockerBin) {
+  const out = await docker(dockerBin, ['ps', '-a', '--filter', `name=${SANDBOX_CONTAINER_PREFIX}`, '--format', '{{.Names}}']);
+  return out ? out.split('\n') : [];
+}
+
+// A container's stdout and stderr, interleaved as Docker stored them.
+export async function containerLogs(dockerBin, name) {
+  const { stdout, stderr } = await execFileAsync(dockerBin, ['logs', '--timestamps', name], {
+    timeout: DOCKER_CALL_TIMEOUT_MS, encoding: 'utf8', maxBuffer: CONTAINER_LOG_BYTES_MAX,
+  });
+  return stdout + stderr;
+}
+
+export async function removeContainers(dockerBin, names) {
+  if (names.length) await docker(dockerBin, ['rm', '--force', ...names]);
+}
