@@ -784,6 +784,9 @@ pub async fn finalize(env: &RunEnv<'_>, instance_id: &str) -> Result<(), String>
         ));
     }
     wake_now(env, &released.wake).await;
+    // Nothing of the run stays in its sandbox. Best effort: a sandbox that
+    // does not answer is idled out by its own lifecycle.
+    let _ = env.sandbox.discard(instance_id).await;
     Ok(())
 }
 

@@ -157,6 +157,16 @@ impl Sandbox for AgentSandbox<'_> {
         let resp = self.call(sandbox, "POST", &path, None).await?;
         Self::state_or_unknown(&resp)
     }
+
+    async fn discard(&self, sandbox: &str) -> Result<(), SandboxError> {
+        let resp = self
+            .call(sandbox, "DELETE", &protocol::sandbox_path(sandbox), None)
+            .await?;
+        if resp.status == 200 {
+            return Ok(());
+        }
+        Err(Self::error(&resp))
+    }
 }
 
 fn encode<T: serde::Serialize>(body: &T) -> Result<String, SandboxError> {

@@ -94,4 +94,7 @@ pub trait Sandbox {
         id: &str,
         wait_ms: i64,
     ) -> Result<Option<ProcessState>, SandboxError>;
+    /// The run that owned the sandbox has ended: nothing of it stays (its
+    /// workspace is deleted; a container is destroyed).
+    async fn discard(&self, sandbox: &str) -> Result<(), SandboxError>;
 }

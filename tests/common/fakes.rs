@@ -825,6 +825,7 @@ pub struct SandboxState {
     pub checkout_ms: i64,
     /// Checkouts never finish (a wedged git), until this is cleared.
     pub checkout_hangs: bool,
+    pub discarded: Vec<String>,
 }
 
 pub struct FakeSandbox {
@@ -1296,9 +1297,22 @@ impl Sandbox for FakeSandbox {
         st.runs[p.run].killed = true;
         Ok(Some(state))
     }
+
+    async fn discard(&self, sandbox: &str) -> Result<(), SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        let st = &mut *self.st.borrow_mut();
+        st.workspaces.remove(sandbox);
+        st.discarded.push(sandbox.into());
+        Ok(())
+    }
 }
 
 impl FakeSandbox {
+    /// Sandboxes discarded, in order.
+    pub fn discarded(&self) -> Vec<String> {
+        self.st.borrow().discarded.clone()
+    }
+
     /// For a timed process still running: how long until it ends by itself.
     fn timed_left_ms(&self, id: &str) -> Option<i64> {
         let st = self.st.borrow();

@@ -69,7 +69,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    eprintln!("sidecar: listening on {listen}; runtime flags: {}", args.join(" "));
+    eprintln!(
+        "sidecar: listening on {listen}; runtime flags: {}",
+        args.join(" ")
+    );
     serve(listener);
     ExitCode::FAILURE
 }
@@ -104,7 +107,12 @@ fn serve(listener: TcpListener) {
         };
         if live.fetch_add(1, Ordering::SeqCst) >= CONNECTIONS_MAX {
             live.fetch_sub(1, Ordering::SeqCst);
-            let _ = respond(&mut stream, 503, "Service Unavailable", "too many connections");
+            let _ = respond(
+                &mut stream,
+                503,
+                "Service Unavailable",
+                "too many connections",
+            );
             continue;
         }
         let slot = Slot(live.clone());
@@ -212,7 +220,9 @@ fn loopback_destination(dst: &str) -> Result<SocketAddr, String> {
             .map_err(|_| format!("destination {dst:?} is not an IP address"))?
     };
     if !ip.is_loopback() {
-        return Err(format!("destination {dst:?} is outside this network namespace"));
+        return Err(format!(
+            "destination {dst:?} is outside this network namespace"
+        ));
     }
     Ok(SocketAddr::new(ip, port))
 }
@@ -259,7 +269,10 @@ fn read_body(client: &mut TcpStream, head: &Head, mut body: Vec<u8>) -> io::Resu
     while body.len() < length {
         let n = client.read(&mut chunk)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "body cut short"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "body cut short",
+            ));
         }
         body.extend_from_slice(&chunk[..n]);
     }
@@ -292,16 +305,14 @@ fn tunnel(mut client: TcpStream, head: &Head, early: Vec<u8>) -> io::Result<()> 
 fn pipe_both_ways(client: TcpStream, upstream: TcpStream) -> io::Result<()> {
     let (client_read, upstream_write) = (client.try_clone()?, upstream.try_clone()?);
     let (closer_a, closer_b) = (client.try_clone()?, upstream.try_clone()?);
-    let inbound = thread::Builder::new()
-        .name("pipe".into())
-        .spawn(move || {
-            let result = copy(client_read, upstream_write);
-            if result.is_err() {
-                let _ = closer_a.shutdown(Shutdown::Both);
-                let _ = closer_b.shutdown(Shutdown::Both);
-            }
-            result
-        })?;
+    let inbound = thread::Builder::new().name("pipe".into()).spawn(move || {
+        let result = copy(client_read, upstream_write);
+        if result.is_err() {
+            let _ = closer_a.shutdown(Shutdown::Both);
+            let _ = closer_b.shutdown(Shutdown::Both);
+        }
+        result
+    })?;
     let outbound = copy(upstream.try_clone()?, client.try_clone()?);
     if outbound.is_err() {
         let _ = client.shutdown(Shutdown::Both);
@@ -341,14 +352,18 @@ mod tests {
 
     fn status_line(stream: &TcpStream) -> String {
         let mut line = String::new();
-        io::BufReader::new(stream).read_line(&mut line).expect("status line");
+        io::BufReader::new(stream)
+            .read_line(&mut line)
+            .expect("status line");
         line
     }
 
     #[test]
     fn parses_heads_and_finds_headers_case_insensitively() {
-        let head = parse_head(b"CONNECT 127.0.0.1:8080 HTTP/1.1\r\nX-Dst-Addr: 127.0.0.1:8080\r\nHost: x\r\n\r\n")
-            .expect("valid head");
+        let head = parse_head(
+            b"CONNECT 127.0.0.1:8080 HTTP/1.1\r\nX-Dst-Addr: 127.0.0.1:8080\r\nHost: x\r\n\r\n",
+        )
+        .expect("valid head");
         assert_eq!(head.method, "CONNECT");
         assert_eq!(head.header("x-dst-addr"), Some("127.0.0.1:8080"));
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
@@ -404,7 +419,9 @@ mod tests {
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
         reader.read_line(&mut String::new()).expect("blank line");
         let mut reply = Vec::new();
-        reader.read_to_end(&mut reply).expect("reply until the echo closes");
+        reader
+            .read_to_end(&mut reply)
+            .expect("reply until the echo closes");
         assert_eq!(reply, b"hello");
 
         // A port nobody listens on: 400, what the runtime retries as "not listening yet".
@@ -412,13 +429,19 @@ mod tests {
         let closed_addr = closed.local_addr().expect("addr");
         drop(closed);
         let mut stream = TcpStream::connect(sidecar).expect("connect");
-        write!(stream, "CONNECT {closed_addr} HTTP/1.1\r\nX-Dst-Addr: {closed_addr}\r\n\r\n")
-            .expect("write");
+        write!(
+            stream,
+            "CONNECT {closed_addr} HTTP/1.1\r\nX-Dst-Addr: {closed_addr}\r\n\r\n"
+        )
+        .expect("write");
         assert!(status_line(&stream).starts_with("HTTP/1.1 400"));
 
         let mut stream = TcpStream::connect(sidecar).expect("connect");
-        write!(stream, "CONNECT 10.0.0.1:80 HTTP/1.1\r\nX-Dst-Addr: 10.0.0.1:80\r\n\r\n")
-            .expect("write");
+        write!(
+            stream,
+            "CONNECT 10.0.0.1:80 HTTP/1.1\r\nX-Dst-Addr: 10.0.0.1:80\r\n\r\n"
+        )
+        .expect("write");
         assert!(status_line(&stream).starts_with("HTTP/1.1 403"));
     }
 

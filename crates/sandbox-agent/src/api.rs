@@ -137,11 +137,13 @@ fn route_inner(state: &State, request: &mut Request) -> Result<Reply, ApiError> 
         (Method::Post, ["processes"]) => start_process(state, read_json(request)?),
         (Method::Get, ["processes", id]) => get_process(state, id, query),
         (Method::Post, ["processes", id, "kill"]) => kill_process(state, id, query),
+        (Method::Delete, ["sandboxes", id]) => discard_sandbox(state, id),
         (
             _,
             ["workspaces" | "exec" | "processes"]
             | ["workspaces" | "processes", _]
-            | ["processes", _, "kill"],
+            | ["processes", _, "kill"]
+            | ["sandboxes", _],
         ) => Err(method_not_allowed()),
         _ => Err(not_found()),
     }
@@ -254,6 +256,24 @@ fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
     Ok((200, to_value(&answer)?))
 }
 
+/// How long discarding a sandbox waits for each killed process to end.
+const DISCARD_KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// The run that owned sandbox `id` ended: what still runs in its workspace
+/// is killed (with its process group) and the workspace deleted.
+fn discard_sandbox(state: &State, id: &str) -> Result<Reply, ApiError> {
+    validate_id(id, "sandbox")?;
+    let running = state.processes.running_in(id);
+    for p in &running {
+        p.kill(DISCARD_KILL_WAIT);
+    }
+    let deleted = state.workspaces.delete(id)?;
+    Ok((
+        200,
+        json!({"discarded": id, "killed": running.len(), "deleted": deleted}),
+    ))
+}
+
 fn delete_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
     validate_id(id, "workspace")?;
     let deleted = state.workspaces.delete(id)?;
@@ -344,9 +364,11 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
     // Validated even for a replay, so a malformed request never looks accepted. The workspace
     // is only required to start a process: a replay may outlive its workspace.
     let timeout = validate_spec(&spec)?;
-    let (process, created) = state.processes.start(&req.id, timeout, || {
-        spawn(&workspace_dir(state, &spec.workspace)?, &spec)
-    })?;
+    let (process, created) = state
+        .processes
+        .start(&req.id, &spec.workspace, timeout, || {
+            spawn(&workspace_dir(state, &spec.workspace)?, &spec)
+        })?;
     Ok((if created { 201 } else { 200 }, to_value(&process.state())?))
 }
 

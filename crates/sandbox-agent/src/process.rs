@@ -17,6 +17,8 @@ use crate::lock;
 
 pub struct Process {
     id: String,
+    /// The workspace it runs in: a discarded sandbox kills what runs there.
+    workspace: String,
     started_ms: u64,
     started: Instant,
     /// The process group the command leads: what `kill` signals.
@@ -123,6 +125,7 @@ impl Registry {
     pub fn start(
         self: &Arc<Self>,
         id: &str,
+        workspace: &str,
         timeout: Duration,
         spawn: impl FnOnce() -> Result<Running, ApiError>,
     ) -> Result<(Arc<Process>, bool), ApiError> {
@@ -140,6 +143,7 @@ impl Registry {
         let running = spawn()?;
         let process = Arc::new(Process {
             id: id.to_owned(),
+            workspace: workspace.to_owned(),
             started_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
@@ -167,6 +171,16 @@ impl Registry {
             })?;
         inner.processes.insert(id.to_owned(), process.clone());
         Ok((process, true))
+    }
+
+    /// The processes of a workspace that have not finished.
+    pub fn running_in(&self, workspace: &str) -> Vec<Arc<Process>> {
+        lock(&self.inner)
+            .processes
+            .values()
+            .filter(|p| p.workspace == workspace && lock(&p.finished).is_none())
+            .cloned()
+            .collect()
     }
 
     /// Moves a finished process to the bounded history, evicting the oldest records past
@@ -198,7 +212,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, command, &BTreeMap::new());
         let spawn = || spawn(cmd).map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()));
-        match registry.start(id, Duration::from_secs(10), spawn) {
+        match registry.start(id, "w", Duration::from_secs(10), spawn) {
             Ok(started) => started,
             Err(e) => panic!("start {id}: {}", e.message),
         }
@@ -236,7 +250,7 @@ mod tests {
         }
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, "true", &BTreeMap::new());
-        let over = registry.start("one-too-many", Duration::from_secs(1), || {
+        let over = registry.start("one-too-many", "w", Duration::from_secs(1), || {
             spawn(cmd).map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
         });
         match over {

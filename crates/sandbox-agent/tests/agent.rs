@@ -815,3 +815,27 @@ fn kill_of_a_process_that_already_exited_reports_its_exit() {
         "an ended process is not re-signalled (its group id may be reused)"
     );
 }
+
+#[test]
+fn discarding_a_sandbox_kills_what_runs_there_and_deletes_its_workspace() {
+    let agent = Agent::start();
+    let path = agent.empty_workspace("inst-1");
+    agent.empty_workspace("other");
+    let body = |id: &str, ws: &str| json!({"id": id, "workspace": ws, "command": "sleep 30", "timeout_ms": 60_000});
+    assert_eq!(agent.post("/v1/processes", body("mine", "inst-1")).0, 201);
+    assert_eq!(agent.post("/v1/processes", body("theirs", "other")).0, 201);
+    let (status, reply) = agent.call("DELETE", "/v1/sandboxes/inst-1", None);
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["killed"], 1);
+    assert!(!path.exists(), "the workspace is gone");
+    let (_, mine) = agent.get("/v1/processes/mine");
+    assert_eq!(mine["status"], "killed");
+    let (_, theirs) = agent.get("/v1/processes/theirs");
+    assert_eq!(
+        theirs["status"], "running",
+        "another sandbox's process is untouched"
+    );
+    let (status, again) = agent.call("DELETE", "/v1/sandboxes/inst-1", None);
+    assert_eq!((status, &again["killed"]), (200, &json!(0)), "idempotent");
+    agent.post("/v1/processes/theirs/kill?wait_ms=5000", json!({}));
+}

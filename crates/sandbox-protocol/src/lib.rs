@@ -40,6 +40,13 @@ pub fn process_path(id: &str, wait_ms: u64) -> String {
     format!("{PATH_PROCESSES}/{id}?wait_ms={wait_ms}")
 }
 
+/// `DELETE /v1/sandboxes/{id}`: the run that owned sandbox `id` has ended.
+/// The agent kills what still runs in its workspace and deletes it; the
+/// Worker's container object then destroys the container.
+pub fn sandbox_path(id: &str) -> String {
+    format!("/v1/sandboxes/{id}")
+}
+
 /// `/v1/processes/{id}/kill?wait_ms={wait_ms}`.
 pub fn kill_path(id: &str, wait_ms: u64) -> String {
     format!("{PATH_PROCESSES}/{id}/kill?wait_ms={wait_ms}")
