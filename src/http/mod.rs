@@ -4,7 +4,7 @@
 
 pub mod access;
 pub mod error;
-
+pub mod pages;
 pub mod routes;
 pub mod webhook;
 
