@@ -617,6 +617,8 @@ fn the_jwks_keeps_only_usable_rsa_keys() {
     keys.push(json!({"kid": "small", "kty": "RSA", "n": "AQAB", "e": "AQAB"}));
     keys.push(json!({"kid": "ps", "kty": "RSA", "alg": "PS256", "n": a.jwk()["n"], "e": "AQAB"}));
     keys.push(json!({"kid": "garbage", "kty": "RSA", "n": "!!!", "e": "AQAB"}));
+    keys.push(json!({"kid": "enc", "kty": "RSA", "use": "enc", "n": a.jwk()["n"], "e": "AQAB"}));
+    keys.push(json!({"kid": "no-e", "kty": "RSA", "n": a.jwk()["n"]}));
     keys.push(json!({"kty": "RSA", "n": a.jwk()["n"], "e": "AQAB"}));
     keys.push(json!("not an object"));
     let parsed = parse_jwks(doc.to_string().as_bytes()).expect("parsed");

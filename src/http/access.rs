@@ -147,6 +147,9 @@ pub struct Jwk {
     pub alg: Option<String>,
     pub n: String,
     pub e: String,
+    /// `sig` for a signing key; a key published for encryption is skipped.
+    #[serde(default, rename = "use", skip_serializing_if = "Option::is_none")]
+    pub key_use: Option<String>,
 }
 
 impl Jwk {
@@ -170,6 +173,7 @@ impl Jwk {
         let e_len = self.exponent().map(|e| e.len()).unwrap_or(0);
         self.kty == "RSA"
             && self.alg.as_deref().is_none_or(|a| a == "RS256")
+            && self.key_use.as_deref().is_none_or(|u| u == "sig")
             && !self.kid.is_empty()
             && (MODULUS_BYTES_MIN..=MODULUS_BYTES_MAX).contains(&n_len)
             && (1..=EXPONENT_BYTES_MAX).contains(&e_len)
@@ -440,8 +444,11 @@ fn split(token: &str) -> Result<Parts<'_>, AccessError> {
             .decode(part)
             .map_err(|_| AccessError::Malformed(what))
     };
+    let signing_input = token
+        .get(..h.len() + 1 + p.len())
+        .ok_or(AccessError::Malformed("not three parts"))?;
     Ok(Parts {
-        signing_input: &token[..h.len() + 1 + p.len()],
+        signing_input,
         header: decode(h, "header encoding")?,
         payload: decode(p, "payload encoding")?,
         signature: decode(s, "signature encoding")?,
