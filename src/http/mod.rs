@@ -2,7 +2,9 @@
 //! Pure parts live here and are tested natively; `crate::worker_glue`
 //! carries them out against the Worker's bindings.
 
+pub mod access;
 pub mod error;
+pub mod pages;
 pub mod routes;
 pub mod webhook;
 

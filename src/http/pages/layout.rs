@@ -1,0 +1,165 @@
+//! The page shell (head, navigation, the confirmation `<dialog>`, footer)
+//! and the small pieces every page shows the same way: times, statuses,
+//! entities, revisions, links to executions.
+
+use crate::engine::Status;
+
+use super::escape::{Html, Url};
+use super::paths;
+use super::time;
+
+/// How often a live page re-fetches itself (`data-refresh-ms`, read by
+/// `app.js`): an operator watching a deploy sees a step change within 5 s,
+/// and each poll costs one page render (a few D1 reads).
+pub const REFRESH_MS: i64 = 5_000;
+
+/// Which navigation entry is the current page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nav {
+    Executions,
+    Groups,
+    None,
+}
+
+/// The whole document around `main`. `refresh_ms` 0: the page is static
+/// (a finished execution, a confirmation), `app.js` does not poll.
+pub(crate) fn page(title: &str, nav: Nav, refresh_ms: i64, now_ms: i64, main: &Html) -> String {
+    let mut h = Html::new();
+    h.raw("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
+        .raw("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">")
+        .raw("<meta name=\"referrer\" content=\"same-origin\"><title>")
+        .text(title)
+        .raw(" · Sluice</title><link rel=\"stylesheet\"")
+        .href(&Url::path(paths::APP_CSS_PATH))
+        .raw("><script defer")
+        .attr("src", paths::APP_JS_PATH)
+        .raw("></script></head><body")
+        .attr("data-refresh-ms", &refresh_ms.max(0).to_string())
+        .raw("><header><a class=\"brand\"")
+        .href(&paths::executions())
+        .raw(">Sluice</a><nav>");
+    nav_link(
+        &mut h,
+        paths::executions(),
+        "Executions",
+        nav == Nav::Executions,
+    );
+    nav_link(&mut h, paths::groups(), "Groups", nav == Nav::Groups);
+    h.raw("</nav></header><main>")
+        .append(main)
+        .raw("</main>")
+        .raw("<dialog id=\"confirm-dialog\"><form method=\"dialog\">")
+        .raw("<p id=\"confirm-text\"></p><div class=\"buttons\">")
+        .raw("<button value=\"cancel\">Cancel</button>")
+        .raw("<button value=\"ok\" class=\"danger\">Confirm</button></div></form></dialog>")
+        .raw("<footer>Rendered ");
+    time_el(&mut h, now_ms, now_ms);
+    h.raw(" <span id=\"live-status\" aria-live=\"polite\"></span></footer></body></html>\n");
+    h.into_string()
+}
+
+fn nav_link(h: &mut Html, url: Url, label: &'static str, current: bool) {
+    h.raw("<a").href(&url);
+    if current {
+        h.raw(" aria-current=\"page\"");
+    }
+    h.raw(">").raw(label).raw("</a>");
+}
+
+/// `<time>` with the relative text and the UTC ISO-8601 beside it.
+pub(crate) fn time_el(h: &mut Html, ms: i64, now_ms: i64) {
+    match time::iso8601(ms) {
+        Some(iso) => {
+            h.raw("<time")
+                .attr("datetime", &iso)
+                .attr("title", &iso)
+                .raw("><span class=\"rel\">")
+                .text(&time::relative(ms, now_ms))
+                .raw("</span> <span class=\"abs\">")
+                .text(&iso)
+                .raw("</span></time>");
+        }
+        None => {
+            h.raw("<span class=\"bad-time\">").num(ms).raw(" ms</span>");
+        }
+    }
+}
+
+/// A time or a dash.
+pub(crate) fn opt_time(h: &mut Html, ms: Option<i64>, now_ms: i64) {
+    match ms {
+        Some(t) => time_el(h, t, now_ms),
+        None => dash(h),
+    }
+}
+
+pub(crate) fn dash(h: &mut Html) {
+    h.raw("<span class=\"none\">—</span>");
+}
+
+pub(crate) fn opt_text(h: &mut Html, value: Option<&str>) {
+    match value {
+        Some(v) if !v.is_empty() => {
+            h.text(v);
+        }
+        _ => dash(h),
+    }
+}
+
+/// A status badge; the class comes from the closed set of statuses, an
+/// unknown status shows as text with a neutral class.
+pub(crate) fn status_badge(h: &mut Html, status: &str) {
+    match Status::parse(status) {
+        Some(s) => h.raw("<span class=\"st st-").raw(s.as_str()).raw("\">"),
+        None => h.raw("<span class=\"st\">"),
+    };
+    h.text(status).raw("</span>");
+}
+
+/// `pr:12` → "pull request #12", `branch:x` → "branch x", `tag:x` →
+/// "tag x"; anything else as it is.
+pub fn entity_label(entity: Option<&str>) -> String {
+    let Some(e) = entity else {
+        return "(no entity)".to_owned();
+    };
+    match e.split_once(':') {
+        Some(("pr", n)) => format!("pull request #{n}"),
+        Some(("branch", b)) => format!("branch {b}"),
+        Some(("tag", t)) => format!("tag {t}"),
+        _ => e.to_owned(),
+    }
+}
+
+/// Characters of a sha shown inline: 12, as the instance names use.
+const SHA_SHORT_CHARS: usize = 12;
+
+/// A revision as `<code>` with its first 12 characters, the whole in
+/// `title`.
+pub(crate) fn revision(h: &mut Html, sha: Option<&str>) {
+    let Some(sha) = sha.filter(|s| !s.is_empty()) else {
+        return dash(h);
+    };
+    let short: String = sha.chars().take(SHA_SHORT_CHARS).collect();
+    h.raw("<code class=\"sha\"")
+        .attr("title", sha)
+        .raw(">")
+        .text(&short)
+        .raw("</code>");
+}
+
+/// A link to an execution's page, showing its id.
+pub(crate) fn exec_link(h: &mut Html, id: &str) {
+    h.raw("<a class=\"exec\"")
+        .href(&paths::execution(id))
+        .raw("><code>")
+        .text(id)
+        .raw("</code></a>");
+}
+
+/// `<td data-label="…">…</td>`: on a phone each cell shows its column's
+/// name beside its value.
+pub(crate) fn cell(h: &mut Html, label: &'static str, content: impl FnOnce(&mut Html)) {
+    h.raw("<td data-label=\"").raw(label).raw("\">");
+    content(h);
+    h.raw("</td>");
+}

@@ -1,0 +1,50 @@
+//! The dashboard's own routes, in one place: every link a page makes is
+//! built here, with ids and group names percent-encoded as one segment.
+//!
+//! | method | path | page |
+//! | --- | --- | --- |
+//! | GET | `/ui/executions` (query: [`super::ExecutionsQuery`]) | [`super::render_executions`] |
+//! | GET | `/ui/executions/{id}` | [`super::render_execution`] |
+//! | GET | `/ui/groups` | [`super::render_groups`] |
+//! | GET | `/ui/groups/{group, percent-encoded}` | [`super::render_group`] |
+//! | GET | `/ui/app.js`, `/ui/app.css` | [`super::APP_JS`], [`super::APP_CSS`] |
+
+use super::escape::Url;
+
+pub const EXECUTIONS_PATH: &str = "/ui/executions";
+pub const GROUPS_PATH: &str = "/ui/groups";
+pub const APP_JS_PATH: &str = "/ui/app.js";
+pub const APP_CSS_PATH: &str = "/ui/app.css";
+
+/// The executions list, unfiltered.
+pub fn executions() -> Url {
+    Url::path(EXECUTIONS_PATH)
+}
+
+/// One execution's page. `id` is an instance id; a gate's execution id
+/// (which may carry a generation, `id.g2`) is mapped to its instance.
+pub fn execution(id: &str) -> Url {
+    Url::path(EXECUTIONS_PATH).seg(crate::gates::serial::instance_of(id))
+}
+
+pub fn groups() -> Url {
+    Url::path(GROUPS_PATH)
+}
+
+/// One group's page: the group key is one percent-encoded segment
+/// (`deploy:octo/hello:main` → `deploy%3Aocto%2Fhello%3Amain`).
+pub fn group(name: &str) -> Url {
+    Url::path(GROUPS_PATH).seg(name)
+}
+
+/// The executions list filtered to one repository and entity.
+pub fn entity(repo: Option<&str>, entity: Option<&str>) -> Url {
+    let mut url = executions();
+    if let Some(r) = repo {
+        url = url.query("repo", r);
+    }
+    if let Some(e) = entity {
+        url = url.query("entity", e);
+    }
+    url
+}

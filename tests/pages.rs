@@ -1,0 +1,1264 @@
+//! The dashboard pages as pure functions: structure (rows, grouping, links,
+//! the next-page link only with a cursor, actions by status), escaping of
+//! hostile values from GitHub and users in text, attributes and URLs, times,
+//! and the static assets and their Content-Security-Policy.
+//!
+//! Every rendered page goes through `parse`, a small strict tokenizer that
+//! fails on a raw `<` in text, on `<`/`>` inside an attribute value, on
+//! unbalanced tags, on inline event handlers and style attributes, on inline
+//! script, and on any URL attribute that is not a same-origin path or
+//! http(s). So a value that escaped its context would fail every test.
+
+use sluice::gates::serial::{
+    ExplainedEnd, ExplainedHolder, ExplainedWaiter, GroupSummary, GroupView, RowState, WaitReason,
+};
+use sluice::gates::SkipReason;
+use sluice::http::pages::escape::{escape, percent_decode, percent_encode, Html, Url};
+use sluice::http::pages::query::form_pairs;
+use sluice::http::pages::time::{datetime_local, duration, iso8601, parse_utc, relative};
+use sluice::http::pages::{
+    self, entity_label, render_confirm, render_execution, render_executions, render_group,
+    render_groups, render_result, same_origin_post, Action, ActionForm, ActionResult, Actions,
+    ApprovalView, ExecutionPage, ExecutionView, ExecutionsPage, ExecutionsQuery, GroupPage,
+    GroupsPage, StepView, APP_CSS, APP_JS, CONTENT_SECURITY_POLICY, REFRESH_MS, SECURITY_HEADERS,
+};
+use sluice::store::executions::{ExecutionRow, StepRow};
+
+const NOW: i64 = 1_760_000_000_000; // 2025-10-09T08:53:20Z
+const MIN: i64 = 60_000;
+const XSS: &str = "<script>alert(1)</script>";
+const QUOTES: &str = "a\"b'c&d<e>f";
+const BREAKOUT: &str = "x\" onmouseover=\"alert(1)";
+
+// --- a strict little HTML tokenizer for the assertions ---
+
+#[derive(Debug, Clone)]
+struct Tag {
+    name: String,
+    closing: bool,
+    attrs: Vec<(String, String)>,
+}
+
+impl Tag {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+const VOID: [&str; 6] = ["meta", "link", "input", "br", "hr", "img"];
+
+/// Tokenizes and checks a page; returns its tags (text is dropped).
+fn parse(html: &str) -> Vec<Tag> {
+    let mut tags = Vec::new();
+    let mut stack: Vec<String> = Vec::new();
+    let b = html.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'<' {
+            assert!(b[i] != b'>', "raw > in text at {i}: {}", around(html, i));
+            i += 1;
+            continue;
+        }
+        if html[i..].starts_with("<!doctype html>") {
+            i += "<!doctype html>".len();
+            continue;
+        }
+        let (tag, end) = tag_at(html, i);
+        check_tag(&tag, html, i);
+        if tag.closing {
+            let open = stack.pop();
+            assert_eq!(
+                open.as_deref(),
+                Some(tag.name.as_str()),
+                "at {}",
+                around(html, i)
+            );
+        } else if !VOID.contains(&tag.name.as_str()) {
+            stack.push(tag.name.clone());
+        }
+        if tag.name == "script" && !tag.closing {
+            assert!(html[end..].starts_with("</script>"), "inline script");
+        }
+        tags.push(tag);
+        i = end;
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    tags
+}
+
+fn around(html: &str, i: usize) -> String {
+    let start = html[..i].char_indices().rev().nth(60).map_or(0, |(p, _)| p);
+    html[start..].chars().take(140).collect()
+}
+
+/// One tag starting at `<`: its name, attributes (values unescaped
+/// minimally) and where it ends.
+fn tag_at(html: &str, start: usize) -> (Tag, usize) {
+    let b = html.as_bytes();
+    let mut i = start + 1;
+    let closing = b.get(i) == Some(&b'/');
+    if closing {
+        i += 1;
+    }
+    let name_start = i;
+    while i < b.len() && b[i].is_ascii_alphanumeric() {
+        i += 1;
+    }
+    let name = html[name_start..i].to_owned();
+    assert!(!name.is_empty(), "raw < in text: {}", around(html, start));
+    let mut attrs = Vec::new();
+    loop {
+        while b[i] == b' ' {
+            i += 1;
+        }
+        if b[i] == b'>' {
+            return (
+                Tag {
+                    name,
+                    closing,
+                    attrs,
+                },
+                i + 1,
+            );
+        }
+        let k0 = i;
+        while b[i] != b'=' && b[i] != b' ' && b[i] != b'>' {
+            i += 1;
+        }
+        let key = html[k0..i].to_owned();
+        let mut value = String::new();
+        if b[i] == b'=' {
+            assert_eq!(b[i + 1], b'"', "unquoted attribute {key}");
+            let v0 = i + 2;
+            let v1 = v0 + html[v0..].find('"').expect("closing quote");
+            value = html[v0..v1].to_owned();
+            assert!(
+                !value.contains('<') && !value.contains('>'),
+                "< or > in attribute {key}: {value}"
+            );
+            i = v1 + 1;
+        }
+        attrs.push((key, value));
+    }
+}
+
+fn check_tag(tag: &Tag, html: &str, at: usize) {
+    for (k, v) in &tag.attrs {
+        assert!(
+            !k.starts_with("on"),
+            "inline handler {k} at {}",
+            around(html, at)
+        );
+        assert_ne!(k, "style", "inline style at {}", around(html, at));
+        if ["href", "action", "src"].contains(&k.as_str()) {
+            let url = v.replace("&amp;", "&");
+            let safe = (url.starts_with('/') && !url.starts_with("//"))
+                || url.starts_with("https://")
+                || url.starts_with("http://");
+            assert!(safe, "unsafe {k}={v}");
+        }
+    }
+}
+
+fn count(html: &str, needle: &str) -> usize {
+    html.matches(needle).count()
+}
+
+fn hrefs(tags: &[Tag]) -> Vec<String> {
+    tags.iter()
+        .filter_map(|t| t.attr("href"))
+        .map(|h| h.replace("&amp;", "&"))
+        .collect()
+}
+
+fn forms(tags: &[Tag]) -> Vec<Tag> {
+    tags.iter()
+        .filter(|t| t.name == "form" && !t.closing && t.attr("method") == Some("post"))
+        .cloned()
+        .collect()
+}
+
+// --- fixtures ---
+
+fn exec(id: &str, repo: Option<&str>, entity: Option<&str>, status: &str) -> ExecutionRow {
+    ExecutionRow {
+        id: id.to_owned(),
+        key: format!("key:{id}"),
+        run: "deploy".to_owned(),
+        repo: repo.map(str::to_owned),
+        entity: entity.map(str::to_owned),
+        sha: Some("0123456789abcdef0123456789abcdef01234567".to_owned()),
+        status: status.to_owned(),
+        reason: None,
+        error_tag: None,
+        error_message: None,
+        wake_at_ms: None,
+        input_json: "{}".to_owned(),
+        output_json: None,
+        step_count: 3,
+        journal_writes: 3,
+        index_round_trips: 2,
+        passes: 1,
+        created_ms: NOW - 10 * MIN,
+        updated_ms: NOW - MIN,
+        finished_ms: Some(NOW - 7 * MIN),
+    }
+}
+
+fn step(seq: i64, name: &str, kind: &str, state: &str) -> StepRow {
+    StepRow {
+        seq,
+        name: name.to_owned(),
+        kind: kind.to_owned(),
+        state: state.to_owned(),
+        attempts: 1,
+        started_ms: NOW - 9 * MIN,
+        finished_ms: Some(NOW - 8 * MIN),
+        wake_at_ms: None,
+        error_tag: None,
+        error_message: None,
+        result_bytes: Some(10),
+    }
+}
+
+fn list_page(items: Vec<ExecutionView>, cursor: Option<&str>) -> ExecutionsPage {
+    ExecutionsPage {
+        items,
+        query: ExecutionsQuery::default(),
+        next_cursor: cursor.map(str::to_owned),
+        approvals: Vec::new(),
+        actions: Actions::v1(Some("tok".into())),
+    }
+}
+
+fn approval(id: &str) -> ApprovalView {
+    ApprovalView {
+        execution_id: id.to_owned(),
+        repo: Some("octo/hello".into()),
+        entity: Some("branch:main".into()),
+        revision: Some("abc".repeat(10)),
+        event_type: "deploy-confirm".into(),
+        decider: Some("@octo/release-managers".into()),
+        waiting_since_ms: NOW - 5 * MIN,
+        deadline_ms: Some(NOW + 72 * 60 * MIN),
+    }
+}
+
+// --- the executions list ---
+
+#[test]
+fn executions_are_grouped_by_repository_then_entity() {
+    let rows = vec![
+        exec("e1", Some("octo/hello"), Some("pr:12"), "running"),
+        exec("e2", Some("octo/world"), Some("branch:main"), "complete"),
+        exec("e3", Some("octo/hello"), Some("branch:main"), "skipped"),
+        exec("e4", Some("octo/hello"), Some("pr:12"), "errored"),
+        exec("e5", None, None, "queued"),
+        exec("e6", Some("octo/hello"), Some("tag:v1.0"), "complete"),
+    ];
+    let html = render_executions(
+        &list_page(rows.into_iter().map(ExecutionView::new).collect(), None),
+        NOW,
+    );
+    parse(&html);
+    // Repositories in first-appearance order, each once.
+    let repos: Vec<&str> = html
+        .split("<section class=\"repo\"><h2>")
+        .skip(1)
+        .map(|s| s.split("</h2>").next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        repos,
+        ["octo/hello", "octo/world", "<span class=\"none\">—</span>"]
+    );
+    // Within octo/hello: pr:12 (e1, e4), branch:main (e3), tag (e6).
+    let hello = html
+        .split("<section class=\"repo\">")
+        .nth(1)
+        .expect("hello section");
+    let entities: Vec<&str> = hello.split("<section class=\"entity\">").skip(1).collect();
+    assert_eq!(entities.len(), 3);
+    assert!(entities[0].contains(">pull request #12</a></h3>"));
+    assert!(entities[0].contains("e1") && entities[0].contains("e4"));
+    assert!(!entities[0].contains("e3"));
+    assert!(entities[1].contains(">branch main</a>") && entities[1].contains("e3"));
+    assert!(entities[2].contains(">tag v1.0</a>") && entities[2].contains("e6"));
+    assert!(html.contains("(no entity)"));
+    // Each row links to its execution; each entity heading to its filter.
+    let tags = parse(&html);
+    let links = hrefs(&tags);
+    for id in ["e1", "e2", "e3", "e4", "e5", "e6"] {
+        assert!(links.contains(&format!("/ui/executions/{id}")), "{id}");
+    }
+    assert!(links.contains(&"/ui/executions?repo=octo%2Fhello&entity=pr%3A12".to_owned()));
+    assert_eq!(count(&html, "<tr><td data-label=\"Execution\">"), 6);
+}
+
+#[test]
+fn rows_show_status_duration_reason_and_the_newer_revision() {
+    let mut skipped = exec("dep-1", Some("octo/hello"), Some("branch:main"), "skipped");
+    skipped.reason = Some("superseded".into());
+    skipped.error_tag = Some("RunSkipped".into());
+    skipped.error_message = Some("Not run: superseded by a newer revision.".into());
+    let mut waiting = exec("dep-2", Some("octo/hello"), Some("branch:main"), "waiting");
+    waiting.finished_ms = None;
+    waiting.wake_at_ms = Some(NOW + 3 * MIN);
+    let items = vec![
+        ExecutionView {
+            row: skipped,
+            newer_revision: Some("fedcba9876543210fedcba9876543210fedcba98".into()),
+        },
+        ExecutionView::new(waiting),
+    ];
+    let html = render_executions(&list_page(items, None), NOW);
+    parse(&html);
+    assert!(html.contains("<span class=\"st st-skipped\">skipped</span>"));
+    assert!(html.contains("<span class=\"st st-waiting\">waiting</span>"));
+    assert!(html.contains("<span class=\"reason\">superseded</span>"));
+    assert!(html.contains("newer: <code class=\"sha\" title=\"fedcba9876543210fedcba9876543210fedcba98\">fedcba987654</code>"));
+    assert!(html.contains("<code class=\"tag\">RunSkipped</code>"));
+    assert!(html.contains("3 min")); // the finished one ran 3 minutes
+    assert!(html.contains("10 min so far")); // the waiting one, created 10 min ago
+    assert!(html.contains("wakes <time datetime=\"2025-10-09T08:56:20Z\""));
+    assert!(html.contains("in 3 min"));
+    assert!(html.contains("10 min ago"));
+}
+
+#[test]
+fn the_next_page_link_is_present_only_with_a_cursor_and_keeps_the_filters() {
+    let items = vec![ExecutionView::new(exec(
+        "e1",
+        Some("o/r"),
+        None,
+        "complete",
+    ))];
+    let without = render_executions(&list_page(items.clone(), None), NOW);
+    assert!(!without.contains("rel=\"next\""));
+
+    let mut page = list_page(items, Some("c/1+2=&x"));
+    page.query =
+        ExecutionsQuery::parse("repo=octo%2Fhello&status=errored&since=2025-10-01T00%3A00");
+    let html = render_executions(&page, NOW);
+    let tags = parse(&html);
+    let next: Vec<&Tag> = tags
+        .iter()
+        .filter(|t| t.attr("rel") == Some("next"))
+        .collect();
+    assert_eq!(next.len(), 1);
+    let href = next[0].attr("href").expect("href").replace("&amp;", "&");
+    assert_eq!(
+        href,
+        "/ui/executions?repo=octo%2Fhello&status=errored&since=2025-10-01T00%3A00%3A00Z&cursor=c%2F1%2B2%3D%26x"
+    );
+    // The link's query parses back to the same filters and cursor.
+    let back = ExecutionsQuery::parse(href.split_once('?').map_or("", |(_, q)| q));
+    assert_eq!(back.repo.as_deref(), Some("octo/hello"));
+    assert_eq!(back.status.as_deref(), Some("errored"));
+    assert_eq!(back.since_ms, page.query.since_ms);
+    assert_eq!(back.cursor.as_deref(), Some("c/1+2=&x"));
+}
+
+#[test]
+fn the_filter_form_is_a_get_form_prefilled_with_the_query() {
+    let mut page = list_page(Vec::new(), None);
+    page.query = ExecutionsQuery::parse(
+        "repo=octo/hello&run=deploy&status=waiting&entity=pr%3A3&since=2025-10-01T10:30&until=2025-10-02",
+    );
+    let html = render_executions(&page, NOW);
+    let tags = parse(&html);
+    let form = tags
+        .iter()
+        .find(|t| t.name == "form" && t.attr("class") == Some("filters"))
+        .expect("filter form");
+    assert_eq!(form.attr("method"), Some("get"));
+    assert_eq!(form.attr("action"), Some("/ui/executions"));
+    let value = |name: &str| {
+        tags.iter()
+            .find(|t| t.name == "input" && t.attr("name") == Some(name))
+            .and_then(|t| t.attr("value"))
+            .map(str::to_owned)
+    };
+    assert_eq!(value("repo").as_deref(), Some("octo/hello"));
+    assert_eq!(value("run").as_deref(), Some("deploy"));
+    assert_eq!(value("entity").as_deref(), Some("pr:3"));
+    assert_eq!(value("since").as_deref(), Some("2025-10-01T10:30"));
+    assert_eq!(value("until").as_deref(), Some("2025-10-02T00:00"));
+    assert!(html.contains("<option value=\"waiting\" selected>waiting</option>"));
+    assert_eq!(count(&html, " selected"), 1);
+    assert!(html.contains("No executions match."));
+    assert!(html.contains(">Clear</a>"));
+    let f = page.query.list_filter();
+    assert_eq!(
+        (
+            f.repo.as_deref(),
+            f.run.as_deref(),
+            f.status.as_deref(),
+            f.entity.as_deref()
+        ),
+        (
+            Some("octo/hello"),
+            Some("deploy"),
+            Some("waiting"),
+            Some("pr:3")
+        )
+    );
+    assert_eq!(page.query.since_ms, parse_utc("2025-10-01T10:30:00Z"));
+}
+
+#[test]
+fn waiting_approvals_show_decider_deadline_and_an_approve_form() {
+    let mut page = list_page(Vec::new(), None);
+    page.approvals = vec![approval("deploy-octo-hello-main-1")];
+    let html = render_executions(&page, NOW);
+    let tags = parse(&html);
+    assert!(html.contains("@octo/release-managers"));
+    assert!(html.contains("in 3 d")); // the 72 h deadline
+    assert!(html.contains("5 min ago"));
+    let f = forms(&tags);
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        f[0].attr("action"),
+        Some("/v1/executions/deploy-octo-hello-main-1/events")
+    );
+    assert!(html.contains("<input type=\"hidden\" name=\"type\" value=\"deploy-confirm\">"));
+    assert!(html.contains(">Approve</button>"));
+    assert_eq!(
+        f[0].attr("data-confirm"),
+        Some("Approve deploy-octo-hello-main-1: send it deploy-confirm? The event is delivered to the execution.")
+    );
+
+    let empty = render_executions(&list_page(Vec::new(), None), NOW);
+    assert!(empty.contains("No execution waits for an approval."));
+}
+
+// --- one execution ---
+
+fn timeline() -> Vec<StepView> {
+    let mut failed = step(1, "checkout", "step", "done");
+    failed.attempts = 3;
+    failed.error_tag = Some("CheckoutFailed".into());
+    failed.error_message = Some("git fetch: connection reset".into());
+    let mut wait = step(2, "confirmation", "wait", "waiting");
+    wait.finished_ms = None;
+    wait.wake_at_ms = Some(NOW + 60 * MIN);
+    let mut retry = step(3, "run deploy command", "step", "retrying");
+    retry.finished_ms = None;
+    retry.wake_at_ms = Some(NOW + MIN / 2);
+    vec![
+        StepView {
+            row: failed,
+            log_url: Some("/logs/exec-1/1?sig=a&b=c".into()),
+        },
+        StepView::new(wait),
+        StepView {
+            row: retry,
+            log_url: Some("https://logs.example.com/x".into()),
+        },
+    ]
+}
+
+fn exec_page(status: &str) -> ExecutionPage {
+    let mut row = exec("exec-1", Some("octo/hello"), Some("branch:main"), status);
+    row.finished_ms = None;
+    ExecutionPage {
+        execution: ExecutionView::new(row),
+        steps: timeline(),
+        steps_truncated: false,
+        approvals: Vec::new(),
+        group: Some("deploy:octo/hello:main".into()),
+        actions: Actions::v1(Some("csrf-123".into())),
+    }
+}
+
+#[test]
+fn the_execution_page_shows_its_step_timeline() {
+    let html = render_execution(&exec_page("waiting"), NOW);
+    let tags = parse(&html);
+    assert_eq!(count(&html, "<tr class=\"step-"), 3);
+    assert!(html.contains("<td data-label=\"Attempts\">3</td>"));
+    assert!(html.contains("<code class=\"tag\">CheckoutFailed</code> <span class=\"msg\">git fetch: connection reset</span>"));
+    assert!(html.contains("<td data-label=\"Duration\">1 min</td>"));
+    assert!(html.contains("deadline <time datetime=\"2025-10-09T09:53:20Z\""));
+    assert!(html.contains("in 1 h"));
+    assert!(html.contains("next attempt <time"));
+    let links = hrefs(&tags);
+    assert!(links.contains(&"/logs/exec-1/1?sig=a&b=c".to_owned()));
+    assert!(links.contains(&"https://logs.example.com/x".to_owned()));
+    assert_eq!(count(&html, ">log</a>"), 2);
+    assert!(links.contains(&"/ui/groups/deploy%3Aocto%2Fhello%3Amain".to_owned()));
+    assert!(links.contains(&"/ui/executions?repo=octo%2Fhello&entity=branch%3Amain".to_owned()));
+    // A live execution's page polls; a finished one does not.
+    assert!(html.contains(&format!("data-refresh-ms=\"{REFRESH_MS}\"")));
+    let done = render_execution(&exec_page("complete"), NOW);
+    assert!(done.contains("data-refresh-ms=\"0\""));
+    // Every region app.js swaps has an id.
+    for region in ["facts", "actions", "timeline"] {
+        assert!(
+            html.contains(&format!("id=\"{region}\" data-live")),
+            "{region}"
+        );
+    }
+}
+
+#[test]
+fn actions_fit_the_status_and_each_asks_for_confirmation() {
+    let actions_of = |status: &str| -> Vec<String> {
+        let tags = parse(&render_execution(&exec_page(status), NOW));
+        forms(&tags)
+            .iter()
+            .filter_map(|f| f.attr("action"))
+            .map(|a| a.rsplit('/').next().unwrap_or("").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        actions_of("running"),
+        ["terminate", "pause", "restart", "skip", "events"]
+    );
+    assert_eq!(
+        actions_of("paused"),
+        ["terminate", "resume", "restart", "skip", "events"]
+    );
+    for ended in ["complete", "errored", "terminated", "skipped"] {
+        assert_eq!(actions_of(ended), ["restart"], "{ended}");
+    }
+
+    let html = render_execution(&exec_page("waiting"), NOW);
+    let tags = parse(&html);
+    for f in forms(&tags) {
+        let confirm = f.attr("data-confirm").expect("data-confirm");
+        assert!(confirm.contains("exec-1?"), "{confirm}");
+        assert!(f
+            .attr("action")
+            .is_some_and(|a| a.starts_with("/v1/executions/exec-1/")));
+    }
+    let n = forms(&tags).len();
+    assert_eq!(
+        count(
+            &html,
+            "<input type=\"hidden\" name=\"confirmed\" value=\"\">"
+        ),
+        n
+    );
+    assert_eq!(
+        count(
+            &html,
+            "<input type=\"hidden\" name=\"csrf\" value=\"csrf-123\">"
+        ),
+        n
+    );
+    // Restart offers the steps to restart from, each once.
+    assert!(html.contains("<option value=\"\">the start</option><option value=\"checkout\">checkout</option><option value=\"run deploy command\">run deploy command</option></select>"));
+    assert!(html.contains("name=\"payload\""));
+    // The page carries the dialog app.js opens.
+    assert!(html.contains("<dialog id=\"confirm-dialog\">"));
+    // No routes: no forms.
+    let mut bare = exec_page("running");
+    bare.actions = Actions::default();
+    assert!(forms(&parse(&render_execution(&bare, NOW))).is_empty());
+}
+
+#[test]
+fn action_routes_percent_encode_and_map_a_generation_to_its_instance() {
+    let a = Actions::v1(None);
+    let url = |action, target| a.url(action, target).map(|u| u.as_str().to_owned());
+    assert_eq!(
+        url(Action::Skip, "deploy-x.g2").as_deref(),
+        Some("/v1/executions/deploy-x/skip")
+    );
+    assert_eq!(
+        url(Action::SkipAll, "deploy:octo/hello:main").as_deref(),
+        Some("/v1/groups/deploy%3Aocto%2Fhello%3Amain/skip-all")
+    );
+    assert_eq!(
+        url(Action::Terminate, "a/b?c#d&e").as_deref(),
+        Some("/v1/executions/a%2Fb%3Fc%23d%26e/terminate")
+    );
+    let evil = Actions {
+        terminate: Some("javascript:alert('{id}')"),
+        ..Actions::default()
+    };
+    assert_eq!(evil.url(Action::Terminate, "x"), None);
+    assert_eq!(
+        pages::paths::execution("deploy-x.g3").as_str(),
+        "/ui/executions/deploy-x"
+    );
+}
+
+#[test]
+fn the_confirmation_page_carries_the_posted_fields_with_confirmed_1() {
+    let actions = Actions::v1(Some("tok".into()));
+    let posted = ActionForm::parse("from_step=run+deploy+command&csrf=old");
+    let html = render_confirm(Action::Restart, "exec-1", &posted, &actions, NOW);
+    let tags = parse(&html);
+    let f = forms(&tags);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].attr("action"), Some("/v1/executions/exec-1/restart"));
+    assert_eq!(f[0].attr("data-confirm"), None, "the page itself confirms");
+    assert!(html.contains("<input type=\"hidden\" name=\"confirmed\" value=\"1\">"));
+    assert!(html.contains("<input type=\"hidden\" name=\"csrf\" value=\"tok\">"));
+    assert!(
+        html.contains("<input type=\"hidden\" name=\"from_step\" value=\"run deploy command\">")
+    );
+    assert!(hrefs(&tags).contains(&"/ui/executions/exec-1".to_owned()));
+    assert!(html.contains("data-refresh-ms=\"0\""));
+
+    let ev = ActionForm::parse("type=deploy-confirm&payload=%7B%22ok%22%3Atrue%7D");
+    let html = render_confirm(Action::SendEvent, "exec-1", &ev, &actions, NOW);
+    parse(&html);
+    assert!(html.contains("value=\"deploy-confirm\""));
+    assert!(html.contains("{&quot;ok&quot;:true}</textarea>"));
+
+    let group = render_confirm(
+        Action::SkipAll,
+        "deploy:o/r:main",
+        &ActionForm::default(),
+        &actions,
+        NOW,
+    );
+    let tags = parse(&group);
+    assert_eq!(
+        forms(&tags)[0].attr("action"),
+        Some("/v1/groups/deploy%3Ao%2Fr%3Amain/skip-all")
+    );
+    assert!(hrefs(&tags).contains(&"/ui/groups/deploy%3Ao%2Fr%3Amain".to_owned()));
+}
+
+#[test]
+fn action_forms_parse_and_same_origin_is_required() {
+    let f = ActionForm::parse("confirmed=1&csrf=a%2Bb&from_step=&type=+approve+&payload=x%3D1");
+    assert!(f.confirmed);
+    assert_eq!(f.csrf.as_deref(), Some("a+b"));
+    assert_eq!(f.from_step, None);
+    assert_eq!(f.event_type.as_deref(), Some("approve"));
+    assert_eq!(f.payload.as_deref(), Some("x=1"));
+    assert!(!ActionForm::parse("confirmed=yes").confirmed);
+    assert!(!ActionForm::parse("").confirmed);
+
+    let own = "https://sluice.example.com";
+    assert!(same_origin_post(Some("same-origin"), None, own));
+    assert!(!same_origin_post(Some("cross-site"), Some(own), own));
+    assert!(!same_origin_post(Some("same-site"), None, own));
+    assert!(same_origin_post(None, Some(own), own));
+    assert!(same_origin_post(
+        None,
+        Some(own),
+        "https://sluice.example.com/"
+    ));
+    assert!(!same_origin_post(None, Some("https://evil.example"), own));
+    assert!(!same_origin_post(None, Some("null"), own));
+    assert!(!same_origin_post(None, None, own));
+}
+
+#[test]
+fn the_result_page_says_what_happened() {
+    let r = ActionResult {
+        action: Action::Skip,
+        target: "exec-1".into(),
+        ok: false,
+        message: "execution exec-1 holds its group; a holder is never skipped".into(),
+    };
+    let html = render_result(&r, NOW);
+    parse(&html);
+    assert!(html.contains("Skip: refused"));
+    assert!(html.contains("a holder is never skipped"));
+    assert!(html.contains("href=\"/ui/executions/exec-1\""));
+}
+
+// --- groups ---
+
+fn group_view() -> GroupView {
+    GroupView {
+        group: "deploy:octo/hello:main".into(),
+        holder: Some(ExplainedHolder {
+            execution_id: "dep-a".into(),
+            revision: "a".repeat(40),
+            imperative: false,
+            held_ms: 4 * MIN,
+            heartbeat_age_ms: 30_000,
+            stale: false,
+        }),
+        waiters: vec![
+            ExplainedWaiter {
+                execution_id: "dep-b.g1".into(),
+                revision: "b".repeat(40),
+                imperative: false,
+                waited_ms: 2 * MIN,
+                why: WaitReason::BehindHolder {
+                    execution_id: "dep-a".into(),
+                },
+                times_out_in_ms: Some(58 * MIN),
+            },
+            ExplainedWaiter {
+                execution_id: "dep-c".into(),
+                revision: "c".repeat(40),
+                imperative: true,
+                waited_ms: MIN,
+                why: WaitReason::BehindWaiter {
+                    execution_id: "dep-b.g1".into(),
+                },
+                times_out_in_ms: None,
+            },
+            ExplainedWaiter {
+                execution_id: "dep-d".into(),
+                revision: "d".repeat(40),
+                imperative: false,
+                waited_ms: MIN,
+                why: WaitReason::InstanceNotLive,
+                times_out_in_ms: Some(0),
+            },
+        ],
+        waiters_truncated: false,
+        recent: vec![
+            ExplainedEnd {
+                execution_id: "dep-0".into(),
+                revision: "0".repeat(40),
+                state: RowState::Superseded,
+                reason: Some(SkipReason::Superseded),
+                superseded_by: Some("b".repeat(40)),
+                ended_by: Some("dep-b.g1".into()),
+                ended_ago_ms: 3 * MIN,
+            },
+            ExplainedEnd {
+                execution_id: "dep-z".into(),
+                revision: "9".repeat(40),
+                state: RowState::Skipped,
+                reason: None,
+                superseded_by: None,
+                ended_by: None,
+                ended_ago_ms: 60 * MIN,
+            },
+        ],
+    }
+}
+
+#[test]
+fn a_group_page_explains_its_holder_waiters_and_recent_skips() {
+    let page = GroupPage {
+        view: group_view(),
+        actions: Actions::v1(None),
+    };
+    let html = render_group(&page, NOW);
+    let tags = parse(&html);
+    assert!(html.contains("<h1>Group <code>deploy:octo/hello:main</code></h1>"));
+    assert!(html.contains("<dt>Held for</dt><dd>4 min</dd>"));
+    assert!(html.contains("<dt>Heartbeat</dt><dd>30 s ago</dd>"));
+    assert!(html.contains("behind the holder <a class=\"exec\" href=\"/ui/executions/dep-a\">"));
+    assert!(html.contains("behind an older waiter, <a class=\"exec\" href=\"/ui/executions/dep-b\"><code>dep-b.g1</code>"));
+    assert!(html.contains("its instance is paused or finished"));
+    assert!(html.contains("in 58 min"));
+    assert!(html.contains("at its next poll"));
+    assert!(html.contains("<span class=\"st\">operator</span>"));
+    assert!(html.contains("<span class=\"reason\">superseded</span>"));
+    assert!(html.contains("an operator's skip (silent)"));
+    assert!(html.contains("3 min ago"));
+    assert!(html.contains("1 h ago"));
+    let posts = forms(&tags);
+    let actions: Vec<&str> = posts.iter().filter_map(|f| f.attr("action")).collect();
+    assert_eq!(
+        actions,
+        [
+            "/v1/executions/dep-b/skip",
+            "/v1/executions/dep-c/skip",
+            "/v1/executions/dep-d/skip",
+            "/v1/groups/deploy%3Aocto%2Fhello%3Amain/skip-all"
+        ]
+    );
+    for region in ["holder", "waiters", "recent"] {
+        assert!(
+            html.contains(&format!("id=\"{region}\" data-live")),
+            "{region}"
+        );
+    }
+
+    let mut idle = group_view();
+    idle.holder = None;
+    idle.waiters.clear();
+    idle.recent.clear();
+    let html = render_group(
+        &GroupPage {
+            view: idle,
+            actions: Actions::v1(None),
+        },
+        NOW,
+    );
+    assert!(html.contains("Nobody holds the group."));
+    assert!(html.contains("Nobody waits."));
+    assert!(!html.contains("skip-all"), "no skip-all without waiters");
+}
+
+#[test]
+fn the_groups_overview_lists_holders_heartbeats_and_waiters() {
+    let page = GroupsPage {
+        groups: vec![
+            GroupSummary {
+                group: "deploy:octo/hello:main".into(),
+                holder: Some("dep-a".into()),
+                holder_heartbeat_age_ms: Some(12 * MIN),
+                holder_stale: true,
+                waiting: 2,
+                oldest_waited_ms: Some(5 * MIN),
+            },
+            GroupSummary {
+                group: "deploy:octo/world:main".into(),
+                holder: None,
+                holder_heartbeat_age_ms: None,
+                holder_stale: false,
+                waiting: 1,
+                oldest_waited_ms: Some(1_500),
+            },
+        ],
+        approvals: vec![approval("dep-q")],
+        actions: Actions::v1(None),
+    };
+    let html = render_groups(&page, NOW);
+    let tags = parse(&html);
+    assert_eq!(count(&html, "<tr><td data-label=\"Group\">"), 2);
+    assert!(html.contains("12 min ago <span class=\"st st-stale\">stale: no longer blocks</span>"));
+    assert!(html.contains("<span class=\"none\">free</span>"));
+    assert!(html.contains("<td data-label=\"Waiting\">2</td>"));
+    assert!(html.contains("<td data-label=\"Oldest wait\">5 min</td>"));
+    assert!(html.contains("<td data-label=\"Oldest wait\">1 s</td>"));
+    let links = hrefs(&tags);
+    assert!(links.contains(&"/ui/groups/deploy%3Aocto%2Fworld%3Amain".to_owned()));
+    assert!(links.contains(&"/ui/executions/dep-a".to_owned()));
+    assert!(html.contains("@octo/release-managers"));
+    let empty = render_groups(
+        &GroupsPage {
+            groups: Vec::new(),
+            approvals: Vec::new(),
+            actions: Actions::v1(None),
+        },
+        NOW,
+    );
+    assert!(empty.contains("No group is held or waited for."));
+}
+
+// --- hostile values ---
+
+fn hostile_row(value: &str) -> ExecutionRow {
+    let mut r = exec(value, Some(value), Some(&format!("branch:{value}")), value);
+    r.key = value.to_owned();
+    r.run = value.to_owned();
+    r.sha = Some(value.to_owned());
+    r.reason = Some(value.to_owned());
+    r.error_tag = Some(value.to_owned());
+    r.error_message = Some(value.to_owned());
+    r
+}
+
+fn hostile_pages(value: &str) -> Vec<String> {
+    let mut s = step(1, value, value, value);
+    s.error_tag = Some(value.to_owned());
+    s.error_message = Some(value.to_owned());
+    let steps = vec![
+        StepView {
+            row: s.clone(),
+            log_url: Some(format!("javascript:alert('{value}')")),
+        },
+        StepView {
+            row: s,
+            log_url: Some(format!("/logs/{value}")),
+        },
+    ];
+    let mut a = approval(value);
+    a.repo = Some(value.to_owned());
+    a.event_type = value.to_owned();
+    a.decider = Some(value.to_owned());
+    let view = ExecutionView {
+        row: hostile_row(value),
+        newer_revision: Some(value.to_owned()),
+    };
+    let mut list = list_page(vec![view.clone()], Some(value));
+    list.query = ExecutionsQuery::parse(&format!(
+        "repo={0}&run={0}&status={0}&entity={0}",
+        percent_encode(value)
+    ));
+    list.approvals = vec![a.clone()];
+    list.actions.csrf = Some(value.to_owned());
+    let mut running = view.clone();
+    running.row.status = "running".into();
+    let exec_page = ExecutionPage {
+        execution: running,
+        steps,
+        steps_truncated: true,
+        approvals: vec![a],
+        group: Some(value.to_owned()),
+        actions: Actions::v1(Some(value.to_owned())),
+    };
+    let mut gv = group_view();
+    gv.group = value.to_owned();
+    if let Some(h) = gv.holder.as_mut() {
+        h.execution_id = value.to_owned();
+        h.revision = value.to_owned();
+    }
+    for w in &mut gv.waiters {
+        w.execution_id = value.to_owned();
+        w.revision = value.to_owned();
+        w.why = WaitReason::NextToClaim {
+            takes_over: Some(value.to_owned()),
+        };
+    }
+    let form = ActionForm {
+        confirmed: false,
+        csrf: Some(value.to_owned()),
+        from_step: Some(value.to_owned()),
+        event_type: Some(value.to_owned()),
+        payload: Some(value.to_owned()),
+    };
+    let result = ActionResult {
+        action: Action::SendEvent,
+        target: value.to_owned(),
+        ok: true,
+        message: value.to_owned(),
+    };
+    let summary = GroupSummary {
+        group: value.to_owned(),
+        holder: Some(value.to_owned()),
+        holder_heartbeat_age_ms: Some(1),
+        holder_stale: false,
+        waiting: 1,
+        oldest_waited_ms: Some(1),
+    };
+    vec![
+        render_executions(&list, NOW),
+        render_execution(&exec_page, NOW),
+        render_group(
+            &GroupPage {
+                view: gv,
+                actions: Actions::v1(Some(value.to_owned())),
+            },
+            NOW,
+        ),
+        render_groups(
+            &GroupsPage {
+                groups: vec![summary],
+                approvals: Vec::new(),
+                actions: Actions::v1(None),
+            },
+            NOW,
+        ),
+        render_confirm(Action::SendEvent, value, &form, &Actions::v1(None), NOW),
+        render_confirm(Action::Restart, value, &form, &Actions::v1(None), NOW),
+        render_result(&result, NOW),
+    ]
+}
+
+#[test]
+fn a_branch_named_script_renders_as_text() {
+    for html in hostile_pages(XSS) {
+        parse(&html);
+        // The only script element is app.js.
+        assert_eq!(count(&html, "<script"), 1, "{html}");
+        assert!(html.contains("<script defer src=\"/ui/app.js\"></script>"));
+        assert!(!html.contains("<script>alert"));
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+    let list = &hostile_pages(XSS)[0];
+    assert!(list.contains("branch &lt;script&gt;alert(1)&lt;/script&gt;"));
+    // In URLs it is one percent-encoded segment or value.
+    assert!(list.contains("/ui/executions/%3Cscript%3Ealert%281%29%3C%2Fscript%3E"));
+    assert!(list.contains("entity=branch%3A%3Cscript%3E"));
+}
+
+#[test]
+fn quotes_ampersands_and_attribute_breakouts_render_as_text() {
+    for value in [QUOTES, BREAKOUT, "&amp;&lt;", "'\"", "</td></tr></table>"] {
+        for html in hostile_pages(value) {
+            let tags = parse(&html);
+            assert!(!html.contains(" onmouseover=\""), "{value}");
+            // No attribute of any tag is named after a piece of the value.
+            for t in &tags {
+                for (k, _) in &t.attrs {
+                    assert!(
+                        k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+                        "attr {k}"
+                    );
+                }
+            }
+        }
+    }
+    let html = &hostile_pages(QUOTES)[1];
+    assert!(html.contains("a&quot;b&#39;c&amp;d&lt;e&gt;f"));
+    let html = &hostile_pages(BREAKOUT)[0];
+    assert!(html.contains("x&quot; onmouseover=&quot;alert(1)"));
+}
+
+#[test]
+fn javascript_and_other_unsafe_urls_never_become_links() {
+    for html in hostile_pages("x") {
+        let tags = parse(&html);
+        for link in hrefs(&tags) {
+            assert!(!link.to_ascii_lowercase().contains("javascript"), "{link}");
+        }
+    }
+    for bad in [
+        "javascript:alert(1)",
+        "JavaScript:alert(1)",
+        " javascript:alert(1)",
+        "java\tscript:alert(1)",
+        "data:text/html,<script>",
+        "vbscript:x",
+        "//evil.example/x",
+        "/\\evil.example",
+        "\\\\evil",
+        "relative/path",
+        "",
+        "https://x\n.example",
+    ] {
+        assert_eq!(Url::checked(bad), None, "{bad:?}");
+    }
+    for good in [
+        "/logs/a?b=c&d",
+        "https://logs.example.com/a",
+        "HTTP://x.example",
+    ] {
+        assert!(Url::checked(good).is_some(), "{good}");
+    }
+    // A refused log link leaves a dash, not an anchor.
+    let mut page = exec_page("complete");
+    page.steps[0].log_url = Some("javascript:alert(1)".into());
+    page.steps[2].log_url = None;
+    let html = render_execution(&page, NOW);
+    assert_eq!(count(&html, ">log</a>"), 0);
+}
+
+#[test]
+fn nothing_panics_on_odd_values() {
+    let odd = [
+        "",
+        "é✓🚀",
+        "\u{0}\u{7f}\u{feff}",
+        "%",
+        "%zz%",
+        "a%2",
+        &"x".repeat(10_000),
+    ];
+    for v in odd {
+        for html in hostile_pages(v) {
+            parse(&html);
+        }
+        let _ = ExecutionsQuery::parse(v);
+        let _ = ActionForm::parse(v);
+        let _ = form_pairs(v);
+        let _ = percent_decode(v, true);
+        let _ = parse_utc(v);
+    }
+    for t in [i64::MIN, -1, 0, i64::MAX, 253_402_300_800_000] {
+        let mut r = exec("e", Some("r"), None, "running");
+        r.created_ms = t;
+        r.finished_ms = Some(t.wrapping_neg());
+        r.wake_at_ms = Some(t);
+        let html = render_executions(&list_page(vec![ExecutionView::new(r)], None), t);
+        parse(&html);
+        let _ = relative(t, t.wrapping_neg());
+        let _ = duration(t);
+    }
+}
+
+// --- escaping, URLs and times ---
+
+#[test]
+fn the_escaping_module() {
+    assert_eq!(escape(QUOTES), "a&quot;b&#39;c&amp;d&lt;e&gt;f");
+    assert_eq!(escape("plain é"), "plain é");
+    assert_eq!(percent_encode("deploy:o/r:main"), "deploy%3Ao%2Fr%3Amain");
+    assert_eq!(
+        percent_encode("a b?#&=\"'<>é"),
+        "a%20b%3F%23%26%3D%22%27%3C%3E%C3%A9"
+    );
+    assert_eq!(percent_encode("A-z_0.9~"), "A-z_0.9~");
+    assert_eq!(percent_decode("a+b%2Bc%zz%", true), "a b+c%zz%");
+    assert_eq!(percent_decode("a+b", false), "a+b");
+    assert_eq!(percent_decode("%C3%A9%FF", false), "é\u{fffd}");
+    let mut h = Html::new();
+    h.raw("<p")
+        .attr("title", XSS)
+        .raw(">")
+        .text(XSS)
+        .raw("</p>");
+    assert_eq!(
+        h.as_str(),
+        "<p title=\"&lt;script&gt;alert(1)&lt;/script&gt;\">&lt;script&gt;alert(1)&lt;/script&gt;</p>"
+    );
+    assert_eq!(
+        Url::path("/ui/x")
+            .seg("a/b")
+            .query("q", "1&2")
+            .query("r", "")
+            .as_str(),
+        "/ui/x/a%2Fb?q=1%262&r="
+    );
+    assert_eq!(
+        form_pairs("a=1&&b&c=x+y&=z"),
+        [
+            ("a".to_owned(), "1".to_owned()),
+            ("b".to_owned(), "".to_owned()),
+            ("c".to_owned(), "x y".to_owned()),
+            ("".to_owned(), "z".to_owned()),
+        ]
+    );
+    assert_eq!(
+        form_pairs(&"a=1&".repeat(1000)).len(),
+        pages::query::FORM_PAIRS_MAX
+    );
+}
+
+#[test]
+fn times_render_as_iso_8601_and_relative_to_now() {
+    assert_eq!(iso8601(0).as_deref(), Some("1970-01-01T00:00:00Z"));
+    assert_eq!(iso8601(NOW).as_deref(), Some("2025-10-09T08:53:20Z"));
+    assert_eq!(
+        iso8601(951_782_400_000).as_deref(),
+        Some("2000-02-29T00:00:00Z")
+    );
+    assert_eq!(
+        iso8601(253_402_300_799_999).as_deref(),
+        Some("9999-12-31T23:59:59Z")
+    );
+    assert_eq!(iso8601(253_402_300_800_000), None);
+    assert_eq!(iso8601(-1), None);
+    assert_eq!(datetime_local(NOW).as_deref(), Some("2025-10-09T08:53"));
+
+    assert_eq!(relative(NOW, NOW), "just now");
+    assert_eq!(relative(NOW - 4_999, NOW), "just now");
+    assert_eq!(relative(NOW - 5_000, NOW), "5 s ago");
+    assert_eq!(relative(NOW - 3 * MIN - 20_000, NOW), "3 min ago");
+    assert_eq!(relative(NOW - 2 * 60 * MIN, NOW), "2 h ago");
+    assert_eq!(relative(NOW - 3 * 24 * 60 * MIN, NOW), "3 d ago");
+    assert_eq!(relative(NOW + 5 * MIN, NOW), "in 5 min");
+    assert_eq!(relative(i64::MIN, i64::MAX), "106751991167 d ago");
+    assert_eq!(relative(i64::MAX, i64::MIN), "in 106751991167 d");
+
+    assert_eq!(duration(850), "850 ms");
+    assert_eq!(duration(42_000), "42 s");
+    assert_eq!(duration(3 * MIN + 4_000), "3 min 4 s");
+    assert_eq!(duration(3 * MIN), "3 min");
+    assert_eq!(duration(125 * MIN), "2 h 5 min");
+    assert_eq!(duration(3 * 24 * 60 * MIN + 4 * 60 * MIN), "3 d 4 h");
+    assert_eq!(duration(-5), "0 ms");
+
+    for (s, want) in [
+        ("2025-10-09T08:53:20Z", Some(NOW)),
+        ("2025-10-09T08:53:20", Some(NOW)),
+        ("2025-10-09T08:53", Some(NOW - 20_000)),
+        ("2025-10-09", Some(NOW - (8 * 60 + 53) * MIN - 20_000)),
+        ("2024-02-29", Some(1_709_164_800_000)),
+        ("2023-02-29", None),
+        ("2025-13-01", None),
+        ("2025-10-09T24:00", None),
+        ("2025-10-09T08:60", None),
+        ("2025-10-9", None),
+        ("2025-10-09T08", None),
+        ("2025-10-09T08:53:20:00", None),
+        ("2025-10-09-01", None),
+        ("+025-10-09", None),
+        ("", None),
+    ] {
+        assert_eq!(parse_utc(s), want, "{s}");
+    }
+    // Round trips through the form.
+    for ms in [0, NOW - NOW % MIN, 253_402_300_740_000] {
+        let local = datetime_local(ms).unwrap_or_default();
+        assert_eq!(parse_utc(&local), Some(ms), "{local}");
+    }
+}
+
+#[test]
+fn entities_are_named_for_people() {
+    assert_eq!(entity_label(Some("pr:12")), "pull request #12");
+    assert_eq!(
+        entity_label(Some("branch:release/1.x")),
+        "branch release/1.x"
+    );
+    assert_eq!(entity_label(Some("tag:v1.2.3")), "tag v1.2.3");
+    assert_eq!(entity_label(Some("cron:nightly")), "cron:nightly");
+    assert_eq!(entity_label(None), "(no entity)");
+}
+
+// --- assets and headers ---
+
+#[test]
+fn the_csp_is_strict_and_the_pages_and_assets_need_nothing_inline() {
+    assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-inline"));
+    assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-eval"));
+    assert!(!CONTENT_SECURITY_POLICY.contains('*'));
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ] {
+        assert!(CONTENT_SECURITY_POLICY.contains(directive), "{directive}");
+    }
+    assert!(SECURITY_HEADERS
+        .iter()
+        .any(|(k, v)| *k == "Content-Security-Policy" && *v == CONTENT_SECURITY_POLICY));
+    assert!(SECURITY_HEADERS.contains(&("X-Content-Type-Options", "nosniff")));
+
+    // The script needs no eval and writes no markup from strings.
+    for banned in [
+        "eval(",
+        "new Function",
+        "innerHTML",
+        "outerHTML",
+        "document.write",
+        "setTimeout('",
+        "setTimeout(\"",
+    ] {
+        assert!(!APP_JS.contains(banned), "app.js uses {banned}");
+    }
+    // What the pages promise, the script reads.
+    for hook in [
+        "data-refresh-ms",
+        "data-live",
+        "data-confirm",
+        "confirm-dialog",
+        "confirm-text",
+        "live-status",
+        "confirmed",
+    ] {
+        assert!(APP_JS.contains(hook), "app.js ignores {hook}");
+    }
+    // No external assets: nothing is loaded from another origin.
+    assert!(!APP_CSS.contains("url("));
+    assert!(!APP_CSS.contains("@import"));
+    assert!(APP_CSS.contains("@media (max-width"));
+    for html in hostile_pages("x") {
+        assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
+        assert!(html
+            .contains("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"));
+        assert!(html.contains("<link rel=\"stylesheet\" href=\"/ui/app.css\">"));
+    }
+}
+
+// --- the checker itself bites ---
+
+#[test]
+#[should_panic(expected = "inline script")]
+fn the_checker_refuses_an_injected_script() {
+    parse("<p><script>alert(1)</script></p>");
+}
+
+#[test]
+#[should_panic(expected = "inline handler")]
+fn the_checker_refuses_an_injected_handler() {
+    parse("<p title=\"x\" onmouseover=\"alert(1)\"></p>");
+}
+
+#[test]
+#[should_panic(expected = "unsafe href")]
+fn the_checker_refuses_a_javascript_link() {
+    parse("<a href=\"javascript:alert(1)\">x</a>");
+}
+
+#[test]
+#[should_panic(expected = "raw < in text")]
+fn the_checker_refuses_a_stray_angle_bracket() {
+    parse("<p>a < b</p>");
+}
