@@ -85,7 +85,7 @@ async fn check_held(
     vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
     let spec = CommandSpec {
         step: "run check command",
-        repo_url: &input.clone_url,
+        repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,
         command: &check.command,

@@ -61,6 +61,8 @@ pub struct ProcessSpec<'a> {
     pub command: &'a str,
     pub timeout_ms: i64,
     pub env: BTreeMap<String, String>,
+    /// Values the sandbox scrubs from the output before it keeps any.
+    pub redact: Vec<&'a str>,
 }
 
 #[async_trait(?Send)]

@@ -21,6 +21,11 @@ pub const NOTIFY_URL: &str = "NOTIFY_URL";
 pub const NOTIFY_SECRET: &str = "NOTIFY_SECRET";
 pub const POOL_CAPACITY: &str = "POOL_CAPACITY";
 pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
+/// Deploy environments, TOML (`runs::environment`): the operator's grant
+/// of secrets to repositories and branches.
+pub const ENVIRONMENTS: &str = "ENVIRONMENTS";
+/// Where GitHub serves git; `github::GIT_URL_DEFAULT` when unset.
+pub const GITHUB_GIT_URL: &str = "GITHUB_GIT_URL";
 /// "container" (what wrangler.toml sets for production): one Cloudflare
 /// Container per run instance (the SANDBOX binding); unset or "agent": the
 /// sandbox agent at SANDBOX_URL (npm start and the tests).
@@ -50,3 +55,17 @@ pub fn text(env: &Env, name: &str) -> Option<String> {
 pub fn secret(env: &Env, name: &str) -> Option<Secret> {
     text(env, name).map(Secret::new)
 }
+
+/// How long finished instances and webhook deliveries are kept
+/// (`RETENTION_DAYS`, whole days), in ms.
+pub fn retention_ms(env: &Env) -> i64 {
+    text(env, RETENTION_DAYS)
+        .and_then(|d| d.parse::<i64>().ok())
+        .filter(|d| (1..=RETENTION_DAYS_MAX).contains(d))
+        .map_or(crate::limits::RETENTION_MS_DEFAULT, |d| {
+            d * 24 * 3600 * 1000
+        })
+}
+
+/// A longer retention is a typo: a year of instances is more than D1 holds.
+const RETENTION_DAYS_MAX: i64 = 366;

@@ -8,6 +8,7 @@ use crate::engine::Clock;
 use crate::github::app::private_key_pkcs8_der;
 use crate::github::GitHub;
 use crate::limits::POOL_CAPACITY_MAX;
+use crate::runs::environment::Environments;
 use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource};
 use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
@@ -52,6 +53,8 @@ pub struct RunEnvParts {
     secrets: EnvSecrets,
     notify: Option<NotifyTarget>,
     pool_capacity: u32,
+    environments: Environments,
+    git_url: String,
 }
 
 /// The services runs use, from the Worker's bindings.
@@ -87,6 +90,9 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             .and_then(|v| v.parse::<u32>().ok())
             .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
             .clamp(1, POOL_CAPACITY_MAX),
+        environments: Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref()),
+        git_url: text(env, bindings::GITHUB_GIT_URL)
+            .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
     }
 }
 
@@ -173,6 +179,8 @@ impl RegistryOwner<'_> {
                 db: self.db,
                 waker: &p.waker,
                 secrets: &p.secrets,
+                environments: &p.environments,
+                git_url: p.git_url.clone(),
                 notify: p.notify.clone(),
                 pool_capacity: p.pool_capacity,
                 public_url: p.public_url.clone(),

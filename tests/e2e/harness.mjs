@@ -222,6 +222,8 @@ async function buildStack(opts, paths, cleanups) {
   const url = `http://127.0.0.1:${port}`;
   writeFileSync(paths.envFile, formatEnvFile({
     GITHUB_API_URL: standin.url,
+    // Clone URLs are derived from it (never taken from a payload): the stand-in serves git.
+    GITHUB_GIT_URL: standin.url,
     GITHUB_APP_ID: String(APP_ID),
     GITHUB_APP_PRIVATE_KEY: keys.privateKey,
     GITHUB_WEBHOOK_SECRET: secret,

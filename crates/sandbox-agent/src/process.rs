@@ -211,7 +211,10 @@ mod tests {
     fn start(registry: &Arc<Registry>, id: &str, command: &str) -> (Arc<Process>, bool) {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, command, &BTreeMap::new());
-        let spawn = || spawn(cmd).map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()));
+        let spawn = || {
+            spawn(cmd, Default::default())
+                .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
+        };
         match registry.start(id, "w", Duration::from_secs(10), spawn) {
             Ok(started) => started,
             Err(e) => panic!("start {id}: {}", e.message),
@@ -251,7 +254,8 @@ mod tests {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, "true", &BTreeMap::new());
         let over = registry.start("one-too-many", "w", Duration::from_secs(1), || {
-            spawn(cmd).map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
+            spawn(cmd, Default::default())
+                .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
         });
         match over {
             Err(e) => assert_eq!((e.status, e.code), (429, "too_many_processes")),

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 
+use sluice_redact::Redactor;
+
 use crate::error::ApiError;
 use crate::exec;
 use crate::limits::{ERROR_OUTPUT_BYTES_MAX, GIT_TIMEOUT_MS};
@@ -178,9 +180,10 @@ struct Git<'a> {
     dir: &'a Path,
     /// `<root>/workspaces`: git must never discover a repository above the workspace.
     ceiling: &'a Path,
-    token: Option<&'a str>,
     /// `Authorization: Basic base64(x-access-token:TOKEN)`, GitHub's form for app tokens.
     auth_header: Option<String>,
+    /// Scrubs the token from git's output as it is captured.
+    redactor: Redactor,
 }
 
 impl<'a> Git<'a> {
@@ -194,8 +197,8 @@ impl<'a> Git<'a> {
         Git {
             dir,
             ceiling,
-            token,
             auth_header,
+            redactor: Redactor::new(token),
         }
     }
 
@@ -254,7 +257,8 @@ impl<'a> Git<'a> {
     fn run(&self, args: &[&str], authenticated: bool) -> Result<String, String> {
         let step = format!("git {}", args.first().copied().unwrap_or_default());
         let timeout = Duration::from_millis(GIT_TIMEOUT_MS);
-        let (finished, output) = exec::run(self.command(args, authenticated), timeout)
+        let command = self.command(args, authenticated);
+        let (finished, output) = exec::run(command, timeout, self.redactor.clone())
             .map_err(|e| format!("{step}: cannot run git: {e}"))?;
         if finished.exit_code == Some(0) {
             return Ok(output.text);
@@ -275,16 +279,10 @@ impl<'a> Git<'a> {
         Err(format!("{step} {how}: {tail}"))
     }
 
-    /// Removes the token, in plain and header form, from text bound for a caller.
+    /// Removes the token, in every form sluice-redact knows (the header is its base64), from
+    /// text bound for a caller.
     fn scrub(&self, text: &str) -> String {
-        let mut text = text.to_owned();
-        for secret in [self.auth_header.as_deref(), self.token]
-            .into_iter()
-            .flatten()
-        {
-            text = text.replace(secret, "[redacted]");
-        }
-        text
+        self.redactor.redact(text)
     }
 }
 
@@ -345,7 +343,12 @@ mod tests {
         let scrubbed = git.scrub(&text);
         assert!(!scrubbed.contains("s3cret-token"), "{scrubbed}");
         assert!(!scrubbed.contains(&header[15..]), "{scrubbed}");
-        assert_eq!(scrubbed, "fatal: [redacted] and [redacted]");
+        // What stays is the encoding of the public `x-access-token:` prefix.
+        let prefix = base64::engine::general_purpose::STANDARD.encode("x-access-token:");
+        assert_eq!(
+            scrubbed,
+            format!("fatal: *** and Authorization: Basic {prefix}***")
+        );
     }
 
     #[test]
