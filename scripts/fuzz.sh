@@ -28,8 +28,8 @@ readonly ARTIFACTS="$FUZZ_DIR/artifacts"
 # is safe Rust, and without a sanitizer stable rustc needs no unstable flag.
 readonly BUILD_FLAGS=(-O -a -s none)
 
-# Executions per target in the campaign: about 12 million in all, ~10 minutes on one core of
-# this project's 2-core machine. The webhook and `.sluice.toml` targets get the most: anyone on
+# Executions per target in the campaign: 12 million in all, above the 10 million issue 8 asks
+# for; 7 min 18 s measured (docs/fuzzing.md) under nice -n 19 on the 2-core machine. The webhook and `.sluice.toml` targets get the most: anyone on
 # the internet reaches the first, anyone who can push a commit the second, and their parsers
 # (serde_json, toml) are the largest code under test. Small, quickly saturated parsers get less.
 declare -A RUNS=(
@@ -47,7 +47,7 @@ readonly TARGETS=(webhook_intake webhook_signature webhook_parse sluice_toml dur
 # A smoke run: enough to replay the corpus and mutate it a little, seconds per target.
 readonly SMOKE_RUNS=10000
 # Wall-clock cap per target whatever its run count, so a slowed machine cannot stretch the
-# campaign without bound: 20 minutes is ~4x the slowest target's expected time.
+# campaign without bound: 20 minutes is ~9x the slowest target's measured 129 s.
 readonly TARGET_SECONDS_MAX=1200
 # One input taking this long natively is a finding (the Worker has a CPU budget per request).
 readonly INPUT_SECONDS_MAX=10
