@@ -25,6 +25,14 @@ const ROOT = join(HERE, '..', '..');
 // Must equal FUZZ_SECRET in fuzz/src/lib.rs: the secret a webhook_intake input is checked
 // against unless it names its own. A fuzzing value only.
 const FUZZ_SECRET = 'fuzz-only-webhook-secret';
+// Must equal the ACCESS_* constants in fuzz/src/lib.rs: the team, audience, time and fixed key
+// an access_jwt input is checked against, and its signature placeholder.
+const ACCESS_ISSUER = 'https://fuzz-team.cloudflareaccess.com';
+const ACCESS_AUD = 'fuzz-aud';
+const ACCESS_NOW_S = 1764504000;
+const ACCESS_KID = 'fuzz-key-1';
+const ACCESS_N = Buffer.alloc(256, 0xc3).toString('base64url');
+const ACCESS_SIGN = 'SIGN';
 // Must equal SIGN_PLACEHOLDER in fuzz/src/lib.rs: "the right signature of this body".
 const SIGN = 'sign';
 // Seeds above this size would slow every execution of their target; the full-shape payloads
@@ -41,6 +49,9 @@ const TARGETS = [
   'instance_id',
   'api_bodies',
   'admin_auth',
+  'access_jwt',
+  'dashboard_forms',
+  'agent_protocol',
 ];
 
 // Inputs that made a target fail, as { target, name, base64, why }. None has been a panic of
@@ -550,6 +561,75 @@ for (const [name, text] of [
   ['length-over', 't\n26214401'],
   ['length-at-limit', 't\n 26214400 '],
 ]) add('admin_auth', name, text);
+
+// Access tokens: header line, then (optionally) the JWKS body the fake fetch returns. Claims
+// in the shape Cloudflare Access documents for a person and for a service token.
+const b64url = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+const jwtHeader = { alg: 'RS256', kid: ACCESS_KID, typ: 'JWT' };
+const person = {
+  aud: [ACCESS_AUD], email: 'ana@example.com', exp: ACCESS_NOW_S + 3600, iat: ACCESS_NOW_S - 60,
+  nbf: ACCESS_NOW_S - 60, iss: ACCESS_ISSUER, type: 'app', identity_nonce: 'n0nce', sub: '7335d417-61e4-5a5c-9b3f-aa2d5b8e1c09', country: 'DE',
+};
+const service = { aud: [ACCESS_AUD], common_name: '88bf3b6d86161464f6509f7219099e57.access', exp: ACCESS_NOW_S + 3600, iat: ACCESS_NOW_S, iss: ACCESS_ISSUER, sub: '', type: 'app' };
+const jwt = (header, payload, sig = ACCESS_SIGN) => `${b64url(header)}.${b64url(payload)}.${sig}`;
+const jwks = {
+  keys: [
+    { kid: ACCESS_KID, kty: 'RSA', alg: 'RS256', use: 'sig', e: 'AQAB', n: ACCESS_N },
+    { kid: 'ec-key', kty: 'EC', crv: 'P-256', x: 'f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU', y: 'x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0' },
+    { kid: 'enc-key', kty: 'RSA', use: 'enc', e: 'AQAB', n: ACCESS_N },
+  ],
+  public_cert: { kid: ACCESS_KID, cert: '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n' },
+};
+for (const [name, token, body = ''] of [
+  ['person', jwt(jwtHeader, person)],
+  ['service-token', jwt(jwtHeader, service)],
+  ['aud-string', jwt(jwtHeader, { ...person, aud: ACCESS_AUD })],
+  ['fractional-times', jwt(jwtHeader, { ...person, exp: ACCESS_NOW_S + 0.5, iat: ACCESS_NOW_S + 60.5 })],
+  ['expired', jwt(jwtHeader, { ...person, exp: ACCESS_NOW_S - 61 })],
+  ['not-yet-valid', jwt(jwtHeader, { ...person, nbf: ACCESS_NOW_S + 61 })],
+  ['wrong-audience', jwt(jwtHeader, { ...person, aud: ['another-app'] })],
+  ['wrong-issuer', jwt(jwtHeader, { ...person, iss: 'https://evil.cloudflareaccess.com' })],
+  ['alg-none', jwt({ alg: 'none', kid: ACCESS_KID }, person, '')],
+  ['alg-hs256', jwt({ alg: 'HS256', kid: ACCESS_KID }, person)],
+  ['crit', jwt({ ...jwtHeader, crit: ['exp'] }, person)],
+  ['no-kid', jwt({ alg: 'RS256' }, person)],
+  ['unknown-kid', jwt({ ...jwtHeader, kid: 'rotated-away' }, person)],
+  ['bad-signature', jwt(jwtHeader, person, Buffer.alloc(256, 7).toString('base64url'))],
+  ['two-parts', `${b64url(jwtHeader)}.${b64url(person)}`],
+  ['padded', `  ${jwt(jwtHeader, person)} `],
+  ['absent', '<none>'],
+  ['fetched-keys', jwt(jwtHeader, person), JSON.stringify(jwks)],
+  ['fetched-keys-without-kid', jwt({ ...jwtHeader, kid: 'rotated-away' }, person), JSON.stringify(jwks)],
+  ['fetched-garbage', jwt(jwtHeader, person), '{"keys":{}}'],
+]) add('access_jwt', name, body ? `${token}\n${body}` : token);
+
+// Dashboard forms: list filters (and the next page), action forms, origin checks, URLs.
+for (const [name, text] of [
+  ['list-filters', 'repo=octo%2Fhello&run=check&status=running&entity=pr%3A7&since=2026-11-01T00%3A00&until=2026-12-01T00:00:00Z&cursor=eyJjIjoxfQ'],
+  ['list-before-1970', 'since=1969-12-31&until=0001-01-01T00:00'],
+  ['list-odd', 'repo=&run=+check+&&=x&status&a+b=c+d&repo=%zz%4'],
+  ['restart-form', 'confirmed=1&csrf=c5rf-t0ken&from_step=run+deploy+command'],
+  ['event-form', 'type=+deploy-confirm+&payload=%7B%22ok%22%3Atrue%7D'],
+  ['same-origin', 'same-origin\nhttps://sluice.example.com'],
+  ['cross-site', 'cross-site\nhttps://evil.example'],
+  ['https-url', 'https://logs.example.com/r2/run.log?X-Amz-Signature=abc'],
+  ['javascript-url', 'javascript:alert(1)'],
+  ['protocol-relative', '//evil.example/x'],
+  ['markup', '<script>alert("x")</script> & \'quoted\' &amp;'],
+]) add('dashboard_forms', name, text);
+
+// The sandbox agent's protocol: its request bodies and its answers.
+const workspace = 'check-octo-hello-0123456789ab-1a2b3c4d';
+for (const [name, value] of [
+  ['checkout', { workspace, repo_url: `${WEB}/octo/hello.git`, sha: SHA_HEAD, token: 'ghs_not-a-real-token' }],
+  ['process', { id: `${workspace}-g1-run`, workspace, command: 'cargo test', timeout_ms: 1800000, env: { SLUICE_SHA: SHA_HEAD, SLUICE_REPO: 'octo/hello' } }],
+  ['process-state', { id: `${workspace}-g1-run`, status: 'exited', exit_code: 0, signal: null, output: 'test result: ok\n', output_bytes: 16, output_truncated: false, started_ms: 1764504000000, duration_ms: 1200 }],
+  ['process-killed', { id: 'p', status: 'killed', exit_code: null, signal: 9, output: '', output_bytes: 0, output_truncated: false, duration_ms: null }],
+  ['workspace-state', { workspace, exists: true, sha: SHA_HEAD }],
+  ['error', { error: { code: 'process_not_found', message: 'no process p' } }],
+  ['unknown-field', { workspace, repo_url: 'file:///etc', sha: SHA_HEAD, extra: 1 }],
+]) add('agent_protocol', name, JSON.stringify(value));
+add('agent_protocol', 'path-traversal-id', '../../etc/passwd\n{}');
 
 for (const { target, name, base64 } of REGRESSIONS) add(target, `regression-${name}`, Buffer.from(base64, 'base64'));
 

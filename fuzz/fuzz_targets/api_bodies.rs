@@ -6,7 +6,7 @@
 //! Input: the body. The Worker reads it with `Request::text`, which decodes
 //! UTF-8 leniently (invalid sequences become U+FFFD); so does the target.
 //!
-//! The dispatch itself (`worker_glue::handlers`, compiled only for wasm) is
+//! The dispatch itself (`worker_glue::router`, compiled only for wasm) is
 //! mirrored here step by step: parse a `serde_json::Value`, then an array
 //! of at most `BATCH_CREATE_MAX` items or one object, each decoded with
 //! `serde_json::from_value::<CreateRequest>`.
@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use sluice::engine::{Command, CreateRequest, InstanceId};
 use sluice_fuzz::same_json;
 
-/// Instances one batch may create (`worker_glue::handlers`).
+/// Instances one batch may create (`worker_glue::router`).
 const BATCH_CREATE_MAX: usize = 100;
 
 fn check_create(c: &CreateRequest) {
@@ -78,7 +78,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(serde_json::from_str::<Command>(&text).ok(), Some(cmd));
     }
     // The restart body `{"from_step": "name"}` is decoded by a private type
-    // of `worker_glue::handlers`; the nearest public shape is the restart
+    // of `worker_glue::router`; the nearest public shape is the restart
     // command it becomes.
     if let Value::Object(fields) = &value {
         let mut tagged = fields.clone();

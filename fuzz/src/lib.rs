@@ -166,6 +166,146 @@ pub fn check_planned_create(c: &CreateRequest) {
     assert_eq!(&back, c);
 }
 
+/// The Access team and application an `access_jwt` input is checked
+/// against, and the time it is checked at (s since epoch, 2025-11-30).
+pub const ACCESS_TEAM: &str = "fuzz-team";
+pub const ACCESS_AUD: &str = "fuzz-aud";
+pub const ACCESS_NOW_S: i64 = 1_764_504_000;
+/// The key id of the fixed key an `access_jwt` input's cache starts with
+/// when the input brings no JWKS of its own.
+pub const ACCESS_KID: &str = "fuzz-key-1";
+/// Bytes of the fixed key's modulus (2048 bits) and the byte it repeats.
+pub const ACCESS_MODULUS_BYTES: usize = 256;
+pub const ACCESS_MODULUS_BYTE: u8 = 0xC3;
+/// A token's signature part `SIGN` stands for the signature the fake
+/// verifier accepts, so mutated tokens stay signed and reach the claims.
+pub const ACCESS_SIGN_PLACEHOLDER: &str = "SIGN";
+
+/// The fixed key: an RS256 signing key of the right size. Its modulus is no
+/// real RSA modulus; the fake verifier never does RSA.
+pub fn access_key() -> sluice::http::access::Jwk {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    sluice::http::access::Jwk {
+        kid: ACCESS_KID.to_owned(),
+        kty: "RSA".to_owned(),
+        alg: Some("RS256".to_owned()),
+        n: URL_SAFE_NO_PAD.encode([ACCESS_MODULUS_BYTE; ACCESS_MODULUS_BYTES]),
+        e: "AQAB".to_owned(),
+        key_use: Some("sig".to_owned()),
+    }
+}
+
+/// The signature the fake verifier accepts for a signing input: its
+/// SHA-256, repeated to the key's modulus length.
+pub fn access_signature(signing_input: &[u8], len: usize) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(signing_input);
+    digest.iter().copied().cycle().take(len).collect()
+}
+
+/// A fake JWKS fetch: the input's body, or a failure when it has none.
+pub struct FakeFetch(pub Option<Vec<u8>>);
+
+#[async_trait::async_trait(?Send)]
+impl sluice::http::access::JwksFetch for FakeFetch {
+    async fn fetch(&self, _url: &str) -> Result<Vec<u8>, String> {
+        self.0.clone().ok_or_else(|| "fetch refused".to_owned())
+    }
+}
+
+/// A fake RS256 verifier that accepts exactly `access_signature`, and
+/// records whether it was asked and what it answered.
+#[derive(Default)]
+pub struct FakeVerifier {
+    pub asked: std::cell::Cell<bool>,
+    pub said_yes: std::cell::Cell<bool>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl sluice::http::access::Rs256Verify for FakeVerifier {
+    async fn verify(
+        &self,
+        _jwk: &sluice::http::access::Jwk,
+        input: &[u8],
+        sig: &[u8],
+    ) -> Result<bool, String> {
+        let yes = sig == access_signature(input, sig.len()).as_slice();
+        self.asked.set(true);
+        self.said_yes.set(yes);
+        Ok(yes)
+    }
+}
+
+/// What one `verify` answered, and what the fake verifier saw.
+#[derive(Debug)]
+pub struct AccessOutcome {
+    pub result: Result<sluice::http::access::AccessIdentity, sluice::http::access::AccessError>,
+    pub asked: bool,
+    pub said_yes: bool,
+}
+
+/// Verifies `token` for the fuzzing team at `ACCESS_NOW_S`: with a cache
+/// that starts empty and fetches `jwks` when there is one, else a cache
+/// holding the fixed key whose fetches fail.
+pub fn access_verify(token: Option<&str>, jwks: Option<&[u8]>) -> AccessOutcome {
+    use sluice::http::access::{verify, AccessConfig, JwksCache};
+    let cfg = AccessConfig::new(ACCESS_TEAM, ACCESS_AUD).expect("the fuzzing team is valid");
+    let cache = match jwks {
+        Some(_) => JwksCache::new(),
+        None => JwksCache::with_keys(vec![access_key()], ACCESS_NOW_S),
+    };
+    let fetch = FakeFetch(jwks.map(<[u8]>::to_vec));
+    let verifier = FakeVerifier::default();
+    let result =
+        futures::executor::block_on(verify(token, &cfg, &cache, &fetch, &verifier, ACCESS_NOW_S));
+    AccessOutcome {
+        result,
+        asked: verifier.asked.get(),
+        said_yes: verifier.said_yes.get(),
+    }
+}
+
+/// The keys an `access_jwt` input's cache will hold: its JWKS's usable
+/// keys, or the fixed key.
+pub fn access_keys(jwks: Option<&[u8]>) -> Vec<sluice::http::access::Jwk> {
+    match jwks {
+        Some(body) => sluice::http::access::parse_jwks(body).unwrap_or_default(),
+        None => vec![access_key()],
+    }
+}
+
+/// A base64url JSON part of a token, decoded.
+pub fn jwt_json(part: &str) -> Option<Value> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).ok()?).ok()
+}
+
+/// The token with its `SIGN` signature part replaced by the signature the
+/// fake verifier accepts for the key its `kid` names (the fixed modulus
+/// length when it names none); None when it has no placeholder.
+pub fn access_fill_signature(token: &str, keys: &[sluice::http::access::Jwk]) -> Option<String> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    let t = token.trim();
+    let parts: Vec<&str> = t.split('.').collect();
+    let [h, p, s] = parts.as_slice() else {
+        return None;
+    };
+    if *s != ACCESS_SIGN_PLACEHOLDER {
+        return None;
+    }
+    let kid = jwt_json(h).and_then(|v| v.get("kid")?.as_str().map(str::to_owned));
+    let len = kid
+        .and_then(|kid| keys.iter().find(|k| k.kid == kid))
+        .and_then(|k| k.modulus().ok())
+        .map_or(ACCESS_MODULUS_BYTES, |n| n.len());
+    let input = format!("{h}.{p}");
+    let sig = URL_SAFE_NO_PAD.encode(access_signature(input.as_bytes(), len));
+    Some(format!("{input}.{sig}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

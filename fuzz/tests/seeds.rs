@@ -3,7 +3,8 @@
 //! `.sluice.toml` is valid, and so on. Without this a change of framing (or
 //! of `FUZZ_SECRET`) could leave every seed stopped at the first check and
 //! the fuzzer exploring only refusals. Plain native test, no fuzzing:
-//! `cargo test --manifest-path fuzz/Cargo.toml` (scripts/fuzz.sh runs it).
+//! `cargo test --release --manifest-path fuzz/Cargo.toml` (scripts/fuzz.sh
+//! runs it).
 
 use std::path::PathBuf;
 
@@ -185,4 +186,82 @@ fn route_and_body_seeds() {
             from_step: Some("run deploy command".into())
         })
     );
+}
+
+#[test]
+fn access_seeds() {
+    use sluice::http::access::AccessError as E;
+    use sluice_fuzz::{access_fill_signature, access_keys, access_verify};
+    let outcome = |name: &str| {
+        let data = seed("access_jwt", name);
+        let (token, rest) = line(&data);
+        let token = String::from_utf8(token.to_vec()).expect("UTF-8");
+        let jwks = (!rest.is_empty()).then_some(rest);
+        let token = access_fill_signature(&token, &access_keys(jwks)).unwrap_or(token);
+        let token = (token != "<none>").then_some(token);
+        access_verify(token.as_deref(), jwks).result
+    };
+    for name in [
+        "person",
+        "service-token",
+        "aud-string",
+        "fractional-times",
+        "padded",
+        "fetched-keys",
+    ] {
+        assert!(outcome(name).is_ok(), "{name}: {:?}", outcome(name));
+    }
+    assert_eq!(
+        outcome("service-token").map(|i| (i.email, i.sub, i.common_name.is_some())),
+        Ok((None, None, true))
+    );
+    for (name, want) in [
+        ("expired", E::Expired),
+        ("not-yet-valid", E::NotYetValid),
+        ("wrong-audience", E::WrongAudience),
+        ("wrong-issuer", E::WrongIssuer),
+        ("alg-none", E::BadAlgorithm),
+        ("alg-hs256", E::BadAlgorithm),
+        ("crit", E::Malformed("crit header")),
+        ("no-kid", E::Malformed("kid")),
+        ("unknown-kid", E::KeysUnavailable),
+        ("bad-signature", E::BadSignature),
+        ("two-parts", E::Malformed("not three parts")),
+        ("absent", E::Missing),
+        ("fetched-keys-without-kid", E::UnknownKey),
+        ("fetched-garbage", E::KeysUnavailable),
+    ] {
+        assert_eq!(outcome(name).err(), Some(want), "{name}");
+    }
+}
+
+#[test]
+fn dashboard_and_agent_seeds() {
+    use sluice::http::pages::query::{same_origin_post, ActionForm, ExecutionsQuery};
+    use sluice_sandbox_protocol::{CheckoutRequest, ProcessRequest, ProcessState};
+    let text = |target, name| String::from_utf8(seed(target, name)).expect("UTF-8");
+    let q = ExecutionsQuery::parse(&text("dashboard_forms", "list-filters"));
+    assert_eq!(q.repo.as_deref(), Some("octo/hello"));
+    assert!(q.since_ms.is_some() && q.until_ms.is_some() && q.cursor.is_some());
+    let f = ActionForm::parse(&text("dashboard_forms", "restart-form"));
+    assert!(f.confirmed);
+    assert_eq!(f.from_step.as_deref(), Some("run deploy command"));
+    let same = text("dashboard_forms", "same-origin");
+    let (site, origin) = same.split_once('\n').expect("two lines");
+    assert!(same_origin_post(
+        Some(site),
+        Some(origin),
+        "https://sluice.example.com"
+    ));
+    assert!(same_origin_post(
+        None,
+        Some(origin),
+        "https://sluice.example.com"
+    ));
+
+    let body = |name| seed("agent_protocol", name);
+    assert!(serde_json::from_slice::<CheckoutRequest>(&body("checkout")).is_ok());
+    assert!(serde_json::from_slice::<ProcessRequest>(&body("process")).is_ok());
+    assert!(serde_json::from_slice::<ProcessState>(&body("process-state")).is_ok());
+    assert!(serde_json::from_slice::<CheckoutRequest>(&body("unknown-field")).is_err());
 }
