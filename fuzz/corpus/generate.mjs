@@ -464,21 +464,22 @@ add('webhook_signature', 'long-secret', `${longSecret}\n${hmac(longSecret, prBod
 
 // .sluice.toml: README's example, then the unit tests' configurations.
 const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-const tomlBlock = /```toml\n([\s\S]*?)```/.exec(readme);
-if (!tomlBlock) throw new Error('README.md has no ```toml block');
+// The .sluice.toml example is the block with a [check] table (README also shows ENVIRONMENTS).
+const tomlBlock = [...readme.matchAll(/```toml\n([\s\S]*?)```/g)].find((m) => m[1].includes('[check]'));
+if (!tomlBlock) throw new Error('README.md has no ```toml block with [check]');
 add('sluice_toml', 'readme-example', tomlBlock[1]);
 for (const [name, text] of [
   ['check', '[check]\ncommand = "cargo test"\ntimeout = "10m"\n'],
   ['check-default-timeout', '[check]\ncommand = "npm test"\n'],
-  ['deploy-queue', '[deploy]\nbranch = "main"\ncommand = "./deploy"\nsecrets = ["CF_TOKEN"]\n[deploy.queue]\nsupersede_after = "30m"\n'],
+  ['deploy-queue', '[deploy]\nbranch = "main"\ncommand = "./deploy"\nenvironment = "production"\n[deploy.queue]\nsupersede_after = "30m"\n'],
   ['deploy-lane', '[deploy]\nbranch = "main"\ncommand = "./deploy.sh staging"\nlabel = "staging"\nconfirm = true\ntimeout = "45m"\n[deploy.queue]\nsupersede = false\nqueued_timeout = "2h"\nconfirmation_timeout = "12h"\n'],
   ['inline-tables', 'check = { command = "make check", timeout = "1h" }\ndeploy = { branch = "main", command = "make deploy", queue = { supersede = true } }\n'],
   ['unknown-table', '[chek]\ncommand = "x"'],
   ['empty-command', '[check]\ncommand = ""'],
   ['timeout-too-long', '[check]\ncommand = "x"\ntimeout = "2h"'],
   ['not-toml', 'not toml ['],
-  ['bad-secret-name', '[deploy]\nbranch = "main"\ncommand = "x"\nsecrets = ["A B"]'],
-  ['reserved-secret', '[deploy]\nbranch = "main"\ncommand = "x"\nsecrets = ["GITHUB_APP_PRIVATE_KEY"]'],
+  ['bad-environment-name', '[deploy]\nbranch = "main"\ncommand = "x"\nenvironment = "Prod Env"'],
+  ['secrets-refused', '[deploy]\nbranch = "main"\ncommand = "x"\nsecrets = ["GITHUB_APP_PRIVATE_KEY"]'],
   ['bad-queue-duration', '[deploy]\nbranch = "main"\ncommand = "x"\n[deploy.queue]\nqueued_timeout = "1.5h"'],
   ['multiline-command', "[check]\ncommand = '''\ncargo fmt --check\ncargo test\n'''\n"],
 ]) add('sluice_toml', name, text);
@@ -531,7 +532,7 @@ for (const [name, text] of [
 ]) add('instance_id', name, text);
 
 // API bodies: create requests (one, a batch), commands, restart bodies, event payloads.
-const checkInput = { repo: 'octo/hello', clone_url: `${WEB}/octo/hello.git`, sha: SHA_HEAD, installation_id: 42, pr_number: 7 };
+const checkInput = { repo: 'octo/hello', sha: SHA_HEAD, installation_id: 42, pr_number: 7 };
 const create = { key: 'check:octo/hello:0123456789ab', run: 'check', input: checkInput, repo: 'octo/hello', entity: 'pr:7', sha: SHA_HEAD };
 for (const [name, value] of [
   ['create-check', create],

@@ -22,7 +22,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::limits::{COMMAND_TIMEOUT_MS_MAX, CONFIG_BYTES_MAX};
 use sluice::runs::config::{
-    command_timeout_ms, deploy_may_read, parse, parse_duration_ms, ConfigState,
+    command_timeout_ms, parse, parse_duration_ms, ConfigState,
 };
 use sluice::runs::deploy::{group_key, policy_of};
 use sluice::runs::triggers::DeployInput;
@@ -58,13 +58,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(!deploy.command.trim().is_empty());
         assert!(!deploy.branch.trim().is_empty());
         timeout_ok(deploy.timeout.as_deref());
-        for s in &deploy.secrets {
-            assert!(!s.is_empty());
-            assert!(
-                s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
-                "{s:?}"
-            );
-            assert!(deploy_may_read(s), "a valid config exports {s}");
+        // Secrets are the operator's (environments): a valid config names none.
+        assert!(deploy.secrets.is_none(), "a valid config names secrets");
+        if let Some(e) = &deploy.environment {
+            assert!(sluice::runs::environment::is_name(e), "{e:?}");
         }
         if let Some(q) = &deploy.queue {
             for v in [
@@ -86,10 +83,10 @@ fuzz_target!(|data: &[u8]| {
         }
         let input = DeployInput {
             repo: "octo/hello".into(),
-            clone_url: "https://github.com/octo/hello.git".into(),
             branch: deploy.branch.clone(),
             sha: "0123456789abcdef0123456789abcdef01234567".into(),
             installation_id: 1,
+            default_branch: "main".into(),
         };
         let group = group_key(&input, deploy);
         assert!(group.starts_with("deploy:octo/hello:"));

@@ -14,7 +14,8 @@
 //! - a correctly signed body under a set secret is never refused as unsigned;
 //! - intake is `github::webhook::parse` then `runs::triggers::plan`, and is
 //!   deterministic (a redelivery names the same instances);
-//! - every planned instance passes `check_planned_create`.
+//! - every planned instance passes `check_planned_create`;
+//! - nothing older than `NOT_BEFORE_MS` by its own timestamp is accepted.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -23,6 +24,10 @@ use sluice::http::webhook::{check_declared_length, intake, Intake, WebhookHeader
 use sluice::limits::WEBHOOK_BODY_BYTES_MAX;
 use sluice::runs::triggers::{plan, Plan};
 use sluice_fuzz::{check_planned_create, HttpInput, SIGN_PLACEHOLDER};
+
+/// The oldest event intake acts on (2023-11-14T22:13:20Z): seeds carry
+/// recent timestamps, and mutated ones land on both sides.
+const NOT_BEFORE_MS: i64 = 1_700_000_000_000;
 
 fuzz_target!(|data: &[u8]| {
     let input = HttpInput::parse(data);
@@ -53,9 +58,9 @@ fuzz_target!(|data: &[u8]| {
         signature: signature.as_deref(),
         content_type: input.content_type.as_deref(),
     };
-    let result = intake(&headers, body, secret);
+    let result = intake(&headers, body, secret, NOT_BEFORE_MS);
     assert_eq!(
-        intake(&headers, body, secret),
+        intake(&headers, body, secret, NOT_BEFORE_MS),
         result,
         "intake is deterministic"
     );
@@ -90,7 +95,7 @@ fuzz_target!(|data: &[u8]| {
                     signature: other_signature.as_deref(),
                     ..headers.clone()
                 };
-                if let Err(o) = intake(&other_headers, body, Some(&other)) {
+                if let Err(o) = intake(&other_headers, body, Some(&other), NOT_BEFORE_MS) {
                     if (o.status, o.code) == (e.status, e.code) {
                         assert_eq!(o.message, e.message, "the secret shapes the message");
                     }
@@ -128,6 +133,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(body.len() <= WEBHOOK_BODY_BYTES_MAX);
 
             let parsed = parse(event, body).expect("accepted a body parse refuses");
+            assert!(
+                parsed.occurred_ms().is_none_or(|at| at >= NOT_BEFORE_MS),
+                "accepted an event older than the retention"
+            );
             match (accepted, plan(&parsed)) {
                 (Intake::Ignored { event: e, reason }, Plan::Ignore(r)) => {
                     assert_eq!(e, event);

@@ -81,7 +81,6 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(c.run, "check");
             assert_eq!(input.sha, sha);
             assert_eq!(input.repo, pr.repository.full_name);
-            assert_eq!(input.clone_url, pr.repository.clone_url);
             assert_eq!(input.installation_id, pr.installation.id);
             assert_eq!(input.pr_number, pr.number);
         }
@@ -97,7 +96,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(input.branch, branch);
             assert_eq!(input.sha, push.after.to_ascii_lowercase());
             assert_eq!(input.repo, push.repository.full_name);
-            assert_eq!(input.clone_url, push.repository.clone_url);
+            assert_eq!(Some(&input.default_branch), push.repository.default_branch.as_ref());
             assert_eq!(input.installation_id, push.installation.id);
         }
         Event::Ping | Event::Other(_) => panic!("{ev:?} planned {p:?}"),
