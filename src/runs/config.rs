@@ -27,6 +27,8 @@ pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "NOTIFY_URL",
     "PUBLIC_URL",
     "POOL_CAPACITY",
+    "CHECKS_CAPACITY",
+    "CHECKS_PER_REPO",
     "RETENTION_DAYS",
     "ENVIRONMENTS",
     "GITHUB_GIT_URL",

@@ -21,7 +21,7 @@ use crate::limits::RUN_DURATION_MS_DEFAULT;
 use super::check::verdict_of;
 use super::command::{run_command, CommandSpec};
 use super::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
-use super::gate::{self, with_gates, BranchRef, Gates, Held, Serial};
+use super::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
 use super::notify::{self, AutoSkipped};
 use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
@@ -149,7 +149,10 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
             policy: &policy,
             imperative: false,
         }),
-        pool: gate::POOL,
+        pools: &[Pool {
+            name: gate::POOL,
+            capacity: env.pool_capacity,
+        }],
     };
     let timeout_ms = confirmation_window(&deploy, &policy);
     if let Some(window_ms) = timeout_ms {

@@ -69,6 +69,11 @@ pub struct RunEnv<'a> {
     pub notify: Option<NotifyTarget>,
     /// Containers the sandbox pool admits at once.
     pub pool_capacity: u32,
+    /// Checks admitted at once, all repositories together: below
+    /// `pool_capacity`, so deploys always find a sandbox.
+    pub checks_capacity: u32,
+    /// Checks of one repository admitted at once.
+    pub checks_per_repo: u32,
     /// The Worker's own base URL, for check run details links.
     pub public_url: String,
 }

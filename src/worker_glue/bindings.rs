@@ -20,6 +20,9 @@ pub const PUBLIC_URL: &str = "PUBLIC_URL";
 pub const NOTIFY_URL: &str = "NOTIFY_URL";
 pub const NOTIFY_SECRET: &str = "NOTIFY_SECRET";
 pub const POOL_CAPACITY: &str = "POOL_CAPACITY";
+/// Checks admitted at once, and per repository (`gate::check_capacities`).
+pub const CHECKS_CAPACITY: &str = "CHECKS_CAPACITY";
+pub const CHECKS_PER_REPO: &str = "CHECKS_PER_REPO";
 pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
 /// Deploy environments, TOML (`runs::environment`): the operator's grant
 /// of secrets to repositories and branches.

@@ -9,6 +9,7 @@ use crate::github::app::private_key_pkcs8_der;
 use crate::github::GitHub;
 use crate::limits::POOL_CAPACITY_MAX;
 use crate::runs::environment::Environments;
+use crate::runs::gate::check_capacities;
 use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource};
 use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
@@ -53,6 +54,8 @@ pub struct RunEnvParts {
     secrets: EnvSecrets,
     notify: Option<NotifyTarget>,
     pool_capacity: u32,
+    checks_capacity: u32,
+    checks_per_repo: u32,
     environments: Environments,
     git_url: String,
 }
@@ -65,6 +68,15 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             .map(Secret::new)
             .map_err(|e| e.to_string()),
     };
+    let number = |name| text(env, name).and_then(|v| v.parse::<u32>().ok());
+    let pool_capacity = number(bindings::POOL_CAPACITY)
+        .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
+        .clamp(1, POOL_CAPACITY_MAX);
+    let (checks_capacity, checks_per_repo) = check_capacities(
+        pool_capacity,
+        number(bindings::CHECKS_CAPACITY),
+        number(bindings::CHECKS_PER_REPO),
+    );
     RunEnvParts {
         transport: FetchTransport,
         signer: WebCryptoSigner,
@@ -86,10 +98,9 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             url,
             secret: bindings::secret(env, bindings::NOTIFY_SECRET),
         }),
-        pool_capacity: text(env, bindings::POOL_CAPACITY)
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
-            .clamp(1, POOL_CAPACITY_MAX),
+        pool_capacity,
+        checks_capacity,
+        checks_per_repo,
         environments: Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref()),
         git_url: text(env, bindings::GITHUB_GIT_URL)
             .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
@@ -183,6 +194,8 @@ impl RegistryOwner<'_> {
                 git_url: p.git_url.clone(),
                 notify: p.notify.clone(),
                 pool_capacity: p.pool_capacity,
+                checks_capacity: p.checks_capacity,
+                checks_per_repo: p.checks_per_repo,
                 public_url: p.public_url.clone(),
             },
         }

@@ -1664,6 +1664,8 @@ impl Rig {
                     secret: Some(Secret::new(NOTIFY_SECRET.into())),
                 }),
                 pool_capacity: 4,
+                checks_capacity: 3,
+                checks_per_repo: 2,
                 public_url: PUBLIC_URL.into(),
             },
         }
@@ -1689,17 +1691,22 @@ impl Rig {
     }
 
     pub fn check(&self, sha: &str) -> Inst {
+        self.check_in(REPO, sha)
+    }
+
+    /// A check of a pull request of `repo`.
+    pub fn check_in(&self, repo: &str, sha: &str) -> Inst {
         let input = CheckInput {
-            repo: REPO.into(),
+            repo: repo.into(),
             sha: sha.into(),
             installation_id: INSTALLATION,
             pr_number: PR_NUMBER,
         };
         self.create(CreateRequest {
-            key: format!("check:{REPO}:{}", &sha[..12]),
+            key: format!("check:{repo}:{}", &sha[..12]),
             run: "check".into(),
             input: json!(input),
-            repo: Some(REPO.into()),
+            repo: Some(repo.into()),
             entity: Some(format!("pr:{PR_NUMBER}")),
             sha: Some(sha.into()),
             max_steps: None,
