@@ -409,6 +409,7 @@ impl SandboxContainer {
             ),
             Bounded::Exited => "the sandbox container exited".to_owned(),
         };
+        worker::console_warn!("sandbox container: {failure}");
         let effects = self.with(|lc| lc.on_forward_failed(call, container.running(), now_ms()));
         self.carry_out(container, effects).await;
         unavailable(&failure)
