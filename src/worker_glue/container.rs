@@ -364,6 +364,7 @@ impl SandboxContainer {
         reach: Reach,
         forward: &Forward,
     ) -> Result<Response> {
+        let started_ms = now_ms();
         if let Some(opts) = &reach.start {
             self.exit.replace(None);
             if let Err(e) = start_container(container, opts) {
@@ -384,6 +385,11 @@ impl SandboxContainer {
                 return unavailable(&format!("the sandbox agent did not answer: {e}"));
             }
             self.with(|lc| lc.on_ready());
+            if reach.start.is_some() {
+                // The cold start, start() to the agent's first answer (`npm run bench`).
+                let ms = now_ms() - started_ms;
+                worker::console_log!("sandbox container ready {ms} ms after start");
+            }
         }
         let exchange = async {
             let mut resp = port.fetch_request(forward.request()?).await?;

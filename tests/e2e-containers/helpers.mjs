@@ -92,7 +92,7 @@ export async function waitContainerGone(stack, container) {
 }
 
 // The host port the container's sidecar publishes its ingress on.
-async function ingressPort(stack, container) {
+export async function ingressPort(stack, container) {
   const format = `{{(index (index .NetworkSettings.Ports "${SIDECAR_INGRESS_PORT}") 0).HostPort}}`;
   return Number(await docker(stack.docker, ['inspect', '--format', format, `${container}-proxy`]));
 }
