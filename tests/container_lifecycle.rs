@@ -306,7 +306,16 @@ fn a_command_seen_to_end_no_longer_holds_the_container() {
     );
     let kill = Call::of("POST", "/v1/processes/p2/kill?wait_ms=5000", None);
     assert_eq!(kill.forward_timeout_ms(), 5_000 + 5_000 + FORWARD_MARGIN_MS);
-    let (_, _) = lc.on_request(&kill, true, T0 + 11 * MIN);
+    // Any other 404 (an agent without the endpoint) says nothing about it.
+    lc.on_request(&kill, true, T0 + 11 * MIN);
+    lc.on_answer(
+        &kill,
+        404,
+        r#"{"error":{"code":"not_found","message":""}}"#,
+        T0 + 11 * MIN,
+    );
+    assert!(lc.record().processes.contains_key("p2"));
+    lc.on_request(&kill, true, T0 + 11 * MIN);
     lc.on_answer(
         &kill,
         404,

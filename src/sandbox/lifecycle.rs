@@ -403,16 +403,20 @@ impl Lifecycle {
         self.ready = true;
         match call {
             Call::Discard { .. } => return self.discarded(true),
-            Call::StartProcess { id, timeout_ms } if status == 200 || status == 201 => {
-                if process_running(body) {
-                    let deadline = now_ms
-                        .saturating_add(*timeout_ms)
-                        .saturating_add(PROCESS_DEADLINE_MARGIN_MS);
-                    self.track(id, deadline);
-                }
+            Call::StartProcess { id, timeout_ms }
+                if (status == 200 || status == 201) && process_running(body) =>
+            {
+                let deadline = now_ms
+                    .saturating_add(*timeout_ms)
+                    .saturating_add(PROCESS_DEADLINE_MARGIN_MS);
+                self.track(id, deadline);
             }
             Call::Process { id, .. } | Call::Kill { id, .. } => {
-                let ended = status == 404 || (status == 200 && !process_running(body));
+                let ended = match status {
+                    200 => !process_running(body),
+                    404 => process_unknown(body),
+                    _ => false,
+                };
                 if ended {
                     self.record.processes.remove(id);
                 }
@@ -487,6 +491,13 @@ impl Lifecycle {
 /// its container, remembering a dead one only delays that to its deadline.
 fn process_running(body: &str) -> bool {
     serde_json::from_str::<ProcessState>(body).map_or(true, |s| !s.finished())
+}
+
+/// Whether a 404 is the agent's own "no such process" (any other 404, say
+/// an agent without the endpoint, says nothing about the process).
+fn process_unknown(body: &str) -> bool {
+    serde_json::from_str::<protocol::ErrorBody>(body)
+        .is_ok_and(|e| e.error.code == protocol::PROCESS_NOT_FOUND)
 }
 
 /// Waiting for a fresh container's agent to answer: a probe at a time,
