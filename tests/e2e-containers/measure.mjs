@@ -186,7 +186,7 @@ export function figureRows({ agent, boxed, agentBinaryBytes }) {
     ['warm command round trip, POST /v1/exec `true`', summary(boxed.roundTrips), summary(agent.roundTrips)],
     ['check, webhook 202 -> check run completed', summary(boxed.checks.map((c) => c.elapsed)), summary(agent.checks.map((c) => c.elapsed))],
     ['`run check command` step', summary(boxed.checks.map((c) => c.step)), summary(agent.checks.map((c) => c.step))],
-    ['size: agent image / release agent binary', `${mb(boxed.imageBytes)} (${boxed.image})`, mb(agentBinaryBytes)],
+    ['size (containers: the agent image; agent process: the release agent binary)', `${mb(boxed.imageBytes)} (${boxed.image})`, mb(agentBinaryBytes)],
   ];
 }
 
