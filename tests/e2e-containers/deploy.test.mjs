@@ -19,6 +19,9 @@ import {
 const AUTO_REASONS = new Set(['superseded', 'not_current', 'queued_timeout', 'confirmation_timeout']);
 // The secret the deploy exports; long enough that redaction applies (secret.rs: 4+ characters).
 const DEPLOY_TOKEN = 'deploy-token-in-a-container-0123456789';
+// The operator's grant (README: Environments): acme's main branches deploy to production, which
+// exports DEPLOY_TOKEN. TOML literal strings: an env file cannot carry a double quote.
+const ENVIRONMENTS = "[production]\nrepos = ['acme/*']\nbranches = ['main']\nsecrets = ['DEPLOY_TOKEN']\n";
 // Pushes in a burst, and the gap between them: several arrive while the first deploy runs.
 const BURST = 5;
 const BURST_GAP_MS = 250;
@@ -34,14 +37,14 @@ const CONFIG = [
   '[deploy]',
   'branch = "main"',
   `command = '''printf "sluice-%s=%s\\n" start "$(date +%s%N)"; echo "token=$DEPLOY_TOKEN"; sleep 1.5; printf "sluice-%s=%s\\n" end "$(date +%s%N)"'''`,
-  'secrets = ["DEPLOY_TOKEN"]',
+  'environment = "production"',
   '',
 ].join('\n');
 
 let stack;
 
 before(async () => {
-  stack = await startStack({ containers: true, vars: { DEPLOY_TOKEN } });
+  stack = await startStack({ containers: true, vars: { DEPLOY_TOKEN, ENVIRONMENTS } });
 }, { timeout: STACK_START_TIMEOUT_MS });
 
 after(async () => {
@@ -49,7 +52,7 @@ after(async () => {
 });
 
 async function push(repo, sha, previous) {
-  const payload = pushPayload({ owner: OWNER, repo, after: sha, before: previous, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo) });
+  const payload = pushPayload({ owner: OWNER, repo, after: sha, before: previous, ref: 'refs/heads/main', installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo) });
   const res = await stack.sendWebhook('push', payload);
   assert.equal(res.status, 202, JSON.stringify(res.body));
   assert.equal(res.body.instances.length, 1, JSON.stringify(res.body));
