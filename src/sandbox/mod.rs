@@ -8,6 +8,7 @@
 //! instance left in its own sandbox (a stalled holder's deploy).
 
 pub mod agent;
+pub mod lifecycle;
 
 use std::collections::BTreeMap;
 use std::fmt;

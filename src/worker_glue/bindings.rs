@@ -29,6 +29,9 @@ pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
 pub const ENVIRONMENTS: &str = "ENVIRONMENTS";
 /// Where GitHub serves git; `github::GIT_URL_DEFAULT` when unset.
 pub const GITHUB_GIT_URL: &str = "GITHUB_GIT_URL";
+/// How long a sandbox container may sit unused before its object's alarm
+/// destroys it ("10m" when unset; `sandbox::lifecycle`).
+pub const CONTAINER_SLEEP_AFTER: &str = "CONTAINER_SLEEP_AFTER";
 /// "container" (what wrangler.toml sets for production): one Cloudflare
 /// Container per run instance (the SANDBOX binding); unset or "agent": the
 /// sandbox agent at SANDBOX_URL (npm start and the tests).
