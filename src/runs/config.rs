@@ -32,6 +32,7 @@ pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "RETENTION_DAYS",
     "ENVIRONMENTS",
     "GITHUB_GIT_URL",
+    "CONTAINER_SLEEP_AFTER",
 ];
 
 /// Whether a deploy may read this Worker secret.

@@ -7,7 +7,7 @@ use worker::Env;
 use crate::engine::Clock;
 use crate::github::app::private_key_pkcs8_der;
 use crate::github::GitHub;
-use crate::limits::POOL_CAPACITY_MAX;
+use crate::limits::{CONTAINER_INSTANCES_MAX, POOL_CAPACITY_MAX};
 use crate::runs::environment::Environments;
 use crate::runs::gate::check_capacities;
 use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource};
@@ -69,9 +69,17 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             .map_err(|e| e.to_string()),
     };
     let number = |name| text(env, name).and_then(|v| v.parse::<u32>().ok());
+    let container = text(env, bindings::SANDBOX_BACKEND)
+        .filter(|b| b == "container")
+        .map(|_| ContainerTransport { env: env.clone() });
+    // With containers, no more than wrangler.toml's max_instances may run.
+    let capacity_max = match container {
+        Some(_) => CONTAINER_INSTANCES_MAX,
+        None => POOL_CAPACITY_MAX,
+    };
     let pool_capacity = number(bindings::POOL_CAPACITY)
         .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
-        .clamp(1, POOL_CAPACITY_MAX);
+        .clamp(1, capacity_max);
     let (checks_capacity, checks_per_repo) = check_capacities(
         pool_capacity,
         number(bindings::CHECKS_CAPACITY),
@@ -88,9 +96,7 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
         sandbox_url: text(env, bindings::SANDBOX_URL)
             .unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
         sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
-        container: text(env, bindings::SANDBOX_BACKEND)
-            .filter(|b| b == "container")
-            .map(|_| ContainerTransport { env: env.clone() }),
+        container,
         public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
         waker: InstanceWaker { env: env.clone() },
         secrets: EnvSecrets { env: env.clone() },
