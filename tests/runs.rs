@@ -450,7 +450,9 @@ fn github_blips_are_retried_and_the_check_still_completes() {
         [502],
         "not re-posted: the retry found the run"
     );
-    assert_eq!(statuses("list-check-runs"), [200, 200]);
+    // The lost create's retry finds the run; the conclusion looks first
+    // whether something else concluded it.
+    assert_eq!(statuses("list-check-runs"), [200, 200, 200]);
     assert_eq!(statuses("update-check-run"), [502, 200, 200]);
     assert_eq!(
         rig.entry(&c, "read config").attempts,
@@ -1933,4 +1935,162 @@ fn the_sweep_purges_deliveries_past_the_retention() {
         block_on(executions::delivery(db, "new")).unwrap().is_some(),
         "within it: kept"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Bounded untrusted compute (issue 8 item 4)
+// ---------------------------------------------------------------------------
+
+/// A newer head of the pull request ends the older head's check: its check
+/// run is concluded `cancelled` naming the newer head, its instance is
+/// terminated and its process killed before its gates are released.
+#[test]
+fn a_newer_head_supersedes_the_older_heads_check() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = Rig::new();
+    for s in [&a, &b] {
+        rig.github.commit(REPO, s, &[(".sluice.toml", CHECK_TOML)]);
+    }
+    rig.sandbox
+        .script_timed("cargo test", 0, "ok\n", 30 * MINUTE_MS);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+    let ca = rig.check(&a);
+    assert_eq!(rig.pass(&ca).status, Status::Waiting, "A's command runs");
+    assert!(rig.sandbox.only_run_in(&ca.id).ended_ms.is_none());
+
+    rig.github.set_pull_head(REPO, PR_NUMBER, &b);
+    let cb = rig.check(&b);
+    let first = rig.pass(&cb);
+    assert_eq!(rig.terminator.asked.borrow().as_slice(), [ca.id.clone()]);
+    assert_eq!(rig.apply_terminations(&[&ca]), 1);
+
+    let ra = rig.sandbox.only_run_in(&ca.id);
+    assert!(ra.killed, "A's process was killed: {ra:?}");
+    let run_a = rig.github.only_check_run(&a, "sluice/check");
+    assert_eq!(run_a.conclusion.as_deref(), Some("cancelled"));
+    assert!(
+        run_a.summary().contains(&b),
+        "names the newer head: {}",
+        run_a.summary()
+    );
+    assert_eq!(rig.row(&ca).status, "terminated");
+    assert!(
+        rig.held_by(&ca).is_empty(),
+        "nothing of A stays held: {:?}",
+        rig.held_by(&ca)
+    );
+    let _ = first;
+    assert_eq!(rig.run_to_end(&cb), Status::Complete);
+    let run_b = rig.github.only_check_run(&b, "sluice/check");
+    assert_eq!(run_b.conclusion.as_deref(), Some("success"));
+    let run_a = rig.github.only_check_run(&a, "sluice/check");
+    assert!(
+        run_a.summary().contains(&b),
+        "A's conclusion stays: {}",
+        run_a.summary()
+    );
+}
+
+/// A check that starts after its pull request moved on runs nothing.
+#[test]
+fn a_check_of_a_head_no_longer_current_runs_nothing() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = Rig::new();
+    rig.github.commit(REPO, &a, &[(".sluice.toml", CHECK_TOML)]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &b);
+    let ca = rig.check(&a);
+    assert_eq!(rig.run_to_end(&ca), Status::Skipped);
+    assert!(rig.sandbox.starts_in(&ca.id).is_empty());
+    let run = rig.github.only_check_run(&a, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("cancelled"));
+    assert!(run.summary().contains(&b), "{}", run.summary());
+    assert!(rig.terminator.asked.borrow().is_empty(), "it ends nobody");
+}
+
+fn first_timer_check(rig: &Rig, s: &str) -> Inst {
+    rig.github.commit(REPO, s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let input = json!({
+        "repo": REPO, "sha": s, "installation_id": INSTALLATION,
+        "pr_number": PR_NUMBER, "needs_approval": true,
+    });
+    rig.create(sluice::engine::CreateRequest {
+        key: format!("check:{REPO}:{}", &s[..12]),
+        run: "check".into(),
+        input,
+        repo: Some(REPO.into()),
+        entity: Some(format!("pr:{PR_NUMBER}")),
+        sha: Some(s.into()),
+        max_steps: None,
+        max_duration_ms: None,
+    })
+}
+
+fn press(i: &Inst, check_run_id: u64, sender: &str) {
+    let payload =
+        json!({ "check_run_id": check_run_id, "identifier": "approve", "sender": sender });
+    i.world
+        .engine()
+        .send_event("check-run-action", &payload)
+        .expect("event");
+}
+
+/// A first-time contributor's fork runs only once someone with write
+/// access presses "Approve and run"; presses by others, or about another
+/// check run, change nothing.
+#[test]
+fn a_first_time_contributors_fork_waits_for_approval() {
+    let s = sha('a');
+    let rig = Rig::new();
+    let c = first_timer_check(&rig, &s);
+    rig.github.set_permission(REPO, "maintainer", "write");
+    rig.github.set_permission(REPO, "drive-by", "read");
+    assert_eq!(rig.pass(&c).status, Status::Waiting);
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.actions, ["approve"], "the button is shown");
+    assert_eq!(run.title.as_deref(), Some("Waiting for approval"));
+
+    press(&c, run.id, "drive-by");
+    press(&c, run.id + 1, "maintainer");
+    assert_eq!(
+        rig.pass(&c).status,
+        Status::Waiting,
+        "neither press decides"
+    );
+    assert!(rig.sandbox.starts_in(&c.id).is_empty(), "no code ran");
+
+    press(&c, run.id, "maintainer");
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    assert_eq!(rig.sandbox.starts_in(&c.id).len(), 1);
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("success"));
+    assert!(run.actions.is_empty(), "the button is gone");
+    let asked: Vec<String> = rig
+        .github
+        .calls_to("permission")
+        .iter()
+        .map(|c| c.path.clone())
+        .collect();
+    assert!(
+        asked
+            .iter()
+            .any(|p| p.ends_with("/collaborators/drive-by/permission")),
+        "{asked:?}"
+    );
+}
+
+/// Nobody approves: after the 72 h window the check ends neutral, having
+/// run nothing; its ceiling covered the wait.
+#[test]
+fn an_unapproved_fork_ends_skipped_at_the_window() {
+    let s = sha('a');
+    let rig = Rig::new();
+    let c = first_timer_check(&rig, &s);
+    let end = block_on(rig.drive(&c, 0));
+    assert_eq!(end, Status::Skipped, "{:?}", rig.row(&c).error_message);
+    assert!(rig.now() >= T0 + 72 * 3600 * 1000, "it waited the window");
+    assert!(rig.sandbox.starts_in(&c.id).is_empty());
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("neutral"));
+    assert!(run.summary().contains("approved"), "{}", run.summary());
 }

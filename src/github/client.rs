@@ -93,6 +93,19 @@ pub struct CheckRunUpdate {
     pub details_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<CheckOutput>,
+    /// Buttons on the check run (`requested_action` when pressed); an
+    /// empty list removes them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actions: Option<Vec<CheckAction>>,
+}
+
+/// A check run button: GitHub allows a 20-character label and identifier
+/// and a 40-character description.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckAction {
+    pub label: &'static str,
+    pub description: &'static str,
+    pub identifier: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,7 +124,13 @@ thread_local! {
 
 /// What Sluice's own calls need: check runs, and `.sluice.toml` and branch
 /// heads (contents). GitHub adds metadata:read to every token.
-const API_PERMISSIONS: &[(&str, &str)] = &[("checks", "write"), ("contents", "read")];
+/// A pull request's head (pull_requests:read) tells a check whether a
+/// newer head superseded it; a decider's permission needs metadata:read.
+const API_PERMISSIONS: &[(&str, &str)] = &[
+    ("checks", "write"),
+    ("contents", "read"),
+    ("pull_requests", "read"),
+];
 /// A checkout reads the repository, nothing more.
 const CHECKOUT_PERMISSIONS: &[(&str, &str)] = &[("contents", "read")];
 
@@ -162,6 +181,16 @@ struct Content {
     encoding: Option<String>,
     #[serde(default)]
     content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PullAnswer {
+    head: RefObject,
+}
+
+#[derive(Deserialize)]
+struct PermissionAnswer {
+    permission: String,
 }
 
 #[derive(Deserialize)]
@@ -422,6 +451,40 @@ impl<'a> GitHub<'a> {
             return Ok(None);
         };
         Ok(Some(r.object.sha))
+    }
+
+    /// A pull request's head commit, or None when there is no such pull
+    /// request.
+    pub async fn pull_head(
+        &self,
+        installation: u64,
+        repo: &str,
+        number: u64,
+    ) -> Result<Option<String>, GitHubError> {
+        let path = format!("/repos/{}/pulls/{number}", segs(repo));
+        let pull = self
+            .get::<PullAnswer>(installation, repo, &path, "pull request")
+            .await?;
+        Ok(pull.map(|p| p.head.sha))
+    }
+
+    /// A user's permission on the repository (`admin`, `write`, `read`,
+    /// `none`); None for a user GitHub does not know.
+    pub async fn permission_of(
+        &self,
+        installation: u64,
+        repo: &str,
+        login: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        let path = format!(
+            "/repos/{}/collaborators/{}/permission",
+            segs(repo),
+            seg(login)
+        );
+        let answer = self
+            .get::<PermissionAnswer>(installation, repo, &path, "permission")
+            .await?;
+        Ok(answer.map(|a| a.permission))
     }
 
     /// Finds the check run this instance created earlier (observe before

@@ -7,7 +7,7 @@ pub mod app;
 pub mod client;
 pub mod webhook;
 
-pub use client::{CheckConclusion, CheckOutput, CheckRunUpdate, GitHub, GitHubError};
+pub use client::{CheckAction, CheckConclusion, CheckOutput, CheckRunUpdate, GitHub, GitHubError};
 
 /// Where GitHub serves git when `GITHUB_GIT_URL` is unset.
 pub const GIT_URL_DEFAULT: &str = "https://github.com";

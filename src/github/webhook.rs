@@ -74,6 +74,15 @@ pub struct GitRef {
     pub sha: String,
     #[serde(rename = "ref")]
     pub name: String,
+    /// The repository the ref lives in: a fork's for a fork's pull request
+    /// (null when the fork was deleted).
+    #[serde(default)]
+    pub repo: Option<RepoName>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RepoName {
+    pub full_name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -86,6 +95,40 @@ pub struct PullRequest {
     /// ISO 8601: changes with every event the pull request sends.
     #[serde(default)]
     pub updated_at: Option<String>,
+    /// The author's relation to the repository: `FIRST_TIME_CONTRIBUTOR`,
+    /// `FIRST_TIMER` and `NONE` are who has never contributed.
+    #[serde(default)]
+    pub author_association: Option<String>,
+}
+
+/// `check_run`: Sluice acts on `requested_action` (a button of its check
+/// run was pressed) and later on `rerequested`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CheckRunEvent {
+    pub action: String,
+    pub check_run: CheckRunRef,
+    #[serde(default)]
+    pub requested_action: Option<RequestedAction>,
+    pub repository: Repository,
+    pub sender: Account,
+    pub installation: Installation,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CheckRunRef {
+    pub id: u64,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub head_sha: Option<String>,
+    /// Sluice sets it to the instance id.
+    #[serde(default)]
+    pub external_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RequestedAction {
+    pub identifier: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -116,6 +159,7 @@ pub struct PushEvent {
 pub enum Event {
     PullRequest(Box<PullRequestEvent>),
     Push(Box<PushEvent>),
+    CheckRun(Box<CheckRunEvent>),
     /// Sent when a hook is created; acknowledged, nothing to do.
     Ping,
     /// An event Sluice does not act on (still valid JSON).
@@ -157,7 +201,7 @@ impl Event {
                 .updated_at
                 .as_deref()
                 .and_then(super::client::parse_rfc3339_ms),
-            Event::Ping | Event::Other(_) => None,
+            Event::CheckRun(_) | Event::Ping | Event::Other(_) => None,
         }
     }
 }
@@ -178,6 +222,7 @@ pub fn parse(event: &str, body: &[u8]) -> Result<Event, ParseError> {
             Event::PullRequest(Box::new(serde_json::from_value(value).map_err(shape)?))
         }
         "push" => Event::Push(Box::new(serde_json::from_value(value).map_err(shape)?)),
+        "check_run" => Event::CheckRun(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "ping" => Event::Ping,
         other => Event::Other(other.to_owned()),
     })

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
-use crate::runs::triggers::{self, Plan};
+use crate::runs::triggers::{self, EventSend, Plan};
 use crate::store::executions::{self, DeliveryRow};
 use crate::store::Database;
 
@@ -32,6 +32,8 @@ pub enum Intake {
         action: Option<String>,
         repo: Option<String>,
         creates: Vec<CreateRequest>,
+        /// Events for existing instances (a pressed check-run button).
+        sends: Vec<EventSend>,
     },
 }
 
@@ -109,6 +111,7 @@ pub fn intake(
             Some(pr.repository.full_name.clone()),
         ),
         Event::Push(p) => (None, Some(p.repository.full_name.clone())),
+        Event::CheckRun(c) => (Some(c.action.clone()), Some(c.repository.full_name.clone())),
         _ => (None, None),
     };
     match triggers::plan(&parsed) {
@@ -122,6 +125,15 @@ pub fn intake(
             action,
             repo,
             creates,
+            sends: Vec::new(),
+        }),
+        Plan::Send(sends) => Ok(Intake::Act {
+            delivery: delivery.to_owned(),
+            event: event.to_owned(),
+            action,
+            repo,
+            creates: Vec::new(),
+            sends,
         }),
     }
 }
@@ -188,6 +200,9 @@ fn signature_error(e: SignatureError) -> ApiError {
 #[async_trait::async_trait(?Send)]
 pub trait InstanceCreator {
     async fn create(&self, req: &CreateRequest) -> Result<Created, ApiError>;
+    /// Sends an event; false when the instance is unknown or has ended
+    /// (a button pressed on a finished check run does nothing).
+    async fn send(&self, event: &EventSend) -> Result<bool, ApiError>;
 }
 
 /// Carries out an intake: a delivery already acted on answers with the
@@ -201,7 +216,7 @@ pub async fn accept(
     intake: Intake,
     now_ms: i64,
 ) -> Result<(u16, Value), ApiError> {
-    let (delivery, event, action, repo, creates) = match intake {
+    let (delivery, event, action, repo, creates, sends) = match intake {
         Intake::Ignored { event, reason } => {
             return Ok((
                 200,
@@ -214,7 +229,8 @@ pub async fn accept(
             action,
             repo,
             creates,
-        } => (delivery, event, action, repo, creates),
+            sends,
+        } => (delivery, event, action, repo, creates, sends),
     };
     if let Some(prev) = executions::delivery(db, &delivery).await? {
         let instances: Value = serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
@@ -227,6 +243,11 @@ pub async fn accept(
     for c in &creates {
         let created = creator.create(c).await?;
         instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
+    }
+    for e in &sends {
+        let delivered = creator.send(e).await?;
+        instances
+            .push(json!({ "id": e.instance_id, "event": e.event_type, "delivered": delivered }));
     }
     let recorded: Vec<Value> = instances
         .iter()

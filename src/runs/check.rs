@@ -1,17 +1,28 @@
 //! The `check` run: on a pull request's head commit, run `[check] command`
 //! from `.sluice.toml` and report `sluice/check`.
+//!
+//! Its steps: read config, then with the check run open: read the pull
+//! request's head (a newer head supersedes this one; this one supersedes
+//! older ones still live), [wait for "Approve and run" on a first-time
+//! contributor's fork], then with its pools and the sandbox held
+//! (`gate::with_gates`): run the command.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::engine::{Ctx, RunError, RunOutcome};
+use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
+use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
+use crate::limits::{RUN_DURATION_MS_DEFAULT, RUN_DURATION_MS_MAX};
+use crate::store::executions;
 
+use super::approval::{self, Ask, Decided};
 use super::command::{run_command, CommandResult, CommandSpec};
 use super::config::{command_timeout_ms, CheckConfig};
 use super::gate::{self, with_gates, Gates, Held, Pool};
 use super::registry::{CheckRunOf, Run, RunName};
-use super::report::{reported, CheckTarget, Verdict};
+use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
+use super::tags::{FailureTag, SkipTag};
 use super::triggers::CheckInput;
 use super::{configured, Configured, RunEnv};
 
@@ -56,6 +67,10 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         Configured::Run(check) => check,
         Configured::Done(outcome) => return Ok(outcome),
     };
+    if input.needs_approval {
+        ctx.set_ceiling("run ceiling", APPROVAL_WINDOW_MS + RUN_DURATION_MS_DEFAULT)
+            .await?;
+    }
     // Checks serialize nothing, but pass admission (their repository's
     // pool, all checks', every sandbox's) and the sandbox lease.
     let repo_pool = gate::checks_pool_of(&input.repo);
@@ -77,12 +92,148 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         serial: None,
         pools: &pools,
     };
-    reported(ctx, env, &target, || {
-        with_gates(ctx, env, &gates, |held| {
-            check_held(ctx, env, input, &check, held)
+    let (target, gates, check) = (&target, &gates, &check);
+    reported(ctx, env, target, |check_run_id| async move {
+        if let Some(v) = superseded(ctx, env, input).await? {
+            return Ok(v);
+        }
+        if input.needs_approval {
+            if let Some(v) = approval(ctx, env, target, check_run_id).await? {
+                return Ok(v);
+            }
+        }
+        with_gates(ctx, env, gates, |held| {
+            check_held(ctx, env, input, check, held)
         })
+        .await
     })
     .await
+}
+
+/// A first-time contributor's fork waits this long for "Approve and run":
+/// the bound of a human decision (ADR-0001 rule 3), as release approval.
+const APPROVAL_WINDOW_MS: i64 = 72 * 3600 * 1000;
+
+const _: () = assert!(APPROVAL_WINDOW_MS + RUN_DURATION_MS_DEFAULT <= RUN_DURATION_MS_MAX);
+
+/// Waits for someone with write access to approve running the pull
+/// request's code; the verdict when nobody did.
+async fn approval(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    check_run_id: u64,
+) -> Result<Option<Verdict>, RunError> {
+    let ask = Ask {
+        check_run_id,
+        title: "Waiting for approval",
+        summary: "This pull request comes from a fork by a first-time contributor. Its code \
+                  runs once someone with write access to the repository presses \
+                  **Approve and run**."
+            .into(),
+        button: Button {
+            label: "Approve and run",
+            description: "Run this pull request's check",
+            identifier: APPROVE_ACTION,
+        },
+        window_ms: APPROVAL_WINDOW_MS,
+    };
+    Ok(match approval::ask(ctx, env, target, &ask).await? {
+        Decided::Approved { .. } => None,
+        Decided::TimedOut => Some(Verdict::Skipped {
+            reason: None,
+            tag: SkipTag::RunSkipped,
+            summary: format!(
+                "Not run: nobody with write access approved this first-time contributor's \
+                 pull request within {} hours.",
+                APPROVAL_WINDOW_MS / 3_600_000
+            ),
+            newer: None,
+        }),
+    })
+}
+
+/// The identifier of the "Approve and run" button.
+pub const APPROVE_ACTION: &str = "approve";
+
+/// A newer head of the pull request supersedes this one (the verdict);
+/// this head supersedes every older one still live: their check runs are
+/// concluded `cancelled` naming this head, then they are terminated (their
+/// processes are killed by `finalize`, before anything is released).
+async fn superseded(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+) -> Result<Option<Verdict>, RunError> {
+    let head: Option<String> = ctx
+        .step("read pull request head", github_step(), |_| async {
+            env.github
+                .pull_head(input.installation_id, &input.repo, input.pr_number)
+                .await
+                .map_err(github_failure)
+        })
+        .await?;
+    if let Some(h) = head.filter(|h| !h.eq_ignore_ascii_case(&input.sha)) {
+        return Ok(Some(Verdict::Superseded {
+            summary: format!(
+                "Not run: pull request #{} moved on to {h}, which is checked instead.",
+                input.pr_number
+            ),
+            newer: h,
+        }));
+    }
+    let entity = format!("pr:{}", input.pr_number);
+    let _ended: Vec<String> = ctx
+        .step("supersede older heads", github_step(), |_| async {
+            let older = executions::live_checks_of(env.db, &input.repo, &entity, &input.sha)
+                .await
+                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+            for (id, sha) in &older {
+                cancel_older(env, input, id, sha).await?;
+            }
+            Ok(older.into_iter().map(|(id, _)| id).collect())
+        })
+        .await?;
+    Ok(None)
+}
+
+/// Concludes an older head's check run `cancelled` naming this head (unless
+/// it already completed), then terminates its instance.
+async fn cancel_older(
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    id: &str,
+    sha: &str,
+) -> Result<(), StepFailure> {
+    let (installation, repo) = (input.installation_id, input.repo.as_str());
+    let state = env
+        .github
+        .find_check_run_state(installation, repo, sha, CHECK_RUN_NAME, id)
+        .await
+        .map_err(github_failure)?;
+    if let Some((run_id, _)) = state.filter(|(_, status)| status != "completed") {
+        let update = CheckRunUpdate {
+            status: Some("completed"),
+            conclusion: Some(CheckConclusion::Cancelled),
+            output: Some(CheckOutput {
+                title: "Superseded".into(),
+                summary: format!(
+                    "Cancelled: pull request #{} moved on to {}, which is checked instead.",
+                    input.pr_number, input.sha
+                ),
+            }),
+            actions: Some(Vec::new()),
+            ..CheckRunUpdate::default()
+        };
+        env.github
+            .update_check_run(installation, repo, run_id, &update)
+            .await
+            .map_err(github_failure)?;
+    }
+    env.terminator
+        .terminate(id)
+        .await
+        .map_err(|m| FailureTag::Gate.retryable(m))
 }
 
 async fn check_held(

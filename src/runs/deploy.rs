@@ -121,7 +121,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         Configured::Done(outcome) => return Ok(outcome),
     };
     if let Some(summary) = refused_environment(ctx, env, input, &deploy).await? {
-        return reported(ctx, env, &target, || async {
+        return reported(ctx, env, &target, |_| async {
             Ok(Verdict::Failed { summary })
         })
         .await;
@@ -130,7 +130,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         Ok(p) => p,
         Err(m) => {
             let summary = format!("`[deploy.queue]` is invalid: {m}");
-            return reported(ctx, env, &target, || async {
+            return reported(ctx, env, &target, |_| async {
                 Ok(Verdict::Failed { summary })
             })
             .await;
@@ -160,7 +160,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
             .await?;
     }
     let mut newer = None;
-    let outcome = reported(ctx, env, &target, || async {
+    let outcome = reported(ctx, env, &target, |_| async {
         if let Some(window_ms) = timeout_ms {
             if let Some(v) = confirm(ctx, input, window_ms).await? {
                 return Ok(v);

@@ -3,6 +3,7 @@
 //! it may use) that reads as a short list of durable steps; the registry
 //! knows every run by name.
 
+pub mod approval;
 pub mod check;
 pub mod command;
 pub mod config;
@@ -36,6 +37,14 @@ pub trait Waker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String>;
 }
 
+/// Ends other instances: a check whose pull request moved on to a newer
+/// head is terminated by the newer head's check (kill before release is
+/// then `finalize`'s).
+#[async_trait(?Send)]
+pub trait Terminator {
+    async fn terminate(&self, instance_id: &str) -> Result<(), String>;
+}
+
 /// Worker secrets by name (those an environment grants a deploy).
 pub trait SecretSource {
     fn secret(&self, name: &str) -> Option<Secret>;
@@ -61,6 +70,7 @@ pub struct RunEnv<'a> {
     /// The shared index (D1): the gates live there.
     pub db: &'a dyn Database,
     pub waker: &'a dyn Waker,
+    pub terminator: &'a dyn Terminator,
     pub secrets: &'a dyn SecretSource,
     /// The operator's deploy environments (the `ENVIRONMENTS` var).
     pub environments: &'a environment::Environments,
@@ -127,7 +137,7 @@ pub async fn configured_at<T>(
         }
         ConfigState::Invalid { message } => {
             let summary = format!("`.sluice.toml` {place} is invalid:\n\n```\n{message}\n```");
-            let outcome = report::reported(ctx, env, target, || async {
+            let outcome = report::reported(ctx, env, target, |_| async {
                 Ok(report::Verdict::Failed { summary })
             })
             .await?;

@@ -63,6 +63,12 @@ pub enum Verdict {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         newer: Option<String>,
     },
+    /// A newer head of the pull request replaced this one: nothing of it
+    /// is worth finishing.
+    Superseded {
+        summary: String,
+        newer: String,
+    },
 }
 
 impl Verdict {
@@ -74,6 +80,7 @@ impl Verdict {
             Verdict::TimedOut { .. } => CheckConclusion::TimedOut,
             Verdict::InfraFault { .. } => CheckConclusion::Cancelled,
             Verdict::Skipped { .. } => CheckConclusion::Neutral,
+            Verdict::Superseded { .. } => CheckConclusion::Cancelled,
         }
     }
 
@@ -84,6 +91,7 @@ impl Verdict {
             Verdict::TimedOut { .. } => "Timed out",
             Verdict::InfraFault { .. } => "Sluice could not run this",
             Verdict::Skipped { .. } => "Skipped",
+            Verdict::Superseded { .. } => "Superseded",
         }
     }
 
@@ -94,7 +102,8 @@ impl Verdict {
             | Verdict::Failed { summary }
             | Verdict::TimedOut { summary }
             | Verdict::InfraFault { summary }
-            | Verdict::Skipped { summary, .. } => {
+            | Verdict::Skipped { summary, .. }
+            | Verdict::Superseded { summary, .. } => {
                 summary.push_str("\n\n");
                 summary.push_str(&note);
             }
@@ -108,7 +117,8 @@ impl Verdict {
             | Verdict::Failed { summary }
             | Verdict::TimedOut { summary }
             | Verdict::InfraFault { summary }
-            | Verdict::Skipped { summary, .. } => summary,
+            | Verdict::Skipped { summary, .. }
+            | Verdict::Superseded { summary, .. } => summary,
         }
     }
 }
@@ -132,7 +142,7 @@ pub async fn reported<F, Fut>(
     body: F,
 ) -> Result<RunOutcome, RunError>
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Verdict, RunError>>,
 {
     let details_url = format!(
@@ -166,7 +176,7 @@ where
             .map_err(github_failure)
     })
     .await?;
-    let (verdict, failure) = match body().await {
+    let (verdict, failure) = match body(id).await {
         Ok(v) => (v, None),
         Err(e) if e.is_suspension() => return Err(e),
         Err(RunError::Terminated) => {
@@ -189,6 +199,10 @@ where
         (None, Verdict::Skipped { reason, tag, .. }) => Ok(RunOutcome::Skipped {
             reason: reason.map(|r| r.as_str().to_owned()),
             tag: Some(tag.as_str().to_owned()),
+        }),
+        (None, Verdict::Superseded { .. }) => Ok(RunOutcome::Skipped {
+            reason: Some(SkipReason::Superseded.as_str().to_owned()),
+            tag: Some(SkipTag::RunSkipped.as_str().to_owned()),
         }),
         (None, verdict) => Ok(RunOutcome::Complete(
             json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }),
@@ -256,10 +270,27 @@ pub async fn conclude(
         ..CheckRunUpdate::default()
     };
     // A cleanup step: it concludes the check run even for an instance an
-    // operator is terminating.
+    // operator is terminating. One already completed is left as it is: a
+    // newer head's check concluded it (naming itself) before ending this
+    // instance, or this step's answer was lost after it applied.
     ctx.cleanup_step("complete check run", github_step(), |_| async {
+        let (installation, repo) = (target.installation_id, target.repo);
+        let state = env
+            .github
+            .find_check_run_state(
+                installation,
+                repo,
+                target.sha,
+                target.name,
+                ctx.instance_id(),
+            )
+            .await
+            .map_err(github_failure)?;
+        if state.is_some_and(|(_, status)| status == "completed") {
+            return Ok(());
+        }
         env.github
-            .update_check_run(target.installation_id, target.repo, id, &update)
+            .update_check_run(installation, repo, id, &update)
             .await
             .map_err(github_failure)
     })

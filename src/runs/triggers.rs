@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::engine::CreateRequest;
-use crate::github::webhook::{Event, PullRequestEvent, PushEvent};
+use crate::engine::InstanceId;
+use crate::github::webhook::{CheckRunEvent, Event, PullRequestEvent, PushEvent};
 
 use super::RunName;
 
@@ -20,6 +21,28 @@ pub enum Plan {
     /// A valid event Sluice does not act on, and why.
     Ignore(String),
     Create(Vec<CreateRequest>),
+    /// Events for running instances: a button of their check run pressed.
+    Send(Vec<EventSend>),
+}
+
+/// An event for an instance, decided at the edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventSend {
+    pub instance_id: String,
+    pub event_type: String,
+    pub payload: serde_json::Value,
+}
+
+/// The event a pressed check-run button sends its instance.
+pub const CHECK_ACTION_EVENT: &str = "check-run-action";
+
+/// What a pressed button says, as the instance receives it: it checks the
+/// check run is its own and the sender may decide (`runs::approval`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckAction {
+    pub check_run_id: u64,
+    pub identifier: String,
+    pub sender: String,
 }
 
 /// What a `check` instance needs, decided at the edge.
@@ -29,6 +52,30 @@ pub struct CheckInput {
     pub sha: String,
     pub installation_id: u64,
     pub pr_number: u64,
+    /// A first-time contributor's fork: the check waits for someone with
+    /// write access to press "Approve and run" (GitHub Actions' default).
+    #[serde(default)]
+    pub needs_approval: bool,
+}
+
+/// `author_association` values of someone who never contributed.
+const FIRST_TIME_ASSOCIATIONS: [&str; 3] = ["FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE"];
+
+/// A pull request from a fork by someone who never contributed to the
+/// repository: its code runs only once a maintainer approves it.
+fn needs_approval(pr: &PullRequestEvent) -> bool {
+    let from_fork = pr
+        .pull_request
+        .head
+        .repo
+        .as_ref()
+        .is_none_or(|r| !r.full_name.eq_ignore_ascii_case(&pr.repository.full_name));
+    let first_time = pr
+        .pull_request
+        .author_association
+        .as_deref()
+        .is_none_or(|a| FIRST_TIME_ASSOCIATIONS.contains(&a));
+    from_fork && first_time
 }
 
 /// What a `deploy` instance needs: the pushed commit and where it came
@@ -48,9 +95,36 @@ pub fn plan(event: &Event) -> Plan {
     match event {
         Event::PullRequest(pr) => plan_pull_request(pr),
         Event::Push(push) => plan_push(push),
+        Event::CheckRun(run) => plan_check_run(run),
         Event::Ping => Plan::Ignore("ping".into()),
         Event::Other(name) => Plan::Ignore(format!("{name} events start no run")),
     }
+}
+
+/// A pressed button of a Sluice check run goes to the instance its
+/// external id names; everything else about check runs starts nothing yet.
+fn plan_check_run(run: &CheckRunEvent) -> Plan {
+    let (Some(action), "requested_action") = (&run.requested_action, run.action.as_str()) else {
+        return Plan::Ignore(format!("check_run action {:?} starts no run", run.action));
+    };
+    let Some(instance) = run
+        .check_run
+        .external_id
+        .as_deref()
+        .and_then(|id| InstanceId::parse(id).ok())
+    else {
+        return Plan::Ignore("the check run names no Sluice instance".into());
+    };
+    let payload = CheckAction {
+        check_run_id: run.check_run.id,
+        identifier: action.identifier.clone(),
+        sender: run.sender.login.clone(),
+    };
+    Plan::Send(vec![EventSend {
+        instance_id: instance.as_str().to_owned(),
+        event_type: CHECK_ACTION_EVENT.into(),
+        payload: json!(payload),
+    }])
 }
 
 fn is_bot(kind: Option<&str>) -> bool {
@@ -84,6 +158,7 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
         sha: sha.clone(),
         installation_id: pr.installation.id,
         pr_number: pr.number,
+        needs_approval: needs_approval(pr),
     };
     Plan::Create(vec![CreateRequest {
         key: format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]),
@@ -225,5 +300,84 @@ mod tests {
             plan(&push("refs/heads/main", &"0".repeat(40), true)),
             Plan::Ignore(_)
         ));
+    }
+
+    fn fork_pr(head_repo: &str, association: &str) -> Event {
+        let body = json!({
+            "action": "opened", "number": 7,
+            "pull_request": {
+                "number": 7, "draft": false, "author_association": association,
+                "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": "feature",
+                         "repo": {"full_name": head_repo}},
+                "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main",
+                         "repo": {"full_name": "octo/hello"}}
+            },
+            "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": 42}
+        });
+        parse("pull_request", body.to_string().as_bytes()).unwrap()
+    }
+
+    fn approval_of(event: &Event) -> bool {
+        let Plan::Create(reqs) = plan(event) else {
+            panic!("{event:?}")
+        };
+        reqs[0].input["needs_approval"].as_bool().unwrap()
+    }
+
+    #[test]
+    fn only_a_first_time_contributors_fork_needs_approval() {
+        assert!(approval_of(&fork_pr(
+            "stranger/hello",
+            "FIRST_TIME_CONTRIBUTOR"
+        )));
+        assert!(approval_of(&fork_pr("stranger/hello", "NONE")));
+        assert!(!approval_of(&fork_pr("regular/hello", "CONTRIBUTOR")));
+        assert!(
+            !approval_of(&fork_pr("octo/hello", "FIRST_TIME_CONTRIBUTOR")),
+            "not a fork"
+        );
+        assert!(
+            !approval_of(&fork_pr("Octo/Hello", "NONE")),
+            "names compare as GitHub does"
+        );
+    }
+
+    #[test]
+    fn a_pressed_button_goes_to_the_instance_its_check_run_names() {
+        let body = |external_id: &str, action: &str| {
+            json!({
+                "action": action,
+                "check_run": {"id": 99, "name": "sluice/check", "external_id": external_id},
+                "requested_action": {"identifier": "approve"},
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+                "sender": {"login": "maintainer", "type": "User"},
+                "installation": {"id": 42}
+            })
+            .to_string()
+        };
+        let event = parse(
+            "check_run",
+            body("check-octo-hello-0123-ab", "requested_action").as_bytes(),
+        )
+        .unwrap();
+        let Plan::Send(sends) = plan(&event) else {
+            panic!()
+        };
+        assert_eq!(sends[0].instance_id, "check-octo-hello-0123-ab");
+        assert_eq!(sends[0].event_type, CHECK_ACTION_EVENT);
+        assert_eq!(
+            sends[0].payload,
+            json!({"check_run_id": 99, "identifier": "approve", "sender": "maintainer"})
+        );
+        let not_ours = parse(
+            "check_run",
+            body("not an id!", "requested_action").as_bytes(),
+        )
+        .unwrap();
+        assert!(matches!(plan(&not_ours), Plan::Ignore(_)));
+        let other = parse("check_run", body("check-x", "completed").as_bytes()).unwrap();
+        assert!(matches!(plan(&other), Plan::Ignore(_)));
     }
 }

@@ -289,6 +289,38 @@ pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(),
     Ok(())
 }
 
+/// Checks of `entity` (a pull request) in `repo` that have not ended, other
+/// than those of `sha`: what a newer head supersedes.
+pub async fn live_checks_of(
+    db: &dyn Database,
+    repo: &str,
+    entity: &str,
+    sha: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        id: String,
+        sha: String,
+    }
+    let rows: Vec<Row> = decode(
+        db.all(stmt!(
+            "SELECT id, sha FROM executions WHERE entity = ?1 AND repo = ?2 AND run = 'check' \
+               AND sha <> ?3 AND status IN ('queued','running','waiting','paused') \
+             ORDER BY created_ms LIMIT ?4",
+            entity,
+            repo,
+            sha,
+            SUPERSEDED_PER_HEAD_MAX,
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().map(|r| (r.id, r.sha)).collect())
+}
+
+/// Older heads one check ends at once: each push ends its predecessor, so
+/// more than a few live at once means the pushes outran the checks.
+const SUPERSEDED_PER_HEAD_MAX: u32 = 20;
+
 /// Forgets deliveries received before `before_ms` (the retention): the
 /// webhook intake refuses events that old by their own timestamp, so a
 /// replay of one is refused without its record.

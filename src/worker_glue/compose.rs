@@ -195,6 +195,7 @@ impl RegistryOwner<'_> {
                 },
                 db: self.db,
                 waker: &p.waker,
+                terminator: &p.waker,
                 secrets: &p.secrets,
                 environments: &p.environments,
                 git_url: p.git_url.clone(),

@@ -7,7 +7,7 @@ use worker::{Env, Method, Request, RequestInit};
 
 use crate::engine::{CreateRequest, Created, InstanceId};
 use crate::http::ApiError;
-use crate::runs::Waker;
+use crate::runs::{Terminator, Waker};
 
 use super::bindings;
 
@@ -122,6 +122,24 @@ pub async fn event(
 ) -> Result<(u16, Value), ApiError> {
     let body = json!({ "type": event_type, "payload": payload });
     request(env, id, InstanceOp::Event, &body).await
+}
+
+/// Terminates instances for a run (a newer pull request head ends the
+/// older head's check).
+#[async_trait::async_trait(?Send)]
+impl Terminator for InstanceWaker {
+    async fn terminate(&self, instance_id: &str) -> Result<(), String> {
+        let id = InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
+        let body = json!(crate::engine::Command::Terminate);
+        let (status, value) = request(&self.env, &id, InstanceOp::Command, &body)
+            .await
+            .map_err(|e| e.message)?;
+        // 409: it ended meanwhile, which is as good.
+        match status {
+            s if s < 300 || s == 409 => Ok(()),
+            _ => Err(format!("terminate {instance_id}: {status} {value}")),
+        }
+    }
 }
 
 /// Wakes an instance by sending it an event through its Durable Object.

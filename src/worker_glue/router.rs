@@ -20,6 +20,7 @@ use crate::limits::{
 };
 use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
+use crate::runs::triggers::EventSend;
 use crate::runs::Waker;
 use crate::store::executions::{self, ListFilter};
 
@@ -313,6 +314,13 @@ struct ObjectCreator<'a> {
 impl InstanceCreator for ObjectCreator<'_> {
     async fn create(&self, req: &CreateRequest) -> std::result::Result<Created, ApiError> {
         instances::create(self.env, req).await
+    }
+
+    async fn send(&self, e: &EventSend) -> std::result::Result<bool, ApiError> {
+        let id = InstanceId::parse(&e.instance_id)
+            .map_err(|err| ApiError::bad_request("bad_id", err.to_string()))?;
+        let (status, _) = instances::event(self.env, &id, &e.event_type, &e.payload).await?;
+        Ok(status < 300)
     }
 }
 

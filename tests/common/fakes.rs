@@ -35,7 +35,7 @@ use sluice::runs::command::CommandResult;
 use sluice::runs::environment::Environments;
 use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
 use sluice::runs::triggers::{CheckInput, DeployInput};
-use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Waker};
+use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Terminator, Waker};
 use sluice::sandbox::{
     Checkout, ProcessSpec, ProcessState, ProcessStatus, Sandbox, SandboxError, WorkspaceState,
 };
@@ -108,6 +108,8 @@ pub struct CheckRun {
     pub summary: Option<String>,
     /// The App that created it (APP_ID for Sluice's own).
     pub app_id: u64,
+    /// Its buttons' identifiers, as last set.
+    pub actions: Vec<String>,
 }
 
 impl CheckRun {
@@ -195,6 +197,10 @@ pub struct GitHubState {
     /// Files per (repo, commit).
     pub commits: HashMap<(String, String), HashMap<String, String>>,
     pub heads: HashMap<(String, String), String>,
+    /// Pull request heads by (repo, number).
+    pub pulls: HashMap<(String, u64), String>,
+    /// Repository permissions by (repo, login).
+    pub permissions: HashMap<(String, String), String>,
     /// Issued installation tokens and what each may do.
     pub tokens: HashMap<String, Grant>,
     pub check_runs: Vec<CheckRun>,
@@ -252,6 +258,20 @@ impl FakeGitHub {
             .borrow_mut()
             .commits
             .insert((repo.into(), sha.into()), files);
+    }
+
+    pub fn set_pull_head(&self, repo: &str, number: u64, sha: &str) {
+        self.st
+            .borrow_mut()
+            .pulls
+            .insert((repo.into(), number), sha.into());
+    }
+
+    pub fn set_permission(&self, repo: &str, login: &str, permission: &str) {
+        self.st
+            .borrow_mut()
+            .permissions
+            .insert((repo.into(), login.into()), permission.into());
     }
 
     pub fn set_head(&self, repo: &str, branch: &str, sha: &str) {
@@ -349,6 +369,7 @@ impl FakeGitHub {
             title: None,
             summary: None,
             app_id: 999,
+            actions: Vec::new(),
         });
         id
     }
@@ -389,6 +410,8 @@ impl FakeGitHub {
             ("GET", ["repos", _, _, "contents", rest @ ..]) if !rest.is_empty() => "contents",
             ("GET", ["repos", _, _, "git", "ref", "heads", rest @ ..]) if !rest.is_empty() => "ref",
             ("GET", ["repos", _, _, "commits", _, "check-runs"]) => "list-check-runs",
+            ("GET", ["repos", _, _, "pulls", _]) => "pull",
+            ("GET", ["repos", _, _, "collaborators", _, "permission"]) => "permission",
             ("POST", ["repos", _, _, "check-runs"]) => "create-check-run",
             ("PATCH", ["repos", _, _, "check-runs", _]) => "update-check-run",
             _ => return Err("no such endpoint".into()),
@@ -509,6 +532,8 @@ impl FakeGitHub {
         }
         let (permission, level) = match route {
             "contents" | "ref" => ("contents", "read"),
+            "pull" => ("pull_requests", "read"),
+            "permission" => ("metadata", "read"),
             "list-check-runs" => ("checks", "read"),
             _ => ("checks", "write"),
         };
@@ -531,6 +556,26 @@ impl FakeGitHub {
                 }
             }
             "list-check-runs" => self.list_check_runs(&repo, &segs[4], query),
+            "pull" => {
+                let number = segs[4].parse::<u64>().unwrap_or(0);
+                match self.st.borrow().pulls.get(&(repo, number)) {
+                    Some(sha) => reply(200, json!({ "number": number, "head": { "sha": sha } })),
+                    None => not_found(),
+                }
+            }
+            "permission" => {
+                let login = segs[4].clone();
+                let permission = self
+                    .st
+                    .borrow()
+                    .permissions
+                    .get(&(repo, login.clone()))
+                    .cloned();
+                reply(
+                    200,
+                    json!({ "permission": permission.unwrap_or_else(|| "none".into()), "user": { "login": login } }),
+                )
+            }
             "create-check-run" => self.create_check_run(req, &repo),
             "update-check-run" => self.update_check_run(req, &repo, &segs[4]),
             other => self.refuse(req, 599, &format!("route {other} has no handler")),
@@ -738,6 +783,7 @@ impl FakeGitHub {
             title: None,
             summary: None,
             app_id: APP_ID.parse().expect("APP_ID is a number"),
+            actions: Vec::new(),
         };
         let answer = run.to_json();
         st.check_runs.push(run);
@@ -817,6 +863,24 @@ impl FakeGitHub {
         }
         if let Some(c) = conclusion {
             run.conclusion = Some(c.to_owned());
+        }
+        if let Some(actions) = body["actions"].as_array() {
+            // GitHub's limits: 3 buttons, 20-character labels and ids.
+            let fits = |a: &Value, k: &str, max: usize| {
+                a[k].as_str()
+                    .is_some_and(|v| !v.is_empty() && v.chars().count() <= max)
+            };
+            let ok = actions.len() <= 3
+                && actions.iter().all(|a| {
+                    fits(a, "label", 20) && fits(a, "identifier", 20) && fits(a, "description", 40)
+                });
+            if !ok {
+                return reply(422, json!({ "message": "Invalid actions" }));
+            }
+            run.actions = actions
+                .iter()
+                .filter_map(|a| a["identifier"].as_str().map(str::to_owned))
+                .collect();
         }
         reply(200, run.to_json())
     }
@@ -1501,6 +1565,21 @@ pub struct Wake {
     pub delivered: bool,
 }
 
+/// Terminations runs asked for (a newer pull request head's check):
+/// recorded; `Rig::apply_terminations` carries them out as the Worker does.
+#[derive(Default)]
+pub struct FakeTerminator {
+    pub asked: RefCell<Vec<String>>,
+}
+
+#[async_trait(?Send)]
+impl Terminator for FakeTerminator {
+    async fn terminate(&self, instance_id: &str) -> Result<(), String> {
+        self.asked.borrow_mut().push(instance_id.to_owned());
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 pub struct FakeWaker {
     pub wakes: RefCell<Vec<Wake>>,
@@ -1599,6 +1678,7 @@ pub struct Rig {
     pub github: FakeGitHub,
     pub sandbox: FakeSandbox,
     pub waker: FakeWaker,
+    pub terminator: FakeTerminator,
     pub secrets: FakeSecrets,
     /// The operator's deploy environments (ENVIRONMENTS by default).
     pub environments: Environments,
@@ -1630,6 +1710,7 @@ impl Rig {
             github: FakeGitHub::new(clock.clone()),
             sandbox: FakeSandbox::new(clock.clone()),
             waker: FakeWaker::default(),
+            terminator: FakeTerminator::default(),
             secrets: FakeSecrets::default(),
             environments: Environments::parse(Some(ENVIRONMENTS)),
             blobs: MemoryBlobs::default(),
@@ -1656,6 +1737,7 @@ impl Rig {
                 blobs: &self.blobs,
                 db: self.index.as_ref(),
                 waker: &self.waker,
+                terminator: &self.terminator,
                 secrets: &self.secrets,
                 environments: &self.environments,
                 git_url: GIT_URL.into(),
@@ -1701,6 +1783,7 @@ impl Rig {
             sha: sha.into(),
             installation_id: INSTALLATION,
             pr_number: PR_NUMBER,
+            needs_approval: false,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),
@@ -1875,6 +1958,25 @@ impl Rig {
 
     fn try_finalize_status(&self, i: &Inst, status: Status) -> Result<(), String> {
         block_on(self.registry().finalize(&i.run, &i.id, &i.input, status))
+    }
+
+    /// Carries out the terminations recorded for `insts`, as the Worker's
+    /// `InstanceWaker` does (terminate, then the object's finalize); how
+    /// many.
+    pub fn apply_terminations(&self, insts: &[&Inst]) -> usize {
+        let asked: Vec<String> = self.terminator.asked.borrow_mut().drain(..).collect();
+        let mut applied = 0;
+        for i in insts.iter().filter(|i| asked.contains(&i.id)) {
+            match i.world.engine().record().expect("record").map(|r| r.status) {
+                Some(s) if s.is_terminal() => {}
+                _ => {
+                    self.command(i, Command::Terminate);
+                    self.finalize(i);
+                    applied += 1;
+                }
+            }
+        }
+        applied
     }
 
     /// Delivers the wakes recorded for `i` (the Worker's `/event`), as

@@ -43,7 +43,10 @@ const MAX_LIVE_TOKENS = 10_000;
 const DEFAULT_PER_PAGE = 30;
 const MAX_PER_PAGE = 100;
 
-const APP_PERMISSIONS = { checks: 'write', contents: 'read', metadata: 'read' };
+const APP_PERMISSIONS = { checks: 'write', contents: 'read', metadata: 'read', pull_requests: 'read' };
+// GitHub's limits on check run buttons (`actions`).
+const ACTIONS_MAX = 3;
+const ACTION_LIMITS = { label: 20, identifier: 20, description: 40 };
 const PERMISSION_RANK = { read: 1, write: 2 };
 const CHECK_STATUSES = ['queued', 'in_progress', 'completed'];
 const CHECK_CONCLUSIONS = ['action_required', 'cancelled', 'failure', 'neutral', 'success', 'skipped', 'stale', 'timed_out'];
@@ -65,6 +68,8 @@ const DOCS = {
   updateRun: 'https://docs.github.com/rest/checks/runs#update-a-check-run',
   getRun: 'https://docs.github.com/rest/checks/runs#get-a-check-run',
   listRuns: 'https://docs.github.com/rest/checks/runs#list-check-runs-for-a-git-reference',
+  pull: 'https://docs.github.com/rest/pulls/pulls#get-a-pull-request',
+  permission: 'https://docs.github.com/rest/collaborators/collaborators#get-repository-permissions-for-a-user',
 };
 
 class ApiError extends Error {
@@ -321,7 +326,9 @@ export async function startStandin({
     calls: [],
     checkRuns: new Map(), // id -> { repo: 'owner/name', run, history }
     checkSuites: new Map(), // 'owner/name@sha' -> suite id
-    tokens: new Map(), // token -> { installationId, expiresAtMs, permissions }
+    tokens: new Map(), // token -> { installationId, expiresAtMs, permissions, repositories }
+    pulls: new Map(), // 'owner/repo#n' -> { head_sha, head_ref, head_repo, author_association }
+    permissions: new Map(), // 'owner/repo:login' -> admin | write | read | none
     nextCallSeq: 1,
     // Ids above 2^31 catch 32-bit truncation in clients; the random offset catches hard-coded ids.
     nextCheckRunId: 4_000_000_001 + randomInt(1_000_000) * 1000,
@@ -600,7 +607,15 @@ export async function startStandin({
     }
     const output = validateOutput(body.output, doc);
     if (output) fields.output = output;
+    if ('actions' in body) fields.actions = validateActions(body.actions, doc);
     return fields;
+  }
+
+  function validateActions(actions, doc) {
+    const ok = Array.isArray(actions) && actions.length <= ACTIONS_MAX && actions.every((a) => a && typeof a === 'object'
+      && Object.entries(ACTION_LIMITS).every(([k, max]) => typeof a[k] === 'string' && a[k].length > 0 && a[k].length <= max));
+    if (!ok) throw new ApiError(422, 'Validation Failed', doc, { errors: [{ resource: 'CheckRun', field: 'actions', code: 'invalid' }] });
+    return actions.map(({ label, identifier, description }) => ({ label, identifier, description }));
   }
 
   // GitHub: a conclusion or completed_at implies status "completed", which requires a conclusion.
@@ -619,7 +634,7 @@ export async function startStandin({
 
   function applyFields(run, fields, nowIso, doc) {
     const next = nextStatus(run, fields, nowIso, doc);
-    for (const key of ['name', 'details_url', 'external_id', 'started_at']) {
+    for (const key of ['name', 'details_url', 'external_id', 'started_at', 'actions']) {
       if (key in fields) run[key] = fields[key];
     }
     if (fields.output) {
@@ -656,6 +671,7 @@ export async function startStandin({
       check_suite: { id: checkSuiteId(`${owner}/${repo}`, headSha) },
       app: { id: Number(appId), slug: 'sluice', name: 'Sluice' },
       pull_requests: [],
+      actions: [],
     };
   }
 
@@ -737,7 +753,53 @@ export async function startStandin({
     sendJson(ctx.res, 200, { total_count: runs.length, check_runs: runs.slice(start, end) });
   }
 
+  // -- handlers: pull requests and collaborators -------------------------------------------------
+
+  // GET /repos/{o}/{r}/pulls/{n}: the pull requests the test registered (`_standin/.../pulls/{n}`).
+  function getPull(ctx, owner, repo, rawNumber) {
+    requirePermission(ctx.token, 'pull_requests', 'read');
+    requireRepo(owner, repo, DOCS.pull);
+    const pull = state.pulls.get(`${owner}/${repo}#${rawNumber}`);
+    if (!pull) throw notFound(DOCS.pull);
+    const urls = repoUrls(owner, repo);
+    sendJson(ctx.res, 200, {
+      url: `${urls.api}/pulls/${rawNumber}`,
+      number: Number(rawNumber),
+      state: 'open',
+      head: { ref: pull.head_ref, sha: pull.head_sha, repo: { full_name: pull.head_repo } },
+      base: { ref: 'main', repo: { full_name: `${owner}/${repo}` } },
+      author_association: pull.author_association,
+    });
+  }
+
+  // GET /repos/{o}/{r}/collaborators/{u}/permission: the owner is admin; others as registered,
+  // else "read" (anyone may read a public repository), as GitHub answers.
+  function getPermission(ctx, owner, repo, rawUser) {
+    requirePermission(ctx.token, 'metadata', 'read');
+    requireRepo(owner, repo, DOCS.permission);
+    const user = decodeSegment(rawUser);
+    const permission = user === owner ? 'admin' : (state.permissions.get(`${owner}/${repo}:${user}`) ?? 'read');
+    sendJson(ctx.res, 200, { permission, role_name: permission, user: { login: user, type: 'User' } });
+  }
+
   // -- handlers: stand-in control ----------------------------------------------------------------
+
+  function controlPull(ctx, owner, repo, rawNumber) {
+    const body = requireObjectBody(ctx);
+    if (!/^\d+$/.test(rawNumber) || !SHA_RE.test(body.head_sha ?? '')) throw invalidRequest('Expected {head_sha}.', DOCS.root);
+    state.pulls.set(`${owner}/${repo}#${rawNumber}`, {
+      head_sha: body.head_sha, head_ref: body.head_ref ?? 'feature', head_repo: body.head_repo ?? `${owner}/${repo}`,
+      author_association: body.author_association ?? 'OWNER',
+    });
+    sendJson(ctx.res, 201, { ok: true });
+  }
+
+  function controlPermission(ctx, owner, repo, rawUser) {
+    const { permission } = requireObjectBody(ctx);
+    if (!['admin', 'write', 'read', 'none'].includes(permission)) throw invalidRequest('Expected {permission}.', DOCS.root);
+    state.permissions.set(`${owner}/${repo}:${decodeSegment(rawUser)}`, permission);
+    sendJson(ctx.res, 201, { ok: true });
+  }
 
   function controlCalls(ctx) {
     const method = ctx.query.get('method')?.toUpperCase();
@@ -775,6 +837,8 @@ export async function startStandin({
     state.calls.length = 0;
     state.checkRuns.clear();
     state.checkSuites.clear();
+    state.pulls.clear();
+    state.permissions.clear();
     sendJson(ctx.res, 200, { ok: true });
   }
 
@@ -787,6 +851,10 @@ export async function startStandin({
     { method: 'GET', re: /^\/_standin\/check-runs$/, handler: controlCheckRuns },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/commits$`), handler: controlCommit },
     { method: 'POST', re: /^\/_standin\/reset$/, handler: controlReset },
+    { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}$`), handler: controlPull },
+    { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/collaborators/${R}$`), handler: controlPermission },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), handler: getPull, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/collaborators/${R}/permission$`), handler: getPermission, auth: true },
     { method: 'POST', re: new RegExp(`^/app/installations/${R}/access_tokens$`), handler: createAccessToken },
     { method: 'DELETE', re: /^\/installation\/token$/, handler: revokeToken, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },

@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { commitFiles, createRepo, headSha } from './git.mjs';
 import { startStandin } from './server.mjs';
-import { pullRequestPayload, pushPayload, repoId, sendWebhook, signBody } from './webhooks.mjs';
+import { checkRunRequestedActionPayload, pullRequestPayload, pushPayload, repoId, sendWebhook, signBody } from './webhooks.mjs';
 
 const execFileAsync = promisify(execFile);
 const HERE = fileURLToPath(new URL('.', import.meta.url));
@@ -179,7 +179,7 @@ test('access token: a valid JWT gets a ghs_ token with GitHub-shaped fields', as
   assert.match(res.json.expires_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
   const expires = Date.parse(res.json.expires_at);
   assert.ok(Math.abs(expires - (before + 3600_000)) < 5_000, `expires_at ${res.json.expires_at}`);
-  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'read', metadata: 'read' });
+  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'read', metadata: 'read', pull_requests: 'read' });
   assert.equal(res.json.repository_selection, 'all');
 });
 
@@ -879,4 +879,38 @@ test('CLI: missing required options exit with status 2 and usage', async () => {
   const result = await execFileAsync(process.execPath, [join(HERE, 'server.mjs'), '--port', '0']).catch((err) => err);
   assert.equal(result.code, 2);
   assert.match(result.stderr, /missing --repos-dir/);
+});
+
+test('pulls and permissions: registered pull requests answer their head, 404 otherwise; permissions by user', async () => {
+  const auth = `token ${await issueToken()}`;
+  assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/pulls/5`, { auth })).status, 404);
+  const reg = await request('POST', `/_standin/repos/${OWNER}/${REPO}/pulls/5`, { body: { head_sha: mainSha, head_repo: 'fork/widgets', author_association: 'FIRST_TIME_CONTRIBUTOR' } });
+  assert.equal(reg.status, 201);
+  const pull = await request('GET', `/repos/${OWNER}/${REPO}/pulls/5`, { auth });
+  assert.equal(pull.status, 200);
+  assert.equal(pull.json.head.sha, mainSha);
+  assert.equal(pull.json.author_association, 'FIRST_TIME_CONTRIBUTOR');
+  const perm = async (user) => (await request('GET', `/repos/${OWNER}/${REPO}/collaborators/${user}/permission`, { auth })).json.permission;
+  assert.equal(await perm(OWNER), 'admin');
+  assert.equal(await perm('stranger'), 'read');
+  await request('POST', `/_standin/repos/${OWNER}/${REPO}/collaborators/maint`, { body: { permission: 'write' } });
+  assert.equal(await perm('maint'), 'write');
+  const noPulls = await issueToken({}, { permissions: { contents: 'read' } });
+  assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/pulls/5`, { auth: `token ${noPulls}` })).status, 403);
+});
+
+test('check run actions: GitHub\'s limits hold, and requested_action payloads carry the run and the identifier', async () => {
+  const auth = `token ${await issueToken()}`;
+  const created = await request('POST', `/repos/${OWNER}/${REPO}/check-runs`, { auth, body: { name: 'ci', head_sha: mainSha, external_id: 'inst-1' } });
+  const id = created.json.id;
+  const good = [{ label: 'Approve and run', identifier: 'approve', description: 'Run it' }];
+  const ok = await request('PATCH', `/repos/${OWNER}/${REPO}/check-runs/${id}`, { auth, body: { actions: good } });
+  assert.equal(ok.status, 200);
+  assert.deepEqual(ok.json.actions, good);
+  const long = await request('PATCH', `/repos/${OWNER}/${REPO}/check-runs/${id}`, { auth, body: { actions: [{ ...good[0], label: 'x'.repeat(21) }] } });
+  assert.equal(long.status, 422);
+  const payload = checkRunRequestedActionPayload({ owner: OWNER, repo: REPO, checkRun: ok.json, identifier: 'approve', senderLogin: 'maint' });
+  assert.equal(payload.check_run.external_id, 'inst-1');
+  assert.equal(payload.requested_action.identifier, 'approve');
+  assert.equal(payload.sender.login, 'maint');
 });

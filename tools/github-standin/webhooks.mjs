@@ -57,6 +57,7 @@ function installation(installationId) {
 export function pullRequestPayload({
   owner, repo, sha, action = 'opened', number = 1, draft = false, senderLogin = 'octocat', senderType = 'User',
   installationId = 42, cloneUrl, baseRef = 'main', headRef = 'feature', baseSha = sha,
+  headOwner = owner, authorAssociation = 'OWNER',
 }) {
   const repoObj = repository(owner, repo, cloneUrl);
   const user = account(senderLogin, senderType);
@@ -83,9 +84,13 @@ export function pullRequestPayload({
       merged_at: null,
       merge_commit_sha: null,
       draft,
-      head: { label: `${owner}:${headRef}`, ref: headRef, sha, user: repoObj.owner, repo: repoObj },
+      // A fork's head lives in the fork (headOwner/repo).
+      head: {
+        label: `${headOwner}:${headRef}`, ref: headRef, sha, user: account(headOwner, 'User'),
+        repo: headOwner === owner ? repoObj : { ...repository(headOwner, repo), fork: true },
+      },
       base: { label: `${owner}:${baseRef}`, ref: baseRef, sha: baseSha, user: repoObj.owner, repo: repoObj },
-      author_association: 'OWNER',
+      author_association: authorAssociation,
       merged: false,
       mergeable: null,
     },
@@ -162,4 +167,17 @@ export async function sendWebhook({ url, secret, event, payload, deliveryId = ra
     // Non-JSON replies (plain "ok", HTML errors) are returned as text.
   }
   return { status: res.status, body: parsed, deliveryId };
+}
+
+// `check_run` `requested_action`: someone pressed a button of a check run (GitHub's documented
+// shape: the check run, the button's identifier, the repository, the sender, the installation).
+export function checkRunRequestedActionPayload({ owner, repo, checkRun, identifier, senderLogin = 'octocat', installationId = 42 }) {
+  return {
+    action: 'requested_action',
+    check_run: checkRun,
+    requested_action: { identifier },
+    repository: repository(owner, repo),
+    sender: account(senderLogin, 'User'),
+    installation: installation(installationId),
+  };
 }

@@ -1,0 +1,159 @@
+//! Bounded human decisions on a check run's buttons (ADR-0001 rule 3: an
+//! instance hibernates only for a decision with a named decider and a
+//! declared timeout). The check run shows a button; pressing it sends a
+//! `check_run` `requested_action` webhook, which intake turns into an event
+//! for the instance the check run's external id names. The instance itself
+//! checks the event is about its own check run and that the sender may
+//! decide (write access, asked of GitHub), so neither the button nor the
+//! webhook route decides anything.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Ctx, RunError, StepConfig};
+use crate::github::{CheckAction as Button, CheckOutput, CheckRunUpdate};
+
+use super::report::{github_failure, github_step, CheckTarget};
+use super::triggers::{CheckAction, CHECK_ACTION_EVENT};
+use super::RunEnv;
+
+/// Presses one instance may receive before it stops listening: a decision
+/// that never comes ends at the window, a flood of presses by people who
+/// may not decide ends here.
+const PRESSES_MAX: u32 = 50;
+
+/// Permissions that may decide (GitHub reports `maintain` as `write` here).
+const DECIDERS: [&str; 2] = ["admin", "write"];
+
+/// What the check run asks for, and for how long.
+pub struct Ask<'a> {
+    pub check_run_id: u64,
+    pub title: &'a str,
+    pub summary: String,
+    pub button: Button,
+    pub window_ms: i64,
+}
+
+/// How the wait ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decided", rename_all = "snake_case")]
+pub enum Decided {
+    Approved { by: String },
+    TimedOut,
+}
+
+/// Shows the button and waits, bounded, until someone who may decide
+/// presses it.
+pub async fn ask(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    a: &Ask<'_>,
+) -> Result<Decided, RunError> {
+    let deadline_ms: i64 = ctx
+        .step("approval deadline", StepConfig::once(), |_| async {
+            Ok(ctx.now_ms() + a.window_ms)
+        })
+        .await?;
+    show(
+        ctx,
+        env,
+        target,
+        a,
+        Some(vec![a.button.clone()]),
+        "request approval",
+    )
+    .await?;
+    for _ in 0..PRESSES_MAX {
+        // Every round is a journaled wait, even one left with no time (it
+        // times out at once): a replay takes the same rounds whatever the
+        // clock says now.
+        let left_ms = (deadline_ms - ctx.now_ms()).max(0);
+        let payload = match ctx
+            .wait_for_event("approval", CHECK_ACTION_EVENT, left_ms)
+            .await
+        {
+            Ok(p) => p,
+            Err(RunError::EventTimedOut { .. }) => break,
+            Err(e) => return Err(e),
+        };
+        let Ok(press) = serde_json::from_value::<CheckAction>(payload) else {
+            continue;
+        };
+        if press.check_run_id != a.check_run_id || press.identifier != a.button.identifier {
+            continue;
+        }
+        if may_decide(ctx, env, target, &press.sender).await? {
+            let done = format!("Approved by @{} to run.", press.sender);
+            let approved = Ask {
+                summary: done,
+                ..clone_ask(a)
+            };
+            show(
+                ctx,
+                env,
+                target,
+                &approved,
+                Some(Vec::new()),
+                "show approval",
+            )
+            .await?;
+            return Ok(Decided::Approved { by: press.sender });
+        }
+    }
+    Ok(Decided::TimedOut)
+}
+
+fn clone_ask<'a>(a: &Ask<'a>) -> Ask<'a> {
+    Ask {
+        check_run_id: a.check_run_id,
+        title: a.title,
+        summary: a.summary.clone(),
+        button: a.button.clone(),
+        window_ms: a.window_ms,
+    }
+}
+
+/// Updates the check run's text and buttons, as the step `name`.
+async fn show(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    a: &Ask<'_>,
+    actions: Option<Vec<Button>>,
+    name: &str,
+) -> Result<(), RunError> {
+    let update = CheckRunUpdate {
+        output: Some(CheckOutput {
+            title: a.title.to_owned(),
+            summary: a.summary.clone(),
+        }),
+        actions,
+        ..CheckRunUpdate::default()
+    };
+    ctx.step(name, github_step(), |_| async {
+        env.github
+            .update_check_run(target.installation_id, target.repo, a.check_run_id, &update)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+}
+
+/// Whether `login` has write access to the repository, asked of GitHub
+/// (journaled: the answer at the press is the answer).
+async fn may_decide(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    login: &str,
+) -> Result<bool, RunError> {
+    ctx.step("check decider", github_step(), |_| async {
+        let permission = env
+            .github
+            .permission_of(target.installation_id, target.repo, login)
+            .await
+            .map_err(github_failure)?;
+        Ok(permission.is_some_and(|p| DECIDERS.contains(&p.as_str())))
+    })
+    .await
+}
