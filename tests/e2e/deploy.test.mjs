@@ -8,7 +8,6 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { pushPayload } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
@@ -122,7 +121,7 @@ function readDeployLog(file) {
 
 deployTest('a burst of pushes: never two deploys at once, the newest commit wins, the rest skip neutral', async () => {
   const repo = 'svc';
-  const logFile = join(stack.tmpDir, 'deploys.log');
+  const logFile = stack.sharedFile('deploys.log');
   const shas = [];
   const ids = [];
   let prev;
@@ -182,7 +181,7 @@ deployTest('a burst of pushes: never two deploys at once, the newest commit wins
 
 deployTest('an operator skips a waiting deploy: it ends skipped and no notification is sent', async () => {
   const repo = 'ops';
-  const logFile = join(stack.tmpDir, 'ops.log');
+  const logFile = stack.sharedFile('ops.log');
   const first = stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(logFile, 3), 'VERSION': 'a\n' });
   const holder = await push(repo, first);
   await stack.waitFor(async () => {
@@ -211,7 +210,7 @@ deployTest('an operator skips a waiting deploy: it ends skipped and no notificat
 
 deployTest('an operator restart of a deploy past its gate while another holds the group deploys nothing beside it', async () => {
   const repo = 'restarts';
-  const logFile = join(stack.tmpDir, 'restarts.log');
+  const logFile = stack.sharedFile('restarts.log');
   const first = stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(logFile, 0.2), 'VERSION': 'a\n' });
   const a = await push(repo, first);
   const [doneA] = await waitAllTerminal([a]);

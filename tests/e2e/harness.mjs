@@ -7,7 +7,7 @@
 // same state (killWorker / restartWorker). Child output goes to files in the temp dir; logTail()
 // shows the Worker's recent log when a test fails.
 
-import { closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -172,10 +172,15 @@ export async function startStack(opts = {}) {
   // reach it, and must not reach the Worker's vars or state (tmp stays 0700).
   const sandbox = mkdtempSync(join(tmpdir(), 'sluice-e2e-sandbox-'));
   liveTmpDirs.add(sandbox);
+  // Files tests let every run's command write (sharedFile): the runs' users differ.
+  const shared = mkdtempSync(join(tmpdir(), 'sluice-e2e-shared-'));
+  chmodSync(shared, 0o755);
+  liveTmpDirs.add(shared);
   const paths = {
     tmp,
     repos: join(tmp, 'repos'),
     sandbox,
+    shared,
     state: join(tmp, 'state'),
     envFile: join(tmp, 'worker.vars'),
     workerLog: join(tmp, 'worker.log'),
@@ -188,7 +193,7 @@ export async function startStack(opts = {}) {
   } catch (err) {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
     const tail = tailLines(paths.workerLog, LOG_TAIL_LINES);
-    for (const dir of [tmp, sandbox]) {
+    for (const dir of [tmp, sandbox, shared]) {
       if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(dir, { recursive: true, force: true });
       liveTmpDirs.delete(dir);
     }
@@ -344,6 +349,14 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     sandboxRoot: paths.sandbox,
     // The Worker's vars file, 0600 in the stack's 0700 directory: what .dev.vars is to `npm start`.
     envFile: paths.envFile,
+    // An empty file that the commands of every run may append to (each workspace has a user of
+    // its own, so a file one command creates is its alone): how tests watch runs side by side.
+    sharedFile: (name) => {
+      const path = join(paths.shared, name);
+      writeFileSync(path, '');
+      chmodSync(path, 0o666);
+      return path;
+    },
     // With containers: the docker CLI wrangler uses, and the Worker's sandbox containers.
     docker: layer?.docker ?? null,
     sandboxContainers: () => (layer ? sandboxContainers(layer.docker) : Promise.resolve([])),
@@ -374,7 +387,7 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     async stop() {
       for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
       cleanups.length = 0;
-      for (const dir of [paths.tmp, paths.sandbox]) {
+      for (const dir of [paths.tmp, paths.sandbox, paths.shared]) {
         if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(dir, { recursive: true, force: true });
         liveTmpDirs.delete(dir);
       }
