@@ -13,6 +13,7 @@ import { ROOT, WRANGLER_BIN, delay, freePort, pollUntil, spawnGroup, stopGroup, 
 import { startStack } from '../tests/e2e/harness.mjs';
 import { benchAgent } from './bench-agent.mjs';
 import { benchGates } from './bench-gates.mjs';
+import { benchContainers } from '../tests/e2e-containers/measure.mjs';
 
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
 const ROUNDS_DEFAULT = 7;
@@ -177,6 +178,8 @@ async function main() {
     await peer.stop();
     await stack.stop();
   }
+  // Containers next to the agent process, when this machine runs Docker (else one row says why).
+  rows.push(...(await benchContainers()));
   console.log('');
   printTable(rows);
 }

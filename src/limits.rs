@@ -167,3 +167,16 @@ const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= LEASE_TTL_MS);
 const _: () = assert!(HOLDER_STALE_MS < SERIAL_QUEUED_TIMEOUT_MS_DEFAULT);
 const _: () = assert!(SERIAL_QUEUED_TIMEOUT_MS_DEFAULT <= QUEUE_POLICY_MS_MAX);
 const _: () = assert!(WAITERS_LISTED_MAX <= SKIP_ALL_MAX);
+
+// --- containers ---
+
+/// `max_instances` of the `[[containers]]` entry in wrangler.toml: the most
+/// sandbox containers Cloudflare runs for this Worker at once (one per run
+/// instance that holds a pool slot). The pool must never admit more runs
+/// than this (`POOL_CAPACITY`), or the run past it cannot start its
+/// container: `tests/container_lifecycle.rs` reads wrangler.toml and keeps
+/// `max_instances` equal to this and any `POOL_CAPACITY` set there within
+/// it, and `scripts/containers/layer.mjs` checks the same of the local
+/// layer's vars.
+pub const CONTAINER_INSTANCES_MAX: u32 = 20;
+const _: () = assert!(CONTAINER_INSTANCES_MAX <= POOL_CAPACITY_MAX);

@@ -1,5 +1,6 @@
 //! A value that must never be printed, serialized or journaled: tokens,
-//! keys, configured secrets.
+//! keys, configured secrets. Scrubbing them from output is sluice-redact's
+//! job (crates/redact), shared with the sandbox agent.
 
 use std::fmt;
 
@@ -23,21 +24,6 @@ impl<T> fmt::Debug for Secret<T> {
     }
 }
 
-/// Replaces every occurrence of each secret value in `text` with `***`.
-/// The one redaction helper: logs, step results and check run summaries
-/// all pass through it.
-pub fn redact(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_owned();
-    for s in secrets {
-        // Very short values would redact ordinary words; they are not
-        // secrets worth the name, and GitHub tokens are 40 characters.
-        if s.len() >= 4 {
-            out = out.replace(s, "***");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,11 +34,5 @@ mod tests {
             format!("{:?}", Secret::new("ghs_abc")),
             "Secret(<redacted>)"
         );
-    }
-
-    #[test]
-    fn redacts_every_occurrence() {
-        assert_eq!(redact("a tok123 b tok123", &["tok123"]), "a *** b ***");
-        assert_eq!(redact("abc", &["ab"]), "abc");
     }
 }

@@ -9,12 +9,12 @@ use common::fakes::*;
 use common::{block_on, ManualClock, T0};
 use futures::FutureExt;
 use serde_json::{json, Value};
-use sluice::engine::{Clock, Command, CommandError, CreateRequest, Status};
+use sluice::engine::{Clock, Command, CommandError, Status};
 use sluice::gates::serial;
-use sluice::gates::QueuePolicy;
 use sluice::github::client::parse_rfc3339_ms;
 use sluice::limits::{HOLDER_STALE_MS, SERIAL_QUEUED_TIMEOUT_MS_DEFAULT};
 use sluice::net::HttpRequest;
+use sluice::runs::environment::Environments;
 use sluice::runs::gate::TURN_EVENT;
 use sluice::runs::Waker;
 use sluice::store::Database;
@@ -104,17 +104,112 @@ fn a_passing_check_reports_success_with_the_log_tail_and_stores_the_log() {
         (co[0].repo_url.as_str(), co[0].sha.as_str()),
         (CLONE_URL, s.as_str())
     );
-    assert!(
-        rig.github
-            .issued_tokens()
-            .contains(co[0].token.as_ref().expect("a token")),
-        "a token GitHub issued"
+    let token = co[0].token.as_ref().expect("a token");
+    let grant = rig.github.grant_of(token).expect("a token GitHub issued");
+    assert_eq!(
+        grant.repositories,
+        ["hello"],
+        "scoped to the one repository"
     );
+    assert_eq!(
+        grant
+            .permissions
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect::<Vec<_>>(),
+        ["contents:read", "metadata:read"],
+        "a checkout can read, nothing else"
+    );
+    assert!(grant.revoked, "revoked once the checkout was done");
     let start = &rig.sandbox.starts_in(&c.id)[0];
     assert_eq!(start.env["SLUICE_SHA"], s);
     assert_eq!(start.env["SLUICE_REPO"], REPO);
     assert_eq!(start.env["SLUICE_PR"], PR_NUMBER.to_string());
     assert_eq!(rig.row(&c).status, "complete");
+}
+
+/// Issue 8 item 7: no token for the whole installation with every
+/// permission; Sluice's own is the repository's, for checks and contents.
+#[test]
+fn every_token_is_scoped_to_the_repository() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    let grants: Vec<Grant> = rig
+        .github
+        .issued_tokens()
+        .iter()
+        .map(|t| rig.github.grant_of(t).unwrap())
+        .collect();
+    assert_eq!(
+        grants.len(),
+        2,
+        "the API token and the checkout's: {grants:?}"
+    );
+    for g in &grants {
+        assert_eq!(g.repositories, ["hello"]);
+        assert!(!g.permissions.values().any(|v| v == "admin"));
+    }
+    assert!(grants
+        .iter()
+        .any(|g| g.permissions.get("checks").map(String::as_str) == Some("write")));
+}
+
+/// Issue 8 item 8: a check run another App made with Sluice's name and
+/// the instance's external id is neither found nor touched.
+#[test]
+fn a_check_run_of_another_app_is_not_taken_for_ours() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    let foreign = rig
+        .github
+        .foreign_check_run(REPO, &s, "sluice/check", &c.id);
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    let runs = rig.github.check_runs_on(&s);
+    let theirs = runs.iter().find(|r| r.id == foreign).unwrap();
+    assert_eq!(
+        (theirs.statuses.len(), theirs.conclusion.as_deref()),
+        (1, None),
+        "untouched"
+    );
+    let ours: Vec<_> = runs.iter().filter(|r| r.id != foreign).collect();
+    assert_eq!(ours.len(), 1);
+    assert_eq!(ours[0].conclusion.as_deref(), Some("success"));
+}
+
+/// Issue 8 item 8: a branch name is one path of segments, each
+/// percent-encoded: `#` and `?` cannot cut the request short.
+#[test]
+fn branch_names_are_percent_encoded_in_api_paths() {
+    let m = sha('a');
+    let branch = "feat/a#b?c";
+    let config = format!("[deploy]\nbranch = \"{branch}\"\ncommand = \"./deploy.sh\"\n");
+    let rig = deploy_rig(&[&m], &config);
+    rig.github.set_head(REPO, BRANCH, &m);
+    rig.github.set_head(REPO, branch, &m);
+    let d = rig.deploy_pushed(REPO, branch, &m, None);
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    let reads = rig.github.calls_to("ref");
+    assert!(
+        !reads.is_empty()
+            && reads
+                .iter()
+                .all(|c| c.path.ends_with("/git/ref/heads/feat/a%23b%3Fc")),
+        "{reads:?}"
+    );
+    let run = rig.github.only_check_run(&m, "sluice/deploy");
+    assert_eq!(
+        run.conclusion.as_deref(),
+        Some("success"),
+        "{}",
+        run.summary()
+    );
 }
 
 #[test]
@@ -347,7 +442,8 @@ fn github_blips_are_retried_and_the_check_still_completes() {
             .map(|c| c.status)
             .collect::<Vec<_>>()
     };
-    assert_eq!(statuses("token"), [502, 201]);
+    // The API token (after the blip), then the checkout's own.
+    assert_eq!(statuses("token"), [502, 201, 201]);
     assert_eq!(statuses("contents"), [502, 502, 200]);
     assert_eq!(
         statuses("create-check-run"),
@@ -836,7 +932,7 @@ fn a_deploy_secret_reaches_the_process_and_nothing_else() {
     const VALUE: &str = "cf-api-token-5f2b7c9e1d44";
     let a = sha('a');
     let config =
-        "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nsecrets = [\"DEPLOY_TOKEN\"]\n";
+        "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nenvironment = \"production\"\n";
     let rig = Rig::new();
     rig.github.commit(REPO, &a, &[(".sluice.toml", config)]);
     rig.sandbox.script(
@@ -850,10 +946,13 @@ fn a_deploy_secret_reaches_the_process_and_nothing_else() {
 
     assert_eq!(rig.run_to_end(&da), Status::Complete);
 
-    assert_eq!(
-        rig.sandbox.starts_in(&da.id)[0].env["DEPLOY_TOKEN"],
-        VALUE,
-        "exported to the command"
+    let start = &rig.sandbox.starts_in(&da.id)[0];
+    assert_eq!(start.env["DEPLOY_TOKEN"], VALUE, "exported to the command");
+    let tokens = rig.github.issued_tokens();
+    assert!(
+        start.redact.iter().any(|v| v == VALUE) && start.redact.iter().any(|v| tokens.contains(v)),
+        "the agent scrubs the secret and the checkout token: {:?}",
+        start.redact.len()
     );
     let result = rig.command_result(&da, "run deploy command");
     let log = rig.log(&result.log_key).expect("log stored");
@@ -887,30 +986,192 @@ fn a_deploy_secret_reaches_the_process_and_nothing_else() {
     );
 }
 
+/// The deploy config a pusher of branch `evil` writes at their commit.
+const EVIL_TOML: &str =
+    "[deploy]\nbranch = \"evil\"\ncommand = \"./deploy.sh\"\nenvironment = \"production\"\n";
+const SECRET_VALUE: &str = "cf-api-token-5f2b7c9e1d44";
+
+/// A rig whose default branch deploys `main_config`, with DEPLOY_TOKEN set.
+fn environment_rig(main_sha: &str, main_config: &str) -> Rig {
+    let rig = Rig::new();
+    rig.github
+        .commit(REPO, main_sha, &[(".sluice.toml", main_config)]);
+    rig.github.set_head(REPO, BRANCH, main_sha);
+    rig.sandbox
+        .script("./deploy.sh", 0, "auth with ${DEPLOY_TOKEN}\n");
+    rig.secrets.set("DEPLOY_TOKEN", SECRET_VALUE);
+    rig
+}
+
+/// Item 1 of the security issue, as a pusher of a branch would try it: the
+/// config at the pushed commit names the branch and the environment. The
+/// policy is read on the default branch, which deploys `main` only.
 #[test]
-fn a_deploy_naming_an_unset_secret_fails_without_running() {
-    let a = sha('a');
+fn a_branch_cannot_grant_itself_a_deploy_or_its_secrets() {
+    let (m, e) = (sha('a'), sha('e'));
+    let rig = environment_rig(
+        &m,
+        "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nenvironment = \"production\"\n",
+    );
+    rig.github.commit(REPO, &e, &[(".sluice.toml", EVIL_TOML)]);
+    rig.github.set_head(REPO, "evil", &e);
+    let de = rig.deploy_pushed(REPO, "evil", &e, None);
+
+    assert_eq!(rig.run_to_end(&de), Status::Skipped);
+
+    assert!(rig.sandbox.starts_in(&de.id).is_empty(), "nothing ran");
+    assert!(
+        rig.github.check_runs_on(&e).is_empty(),
+        "a branch main's config does not deploy is not a deploy"
+    );
+    let reads = rig.github.calls_to("contents");
+    assert!(
+        !reads.is_empty() && reads.iter().all(|c| c.path.contains("ref=main")),
+        "the policy was read on the default branch only: {reads:?}"
+    );
+}
+
+/// The default branch may name a branch the environment does not allow:
+/// the operator's grant decides, and the refusal names no secret.
+#[test]
+fn an_environment_refuses_a_branch_it_does_not_allow() {
+    let m = sha('a');
+    let s = sha('5');
     let config =
-        "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nsecrets = [\"DEPLOY_TOKEN\"]\n";
-    let rig = deploy_rig(&[&a], config);
-    rig.github.set_head(REPO, BRANCH, &a);
-    let da = rig.deploy(&a);
+        "[deploy]\nbranch = \"staging\"\ncommand = \"./deploy.sh\"\nenvironment = \"production\"\n";
+    let rig = environment_rig(&m, config);
+    rig.github.commit(REPO, &s, &[]);
+    rig.github.set_head(REPO, "staging", &s);
+    let ds = rig.deploy_pushed(REPO, "staging", &s, None);
 
-    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    assert_eq!(rig.run_to_end(&ds), Status::Complete);
 
-    let run = rig.github.only_check_run(&a, "sluice/deploy");
+    assert!(rig.sandbox.starts_in(&ds.id).is_empty());
+    let run = rig.github.only_check_run(&s, "sluice/deploy");
+    assert_eq!(run.conclusion.as_deref(), Some("failure"));
+    let summary = run.summary();
+    assert!(
+        summary.contains("may not deploy to environment `production`"),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains("DEPLOY_TOKEN") && !summary.contains(SECRET_VALUE),
+        "{summary}"
+    );
+    assert_eq!(
+        rig.queue_states(&ds).len(),
+        0,
+        "a refused deploy never queued"
+    );
+}
+
+/// Unknown environments and environments closed to this repository get
+/// the same words: a pusher learns nothing about what exists.
+#[test]
+fn refusals_do_not_tell_which_environments_exist() {
+    let summaries: Vec<String> = ["production", "nonexistent"]
+        .into_iter()
+        .map(|name| {
+            let m = sha('a');
+            let config = format!("[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nenvironment = \"{name}\"\n");
+            let mut rig = environment_rig(&m, &config);
+            // production exists but is not open to octo/hello.
+            rig.environments = Environments::parse(Some(
+                "[production]\nrepos = [\"octo/other\"]\nbranches = [\"main\"]\nsecrets = [\"DEPLOY_TOKEN\"]\n",
+            ));
+            let d = rig.deploy(&m);
+            assert_eq!(rig.run_to_end(&d), Status::Complete);
+            assert!(rig.sandbox.starts_in(&d.id).is_empty());
+            rig.github.only_check_run(&m, "sluice/deploy").summary().replace(name, "<name>")
+        })
+        .collect();
+    assert_eq!(summaries[0], summaries[1]);
+}
+
+#[test]
+fn an_environment_missing_a_secret_deploys_nothing_and_names_none() {
+    let m = sha('a');
+    let rig = Rig::new();
+    rig.github.commit(
+        REPO,
+        &m,
+        &[(".sluice.toml", "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nenvironment = \"production\"\n")],
+    );
+    rig.github.set_head(REPO, BRANCH, &m);
+    let d = rig.deploy(&m);
+
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+
+    let run = rig.github.only_check_run(&m, "sluice/deploy");
     assert_eq!(run.conclusion.as_deref(), Some("failure"));
     assert!(
-        run.summary().contains("`DEPLOY_TOKEN`"),
+        run.summary().contains("missing one of its secrets"),
         "{}",
         run.summary()
     );
-    assert!(rig.sandbox.starts_in(&da.id).is_empty());
+    assert!(!run.summary().contains("DEPLOY_TOKEN"), "{}", run.summary());
+    assert!(rig.sandbox.starts_in(&d.id).is_empty());
     assert_eq!(
-        rig.queue_state(&da),
+        rig.queue_state(&d),
         "released",
         "the group is released on this exit too"
     );
+}
+
+/// A deploy that selects no environment runs with no secret at all.
+#[test]
+fn a_deploy_without_an_environment_gets_no_secret() {
+    let m = sha('a');
+    let rig = environment_rig(&m, DEPLOY_TOML);
+    let d = rig.deploy(&m);
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    let start = &rig.sandbox.starts_in(&d.id)[0];
+    assert!(!start.env.contains_key("DEPLOY_TOKEN"), "{:?}", start.env);
+    assert!(!start.env.values().any(|v| v == SECRET_VALUE));
+}
+
+#[test]
+fn secrets_named_in_the_repository_are_refused_with_the_migration() {
+    let m = sha('a');
+    let rig = environment_rig(
+        &m,
+        "[deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nsecrets = [\"DEPLOY_TOKEN\"]\n",
+    );
+    let d = rig.deploy(&m);
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    let run = rig.github.only_check_run(&m, "sluice/deploy");
+    assert_eq!(run.conclusion.as_deref(), Some("failure"));
+    assert!(
+        run.summary().contains("[deploy] environment"),
+        "{}",
+        run.summary()
+    );
+    assert!(rig.sandbox.starts_in(&d.id).is_empty());
+}
+
+/// Repository and branch globs follow GitHub's: `*` stops at `/`.
+#[test]
+fn environment_globs_match_as_githubs_branch_filters() {
+    let envs = Environments::parse(Some(
+        "[staging]\nrepos = [\"Octo/*\"]\nbranches = [\"release/*\", \"hotfix/**\"]\n",
+    ));
+    assert!(envs.error().is_none(), "{:?}", envs.error());
+    assert!(envs.grant("staging", "octo/hello", "release/1.2").is_ok());
+    assert!(envs.grant("staging", "octo/hello", "hotfix/a/b").is_ok());
+    assert!(envs.grant("staging", "octo/hello", "release/1/2").is_err());
+    assert!(envs.grant("staging", "other/hello", "release/1").is_err());
+    assert!(envs.grant("production", "octo/hello", "release/1").is_err());
+    for bad in [
+        "[p]\nrepos = [\"octo/x\"]\n",
+        "[p]\nrepos = [\"octo\"]\nbranches = [\"main\"]\n",
+        "[p]\nrepos = [\"octo/x\"]\nbranches = [\"main\"]\nsecrets = [\"GITHUB_APP_PRIVATE_KEY\"]\n",
+        "[p]\nrepos = [\"octo/x\"]\nbranches = [\"main\"]\nsecret = [\"X\"]\n",
+        "[Prod]\nrepos = [\"octo/x\"]\nbranches = [\"main\"]\n",
+    ] {
+        let envs = Environments::parse(Some(bad));
+        assert!(envs.error().is_some(), "{bad:?} must be refused");
+        assert!(envs.grant("p", "octo/x", "main").is_err(), "an invalid declaration grants nothing");
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1370,14 +1631,16 @@ async fn sweep_every_minute(rig: &Rig, done: &std::cell::Cell<bool>) {
 #[test]
 fn scenario_5_a_release_passes_over_a_paused_waiter() {
     let (a, b, c) = (sha('a'), sha('b'), sha('c'));
-    let fifo = format!("{DEPLOY_TOML}[deploy.queue]\nsupersede = false\n");
-    let rig = deploy_rig_timed(&[&a, &b, &c], &fifo, 5 * MINUTE_MS);
-    // No branch head is known (the read answers 404): arrival order decides.
-    let da = rig.deploy(&a);
+    let fifo = "[deploy]\nbranch = \"release\"\ncommand = \"./deploy.sh\"\n[deploy.queue]\nsupersede = false\n";
+    let rig = deploy_rig_timed(&[&a, &b, &c], fifo, 5 * MINUTE_MS);
+    // The default branch carries the policy; no head of `release` is known
+    // (the read answers 404): arrival order decides.
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy_pushed(REPO, "release", &a, None);
     assert_eq!(rig.pass(&da).status, Status::Waiting);
-    let db = rig.deploy(&b);
+    let db = rig.deploy_pushed(REPO, "release", &b, None);
     assert_eq!(rig.pass(&db).status, Status::Waiting);
-    let dc = rig.deploy(&c);
+    let dc = rig.deploy_pushed(REPO, "release", &c, None);
     assert_eq!(rig.pass(&dc).status, Status::Waiting);
     assert_eq!(rig.command(&db, Command::Pause), Status::Paused);
     assert_eq!(block_on(rig.drive(&da, 0)), Status::Complete);
@@ -1494,8 +1757,61 @@ fn scenario_6_a_failed_finalize_is_retried_by_the_sweep() {
     assert_eq!(rows[0]["n"], 0, "ended rows purged after retention");
 }
 
-/// Scenario 7: checks pass admission (the pool bounds them too), and the
-/// sandbox lease is held by the execution's gate id, so a restarted
+/// Issue 8 item 4: checks of every repository together take at most
+/// `checks_capacity` (3 of the rig's 4 sandboxes), so a deploy pushed while
+/// pull requests fill their share starts at once.
+#[test]
+fn pull_requests_never_take_the_sandbox_a_deploy_needs() {
+    let rig = Rig::new();
+    let d = sha('d');
+    rig.github
+        .commit(REPO, &d, &[(".sluice.toml", DEPLOY_TOML)]);
+    rig.github.set_head(REPO, BRANCH, &d);
+    rig.sandbox
+        .script_timed("./deploy.sh", 0, "deployed\n", MINUTE_MS);
+    rig.sandbox
+        .script_timed("cargo test", 0, "ok\n", 30 * MINUTE_MS);
+    let mut checks = Vec::new();
+    for (repo, digits) in [(REPO, "123"), ("octo/other", "456")] {
+        for s in digits.chars().map(sha) {
+            rig.github.commit(repo, &s, &[(".sluice.toml", CHECK_TOML)]);
+            checks.push(rig.check_in(repo, &s));
+        }
+    }
+    let deploy = rig.deploy(&d);
+    let all: Vec<&Inst> = checks.iter().chain([&deploy]).collect();
+    let ends = block_on(futures::future::join_all(
+        all.iter().map(|i| rig.drive(i, 0)),
+    ));
+    assert!(ends.iter().all(|s| *s == Status::Complete), "{ends:?}");
+    let check_runs: Vec<ProcessRun> = rig
+        .sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.sha != d)
+        .collect();
+    let most = check_runs
+        .iter()
+        .map(|r| {
+            check_runs
+                .iter()
+                .filter(|o| {
+                    o.started_ms <= r.started_ms && o.end_ms().is_none_or(|e| e > r.started_ms)
+                })
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(most, 3, "checks of all repositories: 3 at once");
+    let deployed = rig.sandbox.only_run_in(&deploy.id);
+    assert!(
+        deployed.started_ms < T0 + MINUTE_MS,
+        "the deploy did not wait for checks: {deployed:?}"
+    );
+}
+
+/// Scenario 7: checks pass admission (their repository's pool bounds them:
+/// 2 at once in the rig), and the sandbox lease is held by the execution's gate id, so a restarted
 /// generation is a different holder of the same sandbox.
 #[test]
 fn scenario_7_checks_are_admitted_to_the_pool() {
@@ -1517,11 +1833,11 @@ fn scenario_7_checks_are_admitted_to_the_pool() {
         .map(|r| rig.sandbox.live_runs_at(r.started_ms).len())
         .max()
         .unwrap();
-    assert_eq!(most, 4, "the rig's pool admits 4 at once: {runs:#?}");
+    assert_eq!(most, 2, "one repository's checks: 2 at once: {runs:#?}");
     let last = runs.iter().max_by_key(|r| r.started_ms).unwrap();
     assert!(
-        last.started_ms >= T0 + 10 * MINUTE_MS,
-        "the fifth waited for a slot"
+        last.started_ms >= T0 + 20 * MINUTE_MS,
+        "the fifth waited for two rounds of slots"
     );
 
     let c = &checks[0];
@@ -1579,4 +1895,42 @@ fn scenario_9_a_waiter_past_its_ceiling_still_leaves_the_queue() {
         Some("cancelled")
     );
     assert!(rig.sandbox.runs_in(&db.id).is_empty());
+}
+
+/// Issue 8 item 8: webhook deliveries are forgotten after the retention
+/// (the intake refuses events that old by their timestamp), not kept for
+/// ever.
+#[test]
+fn the_sweep_purges_deliveries_past_the_retention() {
+    use sluice::store::executions::{self, DeliveryRow};
+    let rig = Rig::new();
+    let row = |id: &str, received_ms| DeliveryRow {
+        delivery_id: id.into(),
+        event: "push".into(),
+        action: None,
+        repo: Some(REPO.into()),
+        instance_ids_json: "[]".into(),
+        received_ms,
+    };
+    let retention = sluice::limits::RETENTION_MS_DEFAULT;
+    let db = rig.index.as_ref();
+    block_on(executions::record_delivery(
+        db,
+        &row("old", rig.now() - retention - 1),
+    ))
+    .unwrap();
+    block_on(executions::record_delivery(
+        db,
+        &row("new", rig.now() - retention + 60_000),
+    ))
+    .unwrap();
+    rig.sweep();
+    assert!(
+        block_on(executions::delivery(db, "old")).unwrap().is_none(),
+        "past retention: gone"
+    );
+    assert!(
+        block_on(executions::delivery(db, "new")).unwrap().is_some(),
+        "within it: kept"
+    );
 }

@@ -4,10 +4,13 @@
 
 use serde_json::json;
 use sluice::github::webhook::sign;
-use sluice::http::webhook::{check_declared_length, intake, Intake, WebhookHeaders};
+use sluice::http::webhook::{check_declared_length, intake, read_capped, Intake, WebhookHeaders};
 use sluice::limits::WEBHOOK_BODY_BYTES_MAX;
 
 const SECRET: &str = "s3cret";
+/// The oldest event acted on: 2026-01-01T00:00:00Z, as if the retention
+/// ended then.
+const NOT_BEFORE_MS: i64 = 1_767_225_600_000;
 
 fn pr_body(action: &str, draft: bool, sender_type: &str) -> Vec<u8> {
     json!({
@@ -53,7 +56,7 @@ impl Req {
             signature: self.signature.as_deref(),
             content_type: self.content_type,
         };
-        intake(&h, &self.body, secret).map_err(|e| (e.status, e.code))
+        intake(&h, &self.body, secret, NOT_BEFORE_MS).map_err(|e| (e.status, e.code))
     }
 }
 
@@ -217,4 +220,61 @@ fn valid_events_sluice_does_not_act_on_are_ignored() {
             status(&r)
         );
     }
+}
+
+fn push_body(pushed_at: i64) -> Vec<u8> {
+    json!({
+        "ref": "refs/heads/main", "before": "0".repeat(40), "after": "c".repeat(40),
+        "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
+                       "default_branch": "main", "pushed_at": pushed_at},
+        "sender": {"login": "ana", "type": "User"},
+        "installation": {"id": 42}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Deliveries are remembered for the retention only; a signed event older
+/// than that (a capture replayed after its record was purged) is refused
+/// by its own timestamp, while a fresh one is acted on.
+#[test]
+fn a_signed_event_older_than_the_retention_is_refused() {
+    let old = Req::signed("push", push_body(NOT_BEFORE_MS / 1000 - 1));
+    assert_eq!(status(&old).unwrap_err(), (422, "stale_delivery"));
+    let fresh = Req::signed("push", push_body(NOT_BEFORE_MS / 1000 + 60));
+    assert!(
+        matches!(status(&fresh), Ok(Intake::Act { .. })),
+        "{:?}",
+        status(&fresh)
+    );
+    let mut body: serde_json::Value =
+        serde_json::from_slice(&pr_body("opened", false, "User")).unwrap();
+    body["pull_request"]["updated_at"] = json!("2025-12-31T23:59:59Z");
+    let old_pr = Req::signed("pull_request", body.to_string().into_bytes());
+    assert_eq!(status(&old_pr).unwrap_err(), (422, "stale_delivery"));
+}
+
+/// A chunked body (no Content-Length) is refused as soon as it passes the
+/// limit, without reading the rest.
+#[test]
+fn a_chunked_body_over_the_limit_is_refused_while_streaming() {
+    use std::cell::Cell;
+    let pulled = Cell::new(0usize);
+    let chunk = vec![b'x'; 64 * 1024];
+    let endless = futures::stream::iter(std::iter::repeat_with(|| {
+        pulled.set(pulled.get() + 1);
+        Ok::<_, String>(chunk.clone())
+    }));
+    let refused = futures::executor::block_on(read_capped(endless, WEBHOOK_BODY_BYTES_MAX));
+    assert_eq!(refused.map_err(|e| e.status), Err(413));
+    assert_eq!(
+        pulled.get(),
+        WEBHOOK_BODY_BYTES_MAX / chunk.len() + 1,
+        "stopped at the limit"
+    );
+    let small = futures::stream::iter(vec![Ok::<_, String>(b"ab".to_vec()), Ok(b"c".to_vec())]);
+    assert_eq!(
+        futures::executor::block_on(read_capped(small, 10)).ok(),
+        Some(b"abc".to_vec())
+    );
 }

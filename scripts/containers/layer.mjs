@@ -60,6 +60,7 @@ export function prepareContainerLayer() {
     const docker = vars.WRANGLER_DOCKER_BIN;
     return {
       docker,
+      maxInstances: maxInstances(readFileSync(join(ROOT, 'wrangler.toml'), 'utf8')),
       config: CONTAINERS_CONFIG,
       gateway: await bridgeGateway(docker),
       env: {
@@ -88,6 +89,26 @@ export function containersConfig(text, { baseImage }) {
     out = out.replace(pattern, replacement);
   }
   return `# Generated from wrangler.toml by scripts/containers/layer.mjs for the local container layer\n# (docs/containers-local.md). Do not edit: edit wrangler.toml.\n${out}`;
+}
+
+// `max_instances` of wrangler.toml's [[containers]] entry: the most sandbox containers at once.
+// The pool (POOL_CAPACITY, default 8) must admit no more runs than that, since each admitted run
+// holds one container; tests/container_lifecycle.rs checks wrangler.toml itself, and
+// checkPoolCapacity() the vars a stack runs with.
+export function maxInstances(wranglerToml) {
+  const found = [...wranglerToml.matchAll(/^max_instances = (\d+)$/gm)];
+  if (found.length !== 1) throw new Error(`wrangler.toml: expected one max_instances line, found ${found.length}`);
+  return Number(found[0][1]);
+}
+
+// Refuses vars whose POOL_CAPACITY exceeds max_instances (the pool would admit a run whose
+// container cannot start).
+export function checkPoolCapacity(vars, max) {
+  if (vars?.POOL_CAPACITY === undefined) return;
+  const pool = Number(vars.POOL_CAPACITY);
+  if (!Number.isInteger(pool) || pool > max) {
+    throw new Error(`POOL_CAPACITY=${vars.POOL_CAPACITY} must be an integer at most max_instances (${max}) of wrangler.toml`);
+  }
 }
 
 export async function docker(dockerBin, args) {

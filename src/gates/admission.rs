@@ -123,6 +123,22 @@ pub fn heartbeat_stmt(pool: &str, holder: &str, now_ms: i64) -> Stmt {
 /// Gives the slot (or the place in line) back. Returns the oldest holder
 /// still queued for the pool, to wake now (a push handoff; its own poll is
 /// the fallback). A replay deletes nothing and names nobody.
+/// The pools `holder` has a slot or a place in line in.
+pub async fn pools_of(db: &dyn Database, holder: &str) -> Result<Vec<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        pool: String,
+    }
+    let rows: Vec<Row> = decode(
+        db.all(stmt!(
+            "SELECT DISTINCT pool FROM pool_slots WHERE holder = ?1 ORDER BY pool",
+            holder
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().map(|r| r.pool).collect())
+}
+
 pub async fn release(
     db: &dyn Database,
     pool: &str,

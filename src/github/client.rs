@@ -1,5 +1,9 @@
-//! The REST calls Sluice makes, over a `Transport` (the Worker's fetch),
-//! with installation tokens cached until shortly before they expire.
+//! The REST calls Sluice makes, over a `Transport` (the Worker's fetch).
+//! Every installation token is scoped to one repository and the permissions
+//! its use needs: the API token (cached until shortly before it expires)
+//! to check runs and contents; a checkout's (never cached, revoked once the
+//! checkout is done) to reading the repository. Path segments are
+//! percent-encoded, so a branch or file name cannot reshape a request.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -7,6 +11,7 @@ use std::fmt;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -97,9 +102,42 @@ pub struct CheckOutput {
 }
 
 thread_local! {
-    /// Installation tokens per (API URL, installation), with their expiry in
-    /// ms. Per isolate: a cold isolate asks once more, which is harmless.
-    static TOKENS: RefCell<HashMap<(String, u64), (Secret, i64)>> = RefCell::new(HashMap::new());
+    /// API tokens per (API URL, installation, repository), with their
+    /// expiry in ms. Per isolate: a cold isolate asks once more, which is
+    /// harmless.
+    static TOKENS: RefCell<HashMap<(String, u64, String), (Secret, i64)>> =
+        RefCell::new(HashMap::new());
+}
+
+/// What Sluice's own calls need: check runs, and `.sluice.toml` and branch
+/// heads (contents). GitHub adds metadata:read to every token.
+const API_PERMISSIONS: &[(&str, &str)] = &[("checks", "write"), ("contents", "read")];
+/// A checkout reads the repository, nothing more.
+const CHECKOUT_PERMISSIONS: &[(&str, &str)] = &[("contents", "read")];
+
+/// Characters kept as they are in a path segment or query value: RFC 3986's
+/// unreserved set. Everything else (`/`, `?`, `#`, `%`, `..`'s dots are
+/// safe) is percent-encoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// One path segment (or query value), percent-encoded.
+fn seg(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// A `/`-separated path (a file path, `owner/name`, a branch with slashes)
+/// with each segment percent-encoded.
+fn segs(path: &str) -> String {
+    path.split('/').map(seg).collect::<Vec<_>>().join("/")
+}
+
+/// The repository's name without its owner: what `repositories` takes.
+fn repo_name(repo: &str) -> &str {
+    repo.rsplit_once('/').map_or(repo, |(_, name)| name)
 }
 
 pub struct GitHub<'a> {
@@ -145,6 +183,14 @@ struct CheckRunAnswer {
     external_id: Option<String>,
     #[serde(default)]
     name: Option<String>,
+    /// The App that created it.
+    #[serde(default)]
+    app: Option<AppRef>,
+}
+
+#[derive(Deserialize)]
+struct AppRef {
+    id: u64,
 }
 
 #[derive(Deserialize)]
@@ -213,17 +259,65 @@ impl<'a> GitHub<'a> {
             .map_err(|e| GitHubError::permanent(format!("unexpected {what} answer: {e}")))
     }
 
-    /// An installation token, from the cache while it has more than 5
+    /// The API token for `repo`, from the cache while it has more than 5
     /// minutes left.
-    pub async fn installation_token(&self, installation: u64) -> Result<Secret, GitHubError> {
+    pub async fn installation_token(
+        &self,
+        installation: u64,
+        repo: &str,
+    ) -> Result<Secret, GitHubError> {
         let now = self.clock.now_ms();
-        let cache_key = (self.api_url.clone(), installation);
+        let cache_key = (self.api_url.clone(), installation, repo.to_owned());
         let cached = TOKENS.with(|t| t.borrow().get(&cache_key).cloned());
         if let Some((token, expires_ms)) = cached {
             if expires_ms - now > TOKEN_REFRESH_MARGIN_MS {
                 return Ok(token);
             }
         }
+        let (token, expires_ms) = self
+            .issue_token(installation, repo, API_PERMISSIONS)
+            .await?;
+        TOKENS.with(|t| {
+            t.borrow_mut()
+                .insert(cache_key, (token.clone(), expires_ms))
+        });
+        Ok(token)
+    }
+
+    /// A fresh token that can only read `repo`, for one checkout: revoke it
+    /// (`revoke_token`) when the checkout is done.
+    pub async fn checkout_token(
+        &self,
+        installation: u64,
+        repo: &str,
+    ) -> Result<Secret, GitHubError> {
+        let (token, _) = self
+            .issue_token(installation, repo, CHECKOUT_PERMISSIONS)
+            .await?;
+        Ok(token)
+    }
+
+    /// Revokes a token (`DELETE /installation/token`, authenticated by
+    /// itself). A token already revoked or expired (401) is as good.
+    pub async fn revoke_token(&self, token: &Secret) -> Result<(), GitHubError> {
+        let auth = format!("token {}", token.expose());
+        let resp = self
+            .call("DELETE", "/installation/token", &auth, None)
+            .await?;
+        if resp.status == 401 {
+            return Ok(());
+        }
+        Self::expect_ok(resp).map(|_| ())
+    }
+
+    /// `POST /app/installations/{id}/access_tokens` for one repository and
+    /// `permissions`: the token and its expiry.
+    async fn issue_token(
+        &self,
+        installation: u64,
+        repo: &str,
+        permissions: &[(&str, &str)],
+    ) -> Result<(Secret, i64), GitHubError> {
         let key = self
             .key_der
             .as_ref()
@@ -232,29 +326,35 @@ impl<'a> GitHub<'a> {
             .app_id
             .as_deref()
             .ok_or_else(|| GitHubError::permanent("GITHUB_APP_ID is not set"))?;
+        let now = self.clock.now_ms();
         let jwt = app_jwt(self.signer, key.expose(), app_id, now / 1000)
             .await
             .map_err(|m| GitHubError::network(format!("cannot sign the App JWT: {m}")))?;
         let path = format!("/app/installations/{installation}/access_tokens");
+        let permissions: serde_json::Map<String, serde_json::Value> = permissions
+            .iter()
+            .map(|(name, level)| ((*name).to_owned(), json!(level)))
+            .collect();
+        let body = json!({ "repositories": [repo_name(repo)], "permissions": permissions });
         let resp = self
-            .call("POST", &path, &format!("Bearer {jwt}"), None)
+            .call(
+                "POST",
+                &path,
+                &format!("Bearer {jwt}"),
+                Some(body.to_string()),
+            )
             .await?;
         let answer: TokenAnswer = Self::decode(&Self::expect_ok(resp)?, "access token")?;
         let expires_ms = parse_rfc3339_ms(&answer.expires_at).ok_or_else(|| {
             GitHubError::network(format!("bad expires_at {:?}", answer.expires_at))
         })?;
-        let token = Secret::new(answer.token);
-        TOKENS.with(|t| {
-            t.borrow_mut()
-                .insert(cache_key, (token.clone(), expires_ms))
-        });
-        Ok(token)
+        Ok((Secret::new(answer.token), expires_ms))
     }
 
-    async fn auth(&self, installation: u64) -> Result<String, GitHubError> {
+    async fn auth(&self, installation: u64, repo: &str) -> Result<String, GitHubError> {
         Ok(format!(
             "token {}",
-            self.installation_token(installation).await?.expose()
+            self.installation_token(installation, repo).await?.expose()
         ))
     }
 
@@ -263,10 +363,11 @@ impl<'a> GitHub<'a> {
     async fn get<T: for<'de> Deserialize<'de>>(
         &self,
         installation: u64,
+        repo: &str,
         path: &str,
         what: &str,
     ) -> Result<Option<T>, GitHubError> {
-        let auth = self.auth(installation).await?;
+        let auth = self.auth(installation, repo).await?;
         let resp = self.call("GET", path, &auth, None).await?;
         if resp.status == 404 {
             return Ok(None);
@@ -282,9 +383,14 @@ impl<'a> GitHub<'a> {
         path: &str,
         git_ref: &str,
     ) -> Result<Option<String>, GitHubError> {
-        let path_q = format!("/repos/{repo}/contents/{path}?ref={git_ref}");
+        let path_q = format!(
+            "/repos/{}/contents/{}?ref={}",
+            segs(repo),
+            segs(path),
+            seg(git_ref)
+        );
         let Some(content) = self
-            .get::<Content>(installation, &path_q, "contents")
+            .get::<Content>(installation, repo, &path_q, "contents")
             .await?
         else {
             return Ok(None);
@@ -308,8 +414,11 @@ impl<'a> GitHub<'a> {
         repo: &str,
         branch: &str,
     ) -> Result<Option<String>, GitHubError> {
-        let path = format!("/repos/{repo}/git/ref/heads/{branch}");
-        let Some(r) = self.get::<RefAnswer>(installation, &path, "ref").await? else {
+        let path = format!("/repos/{}/git/ref/heads/{}", segs(repo), segs(branch));
+        let Some(r) = self
+            .get::<RefAnswer>(installation, repo, &path, "ref")
+            .await?
+        else {
             return Ok(None);
         };
         Ok(Some(r.object.sha))
@@ -341,9 +450,19 @@ impl<'a> GitHub<'a> {
         name: &str,
         external_id: &str,
     ) -> Result<Option<(u64, String)>, GitHubError> {
-        let path = format!("/repos/{repo}/commits/{sha}/check-runs?check_name={name}&filter=all");
+        // Only this App's check runs: another App's run of the same name and
+        // external id is not ours to update (GitHub filters by `app_id`; the
+        // answer is checked again below).
+        let app_id = self.app_id.as_deref().unwrap_or_default();
+        let path = format!(
+            "/repos/{}/commits/{}/check-runs?check_name={}&app_id={}&filter=all",
+            segs(repo),
+            seg(sha),
+            seg(name),
+            seg(app_id)
+        );
         let Some(list) = self
-            .get::<CheckRunList>(installation, &path, "check runs")
+            .get::<CheckRunList>(installation, repo, &path, "check runs")
             .await?
         else {
             return Err(GitHubError::permanent(format!("no commit {sha} in {repo}")));
@@ -354,6 +473,7 @@ impl<'a> GitHub<'a> {
             .find(|c| {
                 c.external_id.as_deref() == Some(external_id)
                     && c.name.as_deref().is_none_or(|n| n == name)
+                    && c.app.as_ref().is_some_and(|a| a.id.to_string() == app_id)
             })
             .map(|c| (c.id, c.status.unwrap_or_default())))
     }
@@ -375,7 +495,7 @@ impl<'a> GitHub<'a> {
         {
             return Ok(id);
         }
-        let auth = self.auth(installation).await?;
+        let auth = self.auth(installation, repo).await?;
         let body = json!({
             "name": name,
             "head_sha": sha,
@@ -386,7 +506,7 @@ impl<'a> GitHub<'a> {
         let resp = self
             .call(
                 "POST",
-                &format!("/repos/{repo}/check-runs"),
+                &format!("/repos/{}/check-runs", segs(repo)),
                 &auth,
                 Some(body.to_string()),
             )
@@ -402,13 +522,13 @@ impl<'a> GitHub<'a> {
         id: u64,
         update: &CheckRunUpdate,
     ) -> Result<(), GitHubError> {
-        let auth = self.auth(installation).await?;
+        let auth = self.auth(installation, repo).await?;
         let body =
             serde_json::to_string(update).map_err(|e| GitHubError::network(e.to_string()))?;
         let resp = self
             .call(
                 "PATCH",
-                &format!("/repos/{repo}/check-runs/{id}"),
+                &format!("/repos/{}/check-runs/{id}", segs(repo)),
                 &auth,
                 Some(body),
             )

@@ -52,11 +52,16 @@ pub struct Repository {
     pub full_name: String,
     pub name: String,
     pub owner: Account,
-    pub clone_url: String,
+    /// Where to clone from is never taken from a payload: runs derive it
+    /// from `full_name` and the configured GitHub (`GITHUB_GIT_URL`).
     #[serde(default)]
     pub default_branch: Option<String>,
     #[serde(default)]
     pub private: bool,
+    /// When the repository was last pushed to: in a push event, this push
+    /// (Unix seconds there; an ISO string in other events).
+    #[serde(default)]
+    pub pushed_at: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -78,6 +83,9 @@ pub struct PullRequest {
     pub draft: bool,
     pub head: GitRef,
     pub base: GitRef,
+    /// ISO 8601: changes with every event the pull request sends.
+    #[serde(default)]
+    pub updated_at: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -129,6 +137,27 @@ impl std::fmt::Display for ParseError {
             ParseError::WrongShape { event, message } => {
                 write!(f, "body is not a {event} payload: {message}")
             }
+        }
+    }
+}
+
+impl Event {
+    /// When the event happened by its own (signed) payload, in ms: a push's
+    /// `repository.pushed_at`, a pull request's `updated_at`. None for
+    /// events without one.
+    pub fn occurred_ms(&self) -> Option<i64> {
+        match self {
+            Event::Push(p) => match p.repository.pushed_at.as_ref()? {
+                serde_json::Value::Number(n) => n.as_i64().map(|s| s.saturating_mul(1000)),
+                serde_json::Value::String(iso) => super::client::parse_rfc3339_ms(iso),
+                _ => None,
+            },
+            Event::PullRequest(pr) => pr
+                .pull_request
+                .updated_at
+                .as_deref()
+                .and_then(super::client::parse_rfc3339_ms),
+            Event::Ping | Event::Other(_) => None,
         }
     }
 }

@@ -12,6 +12,8 @@ pub enum Route {
     SendEvent(InstanceId, String),
     Command(InstanceId, Command),
     ListDeliveries,
+    /// What the operator configured, as the Worker reads it (no values).
+    Config,
     ListGroups,
     ExplainGroup(String),
     SkipAll(String),
@@ -76,6 +78,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
         ["healthz"] => only("GET", Route::Health),
         ["webhooks", "github"] => only("POST", Route::Webhook),
         ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
+        ["v1", "config"] => only("GET", Route::Config),
         ["v1", "executions"] => match method {
             "GET" => Ok(Route::ListExecutions),
             "POST" => Ok(Route::CreateExecution),

@@ -55,10 +55,36 @@ fn too_large() -> ApiError {
     )
 }
 
+/// Reads a request body in chunks, refusing it (413) as soon as it passes
+/// the limit: a chunked body without Content-Length is never buffered
+/// whole first.
+pub async fn read_capped<S, E>(mut chunks: S, limit: usize) -> Result<Vec<u8>, ApiError>
+where
+    S: futures_util::Stream<Item = Result<Vec<u8>, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    use futures_util::StreamExt;
+    let mut body = Vec::new();
+    // Bounded by `limit`: every pass adds a non-empty chunk or ends.
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Decides what a delivery asks for. `not_before_ms` is the oldest event
+/// still acted on: deliveries are remembered for the retention only, so an
+/// event older than that (a captured delivery replayed once its record was
+/// purged) is refused by its own signed timestamp.
 pub fn intake(
     h: &WebhookHeaders<'_>,
     body: &[u8],
     secret: Option<&str>,
+    not_before_ms: i64,
 ) -> Result<Intake, ApiError> {
     let (event, delivery) = required_headers(h, secret, body.len())?;
     let secret = secret.unwrap_or_default();
@@ -67,6 +93,16 @@ pub fn intake(
         ParseError::BadJson(_) => ApiError::bad_request("bad_json", e.to_string()),
         ParseError::WrongShape { .. } => ApiError::new(422, "wrong_shape", e.to_string()),
     })?;
+    if let Some(at) = parsed.occurred_ms().filter(|at| *at < not_before_ms) {
+        return Err(ApiError::new(
+            422,
+            "stale_delivery",
+            format!(
+                "the event happened at {at} ms, before the oldest Sluice still acts on \
+                 ({not_before_ms} ms, the delivery retention): a replay is refused"
+            ),
+        ));
+    }
     let (action, repo) = match &parsed {
         Event::PullRequest(pr) => (
             Some(pr.action.clone()),

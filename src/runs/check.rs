@@ -9,7 +9,7 @@ use crate::engine::{Ctx, RunError, RunOutcome};
 
 use super::command::{run_command, CommandResult, CommandSpec};
 use super::config::{command_timeout_ms, CheckConfig};
-use super::gate::{self, with_gates, Gates, Held};
+use super::gate::{self, with_gates, Gates, Held, Pool};
 use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{reported, CheckTarget, Verdict};
 use super::triggers::CheckInput;
@@ -56,11 +56,26 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         Configured::Run(check) => check,
         Configured::Done(outcome) => return Ok(outcome),
     };
-    // Checks serialize nothing, but pass admission and the sandbox lease
-    // like every run that touches a sandbox.
+    // Checks serialize nothing, but pass admission (their repository's
+    // pool, all checks', every sandbox's) and the sandbox lease.
+    let repo_pool = gate::checks_pool_of(&input.repo);
+    let pools = [
+        Pool {
+            name: &repo_pool,
+            capacity: env.checks_per_repo,
+        },
+        Pool {
+            name: gate::CHECKS_POOL,
+            capacity: env.checks_capacity,
+        },
+        Pool {
+            name: gate::POOL,
+            capacity: env.pool_capacity,
+        },
+    ];
     let gates = Gates {
         serial: None,
-        pool: gate::POOL,
+        pools: &pools,
     };
     reported(ctx, env, &target, || {
         with_gates(ctx, env, &gates, |held| {
@@ -85,7 +100,7 @@ async fn check_held(
     vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
     let spec = CommandSpec {
         step: "run check command",
-        repo_url: &input.clone_url,
+        repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,
         command: &check.command,

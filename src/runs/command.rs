@@ -18,7 +18,8 @@ use crate::limits::{
     PROCESS_POLL_MS,
 };
 use crate::sandbox::{Checkout, ProcessSpec, ProcessState, ProcessStatus, SandboxError};
-use crate::secret::{redact, Secret};
+use crate::secret::Secret;
+use sluice_redact::Redactor;
 
 use super::gate::Held;
 use super::tags::FailureTag;
@@ -51,7 +52,8 @@ const _: () = assert!(POLLS_PER_STEP >= 1);
 pub struct CommandSpec<'a> {
     /// The step's name; also names the log.
     pub step: &'a str,
-    pub repo_url: &'a str,
+    /// `owner/name`: the clone URL is derived from it (`github::clone_url`).
+    pub repo: &'a str,
     pub sha: &'a str,
     pub installation_id: u64,
     pub command: &'a str,
@@ -196,12 +198,10 @@ async fn finished(
     ids: &Ids<'_>,
     state: ProcessState,
 ) -> Result<CommandResult, StepFailure> {
-    let secrets: Vec<&str> = spec
-        .secret_env
-        .iter()
-        .map(|(_, v)| v.expose().as_str())
-        .collect();
-    let log = redact(&state.output, &secrets);
+    // The agent scrubbed the output already; this pass covers an agent
+    // that did not (an older image) at the cost of one scan.
+    let redactor = Redactor::new(spec.secret_env.iter().map(|(_, v)| v.expose()));
+    let log = redactor.redact(&state.output);
     env.blobs
         .put_text(ids.log_key, &log)
         .await
@@ -293,17 +293,25 @@ async fn spawn(
     ids: &Ids<'_>,
 ) -> Result<ProcessState, StepFailure> {
     let sandbox = spec.held.sandbox_id;
-    ensure_workspace(env, spec, ids.ws).await?;
+    let checkout_token = ensure_workspace(env, spec, ids.ws).await?;
     let mut all_env = spec.env.clone();
     for (k, v) in &spec.secret_env {
         all_env.insert(k.clone(), v.expose().clone());
     }
+    // The agent scrubs these as output arrives, before it truncates any.
+    let redact: Vec<&str> = spec
+        .secret_env
+        .iter()
+        .map(|(_, v)| v.expose().as_str())
+        .chain(checkout_token.as_ref().map(|t| t.expose().as_str()))
+        .collect();
     let p = ProcessSpec {
         id: ids.pid,
         workspace: ids.ws,
         command: spec.command,
         timeout_ms: spec.timeout_ms,
         env: all_env,
+        redact,
     };
     env.sandbox
         .start(sandbox, &p)
@@ -312,12 +320,12 @@ async fn spawn(
 }
 
 /// Checks out the commit unless the workspace already holds it (a retried
-/// attempt on the same container).
+/// attempt on the same container); the token of a checkout it made.
 async fn ensure_workspace(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
     ws: &str,
-) -> Result<(), StepFailure> {
+) -> Result<Option<Secret>, StepFailure> {
     let sandbox = spec.held.sandbox_id;
     let state = env
         .sandbox
@@ -325,23 +333,29 @@ async fn ensure_workspace(
         .await
         .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?;
     if state.exists && state.sha.as_deref() == Some(spec.sha) {
-        return Ok(());
+        return Ok(None);
     }
+    let repo_url = crate::github::clone_url(&env.git_url, spec.repo)
+        .map_err(|m| FailureTag::CheckoutFailed.fatal(m))?;
+    // A token of its own that can only read this repository, revoked as
+    // soon as git is done with it: nothing of it outlives the checkout.
     let token = env
         .github
-        .installation_token(spec.installation_id)
+        .checkout_token(spec.installation_id, spec.repo)
         .await
         .map_err(|e| FailureTag::GitHubApi.failure(e.to_string(), e.retryable()))?;
     let checkout = Checkout {
         workspace: ws,
-        repo_url: spec.repo_url,
+        repo_url: &repo_url,
         sha: spec.sha,
         token: Some(&token),
     };
-    env.sandbox
-        .checkout(sandbox, &checkout)
-        .await
-        .map_err(|e| sandbox_failure(FailureTag::CheckoutFailed, e))
+    let checked_out = env.sandbox.checkout(sandbox, &checkout).await;
+    // Best effort: a token whose revocation fails still expires within the
+    // hour GitHub gives it, and only the agent's git ever held it.
+    let _ = env.github.revoke_token(&token).await;
+    checked_out.map_err(|e| sandbox_failure(FailureTag::CheckoutFailed, e))?;
+    Ok(Some(token))
 }
 
 /// Waits (long-polling) for the process to finish, at most

@@ -1,8 +1,12 @@
-//! `.sluice.toml`: what a repository asks Sluice to run, read at the commit
-//! being run (so a change to the config is tested by the same commit).
+//! `.sluice.toml`: what a repository asks Sluice to run. `[check]` is read
+//! at the commit being checked (so a change to it is tested by the same
+//! commit); `[deploy]` on the default branch, where only those who may
+//! merge can write it, and it can only select an environment the operator
+//! grants (`runs::environment`).
 
 use serde::{Deserialize, Serialize};
 
+use super::environment;
 use crate::limits::{COMMAND_TIMEOUT_MS_DEFAULT, COMMAND_TIMEOUT_MS_MAX, CONFIG_BYTES_MAX};
 
 pub const CONFIG_PATH: &str = ".sluice.toml";
@@ -23,13 +27,24 @@ pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "NOTIFY_URL",
     "PUBLIC_URL",
     "POOL_CAPACITY",
+    "CHECKS_CAPACITY",
+    "CHECKS_PER_REPO",
     "RETENTION_DAYS",
+    "ENVIRONMENTS",
+    "GITHUB_GIT_URL",
+    "CONTAINER_SLEEP_AFTER",
 ];
 
 /// Whether a deploy may read this Worker secret.
 pub fn deploy_may_read(name: &str) -> bool {
     !RESERVED_SECRET_NAMES.contains(&name)
 }
+
+/// Why `[deploy] secrets` is refused, and what replaces it.
+pub const SECRETS_MOVED: &str = "[deploy] secrets is no longer read from .sluice.toml: anyone \
+     who can push a branch could export them. Ask the operator of this Sluice to grant the \
+     secrets in an environment (README: Environments) and select it with \
+     [deploy] environment = \"<name>\".";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,9 +71,14 @@ pub struct DeployConfig {
     /// The branch whose pushes deploy.
     pub branch: String,
     pub command: String,
-    /// Names of Worker secrets exported to the command.
+    /// The operator's environment to deploy to (`runs::environment`): its
+    /// grant decides whether this branch may, and which secrets it gets.
     #[serde(default)]
-    pub secrets: Vec<String>,
+    pub environment: Option<String>,
+    /// Refused: secrets were once named here, which let any pusher export
+    /// them. Kept so the refusal can say what to do instead.
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
     /// Distinguishes two deploy lanes of one branch (ADR-0004's checkLabel).
     #[serde(default)]
     pub label: Option<String>,
@@ -130,15 +150,17 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
             return Err("[deploy] branch is empty".into());
         }
         command_timeout_ms(d.timeout.as_deref())?;
-        for s in &d.secrets {
-            if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!("[deploy] secret name {s:?} must be [A-Za-z0-9_]+"));
-            }
-            if !deploy_may_read(s) {
-                return Err(format!(
-                    "[deploy] secret {s:?} is one of Sluice's own credentials; a deploy cannot read it"
-                ));
-            }
+        if d.secrets.is_some() {
+            return Err(SECRETS_MOVED.into());
+        }
+        if let Some(e) = d
+            .environment
+            .as_deref()
+            .filter(|e| !environment::is_name(e))
+        {
+            return Err(format!(
+                "[deploy] environment {e:?} is not an environment name ([a-z0-9_-]+)"
+            ));
         }
         if let Some(q) = &d.queue {
             for (name, v) in [
@@ -248,19 +270,22 @@ mod tests {
             ConfigState::Invalid { .. }
         ));
         assert!(matches!(parse("not toml ["), ConfigState::Invalid { .. }));
-        let d = parse("[deploy]\nbranch = \"main\"\ncommand = \"./deploy\"\nsecrets = [\"CF_TOKEN\"]\n[deploy.queue]\nsupersede_after = \"30m\"\n");
+        let d = parse("[deploy]\nbranch = \"main\"\ncommand = \"./deploy\"\nenvironment = \"prod\"\n[deploy.queue]\nsupersede_after = \"30m\"\n");
         assert!(matches!(d, ConfigState::Valid { .. }), "{d:?}");
         assert!(matches!(
-            parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"A B\"]"),
+            parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nenvironment = \"Prod Env\""),
             ConfigState::Invalid { .. }
         ));
-        for reserved in RESERVED_SECRET_NAMES {
-            let text =
-                format!("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"{reserved}\"]");
-            assert!(
-                matches!(parse(&text), ConfigState::Invalid { .. }),
-                "{reserved} must be refused"
-            );
-        }
+    }
+
+    #[test]
+    fn secrets_in_the_repository_are_refused_with_the_way_forward() {
+        let text = "[deploy]\nbranch = \"main\"\ncommand = \"x\"\nsecrets = [\"CF_TOKEN\"]";
+        assert_eq!(
+            parse(text),
+            ConfigState::Invalid {
+                message: SECRETS_MOVED.into()
+            }
+        );
     }
 }

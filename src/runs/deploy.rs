@@ -1,30 +1,34 @@
-//! The `deploy` run: on a push to the branch `.sluice.toml` names, run the
-//! deploy command, serialized per repository + branch (+ label) so two
-//! deploys never overlap and the newest commit wins (ADR-0004), with the
-//! group's queue policy, and report `sluice/deploy`.
+//! The `deploy` run: on a push to the branch that `.sluice.toml` on the
+//! default branch names, with the environment it selects granting this
+//! repository and branch (`runs::environment`), run the deploy command,
+//! serialized per repository + branch (+ label) so two deploys never
+//! overlap and the newest commit wins (ADR-0004), with the group's queue
+//! policy, and report `sluice/deploy`.
 //!
-//! The run reads as its steps: read config, [set its ceiling and wait for
-//! confirmation], then with the group, a slot and the sandbox held
-//! (`gate::with_gates`): re-read the head, run the command, report.
+//! The run reads as its steps: read config, [grant environment], [set its
+//! ceiling and wait for confirmation], then with the group, a slot and the
+//! sandbox held (`gate::with_gates`): re-read the head, run the command,
+//! report.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome};
+use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, StepConfig};
 use crate::gates::policy::{QueuePolicy, SkipReason};
 use crate::limits::RUN_DURATION_MS_DEFAULT;
 
 use super::check::verdict_of;
 use super::command::{run_command, CommandSpec};
 use super::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
-use super::gate::{self, with_gates, BranchRef, Gates, Held, Serial};
+use super::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
 use super::notify::{self, AutoSkipped};
 use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use super::tags::SkipTag;
 use super::triggers::DeployInput;
-use super::{configured, Configured, RunEnv};
+use super::{configured_at, Configured, RunEnv};
+use crate::secret::Secret;
 
 pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
 /// The event an operator sends to confirm a deploy that asks for it.
@@ -108,10 +112,20 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     };
     let branch = input.branch.as_str();
     let pick = |c: RepoConfig| c.deploy.filter(|d| d.branch == branch);
-    let deploy = match configured(ctx, env, &target, pick).await? {
+    // The deploy policy is the default branch's: a pusher of any other
+    // branch cannot write it.
+    let place = format!("on the default branch `{}`", input.default_branch);
+    let reference = input.default_branch.as_str();
+    let deploy = match configured_at(ctx, env, &target, reference, &place, pick).await? {
         Configured::Run(deploy) => deploy,
         Configured::Done(outcome) => return Ok(outcome),
     };
+    if let Some(summary) = refused_environment(ctx, env, input, &deploy).await? {
+        return reported(ctx, env, &target, || async {
+            Ok(Verdict::Failed { summary })
+        })
+        .await;
+    }
     let policy = match policy_of(&deploy) {
         Ok(p) => p,
         Err(m) => {
@@ -135,7 +149,10 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
             policy: &policy,
             imperative: false,
         }),
-        pool: gate::POOL,
+        pools: &[Pool {
+            name: gate::POOL,
+            capacity: env.pool_capacity,
+        }],
     };
     let timeout_ms = confirmation_window(&deploy, &policy);
     if let Some(window_ms) = timeout_ms {
@@ -268,13 +285,10 @@ async fn deploy_held(
             newer: Some(h.clone()),
         });
     }
-    let mut secret_env = Vec::with_capacity(deploy.secrets.len());
-    for name in &deploy.secrets {
-        match env.secrets.secret(name) {
-            Some(v) => secret_env.push((name.clone(), v)),
-            None => return Ok(Verdict::Failed { summary: format!("Not deployed: the Worker secret `{name}` named in `[deploy] secrets` is not set.") }),
-        }
-    }
+    let secret_env = match granted_secrets(env, input, deploy) {
+        Ok(secrets) => secrets,
+        Err(summary) => return Ok(Verdict::Failed { summary }),
+    };
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
     let mut vars = BTreeMap::new();
@@ -290,7 +304,7 @@ async fn deploy_held(
     }
     let spec = CommandSpec {
         step: "run deploy command",
-        repo_url: &input.clone_url,
+        repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,
         command: &deploy.command,
@@ -301,6 +315,59 @@ async fn deploy_held(
     };
     let result = run_command(ctx, env, &spec).await?;
     Ok(verdict_of(&deploy.command, &result))
+}
+
+/// Whether the environment the deploy selects lets this repository and
+/// branch deploy, decided once and journaled (a change of `ENVIRONMENTS`
+/// later is seen by `granted_secrets`): the refusal's summary, or None.
+async fn refused_environment(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+) -> Result<Option<String>, RunError> {
+    let Some(name) = deploy.environment.as_deref() else {
+        return Ok(None);
+    };
+    ctx.step("grant environment", StepConfig::default(), |_| async {
+        Ok(env
+            .environments
+            .grant(name, &input.repo, &input.branch)
+            .err()
+            .map(|refusal| refusal.summary(name, &input.repo, &input.branch)))
+    })
+    .await
+}
+
+/// The secrets of the deploy's environment, read as the command starts: a
+/// grant withdrawn since, or a secret the operator has not set, deploys
+/// nothing, in words that name no secret.
+fn granted_secrets(
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+) -> Result<Vec<(String, Secret)>, String> {
+    let Some(name) = deploy.environment.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let environment = env
+        .environments
+        .grant(name, &input.repo, &input.branch)
+        .map_err(|r| r.summary(name, &input.repo, &input.branch))?;
+    let mut secrets = Vec::with_capacity(environment.secrets.len());
+    for secret in &environment.secrets {
+        match env.secrets.secret(secret) {
+            Some(value) => secrets.push((secret.clone(), value)),
+            None => {
+                return Err(format!(
+                    "Not deployed: environment `{name}` is missing one of its secrets; an \
+                     operator must set every secret the environment lists (`wrangler secret \
+                     list`)."
+                ))
+            }
+        }
+    }
+    Ok(secrets)
 }
 
 /// A restart of a deploy re-enters its gate (`gate::prepare_restart`) and

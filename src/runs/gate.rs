@@ -43,6 +43,40 @@ use super::RunEnv;
 
 /// The sandbox pool every gated run is admitted to.
 pub const POOL: &str = "sandbox";
+/// Every check also takes a slot here (`RunEnv::checks_capacity`), so the
+/// untrusted code of pull requests never holds the sandboxes deploys need.
+pub const CHECKS_POOL: &str = "checks";
+
+/// Sandboxes kept for deploys when `CHECKS_CAPACITY` is unset: a deploy
+/// waits at most for the deploys ahead of it, never for pull requests.
+const DEPLOY_SLOTS_RESERVED: u32 = 2;
+/// Checks of one repository at once when `CHECKS_PER_REPO` is unset: a
+/// pull request and its rebase, say.
+const CHECKS_PER_REPO_DEFAULT: u32 = 2;
+
+/// The checks' capacities from the operator's settings: all checks
+/// together (at most `pool_capacity - 1`, so one sandbox always stays for
+/// deploys), and per repository (at most that).
+pub fn check_capacities(
+    pool_capacity: u32,
+    checks_capacity: Option<u32>,
+    checks_per_repo: Option<u32>,
+) -> (u32, u32) {
+    let ceiling = pool_capacity.saturating_sub(1).max(1);
+    let all = checks_capacity
+        .unwrap_or(pool_capacity.saturating_sub(DEPLOY_SLOTS_RESERVED))
+        .clamp(1, ceiling);
+    let per_repo = checks_per_repo
+        .unwrap_or(CHECKS_PER_REPO_DEFAULT)
+        .clamp(1, all);
+    (all, per_repo)
+}
+
+/// The pool of one repository's checks (`RunEnv::checks_per_repo`): one
+/// busy repository cannot take every check slot.
+pub fn checks_pool_of(repo: &str) -> String {
+    format!("checks:{repo}")
+}
 /// The event a releasing holder (or the sweep) sends the next waiter.
 pub const TURN_EVENT: &str = "serial-turn";
 /// The event a released pool slot sends the oldest queued run.
@@ -64,7 +98,8 @@ const ADMISSION_POLL_MS: i64 = 60_000;
 /// infrastructure fault: commands end within their 1 h cap, so a full pool
 /// frees a slot well within it.
 const ADMISSION_WAIT_MS_MAX: i64 = 60 * 60 * 1000;
-/// Admission rounds: one per poll up to the wait bound, plus the first.
+/// Admission rounds per pool: one per poll up to the wait bound, plus the
+/// first.
 const ADMISSION_ROUNDS_MAX: u32 = (ADMISSION_WAIT_MS_MAX / ADMISSION_POLL_MS) as u32 + 1;
 /// A busy lease is one a previous generation of this instance kept because
 /// its process could not be confirmed dead; it frees within `LEASE_TTL_MS`,
@@ -87,7 +122,16 @@ const _: () = assert!(LEASE_RETRY_DELAY_MS * 3 <= HOLDER_STALE_MS);
 /// What a run asks the gates for.
 pub struct Gates<'a> {
     pub serial: Option<Serial<'a>>,
-    pub pool: &'a str,
+    /// The pools it takes a slot in, in this order (narrowest first: every
+    /// run acquires in the same global order, so no two wait on each other).
+    pub pools: &'a [Pool<'a>],
+}
+
+/// An admission pool and its capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool<'a> {
+    pub name: &'a str,
+    pub capacity: u32,
 }
 
 /// A serial group (ADR-0004): one holder at a time, the newest waiter wins.
@@ -117,7 +161,24 @@ pub struct BranchRef<'a> {
 pub struct GateEntry {
     pub gate_id: String,
     pub group: Option<String>,
-    pub pool: String,
+    /// The pools held, in acquisition order (`pool` in journals written
+    /// before there were several).
+    #[serde(default, alias = "pool", deserialize_with = "one_or_many")]
+    pub pools: Vec<String>,
+}
+
+/// A string (an older journal's single pool) or a list of them.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(p) => vec![p],
+        OneOrMany::Many(ps) => ps,
+    })
 }
 
 /// What the body holds: handed to `run_command`, which fences every spawn.
@@ -126,7 +187,7 @@ pub struct Held<'a> {
     pub instance_id: &'a str,
     pub gate_id: String,
     pub group: Option<&'a str>,
-    pub pool: &'a str,
+    pub pools: &'a [Pool<'a>],
     /// The sandbox (container) id: the instance's own.
     pub sandbox_id: &'a str,
 }
@@ -155,10 +216,16 @@ impl Held<'_> {
     /// One heartbeat of everything held, in one batch. Errors are left to
     /// the next beat: the bounds allow several missed ones.
     async fn beat(&self, db: &dyn Database, now_ms: i64) {
-        let mut stmts = vec![
-            admission::heartbeat_stmt(self.pool, self.instance_id, now_ms),
-            lease::heartbeat_stmt(self.sandbox_id, &self.gate_id, now_ms),
-        ];
+        let mut stmts: Vec<_> = self
+            .pools
+            .iter()
+            .map(|p| admission::heartbeat_stmt(p.name, self.instance_id, now_ms))
+            .collect();
+        stmts.push(lease::heartbeat_stmt(
+            self.sandbox_id,
+            &self.gate_id,
+            now_ms,
+        ));
         if let Some(group) = self.group {
             stmts.push(serial::heartbeat_stmt(group, &self.gate_id, now_ms));
         }
@@ -189,7 +256,7 @@ where
         instance_id: ctx.instance_id(),
         gate_id: entry.gate_id,
         group: gates.serial.as_ref().map(|s| s.group),
-        pool: gates.pool,
+        pools: gates.pools,
         sandbox_id: ctx.instance_id(),
     };
     if let Some(s) = &gates.serial {
@@ -273,7 +340,7 @@ async fn enter(ctx: &Ctx<'_>, gates: &Gates<'_>) -> Result<GateEntry, RunError> 
         Ok(GateEntry {
             gate_id: serial::execution_id_of(ctx.instance_id(), ctx.generation()),
             group: gates.serial.as_ref().map(|s| s.group.to_owned()),
-            pool: gates.pool.to_owned(),
+            pools: gates.pools.iter().map(|p| p.name.to_owned()).collect(),
         })
     })
     .await
@@ -522,36 +589,26 @@ struct Admission {
     at_ms: i64,
 }
 
-/// A pool slot, FIFO: each round is one acquire (which keeps the place in
-/// line alive), then a wait for a release's wake-up or the poll interval.
-/// None when admitted; a verdict when capacity never came.
+/// A slot in each pool, in order, FIFO: each round is one acquire (which
+/// keeps the place in line alive, and beats the slots already taken), then
+/// a wait for a release's wake-up or the poll interval. None when admitted
+/// to every pool; a verdict when capacity never came.
 async fn admit(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     held: &Held<'_>,
 ) -> Result<Option<Verdict>, RunError> {
     let mut first_ms = None;
-    for _ in 0..ADMISSION_ROUNDS_MAX {
-        let a: Admission = ctx
-            .step(ADMISSION_STEP, StepConfig::default(), |_| async {
-                let at_ms = ctx.now_ms();
-                let out = admission::acquire(
-                    env.db,
-                    held.pool,
-                    held.instance_id,
-                    env.pool_capacity,
-                    at_ms,
-                )
-                .await
-                .map_err(gate_failure)?;
-                Ok(Admission {
-                    admitted: out == admission::AdmissionOutcome::Admitted,
-                    at_ms,
-                })
-            })
-            .await?;
-        if a.admitted {
+    let mut taken = 0;
+    let rounds = ADMISSION_ROUNDS_MAX as usize * held.pools.len().max(1);
+    for _ in 0..rounds {
+        let Some(pool) = held.pools.get(taken) else {
             return Ok(None);
+        };
+        let a = acquire_round(ctx, env, held, taken, pool).await?;
+        if a.admitted {
+            taken += 1;
+            continue;
         }
         if a.at_ms - *first_ms.get_or_insert(a.at_ms) >= ADMISSION_WAIT_MS_MAX {
             break;
@@ -564,12 +621,43 @@ async fn admit(
             Err(e) => return Err(e),
         }
     }
+    if taken >= held.pools.len() {
+        return Ok(None);
+    }
     Ok(Some(Verdict::InfraFault {
         summary: format!(
             "No sandbox capacity within {} minutes.",
             ADMISSION_WAIT_MS_MAX / 60_000
         ),
     }))
+}
+
+/// One admission step: beat the first `taken` pools' slots, try `pool`.
+async fn acquire_round(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    held: &Held<'_>,
+    taken: usize,
+    pool: &Pool<'_>,
+) -> Result<Admission, RunError> {
+    ctx.step(ADMISSION_STEP, StepConfig::default(), |_| async {
+        let at_ms = ctx.now_ms();
+        let beats: Vec<_> = held.pools[..taken]
+            .iter()
+            .map(|p| admission::heartbeat_stmt(p.name, held.instance_id, at_ms))
+            .collect();
+        if !beats.is_empty() {
+            env.db.batch(beats).await.map_err(gate_failure)?;
+        }
+        let out = admission::acquire(env.db, pool.name, held.instance_id, pool.capacity, at_ms)
+            .await
+            .map_err(gate_failure)?;
+        Ok(Admission {
+            admitted: out == admission::AdmissionOutcome::Admitted,
+            at_ms,
+        })
+    })
+    .await
 }
 
 /// The sandbox lease, keyed by the sandbox id with this generation's gate
@@ -652,7 +740,7 @@ pub struct Released {
 async fn leave(ctx: &Ctx<'_>, env: &RunEnv<'_>, held: &Held<'_>) -> Result<(), RunError> {
     let released: Released = ctx
         .cleanup_step(RELEASE_STEP, StepConfig::default(), |_| async {
-            release_all(env, held.instance_id, held.pool, ctx.now_ms()).await
+            release_all(env, held.instance_id, ctx.now_ms()).await
         })
         .await?;
     wake_step(ctx, env, HANDOVER_STEP, &released.wake).await
@@ -697,7 +785,6 @@ async fn wake_step(
 pub async fn release_all(
     env: &RunEnv<'_>,
     instance_id: &str,
-    pool: &str,
     now_ms: i64,
 ) -> Result<Released, StepFailure> {
     if !kill_live(env, instance_id, now_ms).await? {
@@ -713,14 +800,21 @@ pub async fn release_all(
     {
         wake.extend(next.as_deref().map(Wake::turn));
     }
-    if let Some(next) = admission::release(env.db, pool, instance_id)
+    // Every pool it has a slot (or a place in line) in, whatever the
+    // journal says: a finalize after a crash knows only the instance.
+    for pool in admission::pools_of(env.db, instance_id)
         .await
         .map_err(gate_failure)?
     {
-        wake.push(Wake {
-            instance_id: next,
-            event: SLOT_EVENT.into(),
-        });
+        if let Some(next) = admission::release(env.db, &pool, instance_id)
+            .await
+            .map_err(gate_failure)?
+        {
+            wake.push(Wake {
+                instance_id: next,
+                event: SLOT_EVENT.into(),
+            });
+        }
     }
     lease::release_sandbox(env.db, instance_id)
         .await
@@ -775,7 +869,7 @@ async fn wake_now(env: &RunEnv<'_>, wake: &[Wake]) {
 /// next. An error means something is still held; the sweep calls again.
 pub async fn finalize(env: &RunEnv<'_>, instance_id: &str) -> Result<(), String> {
     let now = env.clock.now_ms();
-    let released = release_all(env, instance_id, POOL, now)
+    let released = release_all(env, instance_id, now)
         .await
         .map_err(|f| f.to_string())?;
     if !released.released {
@@ -834,7 +928,7 @@ pub async fn prepare_restart(env: &RunEnv<'_>, req: &RestartRequest<'_>) -> Resu
     let unconfirmed = "the previous generation's process could not be confirmed ended; \
                        try the restart again";
     if req.from_seq <= region.last {
-        let released = release_all(env, req.instance_id, POOL, now)
+        let released = release_all(env, req.instance_id, now)
             .await
             .map_err(|f| f.to_string())?;
         if !released.released {
@@ -879,10 +973,12 @@ async fn still_holds(
     entry: &GateEntry,
     now_ms: i64,
 ) -> Result<bool, String> {
-    let mut stmts = vec![
-        admission::heartbeat_stmt(&entry.pool, instance_id, now_ms),
-        lease::heartbeat_stmt(instance_id, &entry.gate_id, now_ms),
-    ];
+    let mut stmts: Vec<_> = entry
+        .pools
+        .iter()
+        .map(|p| admission::heartbeat_stmt(p, instance_id, now_ms))
+        .collect();
+    stmts.push(lease::heartbeat_stmt(instance_id, &entry.gate_id, now_ms));
     if let Some(group) = &entry.group {
         stmts.push(serial::heartbeat_stmt(group, &entry.gate_id, now_ms));
     }

@@ -7,6 +7,7 @@ pub mod check;
 pub mod command;
 pub mod config;
 pub mod deploy;
+pub mod environment;
 pub mod gate;
 pub mod notify;
 pub mod probe;
@@ -35,7 +36,7 @@ pub trait Waker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String>;
 }
 
-/// Worker secrets by name (a deploy's `secrets = [...]`).
+/// Worker secrets by name (those an environment grants a deploy).
 pub trait SecretSource {
     fn secret(&self, name: &str) -> Option<Secret>;
 }
@@ -61,9 +62,18 @@ pub struct RunEnv<'a> {
     pub db: &'a dyn Database,
     pub waker: &'a dyn Waker,
     pub secrets: &'a dyn SecretSource,
+    /// The operator's deploy environments (the `ENVIRONMENTS` var).
+    pub environments: &'a environment::Environments,
+    /// Where GitHub serves git (`GITHUB_GIT_URL`): clone URLs come from it.
+    pub git_url: String,
     pub notify: Option<NotifyTarget>,
     /// Containers the sandbox pool admits at once.
     pub pool_capacity: u32,
+    /// Checks admitted at once, all repositories together: below
+    /// `pool_capacity`, so deploys always find a sandbox.
+    pub checks_capacity: u32,
+    /// Checks of one repository admitted at once.
+    pub checks_per_repo: u32,
     /// The Worker's own base URL, for check run details links.
     pub public_url: String,
 }
@@ -91,20 +101,32 @@ pub async fn configured<T>(
     target: &report::CheckTarget<'_>,
     pick: impl FnOnce(config::RepoConfig) -> Option<T>,
 ) -> Result<Configured<T>, RunError> {
+    configured_at(ctx, env, target, target.sha, "at this commit", pick).await
+}
+
+/// `configured`, reading the config at `reference` (a commit or a branch),
+/// which the invalid-config summary calls `place`.
+pub async fn configured_at<T>(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &report::CheckTarget<'_>,
+    reference: &str,
+    place: &str,
+    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+) -> Result<Configured<T>, RunError> {
     let not_configured = || {
         Configured::Done(RunOutcome::Skipped {
             reason: Some(NOT_CONFIGURED.into()),
             tag: None,
         })
     };
-    match read_config(ctx, env, target.installation_id, target.repo, target.sha).await? {
+    match read_config(ctx, env, target.installation_id, target.repo, reference).await? {
         ConfigState::Missing => Ok(not_configured()),
         ConfigState::Valid { config } => {
             Ok(pick(config).map_or_else(not_configured, Configured::Run))
         }
         ConfigState::Invalid { message } => {
-            let summary =
-                format!("`.sluice.toml` at this commit is invalid:\n\n```\n{message}\n```");
+            let summary = format!("`.sluice.toml` {place} is invalid:\n\n```\n{message}\n```");
             let outcome = report::reported(ctx, env, target, || async {
                 Ok(report::Verdict::Failed { summary })
             })
@@ -114,18 +136,18 @@ pub async fn configured<T>(
     }
 }
 
-/// Reads `.sluice.toml` at a commit, as a step.
+/// Reads `.sluice.toml` at a commit or branch, as a step.
 pub async fn read_config(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     installation_id: u64,
     repo: &str,
-    sha: &str,
+    reference: &str,
 ) -> Result<ConfigState, RunError> {
     ctx.step("read config", github_step(), |_| async {
         let text = env
             .github
-            .file_at(installation_id, repo, CONFIG_PATH, sha)
+            .file_at(installation_id, repo, CONFIG_PATH, reference)
             .await
             .map_err(github_failure)?;
         Ok(match text {

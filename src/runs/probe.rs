@@ -5,7 +5,7 @@
 //! never runs again, timers, events) are observable from outside. The
 //! end-to-end tests and `npm run bench` use it.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
@@ -19,7 +19,7 @@ use super::RunEnv;
 /// A probe step's artificial duration is capped: it is a diagnostic.
 const PROBE_STEP_DELAY_MS_MAX: i64 = 10_000;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ProbeInput {
     #[serde(default)]
     pub steps: u32,

@@ -8,6 +8,7 @@
 
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
@@ -54,7 +55,7 @@ pub trait Run {
     /// releases them (killing its process first) and a restart re-enters
     /// them (`gate::prepare_restart`).
     const GATED: bool;
-    type Input: DeserializeOwned;
+    type Input: DeserializeOwned + Serialize;
 
     async fn run(
         &self,
@@ -105,9 +106,25 @@ trait AnyRun {
         env: &RunEnv<'_>,
         req: &RestartRequest<'_>,
     ) -> Result<u32, String>;
+    fn check_input(&self, input: &Value) -> Result<(), String>;
 }
 
 struct Erased<R>(R);
+
+/// Whether `input` is exactly a `T`: it decodes, and names no field `T`
+/// does not have (a field like `clone_url` would otherwise be dropped in
+/// silence, and its sender believe it was used).
+fn check_exact<T: DeserializeOwned + Serialize>(input: &Value) -> Result<(), String> {
+    let decoded: T = serde_json::from_value(input.clone()).map_err(|e| e.to_string())?;
+    let known = serde_json::to_value(&decoded).map_err(|e| e.to_string())?;
+    let (Some(given), Some(known)) = (input.as_object(), known.as_object()) else {
+        return Ok(());
+    };
+    match given.keys().find(|k| !known.contains_key(*k)) {
+        None => Ok(()),
+        Some(k) => Err(format!("unknown input field `{k}`")),
+    }
+}
 
 fn decode<T: DeserializeOwned>(input: &Value) -> Result<T, RunError> {
     serde_json::from_value(input.clone()).map_err(|e| RunError::InvalidInput {
@@ -159,6 +176,19 @@ impl<R: Run> AnyRun for Erased<R> {
     ) -> Result<u32, String> {
         self.0.prepare_restart(env, req).await
     }
+
+    fn check_input(&self, input: &Value) -> Result<(), String> {
+        check_exact::<R::Input>(input)
+    }
+}
+
+/// Whether an operator's create request names a run and gives exactly its
+/// input; checked before the instance exists (`POST /v1/executions`).
+pub fn check_create(run: &str, input: &Value) -> Result<(), String> {
+    let name = RunName::parse(run).ok_or_else(|| unknown(run).to_string())?;
+    run_of(name)
+        .check_input(input)
+        .map_err(|m| format!("input of run `{run}`: {m}"))
 }
 
 /// The one place a name meets its run.
@@ -209,5 +239,24 @@ impl RunRegistry for Registry<'_> {
     async fn prepare_restart(&self, run: &str, req: &RestartRequest<'_>) -> Result<u32, String> {
         let name = RunName::parse(run).ok_or_else(|| unknown(run).to_string())?;
         run_of(name).prepare_restart(&self.env, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_create_naming_a_clone_url_is_refused() {
+        let check = json!({"repo": "octo/hello", "sha": "a".repeat(40),
+                           "installation_id": 1, "pr_number": 2});
+        assert_eq!(check_create("check", &check), Ok(()));
+        let mut evil = check.clone();
+        evil["clone_url"] = json!("https://attacker.example/x.git");
+        let refused = check_create("check", &evil).unwrap_err();
+        assert!(refused.contains("`clone_url`"), "{refused}");
+        assert!(check_create("nope", &check).is_err());
+        assert!(check_create("probe", &json!({"steps": 2})).is_ok());
     }
 }

@@ -26,22 +26,22 @@ pub enum Plan {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckInput {
     pub repo: String,
-    pub clone_url: String,
     pub sha: String,
     pub installation_id: u64,
     pub pr_number: u64,
 }
 
 /// What a `deploy` instance needs: the pushed commit and where it came
-/// from. Whether the branch deploys at all is decided by `.sluice.toml` at
-/// that commit, inside the run.
+/// from. Whether the branch deploys at all is decided inside the run, by
+/// `.sluice.toml` on the default branch and the operator's environments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeployInput {
     pub repo: String,
-    pub clone_url: String,
     pub branch: String,
     pub sha: String,
     pub installation_id: u64,
+    /// Where the deploy policy is read (`repository.default_branch`).
+    pub default_branch: String,
 }
 
 pub fn plan(event: &Event) -> Plan {
@@ -81,7 +81,6 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     let repo = pr.repository.full_name.clone();
     let input = CheckInput {
         repo: repo.clone(),
-        clone_url: pr.repository.clone_url.clone(),
         sha: sha.clone(),
         installation_id: pr.installation.id,
         pr_number: pr.number,
@@ -117,12 +116,16 @@ fn plan_push(push: &PushEvent) -> Plan {
         return Plan::Ignore(format!("after {:?} is not a commit id", push.after));
     }
     let repo = push.repository.full_name.clone();
+    let Some(default_branch) = push.repository.default_branch.clone() else {
+        // GitHub always sends it; without it no deploy policy can be read.
+        return Plan::Ignore("push without repository.default_branch".into());
+    };
     let input = DeployInput {
         repo: repo.clone(),
-        clone_url: push.repository.clone_url.clone(),
         branch: branch.to_owned(),
         sha: sha.clone(),
         installation_id: push.installation.id,
+        default_branch,
     };
     Plan::Create(vec![CreateRequest {
         // `before` is part of the identity: pushing an older commit back
@@ -191,7 +194,7 @@ mod tests {
         let body = json!({
             "ref": git_ref, "before": "0".repeat(40), "after": after, "deleted": deleted,
             "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo", "name": "octo"},
-                           "clone_url": "https://github.com/octo/hello.git"},
+                           "clone_url": "https://github.com/octo/hello.git", "default_branch": "main"},
             "sender": {"login": "ana", "type": "User"},
             "installation": {"id": 42}
         });
@@ -209,6 +212,11 @@ mod tests {
             "deploy:octo/hello:main:89abcdef0123:000000000000"
         );
         assert_eq!(reqs[0].input["branch"], "main");
+        assert_eq!(reqs[0].input["default_branch"], "main");
+        assert!(
+            reqs[0].input.get("clone_url").is_none(),
+            "a payload's clone_url is never carried into a run"
+        );
         assert!(matches!(
             plan(&push("refs/tags/v1", sha, false)),
             Plan::Ignore(_)

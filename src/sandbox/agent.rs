@@ -121,6 +121,7 @@ impl Sandbox for AgentSandbox<'_> {
             command: spec.command.to_owned(),
             timeout_ms: u64::try_from(spec.timeout_ms).unwrap_or(0),
             env: Some(spec.env.clone()),
+            redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
         };
         let resp = self
             .call(

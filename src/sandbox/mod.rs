@@ -8,6 +8,7 @@
 //! instance left in its own sandbox (a stalled holder's deploy).
 
 pub mod agent;
+pub mod lifecycle;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -61,6 +62,8 @@ pub struct ProcessSpec<'a> {
     pub command: &'a str,
     pub timeout_ms: i64,
     pub env: BTreeMap<String, String>,
+    /// Values the sandbox scrubs from the output before it keeps any.
+    pub redact: Vec<&'a str>,
 }
 
 #[async_trait(?Send)]

@@ -289,6 +289,22 @@ pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(),
     Ok(())
 }
 
+/// Forgets deliveries received before `before_ms` (the retention): the
+/// webhook intake refuses events that old by their own timestamp, so a
+/// replay of one is refused without its record.
+pub async fn purge_deliveries(
+    db: &dyn Database,
+    before_ms: i64,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    db.run(stmt!(
+        "DELETE FROM webhook_deliveries WHERE delivery_id IN (SELECT delivery_id            FROM webhook_deliveries WHERE received_ms < ?1 ORDER BY received_ms LIMIT ?2)",
+        before_ms,
+        limit,
+    ))
+    .await
+}
+
 pub async fn recent_deliveries(
     db: &dyn Database,
     limit: u32,

@@ -20,7 +20,18 @@ pub const PUBLIC_URL: &str = "PUBLIC_URL";
 pub const NOTIFY_URL: &str = "NOTIFY_URL";
 pub const NOTIFY_SECRET: &str = "NOTIFY_SECRET";
 pub const POOL_CAPACITY: &str = "POOL_CAPACITY";
+/// Checks admitted at once, and per repository (`gate::check_capacities`).
+pub const CHECKS_CAPACITY: &str = "CHECKS_CAPACITY";
+pub const CHECKS_PER_REPO: &str = "CHECKS_PER_REPO";
 pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
+/// Deploy environments, TOML (`runs::environment`): the operator's grant
+/// of secrets to repositories and branches.
+pub const ENVIRONMENTS: &str = "ENVIRONMENTS";
+/// Where GitHub serves git; `github::GIT_URL_DEFAULT` when unset.
+pub const GITHUB_GIT_URL: &str = "GITHUB_GIT_URL";
+/// How long a sandbox container may sit unused before its object's alarm
+/// destroys it ("10m" when unset; `sandbox::lifecycle`).
+pub const CONTAINER_SLEEP_AFTER: &str = "CONTAINER_SLEEP_AFTER";
 /// "container" (what wrangler.toml sets for production): one Cloudflare
 /// Container per run instance (the SANDBOX binding); unset or "agent": the
 /// sandbox agent at SANDBOX_URL (npm start and the tests).
@@ -50,3 +61,17 @@ pub fn text(env: &Env, name: &str) -> Option<String> {
 pub fn secret(env: &Env, name: &str) -> Option<Secret> {
     text(env, name).map(Secret::new)
 }
+
+/// How long finished instances and webhook deliveries are kept
+/// (`RETENTION_DAYS`, whole days), in ms.
+pub fn retention_ms(env: &Env) -> i64 {
+    text(env, RETENTION_DAYS)
+        .and_then(|d| d.parse::<i64>().ok())
+        .filter(|d| (1..=RETENTION_DAYS_MAX).contains(d))
+        .map_or(crate::limits::RETENTION_MS_DEFAULT, |d| {
+            d * 24 * 3600 * 1000
+        })
+}
+
+/// A longer retention is a typo: a year of instances is more than D1 holds.
+const RETENTION_DAYS_MAX: i64 = 366;

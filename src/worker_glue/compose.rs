@@ -7,7 +7,9 @@ use worker::Env;
 use crate::engine::Clock;
 use crate::github::app::private_key_pkcs8_der;
 use crate::github::GitHub;
-use crate::limits::POOL_CAPACITY_MAX;
+use crate::limits::{CONTAINER_INSTANCES_MAX, POOL_CAPACITY_MAX};
+use crate::runs::environment::Environments;
+use crate::runs::gate::check_capacities;
 use crate::runs::{NotifyTarget, Registry, RunEnv, SecretSource};
 use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
@@ -52,6 +54,10 @@ pub struct RunEnvParts {
     secrets: EnvSecrets,
     notify: Option<NotifyTarget>,
     pool_capacity: u32,
+    checks_capacity: u32,
+    checks_per_repo: u32,
+    environments: Environments,
+    git_url: String,
 }
 
 /// The services runs use, from the Worker's bindings.
@@ -62,6 +68,23 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             .map(Secret::new)
             .map_err(|e| e.to_string()),
     };
+    let number = |name| text(env, name).and_then(|v| v.parse::<u32>().ok());
+    let container = text(env, bindings::SANDBOX_BACKEND)
+        .filter(|b| b == "container")
+        .map(|_| ContainerTransport { env: env.clone() });
+    // With containers, no more than wrangler.toml's max_instances may run.
+    let capacity_max = match container {
+        Some(_) => CONTAINER_INSTANCES_MAX,
+        None => POOL_CAPACITY_MAX,
+    };
+    let pool_capacity = number(bindings::POOL_CAPACITY)
+        .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
+        .clamp(1, capacity_max);
+    let (checks_capacity, checks_per_repo) = check_capacities(
+        pool_capacity,
+        number(bindings::CHECKS_CAPACITY),
+        number(bindings::CHECKS_PER_REPO),
+    );
     RunEnvParts {
         transport: FetchTransport,
         signer: WebCryptoSigner,
@@ -73,9 +96,7 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
         sandbox_url: text(env, bindings::SANDBOX_URL)
             .unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned()),
         sandbox_token: bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
-        container: text(env, bindings::SANDBOX_BACKEND)
-            .filter(|b| b == "container")
-            .map(|_| ContainerTransport { env: env.clone() }),
+        container,
         public_url: text(env, bindings::PUBLIC_URL).unwrap_or_default(),
         waker: InstanceWaker { env: env.clone() },
         secrets: EnvSecrets { env: env.clone() },
@@ -83,10 +104,12 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             url,
             secret: bindings::secret(env, bindings::NOTIFY_SECRET),
         }),
-        pool_capacity: text(env, bindings::POOL_CAPACITY)
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(bindings::POOL_CAPACITY_DEFAULT)
-            .clamp(1, POOL_CAPACITY_MAX),
+        pool_capacity,
+        checks_capacity,
+        checks_per_repo,
+        environments: Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref()),
+        git_url: text(env, bindings::GITHUB_GIT_URL)
+            .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
     }
 }
 
@@ -173,8 +196,12 @@ impl RegistryOwner<'_> {
                 db: self.db,
                 waker: &p.waker,
                 secrets: &p.secrets,
+                environments: &p.environments,
+                git_url: p.git_url.clone(),
                 notify: p.notify.clone(),
                 pool_capacity: p.pool_capacity,
+                checks_capacity: p.checks_capacity,
+                checks_per_repo: p.checks_per_repo,
                 public_url: p.public_url.clone(),
             },
         }

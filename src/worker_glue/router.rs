@@ -12,10 +12,13 @@ use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
 use crate::http::routes::{route, Route, RouteError};
 use crate::http::webhook::{
-    accept, check_declared_length, intake, InstanceCreator, WebhookHeaders,
+    accept, check_declared_length, intake, read_capped, InstanceCreator, WebhookHeaders,
 };
 use crate::http::{check_admin, ApiError};
-use crate::limits::{EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX, STEP_RESULT_BYTES_MAX};
+use crate::limits::{
+    EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX, STEP_RESULT_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX,
+};
+use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
 use crate::runs::Waker;
 use crate::store::executions::{self, ListFilter};
@@ -90,6 +93,7 @@ async fn dispatch(mut req: Request, env: &Env) -> Answer {
             let rows = executions::recent_deliveries(&db, DELIVERIES_LISTED_MAX).await?;
             json_ok(200, &json!({ "deliveries": rows }))
         }
+        Route::Config => json_ok(200, &configuration(env)),
         Route::ListGroups => json_ok(200, &json!({ "groups": serial::groups(&db, now).await? })),
         // A group's policy lives in each commit's config; explain with the
         // ADR defaults for "times out in".
@@ -110,13 +114,39 @@ async fn list_executions(req: &Request, db: &D1) -> Answer {
     json_ok(200, &json!({ "executions": rows }))
 }
 
+/// The operator's configuration as the Worker reads it: environments with
+/// the names of their secrets and whether each is set, never a value.
+fn configuration(env: &Env) -> Value {
+    let environments = Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref());
+    let declared: Vec<Value> = environments
+        .iter()
+        .map(|(name, e)| {
+            let secrets: Vec<Value> = e
+                .secrets
+                .iter()
+                .map(|s| json!({ "name": s, "set": bindings::secret(env, s).is_some() }))
+                .collect();
+            json!({ "name": name, "repos": e.repos, "branches": e.branches, "secrets": secrets })
+        })
+        .collect();
+    json!({
+        "environments": declared,
+        "environments_error": environments.error(),
+        "git_url": text(env, bindings::GITHUB_GIT_URL)
+            .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
+    })
+}
+
 /// One create request, or an array of them (each created or found, in
 /// order).
 async fn create_executions(req: &mut Request, env: &Env) -> Answer {
     let body: Value = read_json(req).await?;
     let decode = |v: Value| {
-        serde_json::from_value::<CreateRequest>(v)
-            .map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))
+        let c = serde_json::from_value::<CreateRequest>(v)
+            .map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))?;
+        crate::runs::registry::check_create(&c.run, &c.input)
+            .map_err(|m| ApiError::new(422, "wrong_input", m))?;
+        Ok::<_, ApiError>(c)
     };
     match body {
         Value::Array(items) => {
@@ -288,10 +318,10 @@ impl InstanceCreator for ObjectCreator<'_> {
 
 async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {
     check_declared_length(header(req, "Content-Length").as_deref())?;
-    let body = req
-        .bytes()
-        .await
+    let chunks = req
+        .stream()
         .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    let body = read_capped(chunks, WEBHOOK_BODY_BYTES_MAX).await?;
     let (event, delivery, signature, content_type) = (
         header(req, "X-GitHub-Event"),
         header(req, "X-GitHub-Delivery"),
@@ -305,8 +335,9 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {
         content_type: content_type.as_deref(),
     };
     let secret = text(env, bindings::GITHUB_WEBHOOK_SECRET);
-    let planned = intake(&headers, &body, secret.as_deref())?;
-    let (status, answer) =
-        accept(db, &ObjectCreator { env }, planned, WorkerClock.now_ms()).await?;
+    let now = WorkerClock.now_ms();
+    let not_before_ms = now - bindings::retention_ms(env);
+    let planned = intake(&headers, &body, secret.as_deref(), not_before_ms)?;
+    let (status, answer) = accept(db, &ObjectCreator { env }, planned, now).await?;
     json_ok(status, &answer)
 }

@@ -5,7 +5,6 @@ use serde_json::Value;
 use worker::Env;
 
 use crate::engine::{Clock, CreateRequest, InstanceId, RunRegistry, Status};
-use crate::limits::RETENTION_MS_DEFAULT;
 use crate::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
 
 use super::bindings;
@@ -59,10 +58,7 @@ pub async fn sweep(env: &Env) -> SweepReport {
             return SweepReport::default();
         }
     };
-    let retention_ms = bindings::text(env, bindings::RETENTION_DAYS)
-        .and_then(|d| d.parse::<i64>().ok())
-        .map(|d| d * 24 * 3600 * 1000)
-        .unwrap_or(RETENTION_MS_DEFAULT);
+    let retention_ms = bindings::retention_ms(env);
     let waker = InstanceWaker { env: env.clone() };
     let sweep = Sweep {
         db: &db,

@@ -11,6 +11,7 @@
 //! test on any request the fake did not expect.
 #![allow(dead_code)]
 
+use percent_encoding::percent_decode_str;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -31,6 +32,7 @@ use sluice::github::GitHub;
 use sluice::journal::{Entry, InstanceRecord};
 use sluice::net::{HttpRequest, HttpResponse, Transport};
 use sluice::runs::command::CommandResult;
+use sluice::runs::environment::Environments;
 use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
 use sluice::runs::triggers::{CheckInput, DeployInput};
 use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Waker};
@@ -46,7 +48,14 @@ use sluice::store::Stmt;
 use super::{block_on, CountingDb, ManualClock, MemoryBlobs, World, T0};
 
 pub const REPO: &str = "octo/hello";
+/// Where the rig's GitHub serves git (`RunEnv::git_url`).
+pub const GIT_URL: &str = "https://github.com";
+/// What runs derive from `GIT_URL` and `REPO`.
 pub const CLONE_URL: &str = "https://github.com/octo/hello.git";
+/// The rig's `ENVIRONMENTS`: `production` for REPO's BRANCH, exporting
+/// DEPLOY_TOKEN.
+pub const ENVIRONMENTS: &str =
+    "[production]\nrepos = [\"octo/hello\"]\nbranches = [\"main\"]\nsecrets = [\"DEPLOY_TOKEN\"]\n";
 pub const BRANCH: &str = "main";
 pub const GROUP: &str = "deploy:octo/hello:main";
 pub const INSTALLATION: u64 = 42;
@@ -97,6 +106,8 @@ pub struct CheckRun {
     pub conclusion: Option<String>,
     pub title: Option<String>,
     pub summary: Option<String>,
+    /// The App that created it (APP_ID for Sluice's own).
+    pub app_id: u64,
 }
 
 impl CheckRun {
@@ -110,6 +121,7 @@ impl CheckRun {
             "status": self.statuses.last(),
             "conclusion": self.conclusion,
             "html_url": format!("https://github.com/{}/runs/{}", self.repo, self.id),
+            "app": { "id": self.app_id },
         })
     }
 
@@ -155,13 +167,36 @@ pub struct Fault {
     pub after_applying: bool,
 }
 
+/// What one installation token was issued for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grant {
+    pub expires_ms: i64,
+    /// Repository names the token is limited to.
+    pub repositories: Vec<String>,
+    pub permissions: BTreeMap<String, String>,
+    pub revoked: bool,
+}
+
+impl Grant {
+    fn allows(&self, permission: &str, level: &str) -> bool {
+        let rank = |l: &str| match l {
+            "read" => 1,
+            "write" => 2,
+            _ => 0,
+        };
+        self.permissions
+            .get(permission)
+            .is_some_and(|have| rank(have) >= rank(level))
+    }
+}
+
 #[derive(Default)]
 pub struct GitHubState {
     /// Files per (repo, commit).
     pub commits: HashMap<(String, String), HashMap<String, String>>,
     pub heads: HashMap<(String, String), String>,
-    /// Issued installation tokens and when they expire (ms).
-    pub tokens: HashMap<String, i64>,
+    /// Issued installation tokens and what each may do.
+    pub tokens: HashMap<String, Grant>,
     pub check_runs: Vec<CheckRun>,
     pub calls: Vec<Call>,
     pub faults: Vec<Fault>,
@@ -293,6 +328,31 @@ impl FakeGitHub {
         self.st.borrow().tokens.keys().cloned().collect()
     }
 
+    pub fn grant_of(&self, token: &str) -> Option<Grant> {
+        self.st.borrow().tokens.get(token).cloned()
+    }
+
+    /// A check run another App made on `sha`, with Sluice's name and
+    /// `external_id`: Sluice must neither find nor update it.
+    pub fn foreign_check_run(&self, repo: &str, sha: &str, name: &str, external_id: &str) -> u64 {
+        let mut st = self.st.borrow_mut();
+        let id = 9000 + st.check_runs.len() as u64 + 1;
+        st.check_runs.push(CheckRun {
+            id,
+            repo: repo.into(),
+            name: name.into(),
+            head_sha: sha.into(),
+            external_id: Some(external_id.into()),
+            details_url: None,
+            statuses: vec!["queued".into()],
+            conclusion: None,
+            title: None,
+            summary: None,
+            app_id: 999,
+        });
+        id
+    }
+
     // --- serving ---
 
     pub fn route(&self, req: &HttpRequest) -> Routed {
@@ -313,17 +373,19 @@ impl FakeGitHub {
             .filter(|p| !p.is_empty())
             .map(|p| {
                 let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (k.to_owned(), v.to_owned())
+                let decode = |x: &str| percent_decode_str(x).decode_utf8_lossy().into_owned();
+                (decode(k), decode(v))
             })
             .collect();
         let segs: Vec<String> = path
             .trim_start_matches('/')
             .split('/')
-            .map(str::to_owned)
+            .map(|seg| percent_decode_str(seg).decode_utf8_lossy().into_owned())
             .collect();
         let s: Vec<&str> = segs.iter().map(String::as_str).collect();
         let route = match (req.method, s.as_slice()) {
             ("POST", ["app", "installations", _, "access_tokens"]) => "token",
+            ("DELETE", ["installation", "token"]) => "revoke-token",
             ("GET", ["repos", _, _, "contents", rest @ ..]) if !rest.is_empty() => "contents",
             ("GET", ["repos", _, _, "git", "ref", "heads", rest @ ..]) if !rest.is_empty() => "ref",
             ("GET", ["repos", _, _, "commits", _, "check-runs"]) => "list-check-runs",
@@ -428,14 +490,34 @@ impl FakeGitHub {
             return self.issue_token(req, auth, &segs[2]);
         }
         let now = self.clock.now_ms();
-        let token_ok = auth
-            .strip_prefix("token ")
-            .and_then(|t| self.st.borrow().tokens.get(t).copied())
-            .is_some_and(|expires_ms| expires_ms > now);
-        if !token_ok {
-            return self.refuse(req, 401, "Bad credentials");
+        let token = auth.strip_prefix("token ").unwrap_or_default();
+        let grant = self
+            .grant_of(token)
+            .filter(|g| g.expires_ms > now && !g.revoked);
+        let Some(grant) = grant else {
+            return reply(401, json!({ "message": "Bad credentials" }));
+        };
+        if route == "revoke-token" {
+            if let Some(g) = self.st.borrow_mut().tokens.get_mut(token) {
+                g.revoked = true;
+            }
+            return reply(204, Value::Null);
         }
         let repo = format!("{}/{}", segs[1], segs[2]);
+        if !grant.repositories.iter().any(|r| *r == segs[2]) {
+            return not_found();
+        }
+        let (permission, level) = match route {
+            "contents" | "ref" => ("contents", "read"),
+            "list-check-runs" => ("checks", "read"),
+            _ => ("checks", "write"),
+        };
+        if !grant.allows(permission, level) {
+            return reply(
+                403,
+                json!({ "message": "Resource not accessible by integration" }),
+            );
+        }
         match route {
             "contents" => self.contents(req, &repo, &segs[4..].join("/"), query),
             "ref" => {
@@ -482,17 +564,55 @@ impl FakeGitHub {
         if installation != INSTALLATION.to_string() {
             return not_found();
         }
+        let body: Value = req
+            .body
+            .as_deref()
+            .and_then(|b| serde_json::from_str(b).ok())
+            .unwrap_or(Value::Null);
+        let strings = |v: &Value| -> Option<Vec<String>> {
+            v.as_array()?
+                .iter()
+                .map(|r| r.as_str().map(str::to_owned))
+                .collect()
+        };
+        // Strict: Sluice scopes every token to one repository and names the
+        // permissions it needs (the issue's "tokens scoped").
+        let (Some(repositories), Some(permissions)) = (
+            strings(&body["repositories"]),
+            body["permissions"].as_object(),
+        ) else {
+            return self.refuse(
+                req,
+                422,
+                "Sluice must scope every token: repositories and permissions",
+            );
+        };
+        if repositories.len() != 1 || repositories[0].contains('/') {
+            return self.refuse(req, 422, "one repository, by name");
+        }
+        let mut granted: BTreeMap<String, String> = permissions
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect();
+        granted.insert("metadata".into(), "read".into());
         let expires_ms = self.clock.now_ms() + 3600 * 1000;
         let mut st = self.st.borrow_mut();
         let token = format!("ghs_{:036}", st.tokens.len() + 1);
-        st.tokens.insert(token.clone(), expires_ms);
+        let grant = Grant {
+            expires_ms,
+            repositories: repositories.clone(),
+            permissions: granted.clone(),
+            revoked: false,
+        };
+        st.tokens.insert(token.clone(), grant);
         reply(
             201,
             json!({
                 "token": token,
                 "expires_at": rfc3339(expires_ms),
-                "permissions": { "contents": "read", "checks": "write" },
-                "repository_selection": "all",
+                "permissions": granted,
+                "repository_selection": "selected",
+                "repositories": repositories.iter().map(|r| json!({ "name": r })).collect::<Vec<_>>(),
             }),
         )
     }
@@ -508,7 +628,12 @@ impl FakeGitHub {
             return self.refuse(req, 400, "Sluice must always read at an explicit ref");
         };
         let st = self.st.borrow();
-        let Some(files) = st.commits.get(&(repo.to_owned(), git_ref.clone())) else {
+        // A branch name reads at that branch's head, as GitHub does.
+        let sha = st
+            .heads
+            .get(&(repo.to_owned(), git_ref.clone()))
+            .unwrap_or(git_ref);
+        let Some(files) = st.commits.get(&(repo.to_owned(), sha.clone())) else {
             return reply(
                 404,
                 json!({ "message": format!("No commit found for the ref {git_ref}") }),
@@ -548,6 +673,11 @@ impl FakeGitHub {
             .iter()
             .filter(|c| c.repo == repo && c.head_sha == sha)
             .filter(|c| query.get("check_name").is_none_or(|n| *n == c.name))
+            .filter(|c| {
+                query
+                    .get("app_id")
+                    .is_none_or(|a| *a == c.app_id.to_string())
+            })
             .collect();
         // GitHub's default filter is "latest": the newest run per name.
         if query.get("filter").map(String::as_str) != Some("all") {
@@ -607,6 +737,7 @@ impl FakeGitHub {
             conclusion: body["conclusion"].as_str().map(str::to_owned),
             title: None,
             summary: None,
+            app_id: APP_ID.parse().expect("APP_ID is a number"),
         };
         let answer = run.to_json();
         st.check_runs.push(run);
@@ -762,6 +893,8 @@ pub struct StartRecord {
     pub id: String,
     pub workspace: String,
     pub env: BTreeMap<String, String>,
+    /// The values the agent was asked to scrub from the output.
+    pub redact: Vec<String>,
     /// False when the id was known and the agent answered the existing one.
     pub spawned: bool,
 }
@@ -793,6 +926,8 @@ impl ProcessRun {
 pub struct Process {
     pub sha: String,
     pub env: BTreeMap<String, String>,
+    /// Scrubbed from the output as the agent does (sluice-redact).
+    pub redact: Vec<String>,
     pub script: Script,
     pub polls_left: u32,
     pub started_ms: i64,
@@ -1046,7 +1181,8 @@ impl FakeSandbox {
             Some(d) => (p.started_ms + d).min(now),
             None => now,
         };
-        let output = expand(&p.script.output, &p.env);
+        let output =
+            sluice_redact::Redactor::new(&p.redact).redact(&expand(&p.script.output, &p.env));
         let state = ProcessState {
             id: id.into(),
             status: ProcessStatus::Exited,
@@ -1132,6 +1268,7 @@ impl Sandbox for FakeSandbox {
             id: spec.id.into(),
             workspace: spec.workspace.into(),
             env: spec.env.clone(),
+            redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
             spawned,
         };
         if let Some(p) = st.processes.get(spec.id) {
@@ -1176,6 +1313,7 @@ impl Sandbox for FakeSandbox {
             Process {
                 sha,
                 env: spec.env.clone(),
+                redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
                 script,
                 polls_left,
                 started_ms: now,
@@ -1462,6 +1600,8 @@ pub struct Rig {
     pub sandbox: FakeSandbox,
     pub waker: FakeWaker,
     pub secrets: FakeSecrets,
+    /// The operator's deploy environments (ENVIRONMENTS by default).
+    pub environments: Environments,
     /// The runs' object storage (logs).
     pub blobs: MemoryBlobs,
     pub signer: FixedSigner,
@@ -1491,6 +1631,7 @@ impl Rig {
             sandbox: FakeSandbox::new(clock.clone()),
             waker: FakeWaker::default(),
             secrets: FakeSecrets::default(),
+            environments: Environments::parse(Some(ENVIRONMENTS)),
             blobs: MemoryBlobs::default(),
             signer: FixedSigner,
             clock,
@@ -1516,11 +1657,15 @@ impl Rig {
                 db: self.index.as_ref(),
                 waker: &self.waker,
                 secrets: &self.secrets,
+                environments: &self.environments,
+                git_url: GIT_URL.into(),
                 notify: Some(NotifyTarget {
                     url: NOTIFY_URL.into(),
                     secret: Some(Secret::new(NOTIFY_SECRET.into())),
                 }),
                 pool_capacity: 4,
+                checks_capacity: 3,
+                checks_per_repo: 2,
                 public_url: PUBLIC_URL.into(),
             },
         }
@@ -1546,18 +1691,22 @@ impl Rig {
     }
 
     pub fn check(&self, sha: &str) -> Inst {
+        self.check_in(REPO, sha)
+    }
+
+    /// A check of a pull request of `repo`.
+    pub fn check_in(&self, repo: &str, sha: &str) -> Inst {
         let input = CheckInput {
-            repo: REPO.into(),
-            clone_url: CLONE_URL.into(),
+            repo: repo.into(),
             sha: sha.into(),
             installation_id: INSTALLATION,
             pr_number: PR_NUMBER,
         };
         self.create(CreateRequest {
-            key: format!("check:{REPO}:{}", &sha[..12]),
+            key: format!("check:{repo}:{}", &sha[..12]),
             run: "check".into(),
             input: json!(input),
-            repo: Some(REPO.into()),
+            repo: Some(repo.into()),
             entity: Some(format!("pr:{PR_NUMBER}")),
             sha: Some(sha.into()),
             max_steps: None,
@@ -1571,19 +1720,31 @@ impl Rig {
 
     /// A deploy with its own run ceiling (`max_duration_ms`).
     pub fn deploy_with_ceiling(&self, sha: &str, max_duration_ms: Option<i64>) -> Inst {
+        self.deploy_pushed(REPO, BRANCH, sha, max_duration_ms)
+    }
+
+    /// A deploy of a push of `sha` to `repo`'s `branch` (default branch
+    /// BRANCH).
+    pub fn deploy_pushed(
+        &self,
+        repo: &str,
+        branch: &str,
+        sha: &str,
+        max_duration_ms: Option<i64>,
+    ) -> Inst {
         let input = DeployInput {
-            repo: REPO.into(),
-            clone_url: CLONE_URL.into(),
-            branch: BRANCH.into(),
+            repo: repo.into(),
+            branch: branch.into(),
             sha: sha.into(),
             installation_id: INSTALLATION,
+            default_branch: BRANCH.into(),
         };
         self.create(CreateRequest {
-            key: format!("deploy:{REPO}:{BRANCH}:{}", &sha[..12]),
+            key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),
             run: "deploy".into(),
             input: json!(input),
-            repo: Some(REPO.into()),
-            entity: Some(format!("branch:{BRANCH}")),
+            repo: Some(repo.into()),
+            entity: Some(format!("branch:{branch}")),
             sha: Some(sha.into()),
             max_steps: None,
             max_duration_ms,

@@ -1,53 +1,75 @@
-// Figures of the local container layer (docs/containers-local.md), printed as a table:
-// `npm run bench:containers` (not a test: node --test does not pick this file up).
+// Figures of the local container layer (docs/containers-local.md) next to the agent-process
+// backend's: `npm run bench:containers` prints them as a table, and `npm run bench` adds them as
+// rows (benchContainers) when this machine can run containers. Not a test: node --test does not
+// pick this file up.
 //
-// - container cold start: the runtime creating the run's networking sidecar (the first thing it
-//   does after the Durable Object calls start()) to the agent in the container answering its
-//   first request, both read off Docker's clock (`docker inspect` Created, `docker logs -t`);
+// - cold start: the sandbox from its start to the agent answering its first request. Containers:
+//   the SandboxContainer Durable Object's own measure, start() to the first 200 of GET /healthz
+//   (its log line "sandbox container ready N ms after start"), one per check; agent process:
+//   spawn to the first 200 of GET /healthz;
 // - check, webhook to conclusion: the 202 of a pull_request webhook to the check run completed
-//   (includes the cold start, the clone through the bridge and a one-line command), next to the
-//   same figure with the agent-process backend;
+//   (a cold start, a clone and a one-line command);
 // - the `run check command` step (workspace, clone, start, wait, log upload), from its timeline;
-// - warm command round trip: `POST /v1/exec` of `true` to the agent of a running container,
-//   through the sidecar's CONNECT tunnel (the path the runtime takes, minus workerd);
-// - image sizes.
+// - warm command round trip: `POST /v1/exec` of `true` to a running agent: through the
+//   container's sidecar tunnel (the path the runtime takes, minus workerd), or on localhost;
+// - sizes: the agent image, and the release agent binary the image holds (the process backend
+//   runs the debug build of the same agent: target/debug, as `npm start` does).
 
-import { request as httpRequest } from 'node:http';
-import { connect } from 'node:net';
+import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
+import { ROOT, randomToken, startAgent, stopGroup } from '../../scripts/lib.mjs';
 import { docker } from '../../scripts/containers/layer.mjs';
 import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
+import { containerAtGate, gate, ingressPort, openGate, tunnelledAt } from './helpers.mjs';
 
-// Checks per backend: each one a fresh container; 5 gives a p50 and a spread in ~30 s.
+// Checks per backend: each one a fresh sandbox; 5 gives a p50 and a spread in ~30 s.
 const CHECKS = Number(process.env.SLUICE_MEASURE_CHECKS ?? 5);
-// Warm round trips through one container's tunnel.
+// Warm round trips through one running sandbox, and fresh agent processes spawned.
 const ROUND_TRIPS = 50;
+const AGENT_SPAWNS = 5;
 // One check run, start to end: seconds here; the bound fails a stuck run.
 const RUN_TIMEOUT_MS = 3 * 60_000;
 const POLL_MS = 50;
-// One tunnelled request to the agent: milliseconds; the bound fails a wedged tunnel.
-const ROUND_TRIP_TIMEOUT_MS = 10_000;
-const SIDECAR_INGRESS_PORT = '39001/tcp';
+// One request to a local agent: milliseconds; the bound fails a wedged one.
+const REQUEST_TIMEOUT_MS = 10_000;
+// A spawned agent answering its first /healthz: milliseconds; the bound fails one that never does.
+const AGENT_READY_TIMEOUT_MS = 10_000;
+const AGENT_STOP_GRACE_MS = 5_000;
+// Between /healthz probes of a spawned agent (it prints its ready line after it listens, so the
+// first probe normally answers).
+const AGENT_PROBE_INTERVAL_MS = 5;
+const AGENT_RELEASE_BIN = join(ROOT, 'target', 'release', 'sluice-sandbox-agent');
+const READY_LINE = /sandbox container ready (\d+) ms after start/g;
+// Lines of the Worker log read for the ready lines: a measured stack writes a few thousand.
+const WORKER_LOG_LINES_MAX = 200_000;
 
 const CONFIG = '[check]\ncommand = "echo measured"\n';
+const HELD_CONFIG = `[check]\ncommand = '''${gate('measure')}'''\n`;
 
 function p50(values) {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor((sorted.length - 1) / 2)];
 }
 
-function summary(values) {
+export function summary(values) {
+  if (!values.length) return 'n/a';
   return `p50 ${p50(values).toFixed(1)} ms (min ${Math.min(...values).toFixed(1)}, max ${Math.max(...values).toFixed(1)}, n=${values.length})`;
 }
 
-async function runCheck(stack, repo) {
-  const sha = stack.commit('acme', repo, { '.sluice.toml': CONFIG });
+async function webhook(stack, repo, config) {
+  const sha = stack.commit('acme', repo, { '.sluice.toml': config });
   const payload = pullRequestPayload({ owner: 'acme', repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl('acme', repo) });
-  const started = performance.now();
   const res = await stack.sendWebhook('pull_request', payload, randomUUID());
   if (res.status !== 202) throw new Error(`webhook: ${res.status} ${JSON.stringify(res.body)}`);
-  const id = res.body.instances[0].id;
+  return res.body.instances[0].id;
+}
+
+async function runCheck(stack, repo) {
+  const started = performance.now();
+  const id = await webhook(stack, repo, CONFIG);
   const deadline = Date.now() + RUN_TIMEOUT_MS;
   for (;;) {
     const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=acme/${repo}`);
@@ -63,44 +85,74 @@ async function runCheck(stack, repo) {
   }
 }
 
-async function inspect(stack, name, format) {
-  return docker(stack.docker, ['inspect', '--format', format, name]);
+async function timed(fn) {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
 }
 
-// Docker sends container logs to `docker logs`' stdout and stderr by the stream they came on;
-// the agent logs requests on stderr.
-async function agentLog(stack, appName) {
-  const { execFile } = await import('node:child_process');
-  return new Promise((resolve, reject) => {
-    execFile(stack.docker, ['logs', '--timestamps', appName], { encoding: 'utf8', timeout: ROUND_TRIP_TIMEOUT_MS }, (err, stdout, stderr) => {
-      if (err) reject(err); else resolve(stdout + stderr);
-    });
-  });
+// Round trips to the agent of a running container: a check whose command holds at a gate.
+async function containerRoundTrips(stack) {
+  const id = await webhook(stack, 'measure-held', HELD_CONFIG);
+  const box = await containerAtGate(stack, 'measure');
+  const body = JSON.stringify({ workspace: id, command: 'true', timeout_ms: 10_000 });
+  const port = await ingressPort(stack, box.name);
+  const out = [];
+  for (let i = 0; i < ROUND_TRIPS; i += 1) {
+    out.push(await timed(async () => {
+      const res = await tunnelledAt(port, { method: 'POST', path: '/v1/exec', body, token: stack.agentToken });
+      if (res.status !== 200) throw new Error(`POST /v1/exec through the tunnel: HTTP ${res.status} ${res.body}`);
+    }));
+  }
+  const image = await docker(stack.docker, ['inspect', '--format', '{{.Config.Image}}', box.name]);
+  const imageBytes = Number(await docker(stack.docker, ['image', 'inspect', '--format', '{{.Size}}', image]));
+  await openGate(stack, box.name, 'measure');
+  return { roundTrips: out, image, imageBytes };
 }
 
-// One HTTP request to the agent through the sidecar's CONNECT tunnel, as the runtime makes it.
-function tunnelled(ingressPort, method, path, body, token) {
-  return new Promise((resolve, reject) => {
-    const socket = connect(ingressPort, '127.0.0.1');
-    const timer = setTimeout(() => { socket.destroy(); reject(new Error('tunnel round trip timed out')); }, ROUND_TRIP_TIMEOUT_MS);
-    socket.once('error', (err) => { clearTimeout(timer); reject(err); });
-    socket.write('CONNECT 127.0.0.1:8080 HTTP/1.1\r\nX-Dst-Addr: 127.0.0.1:8080\r\n\r\n');
-    let head = '';
-    const onData = (chunk) => {
-      head += chunk.toString('latin1');
-      if (!head.includes('\r\n\r\n')) return;
-      socket.off('data', onData);
-      if (!head.startsWith('HTTP/1.1 200')) { clearTimeout(timer); socket.destroy(); reject(new Error(head.split('\r\n')[0])); return; }
-      const headers = { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) };
-      const req = httpRequest({ method, path, headers, createConnection: () => socket }, (res) => {
-        res.resume();
-        res.on('end', () => { clearTimeout(timer); socket.destroy(); resolve(res.statusCode); });
-      });
-      req.once('error', (err) => { clearTimeout(timer); reject(err); });
-      req.end(body);
-    };
-    socket.on('data', onData);
+async function agentCall(url, token, method, path, body) {
+  const res = await fetch(`${url}${path}`, {
+    method, body, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
   });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+// Spawn -> first 200 of /healthz, for fresh agent processes (the backend's own binary, the debug
+// build `npm start` runs).
+async function agentColdStarts() {
+  const out = [];
+  for (let i = 0; i < AGENT_SPAWNS; i += 1) {
+    const root = mkdtempSync(join(tmpdir(), 'sluice-measure-agent-'));
+    const t0 = performance.now();
+    const agent = await startAgent({ listen: '127.0.0.1:0', root, token: randomToken() });
+    try {
+      const deadline = Date.now() + AGENT_READY_TIMEOUT_MS;
+      while ((await agentCall(agent.url, '', 'GET', '/healthz').catch(() => 0)) !== 200) {
+        if (Date.now() > deadline) throw new Error(`a spawned agent did not answer within ${AGENT_READY_TIMEOUT_MS} ms`);
+        await new Promise((r) => setTimeout(r, AGENT_PROBE_INTERVAL_MS));
+      }
+      out.push(performance.now() - t0);
+    } finally {
+      await stopGroup(agent.child, AGENT_STOP_GRACE_MS);
+      rmSync(root, { recursive: true, force: true });
+    }
+  }
+  return out;
+}
+
+async function agentRoundTrips(stack) {
+  const ws = 'measure-warm';
+  mkdirSync(join(stack.sandboxRoot, 'workspaces', ws), { recursive: true });
+  const body = JSON.stringify({ workspace: ws, command: 'true', timeout_ms: 10_000 });
+  const out = [];
+  for (let i = 0; i < ROUND_TRIPS; i += 1) {
+    out.push(await timed(async () => {
+      const status = await agentCall(stack.agentUrl, stack.agentToken, 'POST', '/v1/exec', body);
+      if (status !== 200) throw new Error(`POST /v1/exec: HTTP ${status}`);
+    }));
+  }
+  return out;
 }
 
 async function measureBackend(containers) {
@@ -108,50 +160,60 @@ async function measureBackend(containers) {
   try {
     const checks = [];
     for (let i = 0; i < CHECKS; i += 1) checks.push(await runCheck(stack, `measure-${i}`));
-    const out = { checks };
-    if (!containers) return out;
-
-    const names = (await stack.sandboxContainers()).filter((n) => !n.endsWith('-proxy'));
-    // Sidecar created -> the agent's first answered request, both on Docker's clock.
-    out.coldStarts = [];
-    for (const name of names) {
-      const created = Date.parse(await inspect(stack, `${name}-proxy`, '{{.Created}}'));
-      const first = (await agentLog(stack, name)).split('\n').find((line) => / -> \d{3} /.test(line));
-      if (first) out.coldStarts.push(Date.parse(first.split(' ')[0]) - created);
-    }
-    // Warm: the checks' containers are still running; take the newest (docker lists newest
-    // first), whose workspace is the last check's.
-    const app = names[0];
-    const ingress = (await inspect(stack, `${app}-proxy`, `{{(index (index .NetworkSettings.Ports "${SIDECAR_INGRESS_PORT}") 0).HostPort}}`)).trim();
-    const workspace = checks[checks.length - 1].id;
-    const body = JSON.stringify({ workspace, command: 'true', timeout_ms: 10_000 });
-    out.roundTrips = [];
-    for (let i = 0; i < ROUND_TRIPS; i += 1) {
-      const t0 = performance.now();
-      const status = await tunnelled(Number(ingress), 'POST', '/v1/exec', body, stack.agentToken);
-      if (status !== 200) throw new Error(`POST /v1/exec through the tunnel: HTTP ${status}`);
-      out.roundTrips.push(performance.now() - t0);
-    }
-    const image = await docker(stack.docker, ['inspect', '--format', '{{.Config.Image}}', app]);
-    out.images = {};
-    for (const ref of [image, `${app}-proxy`]) {
-      const tag = ref === image ? ref : await docker(stack.docker, ['inspect', '--format', '{{.Config.Image}}', ref]);
-      out.images[tag] = Number(await docker(stack.docker, ['image', 'inspect', '--format', '{{.Size}}', tag]));
-    }
-    return out;
+    if (!containers) return { checks, roundTrips: await agentRoundTrips(stack), coldStarts: await agentColdStarts() };
+    const held = await containerRoundTrips(stack);
+    const log = stack.logTail(WORKER_LOG_LINES_MAX);
+    const coldStarts = [...log.matchAll(READY_LINE)].map((m) => Number(m[1]));
+    return { checks, coldStarts, ...held };
   } finally {
     await stack.stop();
   }
 }
 
-const process_ = await measureBackend(false);
-const boxed = await measureBackend(true);
+// Both backends' figures.
+export async function measure() {
+  const agent = await measureBackend(false);
+  const boxed = await measureBackend(true);
+  return { agent, boxed, agentBinaryBytes: statSync(AGENT_RELEASE_BIN).size };
+}
+
 const mb = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
-console.log('\n| figure | value |\n| --- | --- |');
-console.log(`| container cold start (sidecar created -> agent answers) | ${summary(boxed.coldStarts)} |`);
-console.log(`| check, webhook 202 -> check run completed, containers | ${summary(boxed.checks.map((c) => c.elapsed))} |`);
-console.log(`| check, webhook 202 -> check run completed, agent process | ${summary(process_.checks.map((c) => c.elapsed))} |`);
-console.log(`| \`run check command\` step, containers | ${summary(boxed.checks.map((c) => c.step))} |`);
-console.log(`| \`run check command\` step, agent process | ${summary(process_.checks.map((c) => c.step))} |`);
-console.log(`| warm command round trip (POST /v1/exec \`true\` through the sidecar tunnel) | ${summary(boxed.roundTrips)} |`);
-for (const [tag, size] of Object.entries(boxed.images)) console.log(`| image ${tag} | ${mb(size)} |`);
+
+// [figure, containers, agent process] for each figure.
+export function figureRows({ agent, boxed, agentBinaryBytes }) {
+  return [
+    ['sandbox cold start, start -> agent answers', summary(boxed.coldStarts), summary(agent.coldStarts)],
+    ['warm command round trip, POST /v1/exec `true`', summary(boxed.roundTrips), summary(agent.roundTrips)],
+    ['check, webhook 202 -> check run completed', summary(boxed.checks.map((c) => c.elapsed)), summary(agent.checks.map((c) => c.elapsed))],
+    ['`run check command` step', summary(boxed.checks.map((c) => c.step)), summary(agent.checks.map((c) => c.step))],
+    ['size (containers: the agent image; agent process: the release agent binary)', `${mb(boxed.imageBytes)} (${boxed.image})`, mb(agentBinaryBytes)],
+  ];
+}
+
+// Whether this machine can run the container layer, or why not.
+async function unavailable() {
+  if (process.getuid?.() !== 0) return 'not root (the layer installs and runs Docker)';
+  try {
+    await docker('docker', ['info', '--format', '{{.ServerVersion}}']);
+    return null;
+  } catch (err) {
+    return `Docker does not answer (${err.message.split('\n')[0]}); npm run test:containers sets it up`;
+  }
+}
+
+// Rows for `npm run bench`'s table: the figures, or one row saying why they were skipped.
+export async function benchContainers() {
+  const why = await unavailable();
+  if (why) return [{ figure: 'container figures', sluice: `skipped: ${why}`, target: '' }];
+  const rows = figureRows(await measure());
+  return rows.flatMap(([figure, boxed, agent]) => [
+    { figure: `containers: ${figure}`, sluice: boxed, target: 'see docs/containers-local.md' },
+    { figure: `agent process: ${figure}`, sluice: agent, target: '' },
+  ]);
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop())) {
+  const rows = figureRows(await measure());
+  console.log('\n| figure | containers | agent process |\n| --- | --- | --- |');
+  for (const [figure, boxed, agent] of rows) console.log(`| ${figure} | ${boxed} | ${agent} |`);
+}

@@ -297,3 +297,14 @@ sluiceTest('the /v1/ API requires the admin bearer token', async () => {
   }
   assert.equal((await stack.api('/v1/executions')).status, 200, 'the right token is accepted');
 });
+
+// Issue 8 item 6: the admin API cannot send the installation token to a host it names.
+sluiceTest('POST /v1/executions refuses an input that names a clone_url', async () => {
+  const input = { repo: `${OWNER}/nope`, sha: 'a'.repeat(40), installation_id: INSTALLATION_ID, pr_number: 1, clone_url: 'http://127.0.0.1:9/x.git' };
+  const res = await stack.api('/v1/executions', { method: 'POST', body: { key: 'check:clone-url-attack', run: 'check', input } });
+  assert.equal(res.status, 422, JSON.stringify(res.body));
+  assert.match(JSON.stringify(res.body), /clone_url/);
+  const listed = await stack.api('/v1/executions');
+  assert.equal(listed.status, 200);
+  assert.ok(!JSON.stringify(listed.body).includes('clone-url-attack'), 'no instance was made');
+});

@@ -21,6 +21,9 @@ const TEST_TIMEOUT_MS = 4 * 60_000;
 const STACK_START_TIMEOUT_MS = 16 * 60_000;
 const NOTIFY_SECRET = 'notify-secret-for-tests';
 const DEPLOY_TOKEN = 'deploy-token-0123456789';
+// The operator's grant: acme's main branches deploy to production, which exports DEPLOY_TOKEN.
+// TOML literal strings ('...'): an env file cannot carry a double quote.
+const ENVIRONMENTS = "[production]\nrepos = ['acme/*']\nbranches = ['main']\nsecrets = ['DEPLOY_TOKEN']\n";
 // Pushes in a burst, and the gap between them: a few arrive while the first deploy runs.
 const BURST = 6;
 const BURST_GAP_MS = 250;
@@ -30,7 +33,7 @@ let notifications;
 
 before(async () => {
   notifications = await startNotifications();
-  stack = await startStack({ vars: { NOTIFY_URL: notifications.url, NOTIFY_SECRET, DEPLOY_TOKEN } });
+  stack = await startStack({ vars: { NOTIFY_URL: notifications.url, NOTIFY_SECRET, DEPLOY_TOKEN, ENVIRONMENTS } });
 }, { timeout: STACK_START_TIMEOUT_MS });
 
 after(async () => {
@@ -77,13 +80,17 @@ function deployConfig(logFile, sleepS) {
     // Records start and end with the commit and the time; prints the secret so the test can see
     // it is scrubbed from what Sluice stores.
     `command = "echo start $SLUICE_SHA $(date +%s%N) >> ${logFile}; echo token=$DEPLOY_TOKEN; sleep ${sleepS}; echo end $SLUICE_SHA $(date +%s%N) >> ${logFile}"`,
-    'secrets = ["DEPLOY_TOKEN"]',
+    'environment = "production"',
     '',
   ].join('\n');
 }
 
-async function push(repo, sha, before) {
-  const payload = pushPayload({ owner: OWNER, repo, after: sha, before, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo) });
+async function push(repo, sha, before, branch = 'main') {
+  const payload = pushPayload({
+    owner: OWNER, repo, after: sha, before, ref: `refs/heads/${branch}`, installationId: INSTALLATION_ID,
+    // Ignored by Sluice (it derives the URL from the repository); pointing it elsewhere proves so.
+    cloneUrl: 'http://127.0.0.1:9/elsewhere.git',
+  });
   const res = await stack.sendWebhook('push', payload);
   assert.equal(res.status, 202, JSON.stringify(res.body));
   assert.equal(res.body.instances.length, 1);
@@ -237,4 +244,36 @@ deployTest('an operator restart of a deploy past its gate while another holds th
   const runs = readDeployLog(logFile);
   assert.deepEqual(runs.map((r) => r.sha), [first, second], 'A deployed once, before B; nothing after');
   assert.ok(runs[1].start > runs[0].end, 'the deploys never overlapped');
+});
+
+// Issue 8 item 1, as a branch pusher would try it: branch `evil` names itself and the
+// environment in its own .sluice.toml, with a command that would print the secret. The policy is
+// read on the default branch, which deploys `main` only: nothing runs, nothing leaks.
+deployTest('a pushed branch cannot grant itself a deploy or the environment\'s secrets', async () => {
+  const repo = 'guarded';
+  // Writable by the command, were it to run (each run's user is its own).
+  const leak = stack.sharedFile('leak.txt');
+  stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(stack.sharedFile('guarded.log'), 0) });
+  const evilConfig = [
+    '[deploy]', 'branch = "evil"', `command = "echo $DEPLOY_TOKEN > ${leak}; echo token=$DEPLOY_TOKEN"`,
+    'environment = "production"', '',
+  ].join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': evilConfig }, { branch: 'evil' });
+  const id = await push(repo, sha, undefined, 'evil');
+  const [end] = await waitAllTerminal([id]);
+  assert.equal(end.status, 'skipped', JSON.stringify(end));
+  assert.equal(end.reason, 'not-configured');
+  assert.equal(readFileSync(leak, 'utf8'), '', 'the evil command never ran');
+  const { check_runs: checks } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+  assert.ok(!JSON.stringify(checks).includes(DEPLOY_TOKEN));
+  assert.ok(!stack.logTail(400).includes(DEPLOY_TOKEN), 'not in the Worker log');
+});
+
+deployTest('GET /v1/config shows the environments as the Worker reads them, with no secret value', async () => {
+  const res = await stack.api('/v1/config');
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.equal(res.body.environments_error, null);
+  const production = res.body.environments.find((e) => e.name === 'production');
+  assert.deepEqual(production.secrets, [{ name: 'DEPLOY_TOKEN', set: true }]);
+  assert.ok(!JSON.stringify(res.body).includes(DEPLOY_TOKEN));
 });

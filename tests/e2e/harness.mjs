@@ -18,7 +18,7 @@ import {
   ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup, randomToken,
   runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree, wranglerEnv,
 } from '../../scripts/lib.mjs';
-import { containerLogs, prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
+import { checkPoolCapacity, containerLogs, prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
 
 export const APP_ID = 4242;
 export const INSTALLATION_ID = 42;
@@ -208,6 +208,7 @@ async function buildStack(opts, paths, cleanups) {
   const agentToken = randomToken();
   const keys = generateAppKeyPair();
   const layer = opts.containers ? await prepareContainerLayer() : null;
+  if (layer) checkPoolCapacity(opts.vars, layer.maxInstances);
 
   const standin = await startStandin({
     port: 0, host: layer?.gateway ?? '127.0.0.1', reposDir: paths.repos, appId: APP_ID, publicKeyPem: keys.publicKey, installations: [INSTALLATION_ID],
@@ -238,6 +239,8 @@ async function buildStack(opts, paths, cleanups) {
   const url = `http://127.0.0.1:${port}`;
   writeFileSync(paths.envFile, formatEnvFile({
     GITHUB_API_URL: standin.url,
+    // Clone URLs are derived from it (never taken from a payload): the stand-in serves git.
+    GITHUB_GIT_URL: standin.url,
     GITHUB_APP_ID: String(APP_ID),
     GITHUB_APP_PRIVATE_KEY: keys.privateKey,
     GITHUB_WEBHOOK_SECRET: secret,

@@ -349,14 +349,29 @@ export async function startStandin({
     return colon === -1 ? null : liveToken(decoded.slice(colon + 1));
   }
 
-  function storeToken(installationId, permissions) {
+  // Repository names (not full names) a token is limited to, as GitHub's `repositories` body
+  // field; null = every repository of the installation.
+  function requestedRepositories(requested) {
+    if (requested === undefined) return null;
+    if (!Array.isArray(requested) || requested.length === 0 || requested.some((r) => typeof r !== 'string' || r.includes('/'))) {
+      throw invalidRequest('"repositories" must be a non-empty array of repository names.', DOCS.token);
+    }
+    return requested;
+  }
+
+  // A token limited to some repositories sees no other: GitHub answers 404 for them.
+  function requireRepoInScope(token, owner, repo) {
+    if (token.repositories && !token.repositories.includes(repo)) throw notFound();
+  }
+
+  function storeToken(installationId, permissions, repositories = null) {
     const now = Date.now();
     for (const [key, value] of state.tokens) if (value.expiresAtMs <= now) state.tokens.delete(key);
     if (state.tokens.size >= MAX_LIVE_TOKENS) state.tokens.delete(state.tokens.keys().next().value);
     const token = randomToken();
     // Whole seconds, so the advertised expires_at is exactly when the token stops working.
     const expiresAtMs = Math.floor(now / 1000) * 1000 + tokenTtlSeconds * 1000;
-    state.tokens.set(token, { installationId, expiresAtMs, permissions });
+    state.tokens.set(token, { installationId, expiresAtMs, permissions, repositories });
     return { token, expiresAtMs };
   }
 
@@ -382,8 +397,17 @@ export async function startStandin({
     if (!/^\d+$/.test(rawInstallationId) || !installationIds.has(installationId)) throw notFound(DOCS.token);
     const body = requireObjectBody(ctx);
     const permissions = requestedPermissions(body.permissions);
-    const { token, expiresAtMs } = storeToken(installationId, permissions);
-    sendJson(ctx.res, 201, { token, expires_at: isoSeconds(expiresAtMs), permissions, repository_selection: 'all' });
+    const repositories = requestedRepositories(body.repositories);
+    const { token, expiresAtMs } = storeToken(installationId, permissions, repositories);
+    const answer = { token, expires_at: isoSeconds(expiresAtMs), permissions, repository_selection: repositories ? 'selected' : 'all' };
+    if (repositories) answer.repositories = repositories.map((name) => ({ name }));
+    sendJson(ctx.res, 201, answer);
+  }
+
+  // DELETE /installation/token: revokes the token that authenticates the request (204).
+  function revokeToken(ctx) {
+    state.tokens.delete(ctx.auth.credential);
+    ctx.res.writeHead(204).end();
   }
 
   // -- handlers: repositories --------------------------------------------------------------------
@@ -764,6 +788,7 @@ export async function startStandin({
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/commits$`), handler: controlCommit },
     { method: 'POST', re: /^\/_standin\/reset$/, handler: controlReset },
     { method: 'POST', re: new RegExp(`^/app/installations/${R}/access_tokens$`), handler: createAccessToken },
+    { method: 'DELETE', re: /^\/installation\/token$/, handler: revokeToken, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/contents(?:/(.*))?$`), handler: getContents, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/ref/(.+)$`), handler: getRef, auth: true },
@@ -795,6 +820,7 @@ export async function startStandin({
     ctx.body = parseJsonBody(raw);
     ctx.call.body = raw.length > 0 ? (ctx.body ?? null) : null;
     if (matched.route.auth) ctx.token = requireInstallationToken(ctx);
+    if (ctx.token && ctx.path.startsWith('/repos/')) requireRepoInScope(ctx.token, matched.params[0], matched.params[1]);
     await matched.route.handler(ctx, ...matched.params);
   }
 
@@ -914,7 +940,8 @@ export async function startStandin({
     const repo = decodeSegment(rawRepo);
     const token = basicAuthToken(ctx);
     if (!token) throw new ApiError(401, 'Invalid username or token.', DOCS.root, {}, { 'WWW-Authenticate': 'Basic realm="GitHub"' });
-    if (!repoExists(root, owner, repo) || !hasPermission(token, 'contents', 'read')) {
+    const inScope = !token.repositories || token.repositories.includes(repo);
+    if (!repoExists(root, owner, repo) || !inScope || !hasPermission(token, 'contents', 'read')) {
       throw new ApiError(404, 'Repository not found.', DOCS.root);
     }
     const service = endpoint === 'info/refs' ? ctx.query.get('service') : endpoint;

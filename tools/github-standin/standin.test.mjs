@@ -256,6 +256,34 @@ test('access token: requested permissions narrow the token and cannot exceed the
   assert.equal(contents.status, 403);
 });
 
+test('access token: `repositories` limits it to those repositories, over the API and git', async () => {
+  commitFiles(reposDir, OWNER, 'other', { files: { 'x.txt': 'x\n' } });
+  const token = await issueToken({}, { repositories: [REPO], permissions: { contents: 'read' } });
+  const mine = await request('GET', `/repos/${OWNER}/${REPO}/contents/README.md`, { auth: `token ${token}` });
+  assert.equal(mine.status, 200);
+  const other = await request('GET', `/repos/${OWNER}/other/contents/x.txt`, { auth: `token ${token}` });
+  assert.equal(other.status, 404, 'another repository of the installation is out of reach');
+  await assert.rejects(
+    gitClone(`${standin.url}/${OWNER}/other.git`, join(tmp, 'scoped-other'), ['-c', `http.extraHeader=${basicHeader(token)}`]),
+    /not found|404/i,
+  );
+  await gitClone(`${standin.url}/${OWNER}/${REPO}.git`, join(tmp, 'scoped-mine'), ['-c', `http.extraHeader=${basicHeader(token)}`]);
+  const bad = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, {
+    auth: `Bearer ${makeJwt(keys.privateKey)}`, body: { repositories: [`${OWNER}/${REPO}`] },
+  });
+  assert.equal(bad.status, 422, 'names, not full names');
+});
+
+test('DELETE /installation/token revokes the token that authenticates it (204), then 401', async () => {
+  const token = await issueToken();
+  const revoked = await request('DELETE', '/installation/token', { auth: `token ${token}` });
+  assert.equal(revoked.status, 204);
+  const after = await request('GET', `/repos/${OWNER}/${REPO}`, { auth: `token ${token}` });
+  assert.equal(after.status, 401);
+  const again = await request('DELETE', '/installation/token', { auth: `token ${token}` });
+  assert.equal(again.status, 401, 'a revoked token cannot revoke');
+});
+
 test('app key formats: PKCS#1 public, PKCS#1 private and PKCS#8 private PEMs all verify JWTs', async () => {
   const pems = [
     keys.publicKey.export({ type: 'pkcs1', format: 'pem' }),

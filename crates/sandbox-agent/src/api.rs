@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response};
 
+use sluice_redact::Redactor;
 use sluice_sandbox_protocol::{self as protocol, CheckoutRequest, ProcessRequest};
 
 use crate::error::ApiError;
@@ -338,6 +339,9 @@ struct CommandSpec {
     command: String,
     timeout_ms: u64,
     env: Option<BTreeMap<String, String>>,
+    /// Values scrubbed from the output before it is kept.
+    #[serde(default)]
+    redact: Vec<String>,
 }
 
 /// Checks a command request's fields and returns its timeout.
@@ -363,14 +367,25 @@ fn validate_spec(spec: &CommandSpec) -> Result<Duration, ApiError> {
             "env names must be non-empty without '=' or NUL, and values without NUL",
         ));
     }
+    if spec.redact.len() > protocol::REDACT_VALUES_MAX {
+        return Err(ApiError::invalid(format!(
+            "redact holds at most {} values",
+            protocol::REDACT_VALUES_MAX
+        )));
+    }
     Ok(Duration::from_millis(spec.timeout_ms))
 }
 
 fn spawn(state: &State, spec: &CommandSpec) -> Result<exec::Running, ApiError> {
     let env = spec.env.clone().unwrap_or_default();
+    let redactor = Redactor::new(&spec.redact);
     state.workspaces.start_in(&spec.workspace, |dir, run_as| {
-        exec::spawn(exec::shell_command(dir, &spec.command, &env), run_as)
-            .map_err(|e| ApiError::new(500, "spawn_failed", format!("cannot start sh: {e}")))
+        exec::spawn(
+            exec::shell_command(dir, &spec.command, &env),
+            run_as,
+            redactor,
+        )
+        .map_err(|e| ApiError::new(500, "spawn_failed", format!("cannot start sh: {e}")))
     })
 }
 
@@ -401,6 +416,7 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
         command: req.command,
         timeout_ms: req.timeout_ms,
         env: req.env,
+        redact: req.redact,
     };
     // Validated even for a replay, so a malformed request never looks accepted. The workspace
     // is only required to start a process: a replay may outlive its workspace.

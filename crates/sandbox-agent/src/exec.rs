@@ -18,6 +18,7 @@ use crate::limits::{
 };
 use crate::lock;
 use crate::users::{kill_group, RunAs};
+use sluice_redact::{Redactor, StreamRedactor};
 
 /// PATH for commands when the agent itself has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -44,11 +45,17 @@ pub fn shell_command(dir: &Path, command: &str, env: &BTreeMap<String, String>) 
 
 /// Output of a command as it is kept in memory: the first `OUTPUT_HEAD_BYTES` and the most
 /// recent bytes, `OUTPUT_BYTES_MAX` in total, so the tail (where errors are) is never lost.
+/// Secrets are scrubbed as the bytes arrive, before anything is cut: a secret that straddles
+/// the cut is masked whole, never left half visible.
 #[derive(Default)]
 pub struct Output {
     head: Vec<u8>,
     tail: VecDeque<u8>,
+    /// Bytes written, after redaction.
     total_bytes: u64,
+    /// None once the output is closed: later bytes (from a process that escaped the kill) are
+    /// dropped rather than kept unscrubbed.
+    redactor: Option<StreamRedactor>,
 }
 
 /// A rendering of `Output` for a response.
@@ -59,7 +66,30 @@ pub struct Captured {
 }
 
 impl Output {
-    fn push(&mut self, chunk: &[u8]) {
+    pub fn new(redactor: Redactor) -> Output {
+        Output {
+            redactor: Some(StreamRedactor::new(redactor)),
+            ..Output::default()
+        }
+    }
+
+    /// Takes raw bytes from the command's pipe.
+    fn write(&mut self, chunk: &[u8]) {
+        if let Some(stream) = self.redactor.as_mut() {
+            let scrubbed = stream.push(chunk);
+            self.keep(&scrubbed);
+        }
+    }
+
+    /// Flushes what the redactor held back for a match that can no longer come.
+    fn close(&mut self) {
+        if let Some(stream) = self.redactor.take() {
+            let rest = stream.finish();
+            self.keep(&rest);
+        }
+    }
+
+    fn keep(&mut self, chunk: &[u8]) {
         self.total_bytes += chunk.len() as u64;
         let head_take = OUTPUT_HEAD_BYTES
             .saturating_sub(self.head.len())
@@ -130,9 +160,9 @@ pub struct Running {
 
 /// Starts `command` as `run_as`, in its own session and process group, with stdin null and
 /// stdout+stderr on one pipe, so the captured output keeps the order in which it was written.
-pub fn spawn(mut command: Command, run_as: RunAs) -> io::Result<Running> {
+pub fn spawn(mut command: Command, run_as: RunAs, redactor: Redactor) -> io::Result<Running> {
     let (reader, writer) = io::pipe()?;
-    let output = Arc::new(Mutex::new(Output::default()));
+    let output = Arc::new(Mutex::new(Output::new(redactor)));
     let (done_tx, reader_done) = mpsc::channel();
     let sink = output.clone();
     // Started before the child so a failed thread spawn leaves nothing to clean up.
@@ -168,12 +198,13 @@ fn read_into(mut reader: io::PipeReader, output: &Mutex<Output>) {
     let mut buf = vec![0u8; OUTPUT_READ_CHUNK_BYTES];
     loop {
         match reader.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => lock(output).push(&buf[..n]),
+            Ok(0) => break,
+            Ok(n) => lock(output).write(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(_) => break,
         }
     }
+    lock(output).close();
 }
 
 impl Running {
@@ -228,7 +259,9 @@ impl Running {
                 // (`--unisolated`) it cannot be found, so give up on the remaining output (the
                 // reader thread ends when that process does).
                 self.kill_all();
-                let _ = self.reader_done.recv_timeout(drain);
+                if self.reader_done.recv_timeout(drain).is_err() {
+                    lock(&self.output).close();
+                }
             }
         }
         Finished {
@@ -275,8 +308,13 @@ fn reap(child: &mut Child) -> Option<ExitStatus> {
 }
 
 /// Runs a command to completion (or `timeout`) and returns how it ended plus its output.
-pub fn run(command: Command, run_as: RunAs, timeout: Duration) -> io::Result<(Finished, Captured)> {
-    let running = spawn(command, run_as)?;
+pub fn run(
+    command: Command,
+    run_as: RunAs,
+    timeout: Duration,
+    redactor: Redactor,
+) -> io::Result<(Finished, Captured)> {
+    let running = spawn(command, run_as, redactor)?;
     let output = running.output();
     let finished = running.wait(timeout);
     let captured = lock(&output).capture();
@@ -289,9 +327,9 @@ mod tests {
 
     #[test]
     fn output_keeps_everything_under_the_cap() {
-        let mut out = Output::default();
-        out.push(b"hello ");
-        out.push(b"world");
+        let mut out = Output::new(Redactor::default());
+        out.write(b"hello ");
+        out.write(b"world");
         let c = out.capture();
         assert_eq!(c.text, "hello world");
         assert_eq!(c.bytes, 11);
@@ -300,14 +338,14 @@ mod tests {
 
     #[test]
     fn output_keeps_head_and_tail_when_truncated() {
-        let mut out = Output::default();
-        out.push(&vec![b'h'; OUTPUT_HEAD_BYTES]);
+        let mut out = Output::new(Redactor::default());
+        out.write(&vec![b'h'; OUTPUT_HEAD_BYTES]);
         // Many small chunks, then one larger than the whole tail budget.
         for _ in 0..1000 {
-            out.push(&[b'~'; 1000]);
+            out.write(&[b'~'; 1000]);
         }
-        out.push(&vec![b'y'; OUTPUT_BYTES_MAX]);
-        out.push(b"END");
+        out.write(&vec![b'y'; OUTPUT_BYTES_MAX]);
+        out.write(b"END");
         assert_eq!(out.retained_bytes(), OUTPUT_BYTES_MAX);
         let c = out.capture();
         assert!(c.truncated);
@@ -322,11 +360,45 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_across_the_cut_is_masked_whole() {
+        const SECRET: &str = "ghs_16C7e42F292c6912E7710c838347Ae178B4a";
+        let mut out = Output::new(Redactor::new([SECRET]));
+        // The secret starts 10 bytes before the end of the kept head, arriving in two writes.
+        out.write(&vec![b'h'; OUTPUT_HEAD_BYTES - 10]);
+        out.write(&SECRET.as_bytes()[..5]);
+        out.write(&SECRET.as_bytes()[5..]);
+        out.write(&vec![b'~'; OUTPUT_BYTES_MAX]);
+        out.close();
+        let text = out.capture().text;
+        assert!(out.capture().truncated);
+        for window in SECRET.as_bytes().windows(5) {
+            let part = std::str::from_utf8(window).unwrap_or_default();
+            assert!(
+                !text.contains(part),
+                "{part:?} of the secret survived the cut"
+            );
+        }
+        assert!(
+            text.contains("hhh***"),
+            "the mask sits where the secret was"
+        );
+    }
+
+    #[test]
+    fn bytes_after_close_are_dropped_not_kept_unscrubbed() {
+        let mut out = Output::new(Redactor::new(["s3cret-value"]));
+        out.write(b"a ");
+        out.close();
+        out.write(b"s3cret-value");
+        assert_eq!(out.capture().text, "a ");
+    }
+
+    #[test]
     fn output_split_character_is_not_mangled() {
-        let mut out = Output::default();
+        let mut out = Output::new(Redactor::default());
         let mut data = vec![b'a'; OUTPUT_HEAD_BYTES - 1];
         data.extend_from_slice("é".as_bytes()); // 2 bytes: straddles head and tail
-        out.push(&data);
+        out.write(&data);
         assert_eq!(
             out.capture().text,
             format!("{}é", "a".repeat(OUTPUT_HEAD_BYTES - 1))
@@ -338,23 +410,16 @@ mod tests {
         let env = BTreeMap::new();
         let dir = std::env::temp_dir();
         let timeout = Duration::from_secs(10);
-        let (fin, out) = run(
-            shell_command(&dir, "echo a; exit 7", &env),
-            RunAs::Agent,
-            timeout,
-        )
-        .expect("run");
+        let none = Redactor::default;
+        let cmd = shell_command(&dir, "echo a; exit 7", &env);
+        let (fin, out) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!(
             (fin.exit_code, fin.signal, fin.timed_out),
             (Some(7), None, false)
         );
         assert_eq!(out.text, "a\n");
-        let (fin, _) = run(
-            shell_command(&dir, "kill -TERM $$", &env),
-            RunAs::Agent,
-            timeout,
-        )
-        .expect("run");
+        let cmd = shell_command(&dir, "kill -TERM $$", &env);
+        let (fin, _) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!((fin.exit_code, fin.signal), (None, Some(libc::SIGTERM)));
     }
 }

@@ -218,7 +218,8 @@ mod tests {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, command, &BTreeMap::new());
         let spawn = || {
-            spawn(cmd, RunAs::Agent).map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
+            spawn(cmd, RunAs::Agent, Default::default())
+                .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
         };
         match registry.start(id, "w", Duration::from_secs(10), spawn) {
             Ok(started) => started,
@@ -259,7 +260,8 @@ mod tests {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, "true", &BTreeMap::new());
         let over = registry.start("one-too-many", "w", Duration::from_secs(1), || {
-            spawn(cmd, RunAs::Agent).map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
+            spawn(cmd, RunAs::Agent, Default::default())
+                .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
         });
         match over {
             Err(e) => assert_eq!((e.status, e.code), (429, "too_many_processes")),

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 
+use sluice_redact::Redactor;
+
 use crate::clone_url;
 use crate::error::ApiError;
 use crate::exec;
@@ -415,9 +417,10 @@ struct Git<'a> {
     dir: &'a Path,
     /// `<root>/workspaces`: git must never discover a repository above the workspace.
     ceiling: &'a Path,
-    token: Option<&'a str>,
     /// `Authorization: Basic base64(x-access-token:TOKEN)`, GitHub's form for app tokens.
     auth_header: Option<String>,
+    /// Scrubs the token from git's output as it is captured.
+    redactor: Redactor,
     /// The workspace's user: git runs as it.
     run_as: RunAs,
 }
@@ -433,8 +436,8 @@ impl<'a> Git<'a> {
         Git {
             dir,
             ceiling,
-            token,
             auth_header,
+            redactor: Redactor::new(token),
             run_as,
         }
     }
@@ -499,7 +502,8 @@ impl<'a> Git<'a> {
     fn run(&self, args: &[&str], authenticated: bool) -> Result<String, String> {
         let step = format!("git {}", args.first().copied().unwrap_or_default());
         let timeout = Duration::from_millis(GIT_TIMEOUT_MS);
-        let (finished, output) = exec::run(self.command(args, authenticated), self.run_as, timeout)
+        let command = self.command(args, authenticated);
+        let (finished, output) = exec::run(command, self.run_as, timeout, self.redactor.clone())
             .map_err(|e| format!("{step}: cannot run git: {e}"))?;
         if finished.exit_code == Some(0) {
             return Ok(output.text);
@@ -520,16 +524,10 @@ impl<'a> Git<'a> {
         Err(format!("{step} {how}: {tail}"))
     }
 
-    /// Removes the token, in plain and header form, from text bound for a caller.
+    /// Removes the token, in every form sluice-redact knows (the header is its base64), from
+    /// text bound for a caller.
     fn scrub(&self, text: &str) -> String {
-        let mut text = text.to_owned();
-        for secret in [self.auth_header.as_deref(), self.token]
-            .into_iter()
-            .flatten()
-        {
-            text = text.replace(secret, "[redacted]");
-        }
-        text
+        self.redactor.redact(text)
     }
 }
 
@@ -590,7 +588,12 @@ mod tests {
         let scrubbed = git.scrub(&text);
         assert!(!scrubbed.contains("s3cret-token"), "{scrubbed}");
         assert!(!scrubbed.contains(&header[15..]), "{scrubbed}");
-        assert_eq!(scrubbed, "fatal: [redacted] and [redacted]");
+        // What stays is the encoding of the public `x-access-token:` prefix.
+        let prefix = base64::engine::general_purpose::STANDARD.encode("x-access-token:");
+        assert_eq!(
+            scrubbed,
+            format!("fatal: *** and Authorization: Basic {prefix}***")
+        );
     }
 
     #[test]

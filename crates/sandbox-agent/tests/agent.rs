@@ -600,7 +600,7 @@ fn checkout_failure_is_422_with_the_token_scrubbed() {
     );
     let message = reply["error"]["message"].as_str().expect("message");
     assert!(!message.contains(token), "{message}");
-    assert!(message.contains("[redacted]"), "{message}");
+    assert!(message.contains("***"), "{message}");
 }
 
 #[test]
@@ -1679,4 +1679,74 @@ fn the_checkout_token_is_in_no_command_line_and_no_file() {
             file.display()
         );
     }
+}
+
+/// The secret of the redaction tests: the shape of a GitHub installation token.
+const SECRET: &str = "ghs_16C7e42F292c6912E7710c838347Ae178B4a";
+
+/// Starts a detached process with `SECRET` in its env and on its redact list, and waits
+/// for it.
+fn run_with_secret(agent: &Agent, id: &str, command: &str) -> Value {
+    let body = json!({
+        "id": id,
+        "workspace": "w",
+        "command": command,
+        "timeout_ms": 60_000,
+        "env": { "S": SECRET },
+        "redact": [SECRET],
+    });
+    let (status, started) = agent.post("/v1/processes", body);
+    assert_eq!(status, 201, "{started}");
+    let (status, done) = agent.get(&format!("/v1/processes/{id}?wait_ms=25000"));
+    assert_eq!(
+        (status, done["status"].as_str()),
+        (200, Some("exited")),
+        "{done}"
+    );
+    done
+}
+
+/// No 6-character run of the secret (or of its standard base64) is in `output`.
+fn assert_no_part_of_secret(output: &str) {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(SECRET);
+    for form in [SECRET, encoded.as_str()] {
+        for part in form.as_bytes().windows(6) {
+            let part = std::str::from_utf8(part).expect("ascii");
+            assert!(!output.contains(part), "{part:?} of {form} is visible");
+        }
+    }
+}
+
+#[test]
+fn secrets_are_scrubbed_in_encoded_forms() {
+    let agent = Agent::start();
+    agent.empty_workspace("w");
+    let command = "echo \"plain $S\"; printf %s \"$S\" | base64 -w0; echo; \
+         printf 'x:%s' \"$S\" | base64; printf '%s%s' \"$S\" \"$S\" | base64 -w 16; \
+         printf '{\"t\":\"%s\"}\\n' \"$S\"; echo done";
+    let done = run_with_secret(&agent, "encoded", command);
+    let output = done["output"].as_str().expect("output");
+    assert!(
+        output.starts_with("plain ***\n") && output.ends_with("done\n"),
+        "{output}"
+    );
+    assert!(output.contains(r#"{"t":"***"}"#), "{output}");
+    assert_no_part_of_secret(output);
+}
+
+#[test]
+fn a_secret_across_the_truncation_point_is_masked() {
+    let agent = Agent::start();
+    agent.empty_workspace("w");
+    // 64 KiB is the kept head (limits::OUTPUT_HEAD_BYTES): the secret starts 10 bytes before
+    // it ends, then enough output follows to truncate the middle.
+    let command = "head -c 65526 /dev/zero | tr '\\0' h; printf %s \"$S\"; \
+         head -c 5000000 /dev/zero | tr '\\0' t; echo; echo END";
+    let done = run_with_secret(&agent, "straddle", command);
+    assert_eq!(done["output_truncated"], true);
+    let output = done["output"].as_str().expect("output");
+    assert!(output.ends_with("t\nEND\n"), "the tail is kept");
+    assert!(output.contains("hhh***"), "the mask sits at the cut");
+    assert_no_part_of_secret(output);
 }

@@ -21,6 +21,9 @@ pub const WAIT_MS_MAX: u64 = 25_000;
 /// Largest request body: requests carry a command line and an env map,
 /// never file contents.
 pub const REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// Most values in a request's `redact` list: a run's secrets plus its
+/// tokens; a longer list is a bug in the caller, not a bigger run.
+pub const REDACT_VALUES_MAX: usize = 64;
 
 /// Names the sandbox a request is for, for a transport that reaches one
 /// agent per sandbox (the Worker's Containers transport); the agent
@@ -97,6 +100,10 @@ pub struct ProcessRequest {
     pub timeout_ms: u64,
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
+    /// Values scrubbed from the output as it is captured, before the agent
+    /// keeps or truncates any of it (sluice-redact's forms).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact: Vec<String>,
 }
 
 /// A detached process's state, as the agent names it.
