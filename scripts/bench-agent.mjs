@@ -3,8 +3,6 @@
 // past its timeout comes back killed, and how soon a short wait on a running process returns.
 // The stack's own agent is used; each figure is the median of a few rounds.
 
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { median } from './bench.mjs';
 
 // A process that ends on its own after this long; its long-poll waits up to the agent's cap.
@@ -13,6 +11,9 @@ const LONG_POLL_MS = 20_000;
 // A command that would sleep 30 s, timed out at this.
 const EXEC_TIMEOUT_MS = 300;
 const SHORT_WAIT_MS = 100;
+// The stand-in repository the rounds' workspaces are checked out from.
+const BENCH_OWNER = 'bench';
+const BENCH_REPO = 'agent';
 
 async function call(stack, method, path, body) {
   const res = await fetch(`${stack.agentUrl}${path}`, {
@@ -26,10 +27,10 @@ async function call(stack, method, path, body) {
   return json;
 }
 
-async function round(stack, i) {
+async function round(stack, i, sha) {
   const ws = `bench-agent-${i}`;
-  // An empty workspace is enough for these commands: made on the agent's disk directly.
-  mkdirSync(join(stack.sandboxRoot, 'workspaces', ws), { recursive: true });
+  // Any checkout will do for these commands; only a checkout gives a workspace its user.
+  await call(stack, 'POST', '/v1/workspaces', { workspace: ws, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha });
   const id = `bench-poll-${i}-${Date.now()}`;
   const t0 = Date.now();
   await call(stack, 'POST', '/v1/processes', { id, workspace: ws, command: `sleep ${EXIT_AFTER_MS / 1000}`, timeout_ms: 10_000 });
@@ -50,8 +51,9 @@ async function round(stack, i) {
 }
 
 export async function benchAgent(stack, { rounds }) {
+  const sha = stack.commit(BENCH_OWNER, BENCH_REPO, { 'README.md': '# agent bench\n' });
   const rs = [];
-  for (let i = 0; i < rounds; i++) rs.push(await round(stack, i));
+  for (let i = 0; i < rounds; i++) rs.push(await round(stack, i, sha));
   const m = (k) => median(rs.map((r) => r[k]));
   return [
     { figure: 'agent: process exit -> its long-poll answers (p50)', sluice: `${m('pollLate')} ms`, peer: '', target: '<= 100 ms', met: m('pollLate') <= 100 },

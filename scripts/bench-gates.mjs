@@ -6,8 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
 import { pushPayload } from '../tools/github-standin/webhooks.mjs';
 import { ROOT, delay, pollUntil } from './lib.mjs';
 
@@ -45,9 +44,9 @@ async function finished(stack, id) {
 // One handoff: A holds, B waits; ms from A starting its release to B's claim that took the group.
 async function handoff(stack, i) {
   const repo = `handoff-${i}`;
-  const log = join(stack.tmpDir, `${repo}.log`);
+  const log = stack.sharedFile(`${repo}.log`);
   const a = await push(stack, repo, stack.commit(OWNER, repo, { '.sluice.toml': deployToml(log, 0.5), V: 'a' }));
-  await until(() => existsSync(log), `${repo} A to start its command`);
+  await until(() => statSync(log).size > 0, `${repo} A to start its command`);
   const b = await push(stack, repo, stack.commit(OWNER, repo, { V: 'b' }));
   const group = encodeURIComponent(`deploy:${OWNER}/${repo}:main`);
   await until(async () => (await stack.api(`/v1/groups/${group}`)).body.waiters?.some((w) => w.execution_id === b), `${repo} B to wait`);
@@ -60,7 +59,7 @@ async function handoff(stack, i) {
 
 async function burst(stack) {
   const repo = 'burst';
-  const log = join(stack.tmpDir, `${repo}.log`);
+  const log = stack.sharedFile(`${repo}.log`);
   const ids = [];
   const start = Date.now();
   for (let i = 0; i < BURST_PUSHES; i++) {

@@ -19,6 +19,8 @@ const AGENT_READY_RE = /sluice-sandbox-agent listening on (http:\/\/\S+)/;
 // The agent binds and prints its ready line within milliseconds; 15 s covers a loaded machine
 // while still failing fast when the binary is broken.
 export const AGENT_START_TIMEOUT_MS = 15_000;
+// A refusal to start is one paragraph; this keeps a chatty agent's log out of the error.
+const AGENT_STARTUP_LOG_CHARS_MAX = 4_000;
 // A single health probe must not hang a wait loop on a half-open connection.
 const PROBE_TIMEOUT_MS = 2_000;
 // Polling interval while waiting for an HTTP endpoint to come up.
@@ -152,15 +154,31 @@ export function freePort() {
   });
 }
 
+// Whether the sandbox agent can isolate workspaces here: it runs each workspace's commands as a
+// user of their own only when it runs as root; otherwise it must be started --unisolated (commands
+// run as this user; not safe for untrusted pull requests).
+export const AGENT_ISOLATED = process.getuid?.() === 0;
+
 // Starts the sandbox agent and resolves its base URL once it prints its ready line. Output is
-// passed to `onOutput(chunk)` (for log files or the terminal).
-export async function startAgent({ listen, root, token, onOutput = () => {} }) {
+// passed to `onOutput(chunk)` (for log files or the terminal). `gitUrlPrefixes`: where its
+// checkouts may clone from (the agent's default is https://github.com/ only). `root` must be a
+// directory the workspace users can reach (not under a 0700 directory) and nothing else of
+// ours should be readable below its parents.
+export async function startAgent({ listen, root, token, gitUrlPrefixes = [], unisolated = !AGENT_ISOLATED, onOutput = () => {} }) {
   if (!existsSync(AGENT_BIN)) throw new Error(`${AGENT_BIN} is missing; run 'npm run build'`);
-  const child = spawnGroup(AGENT_BIN, ['--listen', listen, '--root', root], {
+  const args = ['--listen', listen, '--root', root];
+  for (const prefix of gitUrlPrefixes) args.push('--git-url-prefix', prefix);
+  if (unisolated) args.push('--unisolated');
+  const child = spawnGroup(AGENT_BIN, args, {
     env: { SANDBOX_AGENT_TOKEN: token },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  child.stderr.on('data', onOutput);
+  // What it said before it was ready: a refusal to start says why there.
+  let said = '';
+  child.stderr.on('data', (chunk) => {
+    if (said.length < AGENT_STARTUP_LOG_CHARS_MAX) said += chunk;
+    onOutput(chunk);
+  });
   const url = await new Promise((resolve, reject) => {
     let seen = '';
     const timer = setTimeout(() => reject(new Error(`sandbox agent not ready after ${AGENT_START_TIMEOUT_MS} ms`)), AGENT_START_TIMEOUT_MS);
@@ -175,7 +193,7 @@ export async function startAgent({ listen, root, token, onOutput = () => {} }) {
     });
     child.exited.then(({ code, signal, error }) => {
       clearTimeout(timer);
-      reject(new Error(`sandbox agent exited before it was ready (code ${code}, signal ${signal}${error ? `, ${error.message}` : ''})`));
+      reject(new Error(`sandbox agent exited before it was ready (code ${code}, signal ${signal}${error ? `, ${error.message}` : ''}): ${said.trim()}`));
     });
   }).catch((err) => {
     killGroup(child, 'SIGKILL');

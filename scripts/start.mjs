@@ -6,13 +6,14 @@
 // which wrangler reads before .dev.vars.
 
 import { createPublicKey } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { commitFiles, headSha } from '../tools/github-standin/git.mjs';
 import { startStandin } from '../tools/github-standin/server.mjs';
 import { prepareContainerLayer, removeContainers, sandboxContainers } from './containers/layer.mjs';
 import {
-  DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, randomToken, readEnvFile, runBounded,
+  AGENT_ISOLATED, DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, randomToken, readEnvFile, runBounded,
   spawnGroup, startAgent, stopGroup, waitForHttp, wranglerEnv,
 } from './lib.mjs';
 
@@ -28,8 +29,12 @@ const DEMO = DEV.demo;
 const STATE_DIR = join(ROOT, '.sluice');
 const STANDIN_REPOS_DIR = DEV.standinReposDir;
 const STANDIN_KEY_FILE = join(STATE_DIR, 'standin-app-key.pem');
-const AGENT_ROOT = join(STATE_DIR, 'sandbox');
-const PERSIST_DIR = join(ROOT, '.wrangler', 'state');
+// Outside the checkout: the agent's workspace users must reach their workspaces, and nothing of
+// the checkout (.dev.vars, the stand-in's key, wrangler's state) should be on the way. One fixed
+// name per user, so a restarted agent finds its workspaces (and kills what they left running).
+const AGENT_ROOT = join(tmpdir(), `sluice-sandbox-${process.getuid?.() ?? 'user'}`);
+const WRANGLER_DIR = join(ROOT, '.wrangler');
+const PERSIST_DIR = join(WRANGLER_DIR, 'state');
 const DEFAULTS_FILE = DEV.defaultsFile;
 const DEV_VARS_FILE = DEV.devVarsFile;
 
@@ -150,6 +155,29 @@ function prefixLines(prefix, stream) {
   };
 }
 
+// Keeps what holds secrets readable by this user alone, whatever mode it was created with:
+// .dev.vars (the App key, the webhook secret, tokens), the defaults file, the stand-in's key, and
+// the directories holding them and wrangler's state. The workspace users of an isolated agent
+// run on this machine too.
+function restrictSecrets() {
+  for (const [path, mode] of [
+    [STATE_DIR, 0o700], [WRANGLER_DIR, 0o700], [DEV_VARS_FILE, 0o600], [DEFAULTS_FILE, 0o600], [STANDIN_KEY_FILE, 0o600],
+  ]) {
+    if (existsSync(path)) chmodSync(path, mode);
+  }
+}
+
+// The agent's root, made if missing; a directory someone else made (the name is predictable, in
+// a shared /tmp) is refused rather than used.
+function agentRoot() {
+  mkdirSync(AGENT_ROOT, { recursive: true, mode: 0o711 });
+  const stat = lstatSync(AGENT_ROOT);
+  if (!stat.isDirectory() || stat.uid !== process.getuid?.()) {
+    throw new Error(`${AGENT_ROOT} is not a directory of this user; remove it or start as its owner`);
+  }
+  return AGENT_ROOT;
+}
+
 function isLocalAgentUrl(url) {
   try {
     const { hostname, port } = new URL(url);
@@ -161,14 +189,21 @@ function isLocalAgentUrl(url) {
 
 // The local agent runs unless .dev.vars points SANDBOX_URL at some other agent. It must accept
 // the token the Worker will send, so a token from .dev.vars is used as is.
-async function startSandbox(userVars, defaults) {
+// Without root the agent cannot give each workspace a user of its own: it runs --unisolated
+// (commands as this user), which is fine for your own repositories only.
+async function startSandbox(userVars, defaults, github) {
   if (userVars.SANDBOX_URL && !isLocalAgentUrl(userVars.SANDBOX_URL)) return null;
   const token = userVars.SANDBOX_AGENT_TOKEN || randomToken();
-  mkdirSync(AGENT_ROOT, { recursive: true });
+  if (!AGENT_ISOLATED) {
+    log('warning: not root, so the sandbox agent runs --unisolated: commands run as this user and can read '
+      + 'each other\'s files and environment. Do not let it run untrusted pull requests.');
+  }
   const agent = await startAgent({
     listen: `${AGENT_HOST}:${AGENT_PORT}`,
-    root: AGENT_ROOT,
+    root: agentRoot(),
     token,
+    // With the stand-in, checkouts clone from it; with a real App, from GitHub (the default).
+    gitUrlPrefixes: github ? [`${github.url}/`] : [],
     onOutput: prefixLines('[agent] ', process.stderr),
   });
   track(agent.child);
@@ -221,7 +256,9 @@ function printBanner({ github, sandboxUrl, defaults, userVars }) {
       : `  GitHub: ${userVars.GITHUB_API_URL || defaults.GITHUB_API_URL} (App configured in .dev.vars)`,
     layer
       ? '  Sandbox: containers on this machine\'s Docker (crates/sandbox-agent/Dockerfile.local)'
-      : `  Sandbox agent: ${sandboxUrl ?? `${userVars.SANDBOX_URL} (from .dev.vars)`}`,
+      : `  Sandbox agent: ${sandboxUrl
+        ? `${sandboxUrl} (${AGENT_ISOLATED ? 'a user per workspace' : '--unisolated: commands run as you'}; workspaces in ${AGENT_ROOT})`
+        : `${userVars.SANDBOX_URL} (from .dev.vars)`}`,
     `  Cron handler: driven every ${CRON_INTERVAL_MS / 1000} s`,
     '',
   ];
@@ -250,7 +287,8 @@ async function main() {
   await runStep('applying D1 migrations', WRANGLER_BIN, ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', PERSIST_DIR],
     MIGRATIONS_TIMEOUT_MS, { ...wEnv, CI: 'true', SLUICE_SKIP_BUILD: '1' });
 
-  mkdirSync(STATE_DIR, { recursive: true });
+  mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
+  restrictSecrets();
   if (CONTAINERS) {
     log('container layer (scripts/containers/setup.sh, the agent image\'s build context)');
     layer = await prepareContainerLayer();
@@ -266,8 +304,9 @@ async function main() {
   const github = await startGithub(userVars, defaults);
   let sandboxUrl = null;
   if (layer) defaults.SANDBOX_AGENT_TOKEN = userVars.SANDBOX_AGENT_TOKEN || randomToken();
-  else sandboxUrl = await startSandbox(userVars, defaults);
+  else sandboxUrl = await startSandbox(userVars, defaults, github);
   writeFileSync(DEFAULTS_FILE, formatEnvFile(defaults), { mode: 0o600 });
+  restrictSecrets();
 
   // Built above, so wrangler's [build] command is skipped.
   const wrangler = startWrangler({ ...wEnv, SLUICE_SKIP_BUILD: '1' });

@@ -6,9 +6,8 @@
 
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { pushPayload } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
@@ -129,7 +128,7 @@ function readDeployLog(file) {
 
 deployTest('a burst of pushes: never two deploys at once, the newest commit wins, the rest skip neutral', async () => {
   const repo = 'svc';
-  const logFile = join(stack.tmpDir, 'deploys.log');
+  const logFile = stack.sharedFile('deploys.log');
   const shas = [];
   const ids = [];
   let prev;
@@ -189,7 +188,7 @@ deployTest('a burst of pushes: never two deploys at once, the newest commit wins
 
 deployTest('an operator skips a waiting deploy: it ends skipped and no notification is sent', async () => {
   const repo = 'ops';
-  const logFile = join(stack.tmpDir, 'ops.log');
+  const logFile = stack.sharedFile('ops.log');
   const first = stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(logFile, 3), 'VERSION': 'a\n' });
   const holder = await push(repo, first);
   await stack.waitFor(async () => {
@@ -218,7 +217,7 @@ deployTest('an operator skips a waiting deploy: it ends skipped and no notificat
 
 deployTest('an operator restart of a deploy past its gate while another holds the group deploys nothing beside it', async () => {
   const repo = 'restarts';
-  const logFile = join(stack.tmpDir, 'restarts.log');
+  const logFile = stack.sharedFile('restarts.log');
   const first = stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(logFile, 0.2), 'VERSION': 'a\n' });
   const a = await push(repo, first);
   const [doneA] = await waitAllTerminal([a]);
@@ -252,8 +251,9 @@ deployTest('an operator restart of a deploy past its gate while another holds th
 // read on the default branch, which deploys `main` only: nothing runs, nothing leaks.
 deployTest('a pushed branch cannot grant itself a deploy or the environment\'s secrets', async () => {
   const repo = 'guarded';
-  const leak = join(stack.tmpDir, 'leak.txt');
-  stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(join(stack.tmpDir, 'guarded.log'), 0) });
+  // Writable by the command, were it to run (each run's user is its own).
+  const leak = stack.sharedFile('leak.txt');
+  stack.commit(OWNER, repo, { '.sluice.toml': deployConfig(stack.sharedFile('guarded.log'), 0) });
   const evilConfig = [
     '[deploy]', 'branch = "evil"', `command = "echo $DEPLOY_TOKEN > ${leak}; echo token=$DEPLOY_TOKEN"`,
     'environment = "production"', '',
@@ -263,7 +263,7 @@ deployTest('a pushed branch cannot grant itself a deploy or the environment\'s s
   const [end] = await waitAllTerminal([id]);
   assert.equal(end.status, 'skipped', JSON.stringify(end));
   assert.equal(end.reason, 'not-configured');
-  assert.ok(!existsSync(leak), 'the evil command never ran');
+  assert.equal(readFileSync(leak, 'utf8'), '', 'the evil command never ran');
   const { check_runs: checks } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
   assert.ok(!JSON.stringify(checks).includes(DEPLOY_TOKEN));
   assert.ok(!stack.logTail(400).includes(DEPLOY_TOKEN), 'not in the Worker log');

@@ -1,12 +1,13 @@
 // End-to-end harness: one isolated Sluice stack per call to startStack() — the built Worker under
 // `wrangler dev` (own port, own persisted D1/DO state), the GitHub stand-in with real bare git
-// repositories, and the sandbox agent — all in a fresh temp directory, all torn down by stop().
+// repositories, and the sandbox agent — in fresh temp directories (the agent's root apart from the
+// rest, which its workspace users must not reach), all torn down by stop().
 //
 // The Worker runs in its own process group so a test can kill -9 it mid-run and restart it on the
 // same state (killWorker / restartWorker). Child output goes to files in the temp dir; logTail()
 // shows the Worker's recent log when a test fails.
 
-import { closeSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -167,25 +168,35 @@ export async function startStack(opts = {}) {
   await ensureBuilt();
   const tmp = mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
   liveTmpDirs.add(tmp);
+  // The agent's root lives apart from the stack's files: its workspace users must be able to
+  // reach it, and must not reach the Worker's vars or state (tmp stays 0700).
+  const sandbox = mkdtempSync(join(tmpdir(), 'sluice-e2e-sandbox-'));
+  liveTmpDirs.add(sandbox);
+  // Files tests let every run's command write (sharedFile): the runs' users differ.
+  const shared = mkdtempSync(join(tmpdir(), 'sluice-e2e-shared-'));
+  chmodSync(shared, 0o755);
+  liveTmpDirs.add(shared);
   const paths = {
     tmp,
     repos: join(tmp, 'repos'),
-    sandbox: join(tmp, 'sandbox'),
+    sandbox,
+    shared,
     state: join(tmp, 'state'),
     envFile: join(tmp, 'worker.vars'),
     workerLog: join(tmp, 'worker.log'),
     agentLog: join(tmp, 'agent.log'),
     migrationsLog: join(tmp, 'migrations.log'),
   };
-  mkdirSync(paths.sandbox);
   const cleanups = [];
   try {
     return await buildStack(opts, paths, cleanups);
   } catch (err) {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
     const tail = tailLines(paths.workerLog, LOG_TAIL_LINES);
-    if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(tmp, { recursive: true, force: true });
-    liveTmpDirs.delete(tmp);
+    for (const dir of [tmp, sandbox, shared]) {
+      if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(dir, { recursive: true, force: true });
+      liveTmpDirs.delete(dir);
+    }
     err.message += `\n--- worker log tail ---\n${tail}`;
     throw err;
   }
@@ -208,7 +219,12 @@ async function buildStack(opts, paths, cleanups) {
   if (!layer) {
     const agentLog = createWriteStream(paths.agentLog, { flags: 'a' });
     agent = await startAgent({
-      listen: '127.0.0.1:0', root: paths.sandbox, token: agentToken, onOutput: (chunk) => agentLog.write(chunk),
+      listen: '127.0.0.1:0',
+      root: paths.sandbox,
+      token: agentToken,
+      // Checkouts clone from the stand-in only (the agent refuses any other URL).
+      gitUrlPrefixes: [`${standin.url}/`],
+      onOutput: (chunk) => agentLog.write(chunk),
     });
     liveGroups.add(agent.child);
     cleanups.push(async () => {
@@ -331,8 +347,19 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     reposDir: paths.repos,
     tmpDir: paths.tmp,
     agentUrl: agent?.url ?? null,
+    agentPid: agent?.child.pid ?? null,
     agentToken,
     sandboxRoot: paths.sandbox,
+    // The Worker's vars file, 0600 in the stack's 0700 directory: what .dev.vars is to `npm start`.
+    envFile: paths.envFile,
+    // An empty file that the commands of every run may append to (each workspace has a user of
+    // its own, so a file one command creates is its alone): how tests watch runs side by side.
+    sharedFile: (name) => {
+      const path = join(paths.shared, name);
+      writeFileSync(path, '');
+      chmodSync(path, 0o666);
+      return path;
+    },
     // With containers: the docker CLI wrangler uses, and the Worker's sandbox containers.
     docker: layer?.docker ?? null,
     sandboxContainers: () => (layer ? sandboxContainers(layer.docker) : Promise.resolve([])),
@@ -363,8 +390,10 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     async stop() {
       for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
       cleanups.length = 0;
-      if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(paths.tmp, { recursive: true, force: true });
-      liveTmpDirs.delete(paths.tmp);
+      for (const dir of [paths.tmp, paths.sandbox, paths.shared]) {
+        if (!process.env.SLUICE_E2E_KEEP_TMP) rmSync(dir, { recursive: true, force: true });
+        liveTmpDirs.delete(dir);
+      }
     },
   };
 }

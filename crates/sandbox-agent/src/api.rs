@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::panic::{self, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,12 +35,14 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(root: &Path, token: Option<String>) -> std::io::Result<Self> {
-        Ok(State {
+    /// `token: None` (`--insecure-no-token`) accepts `/v1/` requests without a token, but only
+    /// those addressed to a loopback host.
+    pub fn new(token: Option<String>, workspaces: Workspaces) -> Self {
+        State {
             token,
-            workspaces: Workspaces::new(root)?,
+            workspaces,
             processes: Arc::default(),
-        })
+        }
     }
 }
 
@@ -129,6 +131,9 @@ fn route_inner(state: &State, request: &mut Request) -> Result<Reply, ApiError> 
         return Err(not_found());
     };
     authorize(state, request)?;
+    if method != Method::Get {
+        require_json(request)?;
+    }
     let segments: Vec<&str> = rest.split('/').collect();
     match (&method, segments.as_slice()) {
         (Method::Post, ["workspaces"]) => create_workspace(state, read_json(request)?),
@@ -158,20 +163,32 @@ fn method_not_allowed() -> ApiError {
     ApiError::new(405, "method_not_allowed", "method not allowed here")
 }
 
-/// Requires `Authorization: Bearer <token>` when a token is configured.
-fn authorize(state: &State, request: &Request) -> Result<(), ApiError> {
-    let Some(expected) = &state.token else {
-        return Ok(());
-    };
-    let presented = request
+fn header<'r>(request: &'r Request, name: &'static str) -> Option<&'r str> {
+    request
         .headers()
         .iter()
-        .find(|h| h.field.equiv("Authorization"))
-        .and_then(|h| {
-            let value = h.value.as_str();
-            let (scheme, token) = value.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
+        .find(|h| h.field.equiv(name))
+        .map(|h| h.value.as_str())
+}
+
+/// Requires `Authorization: Bearer <token>`. Without a token (`--insecure-no-token`, loopback
+/// only) the request must at least name a loopback host: a web page whose own name resolves to
+/// 127.0.0.1 (DNS rebinding) sends its own name as Host.
+fn authorize(state: &State, request: &Request) -> Result<(), ApiError> {
+    let Some(expected) = &state.token else {
+        return match header(request, "Host") {
+            Some(host) if loopback_host(host) => Ok(()),
+            _ => Err(ApiError::new(
+                403,
+                "host_not_allowed",
+                "without a token the agent answers only requests to a loopback host",
+            )),
+        };
+    };
+    let presented = header(request, "Authorization").and_then(|value| {
+        let (scheme, token) = value.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    });
     match presented {
         Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
         _ => Err(ApiError::new(
@@ -179,6 +196,38 @@ fn authorize(state: &State, request: &Request) -> Result<(), ApiError> {
             "unauthorized",
             "missing or wrong bearer token",
         )),
+    }
+}
+
+/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
+fn loopback_host(host: &str) -> bool {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').is_some_and(|(ip, port)| {
+            (port.is_empty() || port.starts_with(':'))
+                && ip.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback())
+        });
+    }
+    let name = host.split(':').next().unwrap_or_default();
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Every request that changes something must say `Content-Type: application/json`: a web page
+/// may send a form or text/plain to any address without asking, but not JSON, which browsers
+/// only send cross-origin after a CORS preflight the agent never grants.
+fn require_json(request: &Request) -> Result<(), ApiError> {
+    let json = header(request, "Content-Type").is_some_and(|value| {
+        let essence = value.split(';').next().unwrap_or_default().trim();
+        essence.eq_ignore_ascii_case("application/json")
+    });
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "requests other than GET must be sent with Content-Type: application/json",
+        ))
     }
 }
 
@@ -260,8 +309,9 @@ fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
 /// How long discarding a sandbox waits for each killed process to end.
 const DISCARD_KILL_WAIT: Duration = Duration::from_secs(5);
 
-/// The run that owned sandbox `id` ended: what still runs in its workspace
-/// is killed (with its process group) and the workspace deleted.
+/// The run that owned sandbox `id` ended: what still runs in its workspace is killed (its
+/// processes, then everything running as the workspace's user), the workspace is deleted and
+/// its uid released.
 fn discard_sandbox(state: &State, id: &str) -> Result<Reply, ApiError> {
     validate_id(id, "sandbox")?;
     let running = state.processes.running_in(id);
@@ -326,27 +376,22 @@ fn validate_spec(spec: &CommandSpec) -> Result<Duration, ApiError> {
     Ok(Duration::from_millis(spec.timeout_ms))
 }
 
-fn workspace_dir(state: &State, id: &str) -> Result<PathBuf, ApiError> {
-    state.workspaces.existing(id).ok_or_else(|| {
-        ApiError::new(
-            404,
-            "workspace_not_found",
-            format!("workspace {id} does not exist"),
-        )
-    })
-}
-
-fn spawn(dir: &Path, spec: &CommandSpec) -> Result<exec::Running, ApiError> {
+fn spawn(state: &State, spec: &CommandSpec) -> Result<exec::Running, ApiError> {
     let env = spec.env.clone().unwrap_or_default();
     let redactor = Redactor::new(&spec.redact);
-    exec::spawn(exec::shell_command(dir, &spec.command, &env), redactor)
+    state.workspaces.start_in(&spec.workspace, |dir, run_as| {
+        exec::spawn(
+            exec::shell_command(dir, &spec.command, &env),
+            run_as,
+            redactor,
+        )
         .map_err(|e| ApiError::new(500, "spawn_failed", format!("cannot start sh: {e}")))
+    })
 }
 
 fn run_exec(state: &State, spec: CommandSpec) -> Result<Reply, ApiError> {
     let timeout = validate_spec(&spec)?;
-    let dir = workspace_dir(state, &spec.workspace)?;
-    let running = spawn(&dir, &spec)?;
+    let running = spawn(state, &spec)?;
     let output = running.output();
     let finished = running.wait(timeout);
     let captured = lock(&output).capture();
@@ -378,9 +423,7 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
     let timeout = validate_spec(&spec)?;
     let (process, created) = state
         .processes
-        .start(&req.id, &spec.workspace, timeout, || {
-            spawn(&workspace_dir(state, &spec.workspace)?, &spec)
-        })?;
+        .start(&req.id, &spec.workspace, timeout, || spawn(state, &spec))?;
     Ok((if created { 201 } else { 200 }, to_value(&process.state())?))
 }
 
@@ -426,4 +469,35 @@ fn kill_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError>
     let process = known_process(state, id)?;
     process.kill(wait);
     Ok((200, to_value(&process.state())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8791",
+            "127.0.0.1",
+            "127.0.0.1:8791",
+            "127.1.2.3:1",
+            "[::1]",
+            "[::1]:8791",
+        ] {
+            assert!(loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8791",
+            "localhost.evil.example",
+            "10.0.0.1:8791",
+            "[::2]:1",
+            "",
+            "[::1",
+        ] {
+            assert!(!loopback_host(host), "{host}");
+        }
+    }
 }

@@ -1,10 +1,11 @@
-//! Running one command: its own process group, stdout and stderr interleaved into one bounded
-//! buffer, and the whole group killed at the timeout.
+//! Running one command: its own session and process group, as the user `users::RunAs` says,
+//! stdout and stderr interleaved into one bounded buffer, and everything it started killed at
+//! the timeout.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::io::{self, Read};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -16,6 +17,7 @@ use crate::limits::{
     WAIT_POLL_MS_MAX, WAIT_POLL_MS_MIN,
 };
 use crate::lock;
+use crate::users::{kill_group, RunAs};
 use sluice_redact::{Redactor, StreamRedactor};
 
 /// PATH for commands when the agent itself has none.
@@ -144,19 +146,21 @@ pub struct Finished {
     pub duration_ms: u64,
 }
 
-/// A started command. Dropping it without `wait` kills its process group, so an unwinding
+/// A started command. Dropping it without `wait` kills what it started, so an unwinding
 /// handler never leaves a command running unobserved.
 pub struct Running {
     child: Child,
+    /// Who it runs as: what a kill must reach.
+    run_as: RunAs,
     output: Arc<Mutex<Output>>,
     reader_done: mpsc::Receiver<()>,
     started: Instant,
     reaped: bool,
 }
 
-/// Starts `command` in its own process group with stdin null and stdout+stderr on one pipe,
-/// so the captured output keeps the order in which the command wrote it.
-pub fn spawn(mut command: Command, redactor: Redactor) -> io::Result<Running> {
+/// Starts `command` as `run_as`, in its own session and process group, with stdin null and
+/// stdout+stderr on one pipe, so the captured output keeps the order in which it was written.
+pub fn spawn(mut command: Command, run_as: RunAs, redactor: Redactor) -> io::Result<Running> {
     let (reader, writer) = io::pipe()?;
     let output = Arc::new(Mutex::new(Output::new(redactor)));
     let (done_tx, reader_done) = mpsc::channel();
@@ -171,8 +175,8 @@ pub fn spawn(mut command: Command, redactor: Redactor) -> io::Result<Running> {
     command
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .process_group(0);
+        .stderr(writer);
+    run_as.prepare(&mut command);
     let started = Instant::now();
     let child = command.spawn()?;
     // `command` holds our copies of the pipe's write end; the reader sees EOF only once every
@@ -180,6 +184,7 @@ pub fn spawn(mut command: Command, redactor: Redactor) -> io::Result<Running> {
     drop(command);
     Ok(Running {
         child,
+        run_as,
         output,
         reader_done,
         started,
@@ -213,7 +218,11 @@ impl Running {
         self.child.id()
     }
 
-    /// Waits for the command to exit, killing its process group at `timeout`.
+    pub fn run_as(&self) -> RunAs {
+        self.run_as
+    }
+
+    /// Waits for the command to exit, killing what it started at `timeout`.
     pub fn wait(mut self, timeout: Duration) -> Finished {
         let deadline = self.started + timeout;
         let mut poll_ms = WAIT_POLL_MS_MIN;
@@ -225,14 +234,14 @@ impl Running {
                 Ok(None) => {}
                 Err(_) => {
                     // We can no longer observe the child: stop it rather than leak it.
-                    self.kill_group();
+                    self.kill_all();
                     break reap(&mut self.child);
                 }
             }
             let now = Instant::now();
             if now >= deadline {
                 timed_out = true;
-                self.kill_group();
+                self.kill_all();
                 break reap(&mut self.child);
             }
             thread::sleep(Duration::from_millis(poll_ms).min(deadline - now));
@@ -243,11 +252,16 @@ impl Running {
         // writing, then kill the rest of the group so the call returns.
         let drain = Duration::from_millis(OUTPUT_DRAIN_MS);
         if self.reader_done.recv_timeout(drain).is_err() {
-            self.kill_group();
-            // If something escaped the group (setsid) and still holds the pipe, give up on
-            // the remaining output; the reader thread ends when that process does.
+            kill_group(self.child.id());
             if self.reader_done.recv_timeout(drain).is_err() {
-                lock(&self.output).close();
+                // Something that left the group (setsid) still holds the pipe: as a workspace
+                // user it dies with the rest of that user; as the agent's own user
+                // (`--unisolated`) it cannot be found, so give up on the remaining output (the
+                // reader thread ends when that process does).
+                self.kill_all();
+                if self.reader_done.recv_timeout(drain).is_err() {
+                    lock(&self.output).close();
+                }
             }
         }
         Finished {
@@ -258,32 +272,20 @@ impl Running {
         }
     }
 
-    fn kill_group(&self) {
-        kill_group(self.child.id());
+    /// Kills everything the command started (`RunAs::kill`).
+    fn kill_all(&self) {
+        if let Err(e) = self.run_as.kill(self.child.id()) {
+            eprintln!("warning: {e}");
+        }
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         if !self.reaped {
-            self.kill_group();
+            self.kill_all();
             reap(&mut self.child);
         }
-    }
-}
-
-/// SIGKILLs every process in the group led by `pgid` (the child spawned with
-/// `process_group(0)`), so grandchildren like a backgrounded `sleep` die too.
-pub fn kill_group(pgid: u32) {
-    match i32::try_from(pgid) {
-        // kill(0) and kill(-1) would hit our own group or every process we may signal.
-        Ok(pgid) if pgid > 1 => {
-            // SAFETY: kill(2) has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-        _ => {}
     }
 }
 
@@ -308,10 +310,11 @@ fn reap(child: &mut Child) -> Option<ExitStatus> {
 /// Runs a command to completion (or `timeout`) and returns how it ended plus its output.
 pub fn run(
     command: Command,
+    run_as: RunAs,
     timeout: Duration,
     redactor: Redactor,
 ) -> io::Result<(Finished, Captured)> {
-    let running = spawn(command, redactor)?;
+    let running = spawn(command, run_as, redactor)?;
     let output = running.output();
     let finished = running.wait(timeout);
     let captured = lock(&output).capture();
@@ -409,14 +412,14 @@ mod tests {
         let timeout = Duration::from_secs(10);
         let none = Redactor::default;
         let cmd = shell_command(&dir, "echo a; exit 7", &env);
-        let (fin, out) = run(cmd, timeout, none()).expect("run");
+        let (fin, out) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!(
             (fin.exit_code, fin.signal, fin.timed_out),
             (Some(7), None, false)
         );
         assert_eq!(out.text, "a\n");
         let cmd = shell_command(&dir, "kill -TERM $$", &env);
-        let (fin, _) = run(cmd, timeout, none()).expect("run");
+        let (fin, _) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!((fin.exit_code, fin.signal), (None, Some(libc::SIGTERM)));
     }
 }

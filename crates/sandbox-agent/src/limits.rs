@@ -55,3 +55,13 @@ pub const FINISHED_OUTPUT_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Git output quoted in a `checkout_failed` message: the tail holds git's actual error line,
 /// and 4 KiB keeps the error response small.
 pub const ERROR_OUTPUT_BYTES_MAX: usize = 4 * 1024;
+
+/// How long a kill of a workspace's user may take to confirm that nothing of it runs any more.
+/// SIGKILL ends a process at once unless it is in uninterruptible I/O; past 5 s the kill is
+/// reported unconfirmed (the run keeps its gates held, the uid stays out of use).
+pub const KILL_CONFIRM_MS: u64 = 5_000;
+
+/// Entries looked at when sweeping the shared temp directories for a released uid's files:
+/// far above what a host's /tmp holds, so a workspace that floods it keeps its uid out of use
+/// instead of stalling its release.
+pub const SWEEP_ENTRIES_MAX: usize = 200_000;

@@ -2,42 +2,72 @@
 //! API. In production it runs inside a Cloudflare Container; in development on localhost.
 
 mod api;
+mod clone_url;
 mod error;
 mod exec;
 mod limits;
 mod process;
+mod uid_block;
+mod users;
 mod workspace;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 
-/// Env var holding the bearer token when `--token` is not given (keeps it out of `ps`).
+/// Env var holding the bearer token (never an argument: every user can read
+/// /proc/<pid>/cmdline).
 pub const TOKEN_ENV: &str = "SANDBOX_AGENT_TOKEN";
 
-const USAGE: &str =
-    "usage: sluice-sandbox-agent [--listen 127.0.0.1:8791] --root DIR [--token TOKEN]\n\
-     The token may also be given in the SANDBOX_AGENT_TOKEN environment variable.";
+/// Env var with space-separated git URL prefixes, for when no `--git-url-prefix` is given (a
+/// container's environment is what its starter controls).
+pub const GIT_URL_PREFIXES_ENV: &str = "SANDBOX_GIT_URL_PREFIXES";
 
+const USAGE: &str = "\
+usage: sluice-sandbox-agent [--listen 127.0.0.1:8791] --root DIR [--git-url-prefix PREFIX]...
+                            [--unisolated] [--insecure-no-token]
+The bearer token comes from the SANDBOX_AGENT_TOKEN environment variable.
+  --git-url-prefix PREFIX  a checkout may clone only URLs starting with PREFIX (repeatable;
+                           default https://github.com/, or SANDBOX_GIT_URL_PREFIXES)
+  --unisolated             run every command as the agent's own user instead of a user per
+                           workspace (for developers without root). Commands of one run can
+                           then read another's files and environment: NOT safe for untrusted
+                           pull requests.
+  --insecure-no-token      accept requests without a token; only on a loopback address, where
+                           every local process can then run commands.";
+
+#[derive(Debug)]
 struct Args {
     listen: String,
     root: PathBuf,
-    token: Option<String>,
+    git_url_prefixes: Vec<String>,
+    unisolated: bool,
+    insecure_no_token: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut listen = "127.0.0.1:8791".to_owned();
     let mut root = None;
-    let mut token = None;
+    let mut git_url_prefixes = Vec::new();
+    let (mut unisolated, mut insecure_no_token) = (false, false);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--listen" => listen = value()?,
             "--root" => root = Some(PathBuf::from(value()?)),
-            "--token" => token = Some(value()?),
+            "--git-url-prefix" => git_url_prefixes.push(value()?),
+            "--unisolated" => unisolated = true,
+            "--insecure-no-token" => insecure_no_token = true,
+            "--token" => {
+                return Err(format!(
+                    "--token would put the token in /proc/<pid>/cmdline, which every user of \
+                     the host can read; pass it in {TOKEN_ENV}"
+                ))
+            }
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
@@ -45,8 +75,101 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(Args {
         listen,
         root,
-        token,
+        git_url_prefixes,
+        unisolated,
+        insecure_no_token,
     })
+}
+
+/// Reads the token and removes it from the agent's environment, so nothing the agent starts
+/// could inherit it by mistake. This does not rewrite /proc/<pid>/environ, which keeps showing
+/// the environment the process started with: what keeps the token from commands is that they
+/// run as other users, who cannot read that file (`users`). Called first thing in `main`,
+/// before any other thread exists (`remove_var` is not thread-safe).
+fn take_token() -> Option<String> {
+    let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+    std::env::remove_var(TOKEN_ENV);
+    token
+}
+
+/// Whether every address `listen` names is a loopback one.
+fn loopback_only(listen: &str) -> Result<bool, String> {
+    let addrs: Vec<SocketAddr> = listen
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve --listen {listen}: {e}"))?
+        .collect();
+    Ok(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()))
+}
+
+/// The checks that make the agent refuse to start, and its state when none does.
+fn prepare(args: &Args, token: Option<String>) -> Result<api::State, String> {
+    match (&token, args.insecure_no_token) {
+        (None, false) => {
+            return Err(format!(
+                "no token: set {TOKEN_ENV} (every request must then carry it), or pass \
+                 --insecure-no-token to accept requests without one on a loopback address"
+            ))
+        }
+        (Some(_), true) => {
+            return Err(format!(
+                "{TOKEN_ENV} is set and --insecure-no-token given; choose one"
+            ))
+        }
+        (None, true) if !loopback_only(&args.listen)? => {
+            return Err(format!(
+                "--insecure-no-token is accepted only on a loopback address, not --listen {}",
+                args.listen
+            ))
+        }
+        _ => {}
+    }
+    let mut prefixes = args.git_url_prefixes.clone();
+    if prefixes.is_empty() {
+        if let Ok(value) = std::env::var(GIT_URL_PREFIXES_ENV) {
+            prefixes = value.split_whitespace().map(str::to_owned).collect();
+        }
+    }
+    let urls = clone_url::Policy::new(prefixes)?;
+    let block = if args.unisolated {
+        eprintln!(
+            "warning: --unisolated: commands run as the agent's own user and can read each \
+             other's files and environment; do not run untrusted pull requests here"
+        );
+        None
+    } else {
+        Some(claim_block(&args.root)?)
+    };
+    let users = match &block {
+        Some(b) => format!(
+            "a user per workspace (uids {}..{})",
+            b.first,
+            b.first + uid_block::UIDS_PER_AGENT
+        ),
+        None => "the agent's own user (--unisolated)".to_owned(),
+    };
+    eprintln!(
+        "commands run as {users}; checkouts clone only from {:?}",
+        urls.prefixes()
+    );
+    let workspaces = workspace::Workspaces::open(&args.root, block, urls)?;
+    Ok(api::State::new(token, workspaces))
+}
+
+/// Isolation needs root: only root can make a child another user.
+fn claim_block(root: &Path) -> Result<uid_block::UidBlock, String> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        return Err(format!(
+            "the agent runs as uid {euid}, not root, so it cannot run each workspace's \
+             commands as a user of their own. Run it as root, or pass --unisolated to run \
+             commands as this user (NOT safe for untrusted pull requests)"
+        ));
+    }
+    std::fs::create_dir_all(root)
+        .and_then(|()| root.canonicalize())
+        .map_err(|e| format!("cannot prepare root {}: {e}", root.display()))
+        .and_then(|root| uid_block::UidBlock::claim(&root))
 }
 
 /// Locks a mutex even if a panicking thread poisoned it: every critical section in the agent
@@ -58,6 +181,7 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn main() -> ExitCode {
+    let token = take_token();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");
@@ -70,17 +194,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let token = args
-        .token
-        .or_else(|| std::env::var(TOKEN_ENV).ok())
-        .filter(|t| !t.is_empty());
-    if token.is_none() {
-        eprintln!("warning: no token configured; /v1/ endpoints accept unauthenticated requests");
-    }
-    let state = match api::State::new(&args.root, token) {
+    let state = match prepare(&args, token) {
         Ok(state) => Arc::new(state),
-        Err(e) => {
-            eprintln!("error: cannot prepare root {}: {e}", args.root.display());
+        Err(message) => {
+            eprintln!("error: {message}");
             return ExitCode::FAILURE;
         }
     };
@@ -163,10 +280,24 @@ mod tests {
         let args = parse(&["--root", "/tmp/x"]).expect("valid args");
         assert_eq!(args.listen, "127.0.0.1:8791");
         assert_eq!(args.root, PathBuf::from("/tmp/x"));
-        assert_eq!(args.token, None);
-        let args = parse(&["--listen", "0.0.0.0:1", "--root", "r", "--token", "t"]).expect("ok");
+        assert!(args.git_url_prefixes.is_empty());
+        assert!(!args.unisolated && !args.insecure_no_token);
+        let args = parse(&[
+            "--listen",
+            "0.0.0.0:1",
+            "--root",
+            "r",
+            "--git-url-prefix",
+            "file:///a/",
+            "--git-url-prefix",
+            "https://x.example/",
+            "--unisolated",
+            "--insecure-no-token",
+        ])
+        .expect("ok");
         assert_eq!(args.listen, "0.0.0.0:1");
-        assert_eq!(args.token.as_deref(), Some("t"));
+        assert_eq!(args.git_url_prefixes, ["file:///a/", "https://x.example/"]);
+        assert!(args.unisolated && args.insecure_no_token);
     }
 
     #[test]
@@ -174,5 +305,16 @@ mod tests {
         assert!(parse(&[]).is_err(), "--root is required");
         assert!(parse(&["--root"]).is_err(), "flag without value");
         assert!(parse(&["--root", "r", "--bogus"]).is_err());
+        let token = parse(&["--root", "r", "--token", "t"]).expect_err("--token is refused");
+        assert!(token.contains(TOKEN_ENV), "{token}");
+    }
+
+    #[test]
+    fn only_loopback_listeners_count_as_loopback() {
+        assert_eq!(loopback_only("127.0.0.1:0"), Ok(true));
+        assert_eq!(loopback_only("[::1]:0"), Ok(true));
+        assert_eq!(loopback_only("0.0.0.0:0"), Ok(false));
+        assert_eq!(loopback_only("[::]:0"), Ok(false));
+        assert!(loopback_only("no-port").is_err());
     }
 }

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sluice_sandbox_protocol::{ProcessState, ProcessStatus};
 
 use crate::error::ApiError;
-use crate::exec::{kill_group, Finished, Output, Running};
+use crate::exec::{Finished, Output, Running};
 use crate::limits::{FINISHED_OUTPUT_BYTES_MAX, FINISHED_PROCESSES_MAX, PROCESSES_MAX};
 use crate::lock;
+use crate::users::RunAs;
 
 pub struct Process {
     id: String,
@@ -21,8 +22,9 @@ pub struct Process {
     workspace: String,
     started_ms: u64,
     started: Instant,
-    /// The process group the command leads: what `kill` signals.
+    /// The process group the command leads and the user it runs as: what `kill` reaches.
     pgid: u32,
+    run_as: RunAs,
     /// Set by `kill`, so the exit reads as killed rather than signalled.
     killed: AtomicBool,
     output: Arc<Mutex<Output>>,
@@ -48,9 +50,10 @@ impl Process {
         }
     }
 
-    /// SIGKILLs the process group unless the command already finished (its
-    /// group id may belong to someone else by then), then waits up to
-    /// `timeout` for the watcher to see the exit.
+    /// SIGKILLs the process group and, for a workspace user, every process of that user (so
+    /// what left the group dies too), unless the command already finished (its group id, its
+    /// user, may belong to someone else by then); then waits up to `timeout` for the watcher
+    /// to see the exit.
     pub fn kill(&self, timeout: Duration) {
         {
             let finished = lock(&self.finished);
@@ -58,7 +61,9 @@ impl Process {
                 return;
             }
             self.killed.store(true, Ordering::SeqCst);
-            kill_group(self.pgid);
+            if let Err(e) = self.run_as.kill(self.pgid) {
+                eprintln!("warning: killing process {}: {e}", self.id);
+            }
         }
         self.wait(timeout);
     }
@@ -149,6 +154,7 @@ impl Registry {
                 .map_or(0, |d| d.as_millis() as u64),
             started: Instant::now(),
             pgid: running.pgid(),
+            run_as: running.run_as(),
             killed: AtomicBool::new(false),
             output: running.output(),
             finished: Mutex::new(None),
@@ -212,7 +218,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, command, &BTreeMap::new());
         let spawn = || {
-            spawn(cmd, Default::default())
+            spawn(cmd, RunAs::Agent, Default::default())
                 .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
         };
         match registry.start(id, "w", Duration::from_secs(10), spawn) {
@@ -254,7 +260,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let cmd = shell_command(&dir, "true", &BTreeMap::new());
         let over = registry.start("one-too-many", "w", Duration::from_secs(1), || {
-            spawn(cmd, Default::default())
+            spawn(cmd, RunAs::Agent, Default::default())
                 .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
         });
         match over {

@@ -1,11 +1,17 @@
 //! Workspaces: one fresh git checkout of one commit per workspace id, under
 //! `<root>/workspaces/<id>`. Container disk is not durable (ADR rule 5), so a step probes its
 //! workspace and re-creates it when missing; a checkout therefore always starts from scratch.
+//!
+//! Isolated (the default), each workspace has a user of its own from the agent's uid block
+//! (`uid_block`): its directory is 0700 and owned by that user, and its git commands and its
+//! commands run as that user (`users::RunAs`). `<root>` and `<root>/workspaces` are 0711:
+//! traversable, not listable. A workspace keeps its uid until it is deleted, and the uid is
+//! released only once nothing runs as it any more.
 
 use std::collections::HashSet;
 use std::fs;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -15,13 +21,17 @@ use base64::Engine;
 
 use sluice_redact::Redactor;
 
+use crate::clone_url;
 use crate::error::ApiError;
 use crate::exec;
 use crate::limits::{ERROR_OUTPUT_BYTES_MAX, GIT_TIMEOUT_MS};
 use crate::lock;
+use crate::uid_block::{Allocation, UidBlock};
+use crate::users::{self, RunAs};
 
 /// Variables git may take from the agent's environment: the operator's git config, proxies and
-/// CA bundles. Everything else (notably the agent's token) is withheld.
+/// CA bundles. Everything else (notably the agent's token) is withheld. Isolated, git runs as
+/// the workspace's user, so the files these name must be readable by any user.
 const GIT_ENV_PASSTHROUGH: &[&str] = &[
     "HOME",
     "GIT_CONFIG_GLOBAL",
@@ -39,15 +49,27 @@ const GIT_ENV_PASSTHROUGH: &[&str] = &[
     "no_proxy",
 ];
 
-/// Transports a checkout may use. `file://` serves local mirrors and tests; the rest (ssh,
-/// `ext::`) could run arbitrary programs or need keys the agent does not have.
-const URL_SCHEMES: &[&str] = &["https://", "http://", "file://"];
+/// Mode of `<root>` and `<root>/workspaces` when isolated: workspace users may pass through to
+/// their own directory but not list the others.
+const ROOT_MODE: u32 = 0o711;
+/// Mode of a workspace directory: its user's alone.
+const WORKSPACE_MODE: u32 = 0o700;
 
 pub struct Workspaces {
     /// Canonical `<root>/workspaces`.
     dir: PathBuf,
-    /// Ids with a checkout or delete in flight; a second one gets 409 instead of racing.
-    busy: Mutex<HashSet<String>>,
+    /// Isolated: the uid block this agent holds. None: `--unisolated`.
+    block: Option<UidBlock>,
+    urls: clone_url::Policy,
+    table: Mutex<Table>,
+}
+
+struct Table {
+    /// Ids with a checkout or delete in flight; a second one gets 409 instead of racing, and no
+    /// command starts there meanwhile.
+    busy: HashSet<String>,
+    /// Isolated: which workspace holds which uid.
+    uids: Option<Allocation>,
 }
 
 pub struct Checkout {
@@ -57,13 +79,13 @@ pub struct Checkout {
 
 /// Releases a workspace id claimed by `Workspaces::claim`.
 struct Busy<'a> {
-    set: &'a Mutex<HashSet<String>>,
+    table: &'a Mutex<Table>,
     id: String,
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        lock(self.set).remove(&self.id);
+        lock(self.table).busy.remove(&self.id);
     }
 }
 
@@ -71,13 +93,46 @@ pub fn is_sha(value: &str) -> bool {
     value.len() == 40 && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+fn busy_error(id: &str) -> ApiError {
+    ApiError::new(
+        409,
+        "workspace_busy",
+        format!("workspace {id} is being checked out or deleted; retry shortly"),
+    )
+}
+
+fn kill_unconfirmed(message: String) -> ApiError {
+    ApiError::new(500, "kill_unconfirmed", message)
+}
+
 impl Workspaces {
-    pub fn new(root: &Path) -> io::Result<Self> {
+    /// Opens `<root>/workspaces`. Isolated (`block` given), it first makes sure the agent can
+    /// become a workspace user, prepares the directories' modes, kills whatever still runs as
+    /// a uid of the block (a previous agent's processes, which nobody observes any more), keeps
+    /// the workspaces whose directory a uid of the block owns and removes the others.
+    pub fn open(
+        root: &Path,
+        block: Option<UidBlock>,
+        urls: clone_url::Policy,
+    ) -> Result<Self, String> {
         let dir = root.join("workspaces");
-        fs::create_dir_all(&dir)?;
+        let display = dir.display().to_string();
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {display}: {e}"))?;
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| format!("cannot resolve {display}: {e}"))?;
+        let uids = match &block {
+            None => None,
+            Some(block) => Some(open_isolated(&dir, block)?),
+        };
         Ok(Workspaces {
-            dir: dir.canonicalize()?,
-            busy: Mutex::default(),
+            dir,
+            block,
+            urls,
+            table: Mutex::new(Table {
+                busy: HashSet::new(),
+                uids,
+            }),
         })
     }
 
@@ -86,45 +141,145 @@ impl Workspaces {
         self.dir.join(id)
     }
 
+    /// The workspace directory and who runs there, if it exists (isolated: and holds a uid).
+    fn existing_in(&self, table: &Table, id: &str) -> Option<(PathBuf, RunAs)> {
+        let run_as = match &table.uids {
+            None => RunAs::Agent,
+            Some(uids) => RunAs::User(uids.get(id)?),
+        };
+        Some(self.path(id))
+            .filter(|p| p.is_dir())
+            .map(|p| (p, run_as))
+    }
+
     /// The workspace directory if it exists.
     pub fn existing(&self, id: &str) -> Option<PathBuf> {
-        Some(self.path(id)).filter(|p| p.is_dir())
+        self.existing_in(&lock(&self.table), id).map(|(p, _)| p)
+    }
+
+    /// Starts something in an existing workspace with `start(dir, run_as)`. Holding the table
+    /// across it means no command starts while a checkout or delete of the workspace is in
+    /// flight (one would kill it, or see the token git has in its environment).
+    pub fn start_in<T>(
+        &self,
+        id: &str,
+        start: impl FnOnce(&Path, RunAs) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let table = lock(&self.table);
+        if table.busy.contains(id) {
+            return Err(busy_error(id));
+        }
+        let (path, run_as) = self.existing_in(&table, id).ok_or_else(|| {
+            ApiError::new(
+                404,
+                "workspace_not_found",
+                format!("workspace {id} does not exist"),
+            )
+        })?;
+        start(&path, run_as)
     }
 
     fn claim(&self, id: &str) -> Result<Busy<'_>, ApiError> {
-        if !lock(&self.busy).insert(id.to_owned()) {
-            return Err(ApiError::new(
-                409,
-                "workspace_busy",
-                format!("workspace {id} is being checked out or deleted; retry shortly"),
-            ));
+        if !lock(&self.table).busy.insert(id.to_owned()) {
+            return Err(busy_error(id));
         }
         Ok(Busy {
-            set: &self.busy,
+            table: &self.table,
             id: id.to_owned(),
         })
     }
 
-    /// The commit checked out in the workspace, if it exists and has one.
+    /// Claims `id` for a checkout and gives it its uid (the one it holds, or a free one).
+    fn claim_for_checkout(&self, id: &str) -> Result<(Busy<'_>, RunAs), ApiError> {
+        // Uids of the block something runs as; none should, but a uid is never handed out
+        // while one does.
+        let running = match &self.block {
+            Some(block) => users::uids_with_processes(|u| block.contains(u)),
+            None => Default::default(),
+        };
+        let busy = self.claim(id)?;
+        let mut table = lock(&self.table);
+        let run_as = match &mut table.uids {
+            None => RunAs::Agent,
+            Some(uids) => match uids.assign(id, |u| running.contains(&u)) {
+                Some(uid) => RunAs::User(uid),
+                None => {
+                    drop(table);
+                    return Err(ApiError::new(
+                        503,
+                        "no_free_uid",
+                        "every uid of the agent's block is held by a workspace; delete some",
+                    ));
+                }
+            },
+        };
+        drop(table);
+        Ok((busy, run_as))
+    }
+
+    /// Who runs in workspace `id` now: None when isolated and it holds no uid.
+    fn run_as(&self, id: &str) -> Option<RunAs> {
+        match &lock(&self.table).uids {
+            None => Some(RunAs::Agent),
+            Some(uids) => uids.get(id).map(RunAs::User),
+        }
+    }
+
+    /// Gives the workspace's uid back once nothing runs as it (`kill_user`) and nothing it left
+    /// in the shared temp directories remains; otherwise the uid stays held, so it is never
+    /// handed to another workspace.
+    fn release(&self, id: &str, run_as: RunAs) -> Result<(), String> {
+        let RunAs::User(uid) = run_as else {
+            return Ok(());
+        };
+        users::kill_user(uid)?;
+        users::sweep_files(|u| u == uid)?;
+        if let Some(uids) = &mut lock(&self.table).uids {
+            uids.release(id);
+        }
+        Ok(())
+    }
+
+    /// The commit checked out in the workspace, if it exists and has one (none while a
+    /// checkout or delete is in flight). git runs as the workspace's user: never as the agent
+    /// in a repository a command could have configured (core.fsmonitor runs a program).
     pub fn head(&self, id: &str) -> Option<String> {
-        let path = self.existing(id)?;
+        let (path, run_as) = {
+            let table = lock(&self.table);
+            if table.busy.contains(id) {
+                return None;
+            }
+            self.existing_in(&table, id)?
+        };
         if !path.join(".git").is_dir() {
             return None;
         }
-        let head = Git::new(&path, &self.dir, None)
+        let head = Git::new(&path, &self.dir, None, run_as)
             .run(&["rev-parse", "--verify", "-q", "HEAD"], false)
             .ok()?;
         Some(head.trim().to_owned()).filter(|h| is_sha(h))
     }
 
-    /// Removes the workspace; `false` if there was none.
+    /// Kills everything running as the workspace's user, removes the workspace and releases
+    /// its uid; `false` if there was no workspace.
     pub fn delete(&self, id: &str) -> Result<bool, ApiError> {
         let _busy = self.claim(id)?;
-        remove_tree(&self.path(id)).map_err(|e| internal("cannot remove workspace", e))
+        let run_as = self.run_as(id);
+        if let Some(RunAs::User(uid)) = run_as {
+            users::kill_user(uid).map_err(kill_unconfirmed)?;
+        }
+        let removed =
+            remove_tree(&self.path(id)).map_err(|e| internal("cannot remove workspace", e))?;
+        if let Some(run_as) = run_as {
+            if let Err(e) = self.release(id, run_as) {
+                eprintln!("warning: workspace {id} keeps its uid: {e}");
+            }
+        }
+        Ok(removed)
     }
 
     /// Replaces the workspace with a fresh checkout of `sha` from `repo_url`. `token` (a GitHub
-    /// installation token) is sent as a per-command header only and never written to disk.
+    /// installation token) reaches git in its environment only, never argv or disk.
     pub fn checkout(
         &self,
         id: &str,
@@ -132,15 +287,7 @@ impl Workspaces {
         sha: &str,
         token: Option<&str>,
     ) -> Result<Checkout, ApiError> {
-        if !URL_SCHEMES.iter().any(|s| repo_url.starts_with(s))
-            || repo_url
-                .chars()
-                .any(|c| c.is_control() || c.is_whitespace())
-        {
-            return Err(ApiError::invalid(
-                "repo_url must be an http(s):// or file:// URL without spaces",
-            ));
-        }
+        self.urls.check(repo_url).map_err(ApiError::invalid)?;
         if !is_sha(sha) {
             return Err(ApiError::invalid("sha must be 40 hex characters"));
         }
@@ -152,11 +299,10 @@ impl Workspaces {
         }
         let sha = sha.to_ascii_lowercase();
         let started = Instant::now();
-        let _busy = self.claim(id)?;
+        let (_busy, run_as) = self.claim_for_checkout(id)?;
         let path = self.path(id);
-        remove_tree(&path).map_err(|e| internal("cannot remove the previous workspace", e))?;
-        fs::create_dir(&path).map_err(|e| internal("cannot create the workspace", e))?;
-        let git = Git::new(&path, &self.dir, token);
+        fresh_dir(&path, run_as)?;
+        let git = Git::new(&path, &self.dir, token, run_as);
         match git.fetch_and_checkout(repo_url, &sha) {
             Ok(()) => Ok(Checkout {
                 path,
@@ -165,10 +311,101 @@ impl Workspaces {
             Err(message) => {
                 // A half-made checkout must not look usable to a later probe.
                 let _ = remove_tree(&path);
+                if let Err(e) = self.release(id, run_as) {
+                    eprintln!("warning: workspace {id} keeps its uid: {e}");
+                }
                 Err(ApiError::new(422, "checkout_failed", git.scrub(&message)))
             }
         }
     }
+}
+
+/// An empty directory at `path` for `run_as`: first everything still running as that user is
+/// killed (so nothing left from before sees the checkout, or git's token), then the old tree
+/// goes and a new one is made, 0700 and the user's own.
+fn fresh_dir(path: &Path, run_as: RunAs) -> Result<(), ApiError> {
+    if let RunAs::User(uid) = run_as {
+        users::kill_user(uid).map_err(kill_unconfirmed)?;
+    }
+    remove_tree(path).map_err(|e| internal("cannot remove the previous workspace", e))?;
+    fs::create_dir(path).map_err(|e| internal("cannot create the workspace", e))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(WORKSPACE_MODE))
+        .map_err(|e| internal("cannot restrict the workspace", e))?;
+    if let RunAs::User(uid) = run_as {
+        std::os::unix::fs::chown(path, Some(uid), Some(uid))
+            .map_err(|e| internal("cannot give the workspace to its user", e))?;
+    }
+    Ok(())
+}
+
+/// The isolated half of `Workspaces::open`; returns who holds which uid.
+fn open_isolated(dir: &Path, block: &UidBlock) -> Result<Allocation, String> {
+    prepare_root(dir)?;
+    users::probe(block.first).map_err(|e| {
+        format!(
+            "cannot switch to uid {} ({e}): run the agent as root (with CAP_SETUID and              CAP_SETGID), or pass --unisolated",
+            block.first
+        )
+    })?;
+    for uid in users::uids_with_processes(|u| block.contains(u)) {
+        users::kill_user(uid).map_err(|e| format!("a previous agent's processes: {e}"))?;
+    }
+    let mut uids = Allocation::new(block.first);
+    let entries = fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let kept = match (name.to_str(), fs::symlink_metadata(&path)) {
+            (Some(id), Ok(meta)) => {
+                sluice_sandbox_protocol::valid_id(id) && meta.is_dir() && uids.adopt(id, meta.uid())
+            }
+            _ => false,
+        };
+        // A directory no uid of ours owns (a crash before its chown, an agent that held
+        // another block): nobody can run there, and a checkout would replace it anyway.
+        if !kept {
+            if let Err(e) = remove_tree(&path) {
+                eprintln!("warning: cannot remove stale {}: {e}", path.display());
+            }
+        }
+    }
+    if let Err(e) = users::sweep_files(|u| block.contains(u) && !uids.holds(u)) {
+        eprintln!("warning: sweeping the files of released uids: {e}");
+    }
+    Ok(uids)
+}
+
+/// Makes `<root>` and `<root>/workspaces` (`dir`) traversable but not listable, after checking
+/// the agent owns them (another user could otherwise swap what the workspaces see), and that
+/// every directory above `<root>` lets other users through.
+fn prepare_root(dir: &Path) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let root = dir.parent().unwrap_or(dir);
+    for d in [root, dir] {
+        let meta = fs::symlink_metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if meta.uid() != me {
+            return Err(format!(
+                "{} is owned by uid {}, not by the agent (uid {me}); give --root a directory                  the agent owns",
+                d.display(),
+                meta.uid()
+            ));
+        }
+        fs::set_permissions(d, fs::Permissions::from_mode(ROOT_MODE))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", d.display()))?;
+    }
+    for above in root.ancestors().skip(1) {
+        let meta = fs::metadata(above).map_err(|e| format!("{}: {e}", above.display()))?;
+        if meta.mode() & 0o001 == 0 {
+            return Err(format!(
+                "the workspace users cannot reach {}: {} is mode {:o}, not searchable by                  others; chmod o+x it or choose a --root they can reach",
+                root.display(),
+                above.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn internal(what: &str, e: io::Error) -> ApiError {
@@ -184,10 +421,12 @@ struct Git<'a> {
     auth_header: Option<String>,
     /// Scrubs the token from git's output as it is captured.
     redactor: Redactor,
+    /// The workspace's user: git runs as it.
+    run_as: RunAs,
 }
 
 impl<'a> Git<'a> {
-    fn new(dir: &'a Path, ceiling: &'a Path, token: Option<&'a str>) -> Self {
+    fn new(dir: &'a Path, ceiling: &'a Path, token: Option<&'a str>, run_as: RunAs) -> Self {
         let token = token.filter(|t| !t.is_empty());
         let auth_header = token.map(|t| {
             let basic =
@@ -199,6 +438,7 @@ impl<'a> Git<'a> {
             ceiling,
             auth_header,
             redactor: Redactor::new(token),
+            run_as,
         }
     }
 
@@ -234,11 +474,6 @@ impl<'a> Git<'a> {
 
     fn command(&self, args: &[&str], authenticated: bool) -> Command {
         let mut cmd = Command::new("git");
-        if let (true, Some(header)) = (authenticated, &self.auth_header) {
-            // Per-command config: unlike a remote or credential helper it never reaches
-            // .git/config.
-            cmd.arg("-c").arg(format!("http.extraHeader={header}"));
-        }
         cmd.args(args).current_dir(self.dir).env_clear();
         for name in GIT_ENV_PASSTHROUGH {
             if let Some(value) = std::env::var_os(name) {
@@ -249,6 +484,16 @@ impl<'a> Git<'a> {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_CEILING_DIRECTORIES", self.ceiling)
             .env("LC_ALL", "C");
+        if let (true, Some(header)) = (authenticated, &self.auth_header) {
+            // Config in the environment of this git process (and the remote helper it starts)
+            // alone: argv is world-readable in /proc/<pid>/cmdline and `-c` would put it there;
+            // a remote or credential helper would reach .git/config. The process runs as the
+            // workspace's user before any command of the workspace does (`fresh_dir` killed
+            // what was left), and other users cannot read its /proc/<pid>/environ.
+            cmd.env("GIT_CONFIG_COUNT", "1")
+                .env("GIT_CONFIG_KEY_0", "http.extraHeader")
+                .env("GIT_CONFIG_VALUE_0", header);
+        }
         cmd
     }
 
@@ -258,7 +503,7 @@ impl<'a> Git<'a> {
         let step = format!("git {}", args.first().copied().unwrap_or_default());
         let timeout = Duration::from_millis(GIT_TIMEOUT_MS);
         let command = self.command(args, authenticated);
-        let (finished, output) = exec::run(command, timeout, self.redactor.clone())
+        let (finished, output) = exec::run(command, self.run_as, timeout, self.redactor.clone())
             .map_err(|e| format!("{step}: cannot run git: {e}"))?;
         if finished.exit_code == Some(0) {
             return Ok(output.text);
@@ -337,7 +582,7 @@ mod tests {
     #[test]
     fn scrub_removes_token_and_header() {
         let dir = Path::new("/nonexistent");
-        let git = Git::new(dir, dir, Some("s3cret-token"));
+        let git = Git::new(dir, dir, Some("s3cret-token"), RunAs::Agent);
         let header = git.auth_header.clone().expect("header");
         let text = format!("fatal: s3cret-token and {header}");
         let scrubbed = git.scrub(&text);
@@ -354,13 +599,48 @@ mod tests {
     #[test]
     fn header_is_basic_x_access_token() {
         let dir = Path::new("/nonexistent");
-        let git = Git::new(dir, dir, Some("abc"));
+        let git = Git::new(dir, dir, Some("abc"), RunAs::Agent);
         // base64("x-access-token:abc")
         assert_eq!(
             git.auth_header.as_deref(),
             Some("Authorization: Basic eC1hY2Nlc3MtdG9rZW46YWJj")
         );
-        assert!(Git::new(dir, dir, Some("")).auth_header.is_none());
+        assert!(Git::new(dir, dir, Some(""), RunAs::Agent)
+            .auth_header
+            .is_none());
+    }
+
+    #[test]
+    fn the_token_reaches_git_in_its_environment_only() {
+        let dir = Path::new("/nonexistent");
+        let git = Git::new(dir, dir, Some("ghs_argvToken"), RunAs::Agent);
+        let header = git.auth_header.clone().expect("header");
+        let fetch = git.command(&["fetch", "--", "https://github.com/a/b.git"], true);
+        let args: Vec<String> = fetch
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            args.iter()
+                .all(|a| !a.contains("ghs_") && !a.contains(&header[22..])),
+            "{args:?}"
+        );
+        let env = |cmd: &Command, name: &str| {
+            cmd.get_envs()
+                .find(|(k, _)| *k == name)
+                .and_then(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+        };
+        assert_eq!(
+            env(&fetch, "GIT_CONFIG_KEY_0").as_deref(),
+            Some("http.extraHeader")
+        );
+        assert_eq!(env(&fetch, "GIT_CONFIG_VALUE_0"), Some(header));
+        // Commands that talk to no server do not get it at all.
+        let local = git.command(&["checkout", "-q", "--detach", "FETCH_HEAD"], false);
+        assert_eq!(env(&local, "GIT_CONFIG_VALUE_0"), None);
+        assert!(local
+            .get_envs()
+            .all(|(_, v)| v.is_none_or(|v| !v.to_string_lossy().contains("Basic"))));
     }
 
     #[test]

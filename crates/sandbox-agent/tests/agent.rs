@@ -1,11 +1,17 @@
 //! Integration tests: start the real agent binary on port 0 with a temp root and drive it over
 //! HTTP, checking out real git repositories served as file:// URLs.
+//!
+//! The agent isolates workspaces when it runs as root (the default on the machines these
+//! tests run on): the tests that are about isolation say so and skip, with a notice, when the
+//! test process is not root; every other test then runs the agent `--unisolated`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,8 +21,24 @@ use serde_json::{json, Value};
 /// hanging the suite. Longer than any single operation here (the longest is a 25 s long-poll).
 const HTTP_TIMEOUT_MS: u64 = 60_000;
 
+/// How long a test waits for a sign that a command got somewhere (a file it writes, a process
+/// it starts): milliseconds normally, 10 s on a loaded machine.
+const SIGNAL_WAIT_MS: u64 = 10_000;
+
+/// How long an agent that must refuse to start may take to exit: it checks its arguments and
+/// environment before anything else, so at once; 10 s on a loaded machine.
+const REFUSAL_WAIT_MS: u64 = 10_000;
+
 /// Must match `PROCESSES_MAX` in src/limits.rs.
 const PROCESSES_MAX: usize = 16;
+
+/// The uids agents hand out: must match `UID_BASE`, `UIDS_PER_AGENT` and
+/// `AGENTS_PER_HOST_MAX` in src/uid_block.rs.
+const UID_BASE: u32 = 200_000;
+const UID_END: u32 = UID_BASE + 1_024 * 64;
+
+/// The unprivileged user the non-root cases run the agent as (`nobody` on Debian).
+const NOBODY: u32 = 65_534;
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
@@ -32,6 +54,7 @@ impl TempDir {
         ));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create temp dir");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         TempDir(path.canonicalize().expect("canonical temp dir"))
     }
 }
@@ -42,20 +65,70 @@ impl Drop for TempDir {
     }
 }
 
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// For tests of isolation itself: false (and a notice) when the tests do not run as root.
+fn isolation_available(test: &str) -> bool {
+    if !is_root() {
+        eprintln!("{test}: skipped, isolation needs the agent to run as root");
+    }
+    is_root()
+}
+
+/// The git URL prefix the tests' agents allow: the temp dir their repositories live in.
+fn temp_prefix() -> String {
+    format!("file://{}/", std::env::temp_dir().display())
+}
+
 struct Agent {
     child: Child,
     addr: String,
     token: Option<String>,
     root: PathBuf,
+    stderr: Arc<Mutex<String>>,
     // Kept last so the directory outlives the child.
     _dir: TempDir,
 }
 
-#[derive(Default)]
 struct AgentOptions<'a> {
-    token_flag: Option<&'a str>,
-    token_env: Option<&'a str>,
+    /// The token in the agent's environment; None starts it without one.
+    token: Option<String>,
     gitconfig: &'a str,
+    /// `--git-url-prefix` values; empty passes none (the agent's default).
+    prefixes: Vec<String>,
+    unisolated: bool,
+    extra_args: Vec<&'a str>,
+    listen: &'a str,
+    /// Run the agent as `NOBODY` (through setpriv).
+    as_nobody: bool,
+    /// Serve this root instead of a fresh one (a restarted agent).
+    root: Option<&'a Path>,
+}
+
+impl Default for AgentOptions<'_> {
+    fn default() -> Self {
+        let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+        AgentOptions {
+            token: Some(format!("test-token-{}-{n}", std::process::id())),
+            gitconfig: "",
+            prefixes: vec![temp_prefix()],
+            unisolated: !is_root(),
+            extra_args: Vec::new(),
+            listen: "127.0.0.1:0",
+            as_nobody: false,
+            root: None,
+        }
+    }
+}
+
+/// An agent that did not start: how it exited and what it said.
+#[derive(Debug)]
+struct Refusal {
+    status: ExitStatus,
+    stderr: String,
 }
 
 impl Agent {
@@ -64,59 +137,144 @@ impl Agent {
     }
 
     fn start_with(options: AgentOptions) -> Agent {
-        let dir = TempDir::new("agent");
-        let root = dir.0.join("root");
+        match Agent::try_start(options) {
+            Ok(agent) => agent,
+            Err(refusal) => panic!("the agent did not start: {refusal:?}"),
+        }
+    }
+
+    fn command(options: &AgentOptions, dir: &TempDir) -> (Command, PathBuf) {
+        let root = options
+            .root
+            .map_or_else(|| dir.0.join("root"), Path::to_path_buf);
         // The agent's HOME holds the git config its checkouts see, isolated from the host's.
+        // The repositories are root's and git runs as other users, hence safe.directory.
         let home = dir.0.join("home");
         std::fs::create_dir_all(&home).expect("home");
-        std::fs::write(home.join(".gitconfig"), options.gitconfig).expect("gitconfig");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice-sandbox-agent"));
-        cmd.args(["--listen", "127.0.0.1:0", "--root"])
+        let gitconfig = format!("[safe]\n\tdirectory = *\n{}", options.gitconfig);
+        std::fs::write(home.join(".gitconfig"), gitconfig).expect("gitconfig");
+        let bin = env!("CARGO_BIN_EXE_sluice-sandbox-agent");
+        let mut cmd = if options.as_nobody {
+            let mut cmd = Command::new("setpriv");
+            let id = NOBODY.to_string();
+            cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", bin]);
+            cmd
+        } else {
+            Command::new(bin)
+        };
+        cmd.args(["--listen", options.listen, "--root"])
             .arg(&root)
+            .args(&options.extra_args)
             .env("HOME", &home)
             .env_remove("SANDBOX_AGENT_TOKEN")
+            .env_remove("SANDBOX_GIT_URL_PREFIXES")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(token) = options.token_flag {
-            cmd.args(["--token", token]);
+            .stderr(Stdio::piped());
+        for prefix in &options.prefixes {
+            cmd.args(["--git-url-prefix", prefix]);
         }
-        if let Some(token) = options.token_env {
+        if options.unisolated {
+            cmd.arg("--unisolated");
+        }
+        if let Some(token) = &options.token {
             cmd.env("SANDBOX_AGENT_TOKEN", token);
         }
+        (cmd, root)
+    }
+
+    /// Starts the agent and waits for its ready line; Err when it exits first.
+    fn try_start(options: AgentOptions) -> Result<Agent, Refusal> {
+        let dir = TempDir::new("agent");
+        let (mut cmd, root) = Agent::command(&options, &dir);
         let mut child = cmd.spawn().expect("start agent");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        // Drained for the agent's whole life so its request log never blocks it.
+        let drain = thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .expect("stderr")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
             .expect("read ready line");
-        let addr = line
+        let Some(addr) = line
             .trim_end()
             .strip_prefix("sluice-sandbox-agent listening on http://")
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-            .to_owned();
+            .map(str::to_owned)
+        else {
+            let status = child.wait().expect("agent exit");
+            drain.join().expect("stderr drained");
+            let stderr = stderr.lock().expect("stderr").clone();
+            return Err(Refusal { status, stderr });
+        };
         assert!(!addr.ends_with(":0"), "must print the real port: {addr}");
-        Agent {
+        Ok(Agent {
             child,
             addr,
-            token: options.token_flag.or(options.token_env).map(str::to_owned),
+            token: options.token.clone(),
             root: root.canonicalize().expect("root"),
+            stderr,
             _dir: dir,
-        }
+        })
     }
 
-    /// One HTTP/1.1 exchange over a fresh connection; returns status and JSON body.
-    fn raw(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
+    /// Runs an agent that must refuse to start, bounded by `REFUSAL_WAIT_MS`.
+    fn refusal(options: AgentOptions) -> Refusal {
+        let dir = TempDir::new("refused");
+        let (mut cmd, _) = Agent::command(&options, &dir);
+        let mut child = cmd.spawn().expect("start agent");
+        let deadline = Instant::now() + Duration::from_millis(REFUSAL_WAIT_MS);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the agent did not refuse to start within {REFUSAL_WAIT_MS} ms");
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .expect("read stderr");
+        Refusal { status, stderr }
+    }
+
+    /// One HTTP/1.1 exchange over a fresh connection with exactly `headers` (plus Host,
+    /// Connection and Content-Length); returns status and JSON body.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, Value) {
         let mut stream = TcpStream::connect(&self.addr).expect("connect");
         let timeout = Some(Duration::from_millis(HTTP_TIMEOUT_MS));
         stream.set_read_timeout(timeout).expect("read timeout");
         stream.set_write_timeout(timeout).expect("write timeout");
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            self.addr
-        );
-        if let Some(token) = token {
-            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            head.push_str(&format!("Host: {}\r\n", self.addr));
+        }
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
         stream.write_all(head.as_bytes()).expect("write head");
@@ -148,6 +306,20 @@ impl Agent {
         (status, body)
     }
 
+    /// An exchange as the Worker makes it: the bearer token, and a JSON content type on
+    /// anything but GET.
+    fn raw(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let mut headers = Vec::new();
+        if let Some(bearer) = &bearer {
+            headers.push(("Authorization", bearer.as_str()));
+        }
+        if method != "GET" {
+            headers.push(("Content-Type", "application/json"));
+        }
+        self.exchange(method, path, &headers, body)
+    }
+
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         self.raw(method, path, self.token.as_deref(), body.as_bytes())
@@ -165,11 +337,16 @@ impl Agent {
         self.raw("POST", path, self.token.as_deref(), body.as_bytes())
     }
 
-    /// An empty workspace made directly on disk, for tests about commands rather than git.
+    /// A workspace holding a fresh checkout of a one-file repository, for tests about
+    /// commands rather than git (isolated, only a checkout gives a workspace its user).
     fn empty_workspace(&self, id: &str) -> PathBuf {
-        let path = self.root.join("workspaces").join(id);
-        std::fs::create_dir_all(&path).expect("workspace dir");
-        path
+        let repo = make_repo();
+        let (status, reply) = self.post(
+            "/v1/workspaces",
+            checkout_body(id, &repo.url, &repo.second_sha),
+        );
+        assert_eq!(status, 201, "{reply}");
+        PathBuf::from(reply["path"].as_str().expect("path"))
     }
 
     fn exec(&self, workspace: &str, command: &str, timeout_ms: u64) -> Value {
@@ -177,6 +354,19 @@ impl Agent {
         let (status, reply) = self.post("/v1/exec", body);
         assert_eq!(status, 200, "{reply}");
         reply
+    }
+
+    /// Waits (bounded by `SIGNAL_WAIT_MS`) for the agent's log (its stderr, read by another
+    /// thread) to contain `needle`; returns the log.
+    fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_millis(SIGNAL_WAIT_MS);
+        loop {
+            let log = self.stderr.lock().expect("stderr").clone();
+            if log.contains(needle) || Instant::now() >= deadline {
+                return log;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -198,6 +388,10 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        // Checkouts belong to their workspace's user, not to the test (root).
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*")
         .env("GIT_AUTHOR_NAME", "Test")
         .env("GIT_AUTHOR_EMAIL", "test@example.com")
         .env("GIT_COMMITTER_NAME", "Test")
@@ -261,10 +455,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn healthz_needs_no_auth_and_reports_version() {
-    let agent = Agent::start_with(AgentOptions {
-        token_flag: Some("flag-token"),
-        ..Default::default()
-    });
+    let agent = Agent::start();
     let (status, reply) = agent.raw("GET", "/healthz", None, b"");
     assert_eq!(status, 200);
     assert_eq!(
@@ -278,33 +469,22 @@ fn healthz_needs_no_auth_and_reports_version() {
 }
 
 #[test]
-fn v1_requires_the_bearer_token_when_configured() {
-    for options in [
-        AgentOptions {
-            token_flag: Some("flag-token"),
-            ..Default::default()
-        },
-        AgentOptions {
-            token_env: Some("env-token"),
-            ..Default::default()
-        },
-    ] {
-        let agent = Agent::start_with(options);
-        let token = agent.token.clone().expect("token");
-        let path = "/v1/workspaces/w1";
-        let (status, reply) = agent.raw("GET", path, None, b"");
-        assert_eq!((status, error_code(&reply)), (401, "unauthorized"));
-        let (status, _) = agent.raw("GET", path, Some("wrong"), b"");
-        assert_eq!(status, 401);
-        let (status, _) = agent.raw("GET", path, Some(&format!("{token}x")), b"");
-        assert_eq!(status, 401);
-        // Unknown /v1/ paths are not revealed without the token either.
-        let (status, _) = agent.raw("GET", "/v1/nope", None, b"");
-        assert_eq!(status, 401);
-        let (status, reply) = agent.raw("GET", path, Some(&token), b"");
-        assert_eq!(status, 200, "{reply}");
-        assert_eq!(reply["exists"], json!(false));
-    }
+fn v1_requires_the_bearer_token() {
+    let agent = Agent::start();
+    let token = agent.token.clone().expect("token");
+    let path = "/v1/workspaces/w1";
+    let (status, reply) = agent.raw("GET", path, None, b"");
+    assert_eq!((status, error_code(&reply)), (401, "unauthorized"));
+    let (status, _) = agent.raw("GET", path, Some("wrong"), b"");
+    assert_eq!(status, 401);
+    let (status, _) = agent.raw("GET", path, Some(&format!("{token}x")), b"");
+    assert_eq!(status, 401);
+    // Unknown /v1/ paths are not revealed without the token either.
+    let (status, _) = agent.raw("GET", "/v1/nope", None, b"");
+    assert_eq!(status, 401);
+    let (status, reply) = agent.raw("GET", path, Some(&token), b"");
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["exists"], json!(false));
 }
 
 #[test]
@@ -386,7 +566,10 @@ fn checkout_token_is_never_written_into_the_checkout() {
 
 #[test]
 fn checkout_failure_is_422_with_the_token_scrubbed() {
-    let agent = Agent::start();
+    let agent = Agent::start_with(AgentOptions {
+        prefixes: vec![temp_prefix(), "file:///nonexistent/".into()],
+        ..Default::default()
+    });
     let repo = make_repo();
     let token = "ghs_LeakyToken123";
 
@@ -513,7 +696,7 @@ fn exec_output_truncation_keeps_head_and_tail() {
 fn exec_env_is_minimal_plus_the_given_env() {
     // The agent's own token must not leak into commands.
     let agent = Agent::start_with(AgentOptions {
-        token_env: Some("agent-secret"),
+        token: Some("agent-secret".into()),
         ..Default::default()
     });
     let path = agent.empty_workspace("w");
@@ -838,6 +1021,664 @@ fn discarding_a_sandbox_kills_what_runs_there_and_deletes_its_workspace() {
     let (status, again) = agent.call("DELETE", "/v1/sandboxes/inst-1", None);
     assert_eq!((status, &again["killed"]), (200, &json!(0)), "idempotent");
     agent.post("/v1/processes/theirs/kill?wait_ms=5000", json!({}));
+}
+
+// -- isolation -----------------------------------------------------------------------------
+
+/// Pids of live (not zombie) processes whose real uid is `uid`.
+fn live_pids_of(uid: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let real_uid = field("Uid:")
+            .split_whitespace()
+            .next()
+            .and_then(|u| u.parse().ok());
+        if real_uid == Some(uid) && !field("State:").starts_with('Z') {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Waits (bounded by `SIGNAL_WAIT_MS`) until `ready` holds.
+fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_millis(SIGNAL_WAIT_MS);
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {SIGNAL_WAIT_MS} ms"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits for `path` to exist.
+fn wait_for_file(path: &Path) {
+    wait_until(&format!("{} appearing", path.display()), || path.exists());
+}
+
+/// Waits for a command to have written a pid (a line ending in a newline) to `path`.
+fn wait_for_pid(path: &Path) -> u32 {
+    wait_until(&format!("a pid in {}", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let text = std::fs::read_to_string(path).expect("pid file");
+    text.trim().parse().expect("a pid")
+}
+
+fn owner(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").uid()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").mode() & 0o7777
+}
+
+/// `key=value` pairs of the output line that starts with `label`.
+fn line_fields(output: &str, label: &str) -> std::collections::BTreeMap<String, String> {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in {output}"));
+    line[label.len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[test]
+fn each_workspace_runs_as_a_user_of_its_own() {
+    if !isolation_available("each_workspace_runs_as_a_user_of_its_own") {
+        return;
+    }
+    let agent = Agent::start();
+    let a = agent.empty_workspace("a");
+    let b = agent.empty_workspace("b");
+    let (uid_a, uid_b) = (owner(&a), owner(&b));
+    assert_ne!(uid_a, uid_b, "two workspaces, two users");
+    for uid in [uid_a, uid_b] {
+        assert!(
+            (UID_BASE..UID_END).contains(&uid),
+            "uid {uid} outside the range"
+        );
+    }
+    assert_eq!(mode(&a), 0o700, "a workspace is its user's alone");
+    assert_eq!(
+        mode(&agent.root),
+        0o711,
+        "the root: traversable, not listable"
+    );
+    assert_eq!(mode(&agent.root.join("workspaces")), 0o711);
+    let reply = agent.exec(
+        "a",
+        "id -u; id -g; id -G; umask; echo x > f; stat -c %a:%u f a.txt",
+        10_000,
+    );
+    let expected = format!("{uid_a}\n{uid_a}\n{uid_a}\n0077\n600:{uid_a}\n600:{uid_a}\n");
+    assert_eq!(reply["output"], expected.as_str(), "{reply}");
+
+    // A re-checkout keeps the uid; a deleted workspace's uid is not the next one handed out.
+    agent.empty_workspace("a");
+    assert_eq!(owner(&a), uid_a);
+    let (status, _) = agent.call("DELETE", "/v1/sandboxes/a", None);
+    assert_eq!(status, 200);
+    let c = agent.empty_workspace("c");
+    assert!(
+        ![uid_a, uid_b].contains(&owner(&c)),
+        "uid {} reused at once",
+        owner(&c)
+    );
+}
+
+#[test]
+fn a_workspace_cannot_read_another_or_the_agent_or_its_secrets() {
+    if !isolation_available("a_workspace_cannot_read_another_or_the_agent_or_its_secrets") {
+        return;
+    }
+    let agent = Agent::start();
+    let token = agent.token.clone().expect("token");
+    let victim = agent.empty_workspace("victim");
+    agent.empty_workspace("thief");
+    let marker = format!("sluice-marker-{}", std::process::id());
+    // What `.dev.vars` is to `npm start`: a root-owned 0600 file the thief knows the path of.
+    let secrets = TempDir::new("secrets");
+    let dev_vars = secrets.0.join("dev.vars");
+    std::fs::write(&dev_vars, format!("ADMIN_TOKEN={marker}\n")).expect("dev.vars");
+    std::fs::set_permissions(&dev_vars, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    let body = json!({
+        "id": "victim-waits", "workspace": "victim", "timeout_ms": 60_000,
+        "env": {"SLUICE_SECRET": marker},
+        "command": ": sluice-victim-waits; echo \"$SLUICE_SECRET\" > secret.txt; touch ready; \
+                    i=0; while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+    });
+    assert_eq!(agent.post("/v1/processes", body).0, 201);
+    wait_for_file(&victim.join("ready"));
+    let agent_pid = agent.child.id();
+    let script = format!(
+        r#"seen=0; readable=0; tried=0; denied=0; leaked=0
+for d in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" in *sluice-victim-wait[s]*)
+    seen=$((seen+1)); cat $d/environ > /dev/null 2>&1 && readable=$((readable+1));;
+  esac
+  tried=$((tried+1))
+  if cat $d/environ > /dev/null 2>&1; then
+    tr '\0' '\n' < $d/environ | grep -q 'sluice-mar[k]er-' && leaked=$((leaked+1))
+  else denied=$((denied+1)); fi
+done
+echo "victim-process seen=$seen readable=$readable"
+echo "all-environ tried=$tried denied=$denied leaked=$leaked"
+try() {{ if "$@" > /dev/null 2>&1; then echo "$1-$2 read"; else echo "$1-$2 denied"; fi; }}
+try cat {victim}/secret.txt
+try ls {victim}
+try ls {workspaces}
+try cat /proc/{agent_pid}/environ
+try cat {dev_vars}
+echo "agent-cmdline $(od -An -v -tx1 /proc/{agent_pid}/cmdline | tr -d ' \n')"
+"#,
+        victim = victim.display(),
+        workspaces = agent.root.join("workspaces").display(),
+        dev_vars = dev_vars.display(),
+    );
+    let reply = agent.exec("thief", &script, 30_000);
+    let out = reply["output"].as_str().expect("output");
+    assert_eq!(reply["exit_code"], 0, "{out}");
+    let victim_process = line_fields(out, "victim-process");
+    assert!(
+        victim_process["seen"] != "0",
+        "the thief found the victim's process: {out}"
+    );
+    assert_eq!(victim_process["readable"], "0", "{out}");
+    let all = line_fields(out, "all-environ");
+    assert!(all["denied"].parse::<u32>().expect("count") > 0, "{out}");
+    assert_eq!(all["leaked"], "0", "{out}");
+    for attempt in [
+        format!("cat-{}/secret.txt denied", victim.display()),
+        format!("ls-{} denied", victim.display()),
+        format!("ls-{} denied", agent.root.join("workspaces").display()),
+        format!("cat-/proc/{agent_pid}/environ denied"),
+        format!("cat-{} denied", dev_vars.display()),
+    ] {
+        assert!(
+            out.lines().any(|l| l == attempt),
+            "expected {attempt:?} in {out}"
+        );
+    }
+    let hex = out
+        .lines()
+        .find_map(|l| l.strip_prefix("agent-cmdline "))
+        .unwrap_or_else(|| panic!("no agent-cmdline line in {out}"));
+    let cmdline = decode_hex(hex);
+    assert!(
+        cmdline.contains("sluice-sandbox-agent"),
+        "the cmdline was read: {cmdline:?}"
+    );
+    assert!(!cmdline.contains(&token), "{cmdline:?}");
+    assert!(!out.contains(&marker) && !out.contains(&token), "{out}");
+
+    // Not vacuous: the marker really is in the victim's environment (root can read it) ...
+    let victim_pids: Vec<u32> = live_pids_of(owner(&victim));
+    assert!(
+        victim_pids
+            .iter()
+            .any(|pid| std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&marker))),
+        "no victim process has the marker: {victim_pids:?}"
+    );
+    std::fs::write(victim.join("release"), "").expect("release");
+    let (_, done) = agent.get("/v1/processes/victim-waits?wait_ms=20000");
+    assert_eq!(done["status"], "exited", "{done}");
+}
+
+fn decode_hex(hex: &str) -> String {
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    String::from_utf8_lossy(&bytes).replace('\0', " ")
+}
+
+/// A command that leaves two processes outside its process group (one in a session of its
+/// own, one double-forked) and writes their pids, then sleeps.
+const ESCAPES: &str = "setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000' > /dev/null 2>&1 & \
+                       sh -c 'sleep 1000 > /dev/null 2>&1 & echo $! > dfork.pid' & \
+                       sleep 1000";
+
+/// Waits for `ESCAPES`' pid files in `dir` and checks both processes run as `uid`.
+fn escaped_pids(dir: &Path, uid: u32) -> Vec<u32> {
+    let pids: Vec<u32> = ["setsid.pid", "dfork.pid"]
+        .iter()
+        .map(|f| wait_for_pid(&dir.join(f)))
+        .collect();
+    let live = live_pids_of(uid);
+    for pid in &pids {
+        assert!(
+            live.contains(pid),
+            "escaped process {pid} is not running as {uid}: {live:?}"
+        );
+    }
+    pids
+}
+
+#[test]
+fn kill_discard_and_timeout_reach_processes_that_left_the_group() {
+    if !isolation_available("kill_discard_and_timeout_reach_processes_that_left_the_group") {
+        return;
+    }
+    let agent = Agent::start();
+    let start = |id: &str, ws: &str| {
+        let body = json!({"id": id, "workspace": ws, "command": ESCAPES, "timeout_ms": 60_000});
+        assert_eq!(agent.post("/v1/processes", body).0, 201);
+    };
+
+    // A kill answered `killed` means nothing of the workspace's user runs any more.
+    let dir = agent.empty_workspace("k");
+    let uid = owner(&dir);
+    start("k1", "k");
+    escaped_pids(&dir, uid);
+    let (_, killed) = agent.post("/v1/processes/k1/kill?wait_ms=10000", json!({}));
+    assert_eq!(killed["status"], "killed", "{killed}");
+    assert_eq!(
+        live_pids_of(uid),
+        Vec::<u32>::new(),
+        "survivors of the kill"
+    );
+
+    // Discarding the sandbox, with another workspace's processes left alone.
+    let dir = agent.empty_workspace("d");
+    let other = agent.empty_workspace("other");
+    let (uid, other_uid) = (owner(&dir), owner(&other));
+    start("d1", "d");
+    start("o1", "other");
+    escaped_pids(&dir, uid);
+    escaped_pids(&other, other_uid);
+    let (status, reply) = agent.call("DELETE", "/v1/sandboxes/d", None);
+    assert_eq!((status, &reply["killed"]), (200, &json!(1)), "{reply}");
+    assert_eq!(
+        live_pids_of(uid),
+        Vec::<u32>::new(),
+        "survivors of the discard"
+    );
+    assert!(
+        !live_pids_of(other_uid).is_empty(),
+        "the other sandbox was hit"
+    );
+
+    // A timeout.
+    let dir = agent.empty_workspace("t");
+    let uid = owner(&dir);
+    let body = json!({"id": "t1", "workspace": "t", "command": ESCAPES, "timeout_ms": 2_000});
+    assert_eq!(agent.post("/v1/processes", body).0, 201);
+    escaped_pids(&dir, uid);
+    let (_, done) = agent.get("/v1/processes/t1?wait_ms=20000");
+    assert_eq!(done["status"], "timed_out", "{done}");
+    assert_eq!(
+        live_pids_of(uid),
+        Vec::<u32>::new(),
+        "survivors of the timeout"
+    );
+
+    // What an exec left running (its output elsewhere, so the exec returned) is killed
+    // before the next checkout of its workspace.
+    let (_, killed) = agent.post("/v1/processes/o1/kill?wait_ms=10000", json!({}));
+    assert_eq!(killed["status"], "killed", "{killed}");
+    let reply = agent.exec(
+        "other",
+        "rm -f *.pid; setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000' > /dev/null 2>&1 &",
+        10_000,
+    );
+    assert_eq!(reply["exit_code"], 0);
+    let daemon = wait_for_pid(&other.join("setsid.pid"));
+    assert_eq!(
+        live_pids_of(other_uid),
+        vec![daemon],
+        "the daemon outlived its exec"
+    );
+    agent.empty_workspace("other");
+    assert_eq!(
+        live_pids_of(other_uid),
+        Vec::<u32>::new(),
+        "the checkout killed the daemon"
+    );
+}
+
+#[test]
+fn a_restarted_agent_keeps_its_workspaces_and_kills_what_the_last_one_left() {
+    if !isolation_available(
+        "a_restarted_agent_keeps_its_workspaces_and_kills_what_the_last_one_left",
+    ) {
+        return;
+    }
+    let state = TempDir::new("state");
+    let root = state.0.join("root");
+    let first = Agent::start_with(AgentOptions {
+        root: Some(&root),
+        ..Default::default()
+    });
+    let dir = first.empty_workspace("w");
+    let uid = owner(&dir);
+    let (_, before) = first.get("/v1/workspaces/w");
+    first.exec(
+        "w",
+        "setsid sh -c 'echo $$ > daemon.pid; exec sleep 1000' > /dev/null 2>&1 &",
+        10_000,
+    );
+    let daemon = wait_for_pid(&dir.join("daemon.pid"));
+    drop(first); // SIGKILL: nothing of the agent cleans up
+    assert_eq!(
+        live_pids_of(uid),
+        vec![daemon],
+        "the daemon outlived its agent"
+    );
+
+    let second = Agent::start_with(AgentOptions {
+        root: Some(&root),
+        ..Default::default()
+    });
+    assert_eq!(
+        live_pids_of(uid),
+        Vec::<u32>::new(),
+        "killed before the agent was ready"
+    );
+    let (_, after) = second.get("/v1/workspaces/w");
+    assert_eq!(after, before, "the workspace is still there");
+    assert_eq!(
+        second.exec("w", "id -u", 10_000)["output"],
+        format!("{uid}\n").as_str()
+    );
+}
+
+#[test]
+fn the_agent_refuses_to_start_without_isolation_or_a_token() {
+    // Not root: refused, naming the flag that accepts it.
+    if is_root() {
+        let refused = Agent::refusal(AgentOptions {
+            as_nobody: true,
+            unisolated: false,
+            ..Default::default()
+        });
+        assert!(!refused.status.success());
+        assert!(
+            refused.stderr.contains("--unisolated") && refused.stderr.contains("not root"),
+            "{}",
+            refused.stderr
+        );
+    }
+    // No token.
+    let refused = Agent::refusal(AgentOptions {
+        token: None,
+        ..Default::default()
+    });
+    assert!(!refused.status.success());
+    assert!(
+        refused.stderr.contains("--insecure-no-token"),
+        "{}",
+        refused.stderr
+    );
+    // --insecure-no-token off loopback.
+    let refused = Agent::refusal(AgentOptions {
+        token: None,
+        extra_args: vec!["--insecure-no-token"],
+        listen: "0.0.0.0:0",
+        ..Default::default()
+    });
+    assert!(!refused.status.success());
+    assert!(refused.stderr.contains("loopback"), "{}", refused.stderr);
+    // The token on the command line, where every user can read it.
+    let refused = Agent::refusal(AgentOptions {
+        extra_args: vec!["--token", "t"],
+        ..Default::default()
+    });
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        refused.stderr.contains("SANDBOX_AGENT_TOKEN"),
+        "{}",
+        refused.stderr
+    );
+    // A prefix that does not pin a host.
+    let refused = Agent::refusal(AgentOptions {
+        prefixes: vec!["https://github.com".into()],
+        ..Default::default()
+    });
+    assert!(refused.stderr.contains("whole host"), "{}", refused.stderr);
+}
+
+#[test]
+fn without_a_token_only_loopback_hosts_are_answered() {
+    let agent = Agent::start_with(AgentOptions {
+        token: None,
+        extra_args: vec!["--insecure-no-token"],
+        ..Default::default()
+    });
+    let (status, reply) = agent.get("/v1/workspaces/w");
+    assert_eq!(status, 200, "{reply}");
+    // A page whose own name resolves to 127.0.0.1 (DNS rebinding) sends that name.
+    let (status, reply) = agent.exchange(
+        "GET",
+        "/v1/workspaces/w",
+        &[("Host", "evil.example:8791")],
+        b"",
+    );
+    assert_eq!((status, error_code(&reply)), (403, "host_not_allowed"));
+}
+
+#[test]
+fn an_unisolated_agent_runs_commands_as_its_own_user() {
+    if !is_root() {
+        eprintln!("an_unisolated_agent_runs_commands_as_its_own_user: skipped, needs root to become {NOBODY}");
+        return;
+    }
+    let state = TempDir::new("nobody");
+    let root = state.0.join("root");
+    std::fs::create_dir(&root).expect("root");
+    std::os::unix::fs::chown(&root, Some(NOBODY), Some(NOBODY)).expect("chown");
+    let agent = Agent::start_with(AgentOptions {
+        as_nobody: true,
+        unisolated: true,
+        root: Some(&root),
+        ..Default::default()
+    });
+    let log = agent.wait_log("warning: --unisolated");
+    assert!(log.contains("warning: --unisolated"), "it warns: {log}");
+    let dir = agent.empty_workspace("w");
+    assert_eq!(owner(&dir), NOBODY);
+    assert_eq!(
+        agent.exec("w", "id -u; cat a.txt", 10_000)["output"],
+        format!("{NOBODY}\ntwo").as_str()
+    );
+    let (status, _) = agent.call("DELETE", "/v1/sandboxes/w", None);
+    assert_eq!(status, 200);
+    assert!(!dir.exists());
+}
+
+#[test]
+fn requests_that_change_something_must_be_json() {
+    let agent = Agent::start();
+    agent.empty_workspace("w");
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let body = json!({"workspace": "w", "command": "touch ran", "timeout_ms": 10_000}).to_string();
+    for (method, path, content_type) in [
+        ("POST", "/v1/exec", None),
+        ("POST", "/v1/exec", Some("text/plain")),
+        (
+            "POST",
+            "/v1/exec",
+            Some("application/x-www-form-urlencoded"),
+        ),
+        ("DELETE", "/v1/sandboxes/w", None),
+        ("POST", "/v1/processes/p/kill", None),
+    ] {
+        let mut headers = vec![("Authorization", bearer.as_str())];
+        headers.extend(content_type.map(|c| ("Content-Type", c)));
+        let (status, reply) = agent.exchange(method, path, &headers, body.as_bytes());
+        assert_eq!(
+            (status, error_code(&reply)),
+            (415, "unsupported_media_type"),
+            "{method} {path} {content_type:?}"
+        );
+        assert!(reply["error"]["message"].is_string());
+    }
+    // Nothing ran, nothing was deleted: the workspace is there and has no `ran`.
+    let check = agent.exec("w", "ls", 10_000);
+    assert_eq!(check["output"], "a.txt\n");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json; charset=utf-8"),
+    ];
+    let (status, _) = agent.exchange("POST", "/v1/exec", &headers, body.as_bytes());
+    assert_eq!(status, 200, "a charset parameter is fine");
+}
+
+#[test]
+fn clone_urls_outside_the_prefixes_are_refused() {
+    let repo = make_repo();
+    let allowed = Agent::start_with(AgentOptions {
+        prefixes: vec![format!("{}/", repo.url)],
+        ..Default::default()
+    });
+    // The repository is a directory: its URL plus '/' is a prefix of nothing but its insides,
+    // so clone it by that same URL with a trailing slash.
+    let (status, reply) = allowed.post(
+        "/v1/workspaces",
+        checkout_body("ok", &format!("{}/", repo.url), &repo.second_sha),
+    );
+    assert_eq!(status, 201, "{reply}");
+    let other = make_repo();
+    for (url, why) in [
+        (other.url.clone(), "--git-url-prefix"),
+        ("https://github.com/acme/app.git".into(), "--git-url-prefix"),
+        (
+            format!(
+                "{}/../{}",
+                repo.url,
+                other.url.rsplit('/').next().unwrap_or_default()
+            ),
+            "'..'",
+        ),
+    ] {
+        let (status, reply) = allowed.post(
+            "/v1/workspaces",
+            checkout_body("no", &url, &other.second_sha),
+        );
+        assert_eq!(
+            (status, error_code(&reply)),
+            (400, "invalid_request"),
+            "{url}: {reply}"
+        );
+        let message = reply["error"]["message"].as_str().expect("message");
+        assert!(message.contains(why), "{message}");
+    }
+    // By default only https://github.com/: a local path is refused before git runs.
+    let default = Agent::start_with(AgentOptions {
+        prefixes: Vec::new(),
+        ..Default::default()
+    });
+    let (status, reply) = default.post(
+        "/v1/workspaces",
+        checkout_body("f", &repo.url, &repo.second_sha),
+    );
+    assert_eq!(
+        (status, error_code(&reply)),
+        (400, "invalid_request"),
+        "{reply}"
+    );
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("https://github.com/"),
+        "{reply}"
+    );
+    let (_, probe) = default.get("/v1/workspaces/f");
+    assert_eq!(probe["exists"], json!(false));
+}
+
+#[test]
+fn the_checkout_token_is_in_no_command_line_and_no_file() {
+    // A slow server: upload-pack's pack-objects waits for the test to look around.
+    let signals = TempDir::new("signals");
+    std::fs::set_permissions(&signals.0, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let hook = signals.0.join("hook.sh");
+    let dir = signals.0.display();
+    std::fs::write(&hook, format!(
+        "#!/bin/sh\ntouch {dir}/started\ni=0\nwhile [ ! -e {dir}/release ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\nexec \"$@\"\n"
+    )).expect("hook");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let gitconfig = format!("[uploadpack]\n\tpackObjectsHook = {}\n", hook.display());
+    let agent = Arc::new(Agent::start_with(AgentOptions {
+        gitconfig: &gitconfig,
+        ..Default::default()
+    }));
+    let repo = make_repo();
+    let token = "ghs_SuperSecretInstallationToken";
+    // base64("x-access-token:ghs_SuperSecretInstallationToken"), the header form.
+    let header_b64 = "eC1hY2Nlc3MtdG9rZW46Z2hzX1N1cGVyU2VjcmV0SW5zdGFsbGF0aW9uVG9rZW4=";
+    let mut body = checkout_body("tok", &repo.url, &repo.second_sha);
+    body["token"] = json!(token);
+    let checkout = {
+        let agent = agent.clone();
+        thread::spawn(move || agent.post("/v1/workspaces", body))
+    };
+    wait_for_file(&signals.0.join("started"));
+    // Mid-checkout: no process's argv has the token; git's own environment has it.
+    let mut git_fetches = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            !cmdline.contains(token) && !cmdline.contains(header_b64),
+            "argv: {cmdline}"
+        );
+        if cmdline.starts_with("git fetch") {
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            git_fetches.push((
+                owner(&entry.path()),
+                String::from_utf8_lossy(&environ).into_owned(),
+            ));
+        }
+    }
+    std::fs::write(signals.0.join("release"), "").expect("release");
+    let (status, reply) = checkout.join().expect("checkout thread");
+    assert_eq!(status, 201, "{reply}");
+    assert!(!git_fetches.is_empty(), "no git fetch seen mid-checkout");
+    for (uid, environ) in &git_fetches {
+        assert!(
+            environ.contains(&format!(
+                "GIT_CONFIG_VALUE_0=Authorization: Basic {header_b64}"
+            )),
+            "{environ}"
+        );
+        if is_root() {
+            assert!(
+                (UID_BASE..UID_END).contains(uid),
+                "git ran as {uid}, not the workspace's user"
+            );
+        }
+    }
+    let path = PathBuf::from(reply["path"].as_str().expect("path"));
+    for file in files_under(&path) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
+        assert!(
+            !text.contains(token) && !text.contains(header_b64),
+            "token in {}",
+            file.display()
+        );
+    }
 }
 
 /// The secret of the redaction tests: the shape of a GitHub installation token.

@@ -50,7 +50,10 @@ pub fn sandbox_path(id: &str) -> String {
     format!("/v1/sandboxes/{id}")
 }
 
-/// `/v1/processes/{id}/kill?wait_ms={wait_ms}`.
+/// `/v1/processes/{id}/kill?wait_ms={wait_ms}`. The agent kills the
+/// process's group and, when it isolates workspaces, everything running as
+/// the workspace's user (so also what left the group, and any other process
+/// of that workspace); a timeout ends a process the same way.
 pub fn kill_path(id: &str, wait_ms: u64) -> String {
     format!("{PATH_PROCESSES}/{id}/kill?wait_ms={wait_ms}")
 }
