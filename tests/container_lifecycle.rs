@@ -136,7 +136,8 @@ fn sleep_after_comes_from_the_var_with_a_default_and_bounds() {
         (
             Settings {
                 sleep_after_ms: 10 * MIN,
-                agent_token: None
+                agent_token: None,
+                git_url: None,
             },
             None
         )
@@ -656,4 +657,26 @@ fn wrangler_toml_keeps_the_pool_within_max_instances() {
     }
     // The default capacity (POOL_CAPACITY unset) is checked against
     // CONTAINER_INSTANCES_MAX at compile time in src/worker_glue/container.rs.
+}
+
+/// The agent in a container accepts clones only from the configured GitHub
+/// (issue 8 item 6): the Worker hands it that one prefix at start.
+#[test]
+fn a_container_is_told_the_only_git_host_it_may_clone_from() {
+    let (mut settings, _) = Settings::new(None, Some(Secret::new(TOKEN.to_owned())));
+    settings.git_url = Some("http://172.18.0.1:9123/".into());
+    let mut lc = Lifecycle::new(settings, Record::default());
+    let (route, _) = lc.on_request(&Call::of("GET", "/v1/workspaces/w", None), false, T0);
+    let Route::Agent {
+        start: Some(opts), ..
+    } = route
+    else {
+        panic!("expected a start, got {route:?}");
+    };
+    let prefix = opts
+        .env
+        .iter()
+        .find(|(k, _)| k == GIT_URL_PREFIXES_ENV)
+        .map(|(_, v)| v.expose().clone());
+    assert_eq!(prefix.as_deref(), Some("http://172.18.0.1:9123/"));
 }

@@ -84,6 +84,7 @@ pub const PROCESSES_TRACKED_MAX: usize = 64;
 /// The environment variable the agent reads its token from
 /// (`crates/sandbox-agent`, `TOKEN_ENV`).
 pub const AGENT_TOKEN_ENV: &str = "SANDBOX_AGENT_TOKEN";
+pub use sluice_sandbox_protocol::GIT_URL_PREFIXES_ENV;
 
 /// How a sandbox's containers are run.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +92,9 @@ pub struct Settings {
     pub sleep_after_ms: i64,
     /// The bearer token the agent must require.
     pub agent_token: Option<Secret>,
+    /// Where checkouts may clone from (`GITHUB_GIT_URL`), handed to the
+    /// agent as its only allowed prefix.
+    pub git_url: Option<String>,
 }
 
 impl Settings {
@@ -120,6 +124,7 @@ impl Settings {
         let settings = Settings {
             sleep_after_ms,
             agent_token,
+            git_url: None,
         };
         (settings, warning)
     }
@@ -335,12 +340,16 @@ impl Lifecycle {
     }
 
     fn start_options(&self) -> StartOptions {
-        let env = self
+        let mut env: Vec<(String, Secret)> = self
             .settings
             .agent_token
             .iter()
             .map(|t| (AGENT_TOKEN_ENV.to_owned(), t.clone()))
             .collect();
+        if let Some(url) = &self.settings.git_url {
+            let prefix = format!("{}/", url.trim_end_matches('/'));
+            env.push((GIT_URL_PREFIXES_ENV.to_owned(), Secret::new(prefix)));
+        }
         StartOptions {
             env,
             enable_internet: true,

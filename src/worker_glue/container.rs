@@ -83,10 +83,15 @@ fn js_error(e: JsValue) -> String {
 fn settings(env: &Env) -> (Settings, Option<String>) {
     let sleep_after =
         bindings::text(env, bindings::CONTAINER_SLEEP_AFTER).map(|v| parse_duration_ms(&v));
-    Settings::new(
+    let (mut settings, warning) = Settings::new(
         sleep_after,
         bindings::secret(env, bindings::SANDBOX_AGENT_TOKEN),
-    )
+    );
+    settings.git_url = Some(
+        bindings::text(env, bindings::GITHUB_GIT_URL)
+            .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
+    );
+    (settings, warning)
 }
 
 /// A request as it arrived, kept to forward it once.

@@ -25,7 +25,7 @@ pub const TOKEN_ENV: &str = "SANDBOX_AGENT_TOKEN";
 
 /// Env var with space-separated git URL prefixes, for when no `--git-url-prefix` is given (a
 /// container's environment is what its starter controls).
-pub const GIT_URL_PREFIXES_ENV: &str = "SANDBOX_GIT_URL_PREFIXES";
+pub const GIT_URL_PREFIXES_ENV: &str = sluice_sandbox_protocol::GIT_URL_PREFIXES_ENV;
 
 const USAGE: &str = "\
 usage: sluice-sandbox-agent [--listen 127.0.0.1:8791] --root DIR [--git-url-prefix PREFIX]...

@@ -30,6 +30,12 @@ pub const REDACT_VALUES_MAX: usize = 64;
 /// ignores it.
 pub const SANDBOX_ID_HEADER: &str = "X-Sluice-Sandbox";
 
+/// The agent's environment variable naming the clone URL prefixes it
+/// accepts (whitespace- or comma-separated; `--git-url-prefix` on its
+/// command line): the Worker sets it at container start from
+/// `GITHUB_GIT_URL`.
+pub const GIT_URL_PREFIXES_ENV: &str = "SANDBOX_GIT_URL_PREFIXES";
+
 pub const PATH_WORKSPACES: &str = "/v1/workspaces";
 pub const PATH_PROCESSES: &str = "/v1/processes";
 
