@@ -161,6 +161,10 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(&c.repo, repo);
                     }
                 }
+                (Intake::Act { creates, sends, .. }, Plan::Send(planned)) => {
+                    assert!(creates.is_empty());
+                    assert_eq!(sends, &planned, "a pressed button is sent as planned");
+                }
                 (a, p) => panic!("intake {a:?} disagrees with the plan {p:?}"),
             }
         }

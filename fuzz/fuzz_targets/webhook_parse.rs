@@ -37,17 +37,18 @@ fuzz_target!(|data: &[u8]| {
         Err(ParseError::WrongShape { event: e, .. }) => {
             assert!(is_object);
             assert_eq!(e, event);
-            assert!(matches!(event, "pull_request" | "push"));
+            assert!(matches!(event, "pull_request" | "push" | "check_run"));
         }
         Ok(ev) => {
             assert!(is_object, "a non-object decoded");
             match ev {
                 Event::PullRequest(_) => assert_eq!(event, "pull_request"),
                 Event::Push(_) => assert_eq!(event, "push"),
+                Event::CheckRun(_) => assert_eq!(event, "check_run"),
                 Event::Ping => assert_eq!(event, "ping"),
                 Event::Other(name) => {
                     assert_eq!(name, event);
-                    assert!(!matches!(event, "pull_request" | "push" | "ping"));
+                    assert!(!matches!(event, "pull_request" | "push" | "ping" | "check_run"));
                 }
             }
         }
@@ -62,6 +63,17 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
         Plan::Create(creates) => creates,
+        Plan::Send(sends) => {
+            // Only a pressed button of a check run naming a valid instance.
+            let Event::CheckRun(run) = &ev else {
+                panic!("{ev:?} planned {p:?}")
+            };
+            assert_eq!(run.action, "requested_action");
+            assert_eq!(sends.len(), 1);
+            assert_eq!(Some(sends[0].instance_id.as_str()), run.check_run.external_id.as_deref());
+            assert!(sluice::engine::InstanceId::parse(&sends[0].instance_id).is_ok());
+            return;
+        }
     };
     assert_eq!(creates.len(), 1, "one event starts one instance");
     let c = &creates[0];
@@ -99,6 +111,6 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Some(&input.default_branch), push.repository.default_branch.as_ref());
             assert_eq!(input.installation_id, push.installation.id);
         }
-        Event::Ping | Event::Other(_) => panic!("{ev:?} planned {p:?}"),
+        Event::CheckRun(_) | Event::Ping | Event::Other(_) => panic!("{ev:?} planned {p:?}"),
     }
 });

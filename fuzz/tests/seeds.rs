@@ -65,7 +65,7 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("push-tag", "ignore"),
         ("ping", "ignore"),
         ("check_run-rerequested", "ignore"),
-        ("check_run-requested_action", "ignore"),
+        ("check_run-requested_action", "act"),
         ("check_suite-requested", "ignore"),
         ("check_suite-rerequested", "ignore"),
         ("signed-literally", "act"),
