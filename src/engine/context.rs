@@ -818,6 +818,13 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Whether an operator's terminate or pause (or a newer run's
+    /// terminate) waits for this pass's next durable call: a step that
+    /// waits long (a command's long-polls) ends early so it is honoured.
+    pub fn interrupted(&self) -> bool {
+        self.interrupt.get().is_some()
+    }
+
     fn check_interrupt(&self) -> Result<(), RunError> {
         match self.interrupt.get() {
             None => Ok(()),

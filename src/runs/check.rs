@@ -173,14 +173,20 @@ async fn superseded(
                 .map_err(github_failure)
         })
         .await?;
-    if let Some(h) = head.filter(|h| !h.eq_ignore_ascii_case(&input.sha)) {
-        return Ok(Some(Verdict::Superseded {
-            summary: format!(
-                "Not run: pull request #{} moved on to {h}, which is checked instead.",
-                input.pr_number
-            ),
-            newer: h,
-        }));
+    match head {
+        // GitHub does not know the pull request (or did not answer): this
+        // head neither yields nor ends anyone.
+        None => return Ok(None),
+        Some(h) if !h.eq_ignore_ascii_case(&input.sha) => {
+            return Ok(Some(Verdict::Superseded {
+                summary: format!(
+                    "Not run: pull request #{} moved on to {h}, which is checked instead.",
+                    input.pr_number
+                ),
+                newer: h,
+            }))
+        }
+        Some(_) => {}
     }
     let entity = format!("pr:{}", input.pr_number);
     let _ended: Vec<String> = ctx
@@ -198,7 +204,9 @@ async fn superseded(
 }
 
 /// Concludes an older head's check run `cancelled` naming this head (unless
-/// it already completed), then terminates its instance.
+/// it already completed), terminates it, then kills its processes: a
+/// terminate alone is honoured only at the older instance's next durable
+/// call, which a running command step reaches when its process ends.
 async fn cancel_older(
     env: &RunEnv<'_>,
     input: &CheckInput,
@@ -233,7 +241,11 @@ async fn cancel_older(
     env.terminator
         .terminate(id)
         .await
-        .map_err(|m| FailureTag::Gate.retryable(m))
+        .map_err(|m| FailureTag::Gate.retryable(m))?;
+    // Unconfirmed kills are finalize's to repeat: it releases nothing of
+    // the older head until its process is known to have ended.
+    gate::kill_live(env, id, env.clock.now_ms()).await?;
+    Ok(())
 }
 
 async fn check_held(

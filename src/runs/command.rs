@@ -178,7 +178,8 @@ async fn command_round(
                 None => return Ok(Progress::Blocked),
             },
         };
-        let Some(state) = wait_for_exit(env, sandbox, ids.pid, state).await? else {
+        let interrupted = || ctx.interrupted();
+        let Some(state) = wait_for_exit(env, sandbox, ids.pid, state, &interrupted).await? else {
             return Ok(Progress::Running);
         };
         fence::ended(env.db, ids.pid, env.clock.now_ms())
@@ -365,8 +366,15 @@ async fn wait_for_exit(
     sandbox: &str,
     pid: &str,
     mut state: ProcessState,
+    interrupted: &dyn Fn() -> bool,
 ) -> Result<Option<ProcessState>, StepFailure> {
     for _ in 0..POLLS_PER_STEP {
+        // A terminate or pause waits for the next durable call: end the
+        // step as still running (the process is finalize's to kill), even
+        // when the process ended meanwhile, so the interrupt decides.
+        if interrupted() {
+            return Ok(None);
+        }
         if state.finished() {
             return Ok(Some(state));
         }
@@ -380,7 +388,7 @@ async fn wait_for_exit(
                     .retryable("the sandbox no longer knows the process (container replaced)")
             })?;
     }
-    Ok(state.finished().then_some(state))
+    Ok((state.finished() && !interrupted()).then_some(state))
 }
 
 /// The last lines of a log, within the summary budget, cut on a char

@@ -827,7 +827,11 @@ pub async fn release_all(
 
 /// Kills the instance's live processes; true when every one is confirmed
 /// ended (seen exited, unknown to its sandbox, or past its deadline).
-async fn kill_live(env: &RunEnv<'_>, instance_id: &str, now_ms: i64) -> Result<bool, StepFailure> {
+pub async fn kill_live(
+    env: &RunEnv<'_>,
+    instance_id: &str,
+    now_ms: i64,
+) -> Result<bool, StepFailure> {
     let live = fence::live_of_instance(env.db, instance_id)
         .await
         .map_err(gate_failure)?;

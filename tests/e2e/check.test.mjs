@@ -6,8 +6,9 @@
 
 import assert from 'node:assert/strict';
 import { createHmac, randomUUID } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
-import { pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
+import { checkRunRequestedActionPayload, pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
 
 const CHECK_NAME = 'sluice/check';
@@ -307,4 +308,69 @@ sluiceTest('POST /v1/executions refuses an input that names a clone_url', async 
   const listed = await stack.api('/v1/executions');
   assert.equal(listed.status, 200);
   assert.ok(!JSON.stringify(listed.body).includes('clone-url-attack'), 'no instance was made');
+});
+
+// -- bounded untrusted compute (issue 8 item 4) ---------------------------------------------------
+
+async function stepNames(id) {
+  const body = await getExecution(id);
+  return (body.steps ?? []).map((s) => s.name);
+}
+
+sluiceTest('a newer head of the pull request cancels the older check and kills its process', async () => {
+  const repo = 'superseded';
+  const pids = stack.sharedFile('superseded.pids');
+  // Records its pid, then runs long; only a kill ends it early.
+  const config = `[check]\ncommand = "echo $$ >> ${pids}; sleep 300"\n`;
+  const a = stack.commit(OWNER, repo, { '.sluice.toml': config, 'v': '1\n' });
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/1`, { head_sha: a });
+  const { instance: ia } = await openPullRequest(repo, a);
+  const pid = await stack.waitFor(async () => readFileSync(pids, 'utf8').trim() || null, { timeoutMs: RUN_TIMEOUT_MS, message: 'the first head to start' });
+
+  const b = stack.commit(OWNER, repo, { '.sluice.toml': '[check]\ncommand = "true"\n', 'v': '2\n' });
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/1`, { head_sha: b });
+  const res = await stack.sendWebhook('pull_request', prPayload(repo, b, { action: 'synchronize' }), randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  await waitForTerminal(res.body.instances[0].id, 'complete');
+  await waitForTerminal(ia.id, 'terminated');
+
+  const runA = (await checkRunsFor(repo)).find((r) => r.head_sha === a);
+  assert.equal(runA.conclusion, 'cancelled');
+  assert.ok(runA.output.summary.includes(b), `names the newer head: ${runA.output.summary}`);
+  // Its process is gone: the kill came before the release.
+  await stack.waitFor(async () => !existsSync(`/proc/${pid}`), { timeoutMs: 10_000, message: `pid ${pid} to be gone` });
+});
+
+sluiceTest('a first-time contributor\'s fork runs only once a maintainer presses Approve and run', async () => {
+  const repo = 'forked';
+  const marker = stack.sharedFile('forked.ran');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': `[check]\ncommand = "echo ran >> ${marker}"\n` });
+  const payload = prPayload(repo, sha, { headOwner: 'stranger', authorAssociation: 'FIRST_TIME_CONTRIBUTOR', number: 2 });
+  const res = await stack.sendWebhook('pull_request', payload, randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  const id = res.body.instances[0].id;
+  const run = await stack.waitFor(async () => {
+    const r = (await checkRunsFor(repo)).find((c) => c.head_sha === sha);
+    return r?.actions?.some((a) => a.identifier === 'approve') ? r : null;
+  }, { timeoutMs: RUN_TIMEOUT_MS, message: 'the Approve and run button' });
+  assert.equal(run.output.title, 'Waiting for approval');
+
+  const pressBy = async (login) => {
+    const body = checkRunRequestedActionPayload({ owner: OWNER, repo, checkRun: run, identifier: 'approve', senderLogin: login, installationId: INSTALLATION_ID });
+    const r = await stack.sendWebhook('check_run', body, randomUUID());
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+  };
+  await pressBy('drive-by');
+  // The press was looked at (a decider check was journaled) and changed nothing.
+  await stack.waitFor(async () => (await stepNames(id)).includes('check decider'), { timeoutMs: RUN_TIMEOUT_MS, message: 'the first press to be checked' });
+  assert.equal((await getExecution(id)).execution.status, 'waiting');
+  assert.equal(readFileSync(marker, 'utf8'), '', 'no code ran on a reader\'s press');
+
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/collaborators/maintainer`, { permission: 'write' });
+  await pressBy('maintainer');
+  await waitForTerminal(id, 'complete');
+  assert.equal(readFileSync(marker, 'utf8'), 'ran\n');
+  const done = (await checkRunsFor(repo)).find((c) => c.head_sha === sha);
+  assert.equal(done.conclusion, 'success');
+  assert.deepEqual(done.actions, [], 'the button is gone');
 });

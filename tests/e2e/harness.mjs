@@ -340,6 +340,16 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     return res.json();
   }
 
+  // The stand-in's control endpoints (register a pull request, a collaborator's permission).
+  async function standinPost(path, body) {
+    const res = await fetch(`${standin.url}${path}`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    if (res.status >= 300) throw new Error(`stand-in POST ${path} -> HTTP ${res.status}: ${await res.text()}`);
+    return res.json();
+  }
+
   return {
     url,
     standin,
@@ -373,6 +383,7 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     api,
     rawRequest: (method, path, init) => rawRequest(url, method, path, init),
     standinGet,
+    standinPost,
     waitFor,
     scheduled: async (cron = '* * * * *') => {
       const res = await fetch(`${url}/__scheduled?cron=${cron.replaceAll(' ', '+')}`, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
