@@ -299,6 +299,8 @@ async function main() {
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
     GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
     ADMIN_TOKEN: 'dev-admin-token',
+    // Signs the log links in check summaries; a fresh one per start is fine locally.
+    LOG_LINK_SECRET: randomToken(),
     PUBLIC_URL: WORKER_URL,
   };
   const github = await startGithub(userVars, defaults);

@@ -14,6 +14,9 @@ pub enum Route {
     ListDeliveries,
     /// What the operator configured, as the Worker reads it (no values).
     Config,
+    /// A command's log behind a signed link (`runs::loglink`): the
+    /// instance and the step's id form.
+    Log(InstanceId, InstanceId),
     ListGroups,
     ExplainGroup(String),
     SkipAll(String),
@@ -77,6 +80,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
     match segs.as_slice() {
         ["healthz"] => only("GET", Route::Health),
         ["webhooks", "github"] => only("POST", Route::Webhook),
+        ["logs", instance, step] => only("GET", Route::Log(id(instance)?, id(step)?)),
         ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
         ["v1", "config"] => only("GET", Route::Config),
         ["v1", "executions"] => match method {

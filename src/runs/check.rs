@@ -284,9 +284,13 @@ pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
         (false, Some(code)) => format!("exited with code {code}"),
         (false, None) => "was killed by a signal".to_owned(),
     };
+    let full = match &r.log_url {
+        Some(url) => format!("[the full log]({url}), link valid 7 days"),
+        None => format!("stored at `{}`", r.log_key),
+    };
     let summary = format!(
-        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, stored at `{}`):\n\n```\n{}\n```",
-        r.output_bytes, r.log_key, r.tail
+        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
+        r.output_bytes, r.tail
     );
     match (r.timed_out, r.exit_code) {
         (true, _) => Verdict::TimedOut { summary },

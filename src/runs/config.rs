@@ -33,6 +33,7 @@ pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "ENVIRONMENTS",
     "GITHUB_GIT_URL",
     "CONTAINER_SLEEP_AFTER",
+    "LOG_LINK_SECRET",
 ];
 
 /// Whether a deploy may read this Worker secret.

@@ -10,6 +10,8 @@ pub mod config;
 pub mod deploy;
 pub mod environment;
 pub mod gate;
+pub mod log;
+pub mod loglink;
 pub mod notify;
 pub mod probe;
 pub mod registry;
@@ -86,6 +88,8 @@ pub struct RunEnv<'a> {
     pub checks_per_repo: u32,
     /// The Worker's own base URL, for check run details links.
     pub public_url: String,
+    /// Signs log links (`LOG_LINK_SECRET`); none, no links.
+    pub log_link_secret: Option<Secret>,
 }
 
 pub use registry::{Registry, Run, RunName};

@@ -29,6 +29,8 @@ pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
 pub const ENVIRONMENTS: &str = "ENVIRONMENTS";
 /// Where GitHub serves git; `github::GIT_URL_DEFAULT` when unset.
 pub const GITHUB_GIT_URL: &str = "GITHUB_GIT_URL";
+/// Signs the log links in check summaries (`runs::loglink`).
+pub const LOG_LINK_SECRET: &str = "LOG_LINK_SECRET";
 /// How long a sandbox container may sit unused before its object's alarm
 /// destroys it ("10m" when unset; `sandbox::lifecycle`).
 pub const CONTAINER_SLEEP_AFTER: &str = "CONTAINER_SLEEP_AFTER";

@@ -20,13 +20,14 @@ use crate::limits::{
 };
 use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
+use crate::runs::loglink::{self, LinkError};
 use crate::runs::triggers::EventSend;
 use crate::runs::Waker;
 use crate::store::executions::{self, ListFilter};
 
 use super::bindings::{self, text};
 use super::instances::{self, InstanceOp, InstanceWaker};
-use super::platform::{WorkerClock, D1};
+use super::platform::{WorkerClock, D1, R2};
 
 /// Instances one `POST /v1/executions` batch may create: bounds one request.
 const BATCH_CREATE_MAX: usize = 100;
@@ -74,7 +75,8 @@ async fn dispatch(mut req: Request, env: &Env) -> Answer {
         ),
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
     })?;
-    if !matches!(r, Route::Health | Route::Webhook) {
+    // A log link carries its own signature.
+    if !matches!(r, Route::Health | Route::Webhook | Route::Log(..)) {
         check_admin(
             header(&req, "Authorization").as_deref(),
             text(env, bindings::ADMIN_TOKEN).as_deref(),
@@ -95,6 +97,7 @@ async fn dispatch(mut req: Request, env: &Env) -> Answer {
             json_ok(200, &json!({ "deliveries": rows }))
         }
         Route::Config => json_ok(200, &configuration(env)),
+        Route::Log(instance, step) => log_page(&req, env, &instance, &step, now).await,
         Route::ListGroups => json_ok(200, &json!({ "groups": serial::groups(&db, now).await? })),
         // A group's policy lives in each commit's config; explain with the
         // ADR defaults for "times out in".
@@ -113,6 +116,51 @@ async fn list_executions(req: &Request, db: &D1) -> Answer {
         .map_err(|e| ApiError::bad_request("bad_query", e.to_string()))?;
     let rows = executions::list(db, &filter, EXECUTIONS_LISTED_MAX).await?;
     json_ok(200, &json!({ "executions": rows }))
+}
+
+/// A log behind its signed link, as plain text: 403 for a bad or expired
+/// signature, 404 when nothing was stored (yet).
+async fn log_page(
+    req: &Request,
+    env: &Env,
+    instance: &InstanceId,
+    step: &InstanceId,
+    now: i64,
+) -> Answer {
+    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET)
+        .ok_or_else(|| ApiError::not_found("log links are not configured (LOG_LINK_SECRET)"))?;
+    let url = req.url().map_err(internal)?;
+    let path = loglink::path_of(instance.as_str(), step.as_str());
+    loglink::verify(
+        secret.expose().as_bytes(),
+        &path,
+        url.query().unwrap_or(""),
+        now,
+    )
+    .map_err(|e| match e {
+        LinkError::Expired => ApiError::new(403, "link_expired", "this log link has expired"),
+        LinkError::BadSignature => {
+            ApiError::new(403, "bad_signature", "this log link is not valid")
+        }
+    })?;
+    let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
+    let key = loglink::log_key(instance.as_str(), step.as_str());
+    let log = crate::runs::log::read(&R2(bucket), &key)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found("no log is stored for this step (yet)"))?;
+    let mut resp = Response::ok(log).map_err(internal)?;
+    let headers = resp.headers_mut();
+    for (name, value) in [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Content-Security-Policy", "default-src 'none'; sandbox"),
+        ("Cache-Control", "private, no-store"),
+        ("Referrer-Policy", "no-referrer"),
+    ] {
+        headers.set(name, value).map_err(internal)?;
+    }
+    Ok(resp)
 }
 
 /// The operator's configuration as the Worker reads it: environments with

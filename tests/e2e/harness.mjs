@@ -205,6 +205,7 @@ export async function startStack(opts = {}) {
 async function buildStack(opts, paths, cleanups) {
   const secret = randomToken();
   const adminToken = randomToken();
+  const logLinkSecret = randomToken();
   const agentToken = randomToken();
   const keys = generateAppKeyPair();
   const layer = opts.containers ? await prepareContainerLayer() : null;
@@ -248,6 +249,7 @@ async function buildStack(opts, paths, cleanups) {
     ...(agent ? { SANDBOX_URL: agent.url } : {}),
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
     SANDBOX_AGENT_TOKEN: agentToken,
+    LOG_LINK_SECRET: logLinkSecret,
     PUBLIC_URL: url,
     ...opts.vars,
   }), { mode: 0o600 });
@@ -375,6 +377,7 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     sandboxContainers: () => (layer ? sandboxContainers(layer.docker) : Promise.resolve([])),
     secret,
     adminToken,
+    logLinkSecret,
     sendWebhook: (event, payload, deliveryId) => withTimeout(
       postWebhook({ url: `${url}/webhooks/github`, secret, event, payload, deliveryId }),
       REQUEST_TIMEOUT_MS,
