@@ -10,8 +10,6 @@
 //! sandbox held (`gate::with_gates`): re-read the head, run the command,
 //! report.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 
 use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, StepConfig};
@@ -145,13 +143,14 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         serial: Some(Serial {
             group: &group,
             revision: &input.sha,
-            head: Some(BranchRef {
+            // An explicit revision deploys whatever the branch's head is.
+            head: (!input.imperative).then_some(BranchRef {
                 installation_id: input.installation_id,
                 repo: &input.repo,
                 branch: &input.branch,
             }),
             policy: &policy,
-            imperative: false,
+            imperative: input.imperative,
         }),
         pools: &[Pool {
             name: gate::POOL,
@@ -263,21 +262,11 @@ async fn deploy_held(
     deploy: &DeployConfig,
     held: Held<'_>,
 ) -> Result<Verdict, RunError> {
-    let head: Option<String> = ctx
-        .step("re-read head", github_step(), |_| async {
-            env.github
-                .branch_head(input.installation_id, &input.repo, &input.branch)
-                .await
-                .map_err(github_failure)
-        })
-        .await
-        .or_else(|e| {
-            if e.is_suspension() || e == RunError::Terminated {
-                Err(e)
-            } else {
-                Ok(None)
-            }
-        })?;
+    let head = if input.imperative {
+        None
+    } else {
+        reread_head(ctx, env, input).await?
+    };
     if let Some(h) = head.as_ref().filter(|h| **h != input.sha) {
         return Ok(Verdict::Skipped {
             reason: Some(SkipReason::NotCurrent),
@@ -295,7 +284,7 @@ async fn deploy_held(
     };
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
-    let mut vars = BTreeMap::new();
+    let mut vars = super::command::input_vars(&input.inputs);
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert(
         "SLUICE_HEAD_SHA".to_owned(),
@@ -319,6 +308,29 @@ async fn deploy_held(
     };
     let result = run_command(ctx, env, &spec).await?;
     Ok(verdict_of(&deploy.command, &result))
+}
+
+/// The branch's head now (a holder whose commit is no longer it skips);
+/// None when GitHub could not say, so a flaky API never blocks a deploy.
+async fn reread_head(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+) -> Result<Option<String>, RunError> {
+    ctx.step("re-read head", github_step(), |_| async {
+        env.github
+            .branch_head(input.installation_id, &input.repo, &input.branch)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+    .or_else(|e| {
+        if e.is_suspension() || e == RunError::Terminated {
+            Err(e)
+        } else {
+            Ok(None)
+        }
+    })
 }
 
 /// Whether the environment the deploy selects lets this repository and
