@@ -44,5 +44,12 @@ mod entry {
             report.purged,
             report.failed
         );
+        let fired = crate::worker_glue::scheduled::fire_schedules(&env).await;
+        worker::console_log!(
+            "schedules: fired {}, already live {}, failed {}",
+            fired.fired,
+            fired.live,
+            fired.failed
+        );
     }
 }

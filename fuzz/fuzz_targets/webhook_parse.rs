@@ -87,7 +87,16 @@ fuzz_target!(|data: &[u8]| {
         check_reruns(&ev, creates);
         return;
     }
-    assert_eq!(creates.len(), 1, "one event starts one instance");
+    // A push to the default branch also records its schedules.
+    let records_schedules = matches!(&ev, Event::Push(p)
+        if p.repository.default_branch.as_deref() == p.git_ref.strip_prefix("refs/heads/"));
+    let want = if records_schedules { 2 } else { 1 };
+    assert_eq!(creates.len(), want, "one event starts one instance (and a schedules record)");
+    if records_schedules {
+        check_planned_create(&creates[1]);
+        assert_eq!(creates[1].run, "schedules");
+        assert_eq!(creates[1].sha, creates[0].sha);
+    }
     let c = &creates[0];
     check_planned_create(c);
     match &ev {

@@ -186,6 +186,14 @@ pub fn check_planned_create(c: &CreateRequest) {
             assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
             assert_eq!(c.entity, Some(format!("branch:{}", input.branch)));
         }
+        "schedules" => {
+            let input: sluice::runs::schedule::SchedulesInput =
+                serde_json::from_value(c.input.clone()).expect("schedules input decodes");
+            assert_eq!(input.sha, sha);
+            assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
+            assert_eq!(c.entity, Some(format!("branch:{}", input.default_branch)));
+            assert!(c.key.starts_with(&format!("schedules:{}:{sha_key}:", input.repo)), "{}", c.key);
+        }
         other => panic!("the plan created an unknown run {other:?}"),
     }
     assert_eq!(c.max_steps, None, "webhooks never set limits");

@@ -17,6 +17,8 @@ pub const REQUIRED_TABLES: &[&str] = &[
     "container_leases",
     "sandbox_processes",
     "dispatch_signatures",
+    "repo_schedules",
+    "schedule_slots",
 ];
 
 /// What the glue found, each probe's result in plain values.

@@ -61,6 +61,22 @@ pub struct RepoConfig {
     pub check: Option<CheckConfig>,
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
+    /// `[[schedule]]`, read on the default branch (`runs::schedule`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule: Vec<ScheduleConfig>,
+}
+
+/// One `[[schedule]]`: a run fired on a cron, on a branch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleConfig {
+    /// Five fields, UTC: `"0 3 * * *"`.
+    pub cron: String,
+    /// `check` or `deploy`.
+    pub run: String,
+    /// Default: the repository's default branch.
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,6 +160,7 @@ pub fn parse(text: &str) -> ConfigState {
 }
 
 fn validate(c: &RepoConfig) -> Result<(), String> {
+    super::schedule::validate(&c.schedule)?;
     if let Some(check) = &c.check {
         if check.command.trim().is_empty() {
             return Err("[check] command is empty".into());

@@ -16,6 +16,7 @@ pub mod notify;
 pub mod probe;
 pub mod registry;
 pub mod report;
+pub mod schedule;
 pub mod sweep;
 pub mod tags;
 pub mod triggers;

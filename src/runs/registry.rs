@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
 
-use super::{check, deploy, gate, probe, report, RunEnv};
+use super::{check, deploy, gate, probe, report, schedule, RunEnv};
 
 /// The runs Sluice has, by the name instances are created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,16 +21,24 @@ pub enum RunName {
     Check,
     Deploy,
     Probe,
+    /// Records the default branch's `[[schedule]]` (`runs::schedule`).
+    Schedules,
 }
 
 impl RunName {
-    pub const ALL: [RunName; 3] = [RunName::Check, RunName::Deploy, RunName::Probe];
+    pub const ALL: [RunName; 4] = [
+        RunName::Check,
+        RunName::Deploy,
+        RunName::Probe,
+        RunName::Schedules,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             RunName::Check => "check",
             RunName::Deploy => "deploy",
             RunName::Probe => "probe",
+            RunName::Schedules => "schedules",
         }
     }
 
@@ -197,6 +205,7 @@ fn run_of(name: RunName) -> &'static dyn AnyRun {
         RunName::Check => &Erased(check::CheckRun),
         RunName::Deploy => &Erased(deploy::DeployRun),
         RunName::Probe => &Erased(probe::ProbeRun),
+        RunName::Schedules => &Erased(schedule::SchedulesRun),
     }
 }
 

@@ -440,10 +440,41 @@ fn plan_push(push: &PushEvent) -> Plan {
     );
     // `before` is part of the identity: pushing an older commit back (a
     // rollback) is a new deploy, while a redelivery is the same one.
-    match deploy_create(&at, branch, Some(&push.before), None) {
-        Some(create) => Plan::Create(vec![create]),
-        None => Plan::Ignore(format!("after {:?} is not a commit id", push.after)),
+    let Some(deploy) = deploy_create(&at, branch, Some(&push.before), None) else {
+        return Plan::Ignore(format!("after {:?} is not a commit id", push.after));
+    };
+    let mut creates = vec![deploy];
+    // A push to the default branch may change its `[[schedule]]`.
+    if push.repository.default_branch.as_deref() == Some(branch) {
+        creates.extend(schedules_create(&at, &push.before));
     }
+    Plan::Create(creates)
+}
+
+/// The `schedules` run of a push to the default branch.
+fn schedules_create(at: &RunTarget<'_>, before: &str) -> Option<CreateRequest> {
+    let sha = at.sha.to_ascii_lowercase();
+    let input = super::schedule::SchedulesInput {
+        repo: at.repo.to_owned(),
+        installation_id: at.installation_id,
+        default_branch: at.default_branch?.to_owned(),
+        sha: sha.clone(),
+    };
+    Some(CreateRequest {
+        key: format!(
+            "schedules:{}:{}:{}",
+            at.repo,
+            &sha[..KEY_SHA_CHARS],
+            short(before)
+        ),
+        run: RunName::Schedules.as_str().into(),
+        input: json!(input),
+        repo: Some(at.repo.to_owned()),
+        entity: Some(format!("branch:{}", input.default_branch)),
+        sha: Some(sha),
+        max_steps: None,
+        max_duration_ms: None,
+    })
 }
 
 #[cfg(test)]

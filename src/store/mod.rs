@@ -9,6 +9,7 @@
 pub mod dispatch;
 pub mod executions;
 pub mod journal;
+pub mod schedules;
 pub mod sql;
 
 #[cfg(not(target_arch = "wasm32"))]

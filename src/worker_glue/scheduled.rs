@@ -5,6 +5,7 @@ use serde_json::Value;
 use worker::Env;
 
 use crate::engine::{Clock, CreateRequest, InstanceId, RunRegistry, Status};
+use crate::runs::schedule::{FireReport, Scheduler};
 use crate::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
 
 use super::bindings;
@@ -68,4 +69,20 @@ pub async fn sweep(env: &Env) -> SweepReport {
         retention_ms,
     };
     sweep.run(WorkerClock.now_ms()).await
+}
+
+/// Fires the schedules whose slot is due (`runs::schedule::Scheduler`).
+pub async fn fire_schedules(env: &Env) -> FireReport {
+    let db = match env.d1(bindings::DB) {
+        Ok(d) => D1(d),
+        Err(_) => return FireReport::default(),
+    };
+    let parts = run_env_parts(env);
+    let github = parts.github(&WorkerClock);
+    let scheduler = Scheduler {
+        db: &db,
+        github: &github,
+        instances: &ObjectInstances { env },
+    };
+    scheduler.fire(WorkerClock.now_ms()).await
 }
