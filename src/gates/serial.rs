@@ -22,6 +22,7 @@ use crate::limits::{
     GROUPS_LISTED_MAX, HOLDER_STALE_MS, RECENT_SKIPS_LISTED_MAX, SKIP_ALL_MAX, WAITERS_LISTED_MAX,
 };
 use crate::stmt;
+use crate::store::executions::Page;
 use crate::store::sql::{decode, Database, Stmt, StoreError};
 
 use super::policy::{ArrivalRule, Current, QueuePolicy, SkipReason};
@@ -964,6 +965,30 @@ pub struct GroupSummary {
 
 /// Groups with a holder or a waiter, by name, at most `GROUPS_LISTED_MAX`.
 pub async fn groups(db: &dyn Database, now_ms: i64) -> Result<Vec<GroupSummary>, StoreError> {
+    Ok(
+        groups_page(db, &GroupFilter::default(), GROUPS_LISTED_MAX, now_ms)
+            .await?
+            .items,
+    )
+}
+
+/// Filters and the page start of the groups overview.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupFilter {
+    /// Only groups with a live row of an execution of this repository.
+    pub repo: Option<String>,
+    /// The cursor: groups whose key sorts after this one.
+    pub after: Option<String>,
+}
+
+/// One page of groups with a holder or a waiter, by name; the next cursor
+/// is the last group's key.
+pub async fn groups_page(
+    db: &dyn Database,
+    f: &GroupFilter,
+    limit: u32,
+    now_ms: i64,
+) -> Result<Page<GroupSummary>, StoreError> {
     #[derive(Deserialize)]
     struct Row {
         group_key: String,
@@ -980,13 +1005,19 @@ pub async fn groups(db: &dyn Database, now_ms: i64) -> Result<Vec<GroupSummary>,
                SUM(state = 'waiting') AS waiting, \
                MIN(CASE WHEN state = 'waiting' THEN arrived_ms END) AS oldest_arrived_ms \
              FROM serial_queue WHERE state IN ('holding','waiting') \
+               AND (?2 IS NULL OR group_key > ?2) \
+               AND (?3 IS NULL OR group_key IN (SELECT q.group_key FROM serial_queue q \
+                 JOIN executions e ON e.id = q.instance_id \
+                 WHERE e.repo = ?3 AND q.state IN ('holding','waiting'))) \
              GROUP BY group_key ORDER BY group_key LIMIT ?1",
-            GROUPS_LISTED_MAX,
+            limit.saturating_add(1),
+            f.after.clone(),
+            f.repo.clone(),
         ))
         .await?,
     )?;
     let stale_before = now_ms.saturating_sub(HOLDER_STALE_MS);
-    Ok(rows
+    let mut items: Vec<GroupSummary> = rows
         .into_iter()
         .map(|r| GroupSummary {
             group: r.group_key,
@@ -996,5 +1027,13 @@ pub async fn groups(db: &dyn Database, now_ms: i64) -> Result<Vec<GroupSummary>,
             waiting: u32::try_from(r.waiting).unwrap_or(u32::MAX),
             oldest_waited_ms: r.oldest_arrived_ms.map(|a| now_ms.saturating_sub(a)),
         })
-        .collect())
+        .collect();
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next_cursor = if more {
+        items.last().map(|g| g.group.clone())
+    } else {
+        None
+    };
+    Ok(Page { items, next_cursor })
 }
