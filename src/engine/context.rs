@@ -27,6 +27,7 @@ use super::config::StepConfig;
 use super::error::{RunError, StepFailure};
 use crate::clock::Clock;
 use crate::journal::{Entry, EntryKind, EntryState};
+use crate::obs::{self, Kind, Subject};
 use crate::store::journal::JournalStore;
 
 /// What an operator asked of a pass in progress; the next durable call
@@ -55,7 +56,8 @@ pub struct Ctx<'a> {
     journal: &'a dyn JournalStore,
     blobs: Option<&'a dyn Blobs>,
     clock: &'a dyn Clock,
-    instance_id: String,
+    /// The instance, its run and repository (what its log lines name).
+    subject: Subject,
     generation: u32,
     started_ms: i64,
     /// When this pass began: the pass budget counts from here.
@@ -113,7 +115,7 @@ impl<'a> Ctx<'a> {
         journal: &'a dyn JournalStore,
         blobs: Option<&'a dyn Blobs>,
         clock: &'a dyn Clock,
-        instance_id: String,
+        subject: Subject,
         generation: u32,
         started_ms: i64,
         max_duration_ms: i64,
@@ -126,7 +128,7 @@ impl<'a> Ctx<'a> {
             journal,
             blobs,
             clock,
-            instance_id,
+            subject,
             generation,
             started_ms,
             pass_started_ms: clock.now_ms(),
@@ -143,7 +145,12 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn instance_id(&self) -> &str {
-        &self.instance_id
+        &self.subject.instance_id
+    }
+
+    /// The instance, its run and repository, for log lines.
+    pub fn subject(&self) -> &Subject {
+        &self.subject
     }
 
     /// How many times an operator restarted the instance.
@@ -415,6 +422,15 @@ impl<'a> Ctx<'a> {
         failure: &StepFailure,
         wake_ms: i64,
     ) -> Result<(), RunError> {
+        obs::event(Kind::StepFailed)
+            .about(&self.subject)
+            .field("step", slot.name.as_str())
+            .field("attempt", attempts)
+            .field("final", false)
+            .field("error_tag", failure.tag.as_str())
+            .message("error", &failure.message)
+            .field("next_attempt_ms", wake_ms)
+            .emit();
         self.write(Entry {
             state: EntryState::Retrying,
             value: None,
@@ -472,7 +488,7 @@ impl<'a> Ctx<'a> {
         })?;
         let key = format!(
             "steps/{}/g{}/{}",
-            self.instance_id,
+            self.subject.instance_id,
             self.generation,
             self.cursor.get()
         );
@@ -767,6 +783,15 @@ impl<'a> Ctx<'a> {
         started_ms: i64,
         err: RunError,
     ) -> RunError {
+        obs::event(Kind::StepFailed)
+            .about(&self.subject)
+            .field("step", slot.name.as_str())
+            .field("kind", kind.as_str())
+            .field("attempt", attempts)
+            .field("final", true)
+            .field("error_tag", err.tag())
+            .message("error", &err.to_string())
+            .emit();
         let entry = Entry {
             state: EntryState::Failed,
             value: serde_json::to_string(&err).ok(),

@@ -1037,3 +1037,62 @@ pub async fn groups_page(
     };
     Ok(Page { items, next_cursor })
 }
+
+/// Instances one [`newer_revisions`] call asks about: D1 binds at most 100
+/// parameters per statement.
+pub const NEWER_REVISIONS_IDS_MAX: usize = 100;
+
+/// For each of `instance_ids` whose rows name a newer revision
+/// (`superseded_by`: the superseding arrival's, or the branch head a
+/// `not_current` skip saw), the most recent one. At most
+/// `NEWER_REVISIONS_IDS_MAX` ids are asked about.
+pub async fn newer_revisions(
+    db: &dyn Database,
+    instance_ids: &[&str],
+) -> Result<Vec<(String, String)>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        instance_id: String,
+        superseded_by: String,
+    }
+    let ids = &instance_ids[..instance_ids.len().min(NEWER_REVISIONS_IDS_MAX)];
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "SELECT instance_id, superseded_by FROM serial_queue WHERE superseded_by IS NOT NULL \
+         AND instance_id IN ({}) ORDER BY seq",
+        marks.join(", ")
+    );
+    let params = ids
+        .iter()
+        .map(|id| crate::store::Param::from(*id))
+        .collect();
+    let rows: Vec<Row> = decode(db.all(Stmt::new(sql, params)).await?)?;
+    // Oldest first, so a later row of the same instance wins.
+    let mut out: Vec<(String, String)> = Vec::new();
+    for r in rows {
+        match out.iter_mut().find(|(id, _)| *id == r.instance_id) {
+            Some(entry) => entry.1 = r.superseded_by,
+            None => out.push((r.instance_id, r.superseded_by)),
+        }
+    }
+    Ok(out)
+}
+
+/// The serial group an instance last queued in, if any.
+pub async fn group_of(db: &dyn Database, instance_id: &str) -> Result<Option<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        group_key: String,
+    }
+    let rows: Vec<Row> = decode(
+        db.all(stmt!(
+            "SELECT group_key FROM serial_queue WHERE instance_id = ?1 ORDER BY seq DESC LIMIT 1",
+            instance_id,
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().next().map(|r| r.group_key))
+}

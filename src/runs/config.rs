@@ -33,6 +33,9 @@ pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "ENVIRONMENTS",
     "GITHUB_GIT_URL",
     "CONTAINER_SLEEP_AFTER",
+    "ACCESS_TEAM_DOMAIN",
+    "ACCESS_AUD",
+    "ACCESS_CERTS_URL",
 ];
 
 /// Whether a deploy may read this Worker secret.

@@ -7,12 +7,20 @@
 //! | GET | `/ui/executions/{id}` | [`super::render_execution`] |
 //! | GET | `/ui/groups` | [`super::render_groups`] |
 //! | GET | `/ui/groups/{group, percent-encoded}` | [`super::render_group`] |
+//! | GET | `/ui/approvals` | [`super::render_approvals`] |
+//! | GET, POST | `/ui/login` | [`super::render_login`] |
+//! | POST | `/ui/executions/{id}/{action}`, `/ui/groups/{group}/skip-all` | [`super::Actions::ui`] |
 //! | GET | `/ui/app.js`, `/ui/app.css` | [`super::APP_JS`], [`super::APP_CSS`] |
+//!
+//! `http::routes::route` parses the same paths.
 
 use super::escape::Url;
 
 pub const EXECUTIONS_PATH: &str = "/ui/executions";
 pub const GROUPS_PATH: &str = "/ui/groups";
+pub const APPROVALS_PATH: &str = "/ui/approvals";
+pub const LOGIN_PATH: &str = "/ui/login";
+pub const LOGOUT_PATH: &str = "/ui/logout";
 pub const APP_JS_PATH: &str = "/ui/app.js";
 pub const APP_CSS_PATH: &str = "/ui/app.css";
 
@@ -29,6 +37,10 @@ pub fn execution(id: &str) -> Url {
 
 pub fn groups() -> Url {
     Url::path(GROUPS_PATH)
+}
+
+pub fn approvals() -> Url {
+    Url::path(APPROVALS_PATH)
 }
 
 /// One group's page: the group key is one percent-encoded segment
