@@ -299,6 +299,7 @@ impl<'a> Ctx<'a> {
                 return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
             }
             let delay_ms = cfg.delay_before_retry_ms(attempt);
+            self.log_retry(&slot, attempt, &failure, delay_ms);
             if delay_ms <= STEP_RETRY_INLINE_MS_MAX {
                 self.clock.sleep(delay_ms).await;
                 attempt += 1;
@@ -414,6 +415,19 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// A failed attempt that will be retried: one log line.
+    fn log_retry(&self, slot: &Slot, attempt: u32, failure: &StepFailure, delay_ms: i64) {
+        obs::event(Kind::StepFailed)
+            .about(&self.subject)
+            .field("step", slot.name.as_str())
+            .field("attempt", attempt)
+            .field("final", false)
+            .field("error_tag", failure.tag.as_str())
+            .message("error", &failure.message)
+            .field("retry_in_ms", delay_ms)
+            .emit();
+    }
+
     fn write_retrying(
         &self,
         slot: &Slot,
@@ -422,15 +436,6 @@ impl<'a> Ctx<'a> {
         failure: &StepFailure,
         wake_ms: i64,
     ) -> Result<(), RunError> {
-        obs::event(Kind::StepFailed)
-            .about(&self.subject)
-            .field("step", slot.name.as_str())
-            .field("attempt", attempts)
-            .field("final", false)
-            .field("error_tag", failure.tag.as_str())
-            .message("error", &failure.message)
-            .field("next_attempt_ms", wake_ms)
-            .emit();
         self.write(Entry {
             state: EntryState::Retrying,
             value: None,
