@@ -1,7 +1,7 @@
 //! The `/v1/` lists: their query strings parsed strictly (an unknown or
 //! malformed parameter is a 400 that names it, never silently ignored),
 //! one page read, and the JSON answer with the cursor of the next page.
-//! Over `Database` only (tested natively, `tests/dashboard.rs`).
+//! Over `Database` only (tested natively, `tests/dashboard.rs`; `docs/openapi.json` documents them).
 //!
 //! Every list takes `cursor` (the `next_cursor` of the previous page) and
 //! `limit`; time ranges are `since` (at or after) and `until` (before), in
@@ -21,6 +21,15 @@ use super::pages::time::parse_utc;
 
 /// Deliveries listed per page at most (and by default).
 pub const DELIVERIES_LISTED_MAX: u32 = 200;
+
+/// The query parameters of each list (`docs/openapi.json` documents
+/// exactly these: `tests/openapi.rs`).
+pub const EXECUTIONS_PARAMS: &[&str] = &[
+    "run", "repo", "status", "entity", "since", "until", "cursor", "limit",
+];
+pub const EXECUTION_PARAMS: &[&str] = &["steps_cursor", "steps_limit"];
+pub const DELIVERIES_PARAMS: &[&str] = &["repo", "event", "since", "until", "cursor", "limit"];
+pub const GROUPS_PARAMS: &[&str] = &["repo", "cursor", "limit"];
 
 /// The parameters of one query string, checked against the names a list
 /// takes.
@@ -104,12 +113,7 @@ fn bad_cursor() -> ApiError {
 
 /// The filter, page start and size of `GET /v1/executions`.
 pub fn executions_query(query: &str) -> Result<(ListFilter, Option<Cursor>, u32), ApiError> {
-    let p = Params::parse(
-        query,
-        &[
-            "run", "repo", "status", "entity", "since", "until", "cursor", "limit",
-        ],
-    )?;
+    let p = Params::parse(query, EXECUTIONS_PARAMS)?;
     let status = p.text("status");
     if let Some(s) = &status {
         if Status::parse(s).is_none() {
@@ -144,7 +148,7 @@ pub async fn executions(db: &dyn Database, query: &str) -> Result<Value, ApiErro
 /// `GET /v1/executions/{id}`: the execution and a page of its steps
 /// (`steps_cursor`, `steps_limit`).
 pub async fn execution(db: &dyn Database, id: &InstanceId, query: &str) -> Result<Value, ApiError> {
-    let p = Params::parse(query, &["steps_cursor", "steps_limit"])?;
+    let p = Params::parse(query, EXECUTION_PARAMS)?;
     let after = match p.text("steps_cursor") {
         None => None,
         Some(v) => Some(v.parse::<i64>().map_err(|_| bad_cursor())?),
@@ -163,10 +167,7 @@ pub async fn execution(db: &dyn Database, id: &InstanceId, query: &str) -> Resul
 
 /// `GET /v1/deliveries`: one page, newest first.
 pub async fn deliveries(db: &dyn Database, query: &str) -> Result<Value, ApiError> {
-    let p = Params::parse(
-        query,
-        &["repo", "event", "since", "until", "cursor", "limit"],
-    )?;
+    let p = Params::parse(query, DELIVERIES_PARAMS)?;
     let filter = DeliveryFilter {
         repo: p.text("repo"),
         event: p.text("event"),
@@ -181,7 +182,7 @@ pub async fn deliveries(db: &dyn Database, query: &str) -> Result<Value, ApiErro
 
 /// `GET /v1/groups`: one page of groups with a holder or a waiter, by name.
 pub async fn groups(db: &dyn Database, query: &str, now_ms: i64) -> Result<Value, ApiError> {
-    let p = Params::parse(query, &["repo", "cursor", "limit"])?;
+    let p = Params::parse(query, GROUPS_PARAMS)?;
     let filter = GroupFilter {
         repo: p.text("repo"),
         after: p.text("cursor"),
