@@ -480,3 +480,56 @@ fn pages_from_the_index_escape_what_github_sent() {
     .unwrap();
     assert!(!done.contains(&id), "a queued execution is not complete");
 }
+
+/// The last finished round of a command step links its log; other steps
+/// and unfinished rounds do not.
+#[test]
+fn the_finished_command_round_links_its_log() {
+    use sluice::store::{Database, Param, Stmt};
+    let w = World::new();
+    let id = create(&w, "logs", "octo/hello", "pr:3");
+    let db = w.index.as_ref();
+    let rows = [
+        (0_i64, "read config", "done"),
+        (1, "run check command", "done"),
+        (2, "command still running", "done"),
+        (3, "run check command#2", "done"),
+        (4, "run deploy command", "waiting"),
+    ];
+    for (seq, name, state) in rows {
+        let kind = if name.starts_with("command still") {
+            "sleep"
+        } else {
+            "step"
+        };
+        block_on(db.run(Stmt::new(
+            "INSERT INTO execution_steps (execution_id, seq, name, kind, state, attempts, started_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6)",
+            vec![
+                Param::from(id.as_str()),
+                Param::from(seq),
+                Param::from(name),
+                Param::from(kind),
+                Param::from(state),
+                Param::from(T0),
+            ],
+        )))
+        .unwrap();
+    }
+    let exec_id = InstanceId::parse(&id).unwrap();
+    let html = block_on(dashboard::page(db, &Page::Execution(exec_id), "", T0)).unwrap();
+    let link = format!("href=\"/ui/executions/{id}/log/run%20check%20command\"");
+    assert_eq!(html.matches(&link).count(), 1, "{html}");
+    let row = html
+        .split("<tr")
+        .find(|r| r.contains(&link))
+        .expect("a row with the link");
+    assert!(
+        row.contains("run check command#2"),
+        "on the last finished round's row: {row}"
+    );
+    assert!(
+        !html.contains("/log/run%20deploy%20command"),
+        "an unfinished command has no log yet"
+    );
+}

@@ -920,7 +920,11 @@ fn passes_failed_steps_and_skips_are_logged_as_json_lines() {
     let c = block_on(w.engine().create(&req("always-fails", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 5), Status::Errored);
     let failed = rec.of(Kind::StepFailed);
-    assert_eq!(failed.len(), 3, "two retried attempts and the final failure");
+    assert_eq!(
+        failed.len(),
+        3,
+        "two retried attempts and the final failure"
+    );
     for f in &failed {
         assert_eq!(f["instance_id"], c.id.as_str());
         assert_eq!(f["run"], "always-fails");

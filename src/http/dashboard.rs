@@ -14,13 +14,16 @@ use serde_json::{json, Value};
 use crate::engine::{Command, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial::{self, GroupFilter};
+use crate::journal::EntryState;
 use crate::limits::STEPS_LISTED_MAX;
 use crate::runs::approval::{human_wait_of, Decider, HUMAN_WAITS};
-use crate::store::executions::{self, ExecutionRow, HumanWait};
+use crate::runs::command;
+use crate::store::executions::{self, ExecutionRow, HumanWait, StepRow};
 use crate::store::Database;
 
 use super::auth;
 use super::error::ApiError;
+use super::pages::paths;
 use super::pages::query::form_pairs;
 use super::pages::{
     self, Action, ActionForm, ActionResult, Actions, ApprovalView, ApprovalsPage, ExecutionPage,
@@ -171,12 +174,38 @@ async fn execution_page(
     let page = ExecutionPage {
         execution,
         steps_truncated: steps.next_cursor.is_some(),
-        steps: steps.items.into_iter().map(StepView::new).collect(),
+        steps: with_log_links(id, steps.items),
         approvals,
         group,
         actions: Actions::ui(None),
     };
     Ok(pages::render_execution(&page, now_ms))
+}
+
+/// Steps as the timeline shows them: the last completed round of each
+/// command step links its log (every round of a command has its name; only
+/// the one that finished wrote the log).
+fn with_log_links(id: &InstanceId, steps: Vec<StepRow>) -> Vec<StepView> {
+    let mut views: Vec<StepView> = steps.into_iter().map(StepView::new).collect();
+    for name in command::LOGGED_STEPS {
+        let last = views
+            .iter_mut()
+            .rev()
+            .find(|v| base_name(&v.row.name) == *name && v.row.state == EntryState::Done.as_str());
+        if let Some(v) = last {
+            v.log_url = Some(paths::log(id.as_str(), name).as_str().to_owned());
+        }
+    }
+    views
+}
+
+/// A timeline name without its occurrence count (`execution_steps` names
+/// a repeated step `name#3`).
+fn base_name(name: &str) -> &str {
+    match name.rsplit_once('#') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    }
 }
 
 /// Who decides, in words, and whether the dashboard may.

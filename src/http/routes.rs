@@ -28,6 +28,8 @@ pub enum Route {
     Page(Page),
     /// A dashboard action form (POST): confirmation page, then result page.
     PageAction(ActionTarget, Action),
+    /// `/ui/executions/{id}/log/{step}`: a command step's log as text.
+    Log(InstanceId, String),
     /// `/ui/app.js`, `/ui/app.css`.
     Asset(Asset),
     /// `GET /ui/login`: the sign-in form; `POST /ui/login`: a session
@@ -115,7 +117,20 @@ pub fn valid_event_type(s: &str) -> bool {
 /// Group keys ("deploy:octo/hello:main") travel percent-encoded in one
 /// path segment.
 fn group_name(raw: &str) -> Result<String, RouteError> {
-    let bad = || RouteError::BadId(format!("group {raw:?} is not a valid percent-encoded name"));
+    decoded(raw, "group")
+}
+
+/// A step name, percent-encoded in one segment.
+fn segment(raw: &str) -> Result<String, RouteError> {
+    decoded(raw, "step")
+}
+
+fn decoded(raw: &str, what: &str) -> Result<String, RouteError> {
+    let bad = || {
+        RouteError::BadId(format!(
+            "{what} {raw:?} is not a valid percent-encoded name"
+        ))
+    };
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -205,6 +220,7 @@ fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
         [] => page(Page::Home),
         ["executions"] => page(Page::Executions),
         ["executions", raw] => page(Page::Execution(id(raw)?)),
+        ["executions", raw, "log", step] => only("GET", Route::Log(id(raw)?, segment(step)?)),
         ["executions", raw, verb] => {
             let action = match *verb {
                 "terminate" => Action::Terminate,
@@ -239,7 +255,7 @@ fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
 }
 
 /// Every route of the API and the dashboard as `(method, path template)`,
-/// `{id}`, `{type}` and `{group}` standing for a segment: what
+/// `{id}`, `{type}`, `{group}` and `{step}` standing for a segment: what
 /// `docs/openapi.json` must document (`tests/openapi.rs`) and what
 /// [`route`] must serve.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -262,6 +278,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/ui"),
     ("GET", "/ui/executions"),
     ("GET", "/ui/executions/{id}"),
+    ("GET", "/ui/executions/{id}/log/{step}"),
     ("POST", "/ui/executions/{id}/terminate"),
     ("POST", "/ui/executions/{id}/pause"),
     ("POST", "/ui/executions/{id}/resume"),
@@ -355,6 +372,14 @@ mod tests {
             Err(RouteError::MethodNotAllowed),
             "an action is never a GET (a link or a prefetch must not act)"
         );
+        assert!(
+            matches!(route("GET", "/ui/executions/x/log/run%20check%20command"), Ok(Route::Log(_, s)) if s == "run check command")
+        );
+        assert_eq!(
+            route("GET", "/ui/executions/x/log/run%20check%20command").map(|r| r.access()),
+            Ok(Access::Operator),
+            "a log needs a credential"
+        );
         assert_eq!(route("GET", "/ui/app.js"), Ok(Route::Asset(Asset::AppJs)));
         assert_eq!(route("GET", "/ui/nope.js"), Err(RouteError::NotFound));
         assert_eq!(route("GET", "/ui/login"), Ok(Route::Login));
@@ -372,7 +397,8 @@ mod tests {
             let path = template
                 .replace("{id}", "check-a-1")
                 .replace("{type}", "deploy-confirm")
-                .replace("{group}", "deploy%3Ao%2Fr%3Amain");
+                .replace("{group}", "deploy%3Ao%2Fr%3Amain")
+                .replace("{step}", "run%20check%20command");
             assert!(route(method, &path).is_ok(), "{method} {path}");
             assert_eq!(
                 route("DELETE", &path),

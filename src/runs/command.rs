@@ -85,6 +85,18 @@ fn store_failure(e: crate::store::StoreError) -> StepFailure {
     FailureTag::Gate.retryable(e.to_string())
 }
 
+/// The command steps of the runs: each stores its redacted log under
+/// [`log_key`], which the dashboard links from the step's row.
+pub const LOGGED_STEPS: &[&str] = &[CHECK_COMMAND_STEP, DEPLOY_COMMAND_STEP];
+pub const CHECK_COMMAND_STEP: &str = "run check command";
+pub const DEPLOY_COMMAND_STEP: &str = "run deploy command";
+
+/// Where a command step's log is in object storage: one object per
+/// instance and step (a restart's log replaces the previous one).
+pub fn log_key(instance_id: &str, step: &str) -> String {
+    format!("logs/{instance_id}/{}.log", InstanceId::from_key(step))
+}
+
 /// The sandbox process id of a command step in this generation: fresh
 /// after a restart, the same on every replay.
 pub fn process_id(instance_id: &str, step: &str, generation: u32) -> InstanceId {
@@ -98,11 +110,7 @@ pub async fn run_command(
 ) -> Result<CommandResult, RunError> {
     let process_id = process_id(ctx.instance_id(), spec.step, ctx.generation());
     let workspace = ctx.instance_id().to_owned();
-    let log_key = format!(
-        "logs/{}/{}.log",
-        ctx.instance_id(),
-        InstanceId::from_key(spec.step)
-    );
+    let log_key = log_key(ctx.instance_id(), spec.step);
     let cfg = StepConfig::default()
         .retries(
             COMMAND_STEP_RETRIES,

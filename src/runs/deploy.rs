@@ -303,7 +303,7 @@ async fn deploy_held(
         vars.insert("SLUICE_DEPLOY_LABEL".to_owned(), label.clone());
     }
     let spec = CommandSpec {
-        step: "run deploy command",
+        step: super::command::DEPLOY_COMMAND_STEP,
         repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::{Env, Request, Response, Result};
 
+use crate::blobs::Blobs;
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
@@ -26,6 +27,7 @@ use crate::http::webhook::{
 use crate::http::{lists, ApiError};
 use crate::limits::{STEP_RESULT_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::obs::{self, Kind};
+use crate::runs::command;
 use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
 use crate::runs::triggers::EventSend;
@@ -34,7 +36,7 @@ use crate::store::executions;
 
 use super::bindings::{self, text};
 use super::instances::{self, InstanceOp, InstanceWaker};
-use super::platform::{FetchJwks, WebCryptoVerifier, WorkerClock, D1};
+use super::platform::{FetchJwks, WebCryptoVerifier, WorkerClock, D1, R2};
 
 /// Instances one `POST /v1/executions` batch may create: bounds one request.
 const BATCH_CREATE_MAX: usize = 100;
@@ -304,6 +306,7 @@ async fn dispatch(mut req: Request, env: &Env, r: Route, request_id: &str) -> An
         Route::Page(_)
         | Route::PageAction(..)
         | Route::Asset(_)
+        | Route::Log(..)
         | Route::Login
         | Route::LoginSubmit
         | Route::Logout => ui(&mut req, env, &ops, r, &query).await,
@@ -358,6 +361,7 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
     let now = WorkerClock.now_ms();
     let reply = match r {
         Route::Asset(a) => return asset(a),
+        Route::Log(id, step) => return step_log(env, &id, &step).await,
         Route::Page(p) => Reply {
             status: 200,
             html: dashboard::page(ops.db, &p, query, now).await?,
@@ -384,6 +388,36 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
         other => return Err(ApiError::internal(format!("{other:?} is not a page"))),
     };
     html_response(reply).map_err(internal)
+}
+
+/// A command step's log from R2, as plain text that no browser runs or
+/// sniffs (`sandbox` CSP: not even same-origin scripts).
+async fn step_log(env: &Env, id: &InstanceId, step: &str) -> Answer {
+    if !command::LOGGED_STEPS.contains(&step) {
+        return Err(ApiError::not_found(format!(
+            "{step:?} is not a step that keeps a log"
+        )));
+    }
+    let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
+    let text = R2(bucket)
+        .get_text(&command::log_key(id.as_str(), step))
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found(format!("no log of {step:?} for {id}")))?;
+    let mut resp = Response::ok(text).map_err(internal)?;
+    let headers = resp.headers_mut();
+    let set = |h: &worker::Headers, k: &str, v: &str| h.set(k, v).map_err(internal);
+    set(headers, "Content-Type", "text/plain; charset=utf-8")?;
+    set(headers, "Cache-Control", "no-store")?;
+    for (k, v) in pages::SECURITY_HEADERS {
+        set(headers, k, v)?;
+    }
+    set(
+        headers,
+        "Content-Security-Policy",
+        "default-src 'none'; sandbox",
+    )?;
+    Ok(resp)
 }
 
 /// A form body (`application/x-www-form-urlencoded`), bounded.

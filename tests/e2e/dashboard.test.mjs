@@ -176,6 +176,18 @@ uiTest('the demo shows up on an open page without a reload, grouped by repositor
   }
   assert.ok(await page.locator('main table tbody tr').count() >= 5, 'one row per step');
   await shot(page, 'execution');
+
+  // The command's log: one link, text/plain, the redacted output; refused without credentials.
+  const links = page.locator('a.log');
+  assert.equal(await links.count(), 1, 'the command step links its log');
+  const href = await links.getAttribute('href');
+  const log = await page.request.get(`${stack.url}${href}`);
+  assert.equal(log.status(), 200);
+  assert.match(log.headers()['content-type'], /^text\/plain/);
+  assert.match(log.headers()['content-security-policy'], /sandbox/);
+  assert.match(await log.text(), /all tests pass/);
+  const anonymous = await stack.rawRequest('GET', href);
+  assert.equal(anonymous.status, 401, 'a log needs a credential');
   await context.close();
 });
 

@@ -5,6 +5,7 @@
 //! | --- | --- | --- |
 //! | GET | `/ui/executions` (query: [`super::ExecutionsQuery`]) | [`super::render_executions`] |
 //! | GET | `/ui/executions/{id}` | [`super::render_execution`] |
+//! | GET | `/ui/executions/{id}/log/{step, percent-encoded}` | the step's log, `text/plain` |
 //! | GET | `/ui/groups` | [`super::render_groups`] |
 //! | GET | `/ui/groups/{group, percent-encoded}` | [`super::render_group`] |
 //! | GET | `/ui/approvals` | [`super::render_approvals`] |
@@ -33,6 +34,11 @@ pub fn executions() -> Url {
 /// (which may carry a generation, `id.g2`) is mapped to its instance.
 pub fn execution(id: &str) -> Url {
     Url::path(EXECUTIONS_PATH).seg(crate::gates::serial::instance_of(id))
+}
+
+/// A command step's log (`runs::command::LOGGED_STEPS`), as text.
+pub fn log(id: &str, step: &str) -> Url {
+    execution(id).seg("log").seg(step)
 }
 
 pub fn groups() -> Url {
