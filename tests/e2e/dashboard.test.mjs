@@ -3,11 +3,15 @@
 // refused; the sign-in link npm start prints signs in; the demo's signed webhooks show up on an
 // open executions page without a reload, grouped by repository and entity; the execution page
 // shows the step timeline; a group page explains a waiter and a skip from the page takes effect;
-// a branch named <script>alert(1)</script> renders as text. Screenshots go to
+// a branch named <script>alert(1)</script> renders as text; a Cloudflare Access JWT (verified by
+// the Worker's WebCrypto against keys a local server publishes) opens the API and the pages, and
+// a wrong audience, an expired token, a bad signature or an unknown key does not. Screenshots go to
 // $SLUICE_E2E_ARTIFACTS (default target/e2e-artifacts/dashboard/).
 
 import assert from 'node:assert/strict';
+import { createSign, generateKeyPairSync } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { chromium } from 'playwright-core';
@@ -28,8 +32,15 @@ const PAGE_TIMEOUT_MS = 20_000;
 const ARTIFACTS = process.env.SLUICE_E2E_ARTIFACTS || join(ROOT, 'target', 'e2e-artifacts', 'dashboard');
 const XSS = '<script>alert(1)</script>';
 
+// The Access application the stack is configured for; its keys come from a local server.
+const ACCESS_TEAM = 'sluice-e2e.cloudflareaccess.com';
+const ACCESS_AUD = 'sluice-e2e-aud-0123456789abcdef';
+const ACCESS_KID = 'e2e-key-1';
+const ACCESS_TOKEN_TTL_S = 600;
+
 let stack;
 let browser;
+let certs;
 
 // Debian's package puts the real binary here; /usr/bin/chromium is a wrapper script.
 function chromiumPath() {
@@ -41,14 +52,50 @@ function chromiumPath() {
 
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
-  stack = await startStack();
+  certs = await startCerts();
+  stack = await startStack({
+    vars: { ACCESS_TEAM_DOMAIN: ACCESS_TEAM, ACCESS_AUD, ACCESS_CERTS_URL: certs.url },
+  });
   browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
 }, { timeout: STACK_START_TIMEOUT_MS });
 
 after(async () => {
   await browser?.close();
   await stack?.stop();
+  await certs?.close();
 });
+
+// The team's JWKS as Access publishes it (/cdn-cgi/access/certs), for a key made here.
+function startCerts() {
+  const key = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const other = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const jwk = { ...key.publicKey.export({ format: 'jwk' }), kid: ACCESS_KID, alg: 'RS256', use: 'sig' };
+  const server = createServer((req, res) => {
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ keys: [jwk] }));
+  });
+  return new Promise((resolve) => {
+    server.listen(0, '127.0.0.1', () => resolve({
+      url: `http://127.0.0.1:${server.address().port}/cdn-cgi/access/certs`,
+      privateKey: key.privateKey,
+      otherKey: other.privateKey,
+      close: () => new Promise((r) => server.close(r)),
+    }));
+  });
+}
+
+const b64url = (v) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v)).toString('base64url');
+
+// An Access JWT for a person; `claims` and `opts` override what a wrong token gets wrong.
+function accessJwt(claims = {}, { kid = ACCESS_KID, key = certs.privateKey } = {}) {
+  const now = Math.floor(Date.now() / 1000);
+  const header = b64url({ alg: 'RS256', kid, typ: 'JWT' });
+  const payload = b64url({
+    iss: `https://${ACCESS_TEAM}`, aud: [ACCESS_AUD], email: 'operator@example.com', sub: 'user-1',
+    iat: now, nbf: now, exp: now + ACCESS_TOKEN_TTL_S, ...claims,
+  });
+  const signature = createSign('RSA-SHA256').update(`${header}.${payload}`).sign(key).toString('base64url');
+  return `${header}.${payload}.${signature}`;
+}
 
 function uiTest(name, fn) {
   test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
@@ -256,4 +303,42 @@ uiTest('a branch named <script>alert(1)</script> renders as text and runs no scr
   assert.deepEqual(dialogs, [], 'no alert() ran');
   await shot(page, 'escaped');
   await context.close();
+});
+
+uiTest('a Cloudflare Access token opens the API and the pages; a wrong one does not', async () => {
+  const asAccess = (jwt, path = '/v1/executions') => stack.api(path, { auth: false, headers: { 'Cf-Access-Jwt-Assertion': jwt } });
+  const ok = await asAccess(accessJwt());
+  assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  const now = Math.floor(Date.now() / 1000);
+  const wrong = {
+    'wrong audience': accessJwt({ aud: ['another-application'] }),
+    'wrong issuer': accessJwt({ iss: 'https://elsewhere.cloudflareaccess.com' }),
+    expired: accessJwt({ iat: now - 7200, nbf: now - 7200, exp: now - 3600 }),
+    'bad signature': accessJwt({}, { key: certs.otherKey }),
+    'unknown key id': accessJwt({}, { kid: 'not-a-published-key' }),
+  };
+  for (const [what, jwt] of Object.entries(wrong)) {
+    const res = await asAccess(jwt);
+    assert.equal(res.status, 401, `${what}: ${JSON.stringify(res.body)}`);
+  }
+
+  // In the browser: Access adds the header to every request; the page needs no sign-in.
+  const context = await browser.newContext({ extraHTTPHeaders: { 'Cf-Access-Jwt-Assertion': accessJwt() } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(PAGE_TIMEOUT_MS);
+  const res = await page.goto(`${stack.url}/ui/groups`);
+  assert.equal(res.status(), 200);
+  await page.locator('#groups').waitFor();
+  await shot(page, 'access');
+  await context.close();
+
+  // A person's Access credential is a browser's: a POST from another site is refused.
+  const cross = await stack.rawRequest('POST', '/ui/executions/check-x/terminate', {
+    headers: {
+      'Cf-Access-Jwt-Assertion': accessJwt(), 'Content-Type': 'application/x-www-form-urlencoded',
+      Origin: 'https://evil.example', 'Sec-Fetch-Site': 'cross-site',
+    },
+    body: 'confirmed=1',
+  });
+  assert.equal(cross.status, 403, JSON.stringify(cross.body));
 });
