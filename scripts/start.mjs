@@ -139,6 +139,7 @@ async function startGithub(userVars, defaults) {
   defaults.GITHUB_API_URL = standin.url;
   defaults.GITHUB_GIT_URL = standin.url;
   defaults.GITHUB_APP_ID = String(STANDIN_APP_ID);
+  defaults.GITHUB_APP_SLUG = 'sluice';
   defaults.GITHUB_APP_PRIVATE_KEY = privateKey;
   return { url: standin.url, demoSha: ensureDemoRepo() };
 }
@@ -309,6 +310,8 @@ async function main() {
     // A fresh token every start (unless .dev.vars sets one): the banner prints it and a sign-in
     // link, so a dashboard left open in a browser from an earlier start is signed out.
     ADMIN_TOKEN: randomToken(),
+    // Signs the log links in check summaries; a fresh one per start is fine locally.
+    LOG_LINK_SECRET: randomToken(),
     PUBLIC_URL: WORKER_URL,
   };
   const github = await startGithub(userVars, defaults);

@@ -7,4 +7,7 @@ use async_trait::async_trait;
 pub trait Blobs {
     async fn put_text(&self, key: &str, text: &str) -> Result<(), String>;
     async fn get_text(&self, key: &str) -> Result<Option<String>, String>;
+    /// Keys starting with `prefix`, at most `limit`, in key order.
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<String>, String>;
+    async fn delete(&self, key: &str) -> Result<(), String>;
 }

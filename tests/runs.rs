@@ -89,7 +89,22 @@ fn a_passing_check_reports_success_with_the_log_tail_and_stores_the_log() {
     // The whole log is stored under the key the command step returned.
     let result = rig.command_result(&c, "run check command");
     assert_eq!(rig.log(&result.log_key).as_deref(), Some(log));
-    assert!(run.summary().contains(&result.log_key));
+    // The summary links it: a signed link to this step's log, valid a week.
+    let url = result.log_url.as_deref().expect("a log link");
+    assert!(run.summary().contains(url), "{}", run.summary());
+    let (path, query) = url
+        .strip_prefix(PUBLIC_URL)
+        .and_then(|rest| rest.split_once('?'))
+        .expect("a link to the Worker");
+    assert_eq!(
+        sluice::runs::loglink::verify(LOG_LINK_SECRET.as_bytes(), path, query, rig.now()),
+        Ok(())
+    );
+    assert_eq!(
+        format!("logs{}.log", path.trim_start_matches("/logs")),
+        result.log_key,
+        "the link opens this log"
+    );
     assert_eq!((result.exit_code, result.timed_out), (Some(0), false));
     let out = rig.output(&c);
     assert_eq!(
@@ -2093,4 +2108,136 @@ fn an_unapproved_fork_ends_skipped_at_the_window() {
     let run = rig.github.only_check_run(&s, "sluice/check");
     assert_eq!(run.conclusion.as_deref(), Some("neutral"));
     assert!(run.summary().contains("approved"), "{}", run.summary());
+}
+
+// ---------------------------------------------------------------------------
+// Logs streamed while the command runs (issue 12 item 5)
+// ---------------------------------------------------------------------------
+
+fn log_key_of(i: &Inst) -> String {
+    format!(
+        "logs/{}/{}.log",
+        i.id,
+        sluice::engine::InstanceId::from_key("run check command")
+    )
+}
+
+/// A run whose executor dies in the middle of its command still leaves
+/// what the command printed; at the end the parts become one log.
+#[test]
+fn a_command_log_streams_while_it_runs_and_is_sealed_at_the_end() {
+    let s = sha('a');
+    let rig = Rig::new();
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script_streaming(
+        "cargo test",
+        "Compiling hello\n",
+        "Compiling hello\ntest result: ok\n",
+        100,
+    );
+    let c = rig.check(&s);
+    assert_eq!(
+        rig.pass(&c).status,
+        Status::Waiting,
+        "the command still runs"
+    );
+    let key = log_key_of(&c);
+    let so_far = block_on(sluice::runs::log::read(&rig.blobs, &key)).unwrap();
+    assert_eq!(
+        so_far.as_deref(),
+        Some("Compiling hello\n"),
+        "what it printed is stored"
+    );
+
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    assert_eq!(
+        rig.log(&key).as_deref(),
+        Some("Compiling hello\ntest result: ok\n")
+    );
+    let parts: Vec<String> = rig
+        .blobs
+        .0
+        .borrow()
+        .keys()
+        .filter(|k| k.contains(".parts/"))
+        .cloned()
+        .collect();
+    assert!(
+        parts.is_empty(),
+        "the parts are gone once sealed: {parts:?}"
+    );
+}
+
+/// A secret split across two stored parts is masked when they are joined.
+#[test]
+fn sealing_masks_a_secret_split_across_parts() {
+    use sluice::blobs::Blobs;
+    const SECRET: &str = "ghs_16C7e42F292c6912E7710c838347Ae178B4a";
+    let blobs = common::MemoryBlobs::default();
+    let (a, b) = SECRET.split_at(17);
+    let first = format!("token {a}");
+    let key = "logs/x/y.log";
+    block_on(blobs.put_text(
+        &format!("{key}.parts/{:012}-{:012}", 0, first.len()),
+        &first,
+    ))
+    .unwrap();
+    let second = format!("{b} done\n");
+    let end = first.len() + second.len();
+    block_on(blobs.put_text(
+        &format!("{key}.parts/{:012}-{end:012}", first.len()),
+        &second,
+    ))
+    .unwrap();
+    let sealed = block_on(sluice::runs::log::seal(
+        &blobs,
+        key,
+        &sluice_redact::Redactor::new([SECRET]),
+    ))
+    .unwrap();
+    assert_eq!(sealed, "token *** done\n");
+    assert_eq!(
+        block_on(blobs.get_text(key)).unwrap().as_deref(),
+        Some("token *** done\n")
+    );
+}
+
+/// Bots are treated like users (a Dependabot pull request gets its check),
+/// except those the repository names in `ignore_bots`.
+#[test]
+fn a_bot_the_repository_ignores_starts_nothing() {
+    let s = sha('a');
+    let rig = Rig::new();
+    let config = format!("ignore_bots = [\"renovate[bot]\"]\n{CHECK_TOML}");
+    rig.github
+        .commit(REPO, &s, &[(".sluice.toml", config.as_str())]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let make = |sender: &str, attempt: &str| {
+        rig.create(sluice::engine::CreateRequest {
+            key: format!("check:{REPO}:{}:{attempt}", &s[..12]),
+            run: "check".into(),
+            input: json!({"repo": REPO, "sha": s, "installation_id": INSTALLATION, "pr_number": PR_NUMBER, "sender": sender}),
+            repo: Some(REPO.into()),
+            entity: Some(format!("pr:{PR_NUMBER}")),
+            sha: Some(s.clone()),
+            max_steps: None,
+            max_duration_ms: None,
+        })
+    };
+    let renovate = make("renovate[bot]", "1");
+    assert_eq!(rig.run_to_end(&renovate), Status::Skipped);
+    assert_eq!(rig.row(&renovate).reason.as_deref(), Some("ignored-bot"));
+    assert!(
+        rig.github.check_runs_on(&s).is_empty(),
+        "no check run for an ignored bot"
+    );
+    let dependabot = make("dependabot[bot]", "2");
+    assert_eq!(rig.run_to_end(&dependabot), Status::Complete);
+    assert_eq!(
+        rig.github
+            .only_check_run(&s, "sluice/check")
+            .conclusion
+            .as_deref(),
+        Some("success")
+    );
 }

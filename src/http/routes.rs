@@ -19,6 +19,9 @@ pub enum Route {
     ListDeliveries,
     /// What the operator configured, as the Worker reads it (no values).
     Config,
+    /// A command's log behind a signed link (`runs::loglink`): the
+    /// instance and the step's id form.
+    Log(InstanceId, InstanceId),
     ListGroups,
     ExplainGroup(String),
     SkipAll(String),
@@ -28,8 +31,9 @@ pub enum Route {
     Page(Page),
     /// A dashboard action form (POST): confirmation page, then result page.
     PageAction(ActionTarget, Action),
-    /// `/ui/executions/{id}/log/{step}`: a command step's log as text.
-    Log(InstanceId, String),
+    /// `/ui/executions/{id}/log/{step}`: a command step's log as text, for
+    /// an operator (the signed `/logs/` link is for anyone who holds it).
+    StepLog(InstanceId, String),
     /// `/ui/app.js`, `/ui/app.css`.
     Asset(Asset),
     /// `GET /ui/login`: the sign-in form; `POST /ui/login`: a session
@@ -67,7 +71,8 @@ pub enum Asset {
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// Anyone: `/healthz`, and the webhook (which checks its signature).
+    /// Anyone: `/healthz`, the webhook (which checks its signature) and a
+    /// log behind its signed link (which checks its own).
     Open,
     /// Anyone, and it shows nothing of Sluice's state: the sign-in page
     /// and the static assets it needs.
@@ -80,7 +85,7 @@ pub enum Access {
 impl Route {
     pub fn access(&self) -> Access {
         match self {
-            Route::Health | Route::Webhook => Access::Open,
+            Route::Health | Route::Webhook | Route::Log(..) => Access::Open,
             Route::Asset(_) | Route::Login | Route::LoginSubmit | Route::Logout => Access::SignIn,
             _ => Access::Operator,
         }
@@ -168,6 +173,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
     match segs.as_slice() {
         ["healthz"] => only("GET", Route::Health),
         ["webhooks", "github"] => only("POST", Route::Webhook),
+        ["logs", instance, step] => only("GET", Route::Log(id(instance)?, id(step)?)),
         ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
         ["v1", "config"] => only("GET", Route::Config),
         ["v1", "executions"] => match method {
@@ -220,7 +226,7 @@ fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
         [] => page(Page::Home),
         ["executions"] => page(Page::Executions),
         ["executions", raw] => page(Page::Execution(id(raw)?)),
-        ["executions", raw, "log", step] => only("GET", Route::Log(id(raw)?, segment(step)?)),
+        ["executions", raw, "log", step] => only("GET", Route::StepLog(id(raw)?, segment(step)?)),
         ["executions", raw, verb] => {
             let action = match *verb {
                 "terminate" => Action::Terminate,
@@ -255,12 +261,14 @@ fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
 }
 
 /// Every route of the API and the dashboard as `(method, path template)`,
-/// `{id}`, `{type}`, `{group}` and `{step}` standing for a segment: what
+/// `{id}`, `{type}`, `{group}`, `{step}` (a step's name) and `{step_key}`
+/// (its id form) standing for a segment: what
 /// `docs/openapi.json` must document (`tests/openapi.rs`) and what
 /// [`route`] must serve.
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("POST", "/webhooks/github"),
+    ("GET", "/logs/{id}/{step_key}"),
     ("GET", "/v1/config"),
     ("GET", "/v1/deliveries"),
     ("GET", "/v1/executions"),
@@ -373,7 +381,7 @@ mod tests {
             "an action is never a GET (a link or a prefetch must not act)"
         );
         assert!(
-            matches!(route("GET", "/ui/executions/x/log/run%20check%20command"), Ok(Route::Log(_, s)) if s == "run check command")
+            matches!(route("GET", "/ui/executions/x/log/run%20check%20command"), Ok(Route::StepLog(_, s)) if s == "run check command")
         );
         assert_eq!(
             route("GET", "/ui/executions/x/log/run%20check%20command").map(|r| r.access()),
@@ -385,6 +393,11 @@ mod tests {
         assert_eq!(route("GET", "/ui/login"), Ok(Route::Login));
         assert_eq!(Route::Login.access(), Access::SignIn);
         assert_eq!(Route::Health.access(), Access::Open);
+        assert_eq!(
+            route("GET", "/logs/check-a-1/run-check-command").map(|r| r.access()),
+            Ok(Access::Open),
+            "a signed log link checks its own signature"
+        );
         assert_eq!(Route::Page(Page::Groups).access(), Access::Operator);
         assert_eq!(Route::ListExecutions.access(), Access::Operator);
     }
@@ -398,7 +411,8 @@ mod tests {
                 .replace("{id}", "check-a-1")
                 .replace("{type}", "deploy-confirm")
                 .replace("{group}", "deploy%3Ao%2Fr%3Amain")
-                .replace("{step}", "run%20check%20command");
+                .replace("{step}", "run%20check%20command")
+                .replace("{step_key}", "run-check-command");
             assert!(route(method, &path).is_ok(), "{method} {path}");
             assert_eq!(
                 route("DELETE", &path),

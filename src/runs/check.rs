@@ -18,13 +18,14 @@ use crate::store::executions;
 
 use super::approval::{self, Ask, Decided};
 use super::command::{run_command, CommandResult, CommandSpec};
+use super::config::RepoConfig;
 use super::config::{command_timeout_ms, CheckConfig};
 use super::gate::{self, with_gates, Gates, Held, Pool};
 use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use super::tags::{FailureTag, SkipTag};
 use super::triggers::CheckInput;
-use super::{configured, Configured, RunEnv};
+use super::{configured, unless_ignored, Configured, RunEnv};
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
@@ -63,7 +64,8 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         repo: &input.repo,
         sha: &input.sha,
     };
-    let check = match configured(ctx, env, &target, |c| c.check).await? {
+    let pick = |c| unless_ignored(c, &input.sender, |c: RepoConfig| c.check);
+    let check = match configured(ctx, env, &target, pick).await? {
         Configured::Run(check) => check,
         Configured::Done(outcome) => return Ok(outcome),
     };
@@ -284,9 +286,13 @@ pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
         (false, Some(code)) => format!("exited with code {code}"),
         (false, None) => "was killed by a signal".to_owned(),
     };
+    let full = match &r.log_url {
+        Some(url) => format!("[the full log]({url}), link valid 7 days"),
+        None => format!("stored at `{}`", r.log_key),
+    };
     let summary = format!(
-        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, stored at `{}`):\n\n```\n{}\n```",
-        r.output_bytes, r.log_key, r.tail
+        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
+        r.output_bytes, r.tail
     );
     match (r.timed_out, r.exit_code) {
         (true, _) => Verdict::TimedOut { summary },

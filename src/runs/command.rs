@@ -24,6 +24,7 @@ use sluice_redact::Redactor;
 use super::gate::Held;
 use super::tags::FailureTag;
 use super::RunEnv;
+use super::{log, loglink};
 
 /// Retries of the command step: infrastructure faults (agent unreachable,
 /// checkout failed, container replaced), not the command's own failure.
@@ -75,6 +76,9 @@ pub struct CommandResult {
     pub log_key: String,
     pub output_bytes: u64,
     pub duration_ms: Option<i64>,
+    /// A signed, expiring link to the log (`LOG_LINK_SECRET` set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_url: Option<String>,
 }
 
 fn sandbox_failure(tag: FailureTag, e: SandboxError) -> StepFailure {
@@ -86,16 +90,10 @@ fn store_failure(e: crate::store::StoreError) -> StepFailure {
 }
 
 /// The command steps of the runs: each stores its redacted log under
-/// [`log_key`], which the dashboard links from the step's row.
+/// `loglink::log_key`, which the dashboard links from the step's row.
 pub const LOGGED_STEPS: &[&str] = &[CHECK_COMMAND_STEP, DEPLOY_COMMAND_STEP];
 pub const CHECK_COMMAND_STEP: &str = "run check command";
 pub const DEPLOY_COMMAND_STEP: &str = "run deploy command";
-
-/// Where a command step's log is in object storage: one object per
-/// instance and step (a restart's log replaces the previous one).
-pub fn log_key(instance_id: &str, step: &str) -> String {
-    format!("logs/{instance_id}/{}.log", InstanceId::from_key(step))
-}
 
 /// The sandbox process id of a command step in this generation: fresh
 /// after a restart, the same on every replay.
@@ -110,7 +108,8 @@ pub async fn run_command(
 ) -> Result<CommandResult, RunError> {
     let process_id = process_id(ctx.instance_id(), spec.step, ctx.generation());
     let workspace = ctx.instance_id().to_owned();
-    let log_key = log_key(ctx.instance_id(), spec.step);
+    let step_key = InstanceId::from_key(spec.step);
+    let log_key = loglink::log_key(ctx.instance_id(), step_key.as_str());
     let cfg = StepConfig::default()
         .retries(
             COMMAND_STEP_RETRIES,
@@ -154,6 +153,22 @@ struct Ids<'a> {
     log_key: &'a str,
 }
 
+/// Where a round is in streaming the log.
+struct LogCursor<'a> {
+    log_key: &'a str,
+    at: u64,
+}
+
+impl LogCursor<'_> {
+    /// Stores the output a poll brought.
+    async fn take(&mut self, env: &RunEnv<'_>, state: &ProcessState) -> Result<(), StepFailure> {
+        self.at = log::append(env.blobs, self.log_key, self.at, state)
+            .await
+            .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?;
+        Ok(())
+    }
+}
+
 /// One round of a command, as one replay-safe step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "progress", rename_all = "snake_case")]
@@ -174,9 +189,17 @@ async fn command_round(
 ) -> Result<Progress, RunError> {
     let sandbox = spec.held.sandbox_id;
     ctx.step(spec.step, cfg, |_attempt| async move {
+        // The log streams on from what earlier rounds (or an attempt that
+        // died) stored.
+        let mut log = LogCursor {
+            log_key: ids.log_key,
+            at: log::resume_offset(env.blobs, ids.log_key)
+                .await
+                .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?,
+        };
         let state = match env
             .sandbox
-            .process(sandbox, ids.pid, 0)
+            .process(sandbox, ids.pid, 0, Some(log.at))
             .await
             .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?
         {
@@ -187,7 +210,8 @@ async fn command_round(
             },
         };
         let interrupted = || ctx.interrupted();
-        let Some(state) = wait_for_exit(env, sandbox, ids.pid, state, &interrupted).await? else {
+        let waited = wait_for_exit(env, sandbox, ids.pid, state, &mut log, &interrupted).await?;
+        let Some(state) = waited else {
             return Ok(Progress::Running);
         };
         fence::ended(env.db, ids.pid, env.clock.now_ms())
@@ -207,12 +231,10 @@ async fn finished(
     ids: &Ids<'_>,
     state: ProcessState,
 ) -> Result<CommandResult, StepFailure> {
-    // The agent scrubbed the output already; this pass covers an agent
-    // that did not (an older image) at the cost of one scan.
+    // The agent scrubbed the output already; sealing scrubs the joined log
+    // once more (a secret split across parts, an agent that did not).
     let redactor = Redactor::new(spec.secret_env.iter().map(|(_, v)| v.expose()));
-    let log = redactor.redact(&state.output);
-    env.blobs
-        .put_text(ids.log_key, &log)
+    let log = log::seal(env.blobs, ids.log_key, &redactor)
         .await
         .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?;
     Ok(CommandResult {
@@ -222,7 +244,25 @@ async fn finished(
         log_key: ids.log_key.to_owned(),
         output_bytes: state.output_bytes,
         duration_ms: state.duration_ms,
+        log_url: log_url(env, ids.log_key),
     })
+}
+
+/// The signed link to the log stored at `log_key`, when links are set up.
+fn log_url(env: &RunEnv<'_>, log_key: &str) -> Option<String> {
+    let secret = env.log_link_secret.as_ref()?;
+    let (instance, step) = log_key
+        .strip_prefix("logs/")?
+        .strip_suffix(".log")?
+        .split_once('/')?;
+    let now = env.clock.now_ms();
+    Some(loglink::link(
+        &env.public_url,
+        secret.expose().as_bytes(),
+        instance,
+        step,
+        now,
+    ))
 }
 
 /// Passes the fence, then checks out and starts the process. None while
@@ -272,7 +312,7 @@ async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFai
     for _ in 0..POLLS_PER_STEP {
         let ended = match env
             .sandbox
-            .process(&b.sandbox_id, &b.process_id, PROCESS_POLL_MS)
+            .process(&b.sandbox_id, &b.process_id, PROCESS_POLL_MS, None)
             .await
         {
             Ok(None) => true,
@@ -368,15 +408,18 @@ async fn ensure_workspace(
 }
 
 /// Waits (long-polling) for the process to finish, at most
-/// COMMAND_STEP_WAIT_MS; None when it is still running then.
+/// COMMAND_STEP_WAIT_MS, storing the output of every poll; None when it is
+/// still running then.
 async fn wait_for_exit(
     env: &RunEnv<'_>,
     sandbox: &str,
     pid: &str,
     mut state: ProcessState,
+    log: &mut LogCursor<'_>,
     interrupted: &dyn Fn() -> bool,
 ) -> Result<Option<ProcessState>, StepFailure> {
     for _ in 0..POLLS_PER_STEP {
+        log.take(env, &state).await?;
         // A terminate or pause waits for the next durable call: end the
         // step as still running (the process is finalize's to kill), even
         // when the process ended meanwhile, so the interrupt decides.
@@ -388,7 +431,7 @@ async fn wait_for_exit(
         }
         state = env
             .sandbox
-            .process(sandbox, pid, PROCESS_POLL_MS)
+            .process(sandbox, pid, PROCESS_POLL_MS, Some(log.at))
             .await
             .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?
             .ok_or_else(|| {
@@ -396,6 +439,7 @@ async fn wait_for_exit(
                     .retryable("the sandbox no longer knows the process (container replaced)")
             })?;
     }
+    log.take(env, &state).await?;
     Ok((state.finished() && !interrupted()).then_some(state))
 }
 

@@ -10,6 +10,8 @@ pub mod config;
 pub mod deploy;
 pub mod environment;
 pub mod gate;
+pub mod log;
+pub mod loglink;
 pub mod notify;
 pub mod probe;
 pub mod registry;
@@ -86,6 +88,8 @@ pub struct RunEnv<'a> {
     pub checks_per_repo: u32,
     /// The Worker's own base URL, for check run details links.
     pub public_url: String,
+    /// Signs log links (`LOG_LINK_SECRET`); none, no links.
+    pub log_link_secret: Option<Secret>,
 }
 
 pub use registry::{Registry, Run, RunName};
@@ -109,9 +113,32 @@ pub async fn configured<T>(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     target: &report::CheckTarget<'_>,
-    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+    pick: impl FnOnce(config::RepoConfig) -> Result<Option<T>, RunOutcome>,
 ) -> Result<Configured<T>, RunError> {
     configured_at(ctx, env, target, target.sha, "at this commit", pick).await
+}
+
+/// The skip reason of an event a repository's `ignore_bots` names.
+pub const IGNORED_BOT: &str = "ignored-bot";
+
+/// An event caused by a bot the config names ends skipped, with no check
+/// run; else the run's section as `pick` chooses it.
+pub fn unless_ignored<T>(
+    config: config::RepoConfig,
+    sender: &str,
+    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+) -> Result<Option<T>, RunOutcome> {
+    if config
+        .ignore_bots
+        .iter()
+        .any(|b| b.eq_ignore_ascii_case(sender))
+    {
+        return Err(RunOutcome::Skipped {
+            reason: Some(IGNORED_BOT.into()),
+            tag: None,
+        });
+    }
+    Ok(pick(config))
 }
 
 /// `configured`, reading the config at `reference` (a commit or a branch),
@@ -122,7 +149,7 @@ pub async fn configured_at<T>(
     target: &report::CheckTarget<'_>,
     reference: &str,
     place: &str,
-    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+    pick: impl FnOnce(config::RepoConfig) -> Result<Option<T>, RunOutcome>,
 ) -> Result<Configured<T>, RunError> {
     let not_configured = || {
         Configured::Done(RunOutcome::Skipped {
@@ -132,9 +159,10 @@ pub async fn configured_at<T>(
     };
     match read_config(ctx, env, target.installation_id, target.repo, reference).await? {
         ConfigState::Missing => Ok(not_configured()),
-        ConfigState::Valid { config } => {
-            Ok(pick(config).map_or_else(not_configured, Configured::Run))
-        }
+        ConfigState::Valid { config } => Ok(match pick(config) {
+            Ok(picked) => picked.map_or_else(not_configured, Configured::Run),
+            Err(outcome) => Configured::Done(outcome),
+        }),
         ConfigState::Invalid { message } => {
             let summary = format!("`.sluice.toml` {place} is invalid:\n\n```\n{message}\n```");
             let outcome = report::reported(ctx, env, target, |_| async {

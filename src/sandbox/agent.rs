@@ -142,8 +142,12 @@ impl Sandbox for AgentSandbox<'_> {
         sandbox: &str,
         id: &str,
         wait_ms: i64,
+        since: Option<u64>,
     ) -> Result<Option<ProcessState>, SandboxError> {
-        let path = protocol::process_path(id, wait_of(wait_ms));
+        let path = match since {
+            Some(since) => protocol::process_since_path(id, wait_of(wait_ms), since),
+            None => protocol::process_path(id, wait_of(wait_ms)),
+        };
         let resp = self.call(sandbox, "GET", &path, None).await?;
         Self::state_or_unknown(&resp)
     }

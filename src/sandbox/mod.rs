@@ -82,11 +82,16 @@ pub trait Sandbox {
     ) -> Result<ProcessState, SandboxError>;
     /// The process's state, long-polling up to `wait_ms` for it to finish.
     /// None when the agent does not know the id (a replaced container).
+    /// A process's state, long-polling up to `wait_ms` for its end. With
+    /// `since`, `output` holds only the output from that byte on
+    /// (`output_next` is where to ask from next): how a running command's
+    /// log is streamed.
     async fn process(
         &self,
         sandbox: &str,
         id: &str,
         wait_ms: i64,
+        since: Option<u64>,
     ) -> Result<Option<ProcessState>, SandboxError>;
     /// Kills the process and everything in its process group, then waits up
     /// to `wait_ms` for it to exit. The state says whether it did (`finished`);

@@ -11,8 +11,12 @@ pub const SANDBOX: &str = "SANDBOX";
 
 pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
+/// The App's slug: `<slug>[bot]` is the user its own actions come from.
+pub const GITHUB_APP_SLUG: &str = "GITHUB_APP_SLUG";
 pub const GITHUB_APP_PRIVATE_KEY: &str = "GITHUB_APP_PRIVATE_KEY";
 pub const GITHUB_WEBHOOK_SECRET: &str = "GITHUB_WEBHOOK_SECRET";
+/// The webhook secret being rotated out: accepted too until it is unset.
+pub const GITHUB_WEBHOOK_SECRET_PREVIOUS: &str = "GITHUB_WEBHOOK_SECRET_PREVIOUS";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const SANDBOX_URL: &str = "SANDBOX_URL";
 pub const SANDBOX_AGENT_TOKEN: &str = "SANDBOX_AGENT_TOKEN";
@@ -29,6 +33,8 @@ pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
 pub const ENVIRONMENTS: &str = "ENVIRONMENTS";
 /// Where GitHub serves git; `github::GIT_URL_DEFAULT` when unset.
 pub const GITHUB_GIT_URL: &str = "GITHUB_GIT_URL";
+/// Signs the log links in check summaries (`runs::loglink`).
+pub const LOG_LINK_SECRET: &str = "LOG_LINK_SECRET";
 /// How long a sandbox container may sit unused before its object's alarm
 /// destroys it ("10m" when unset; `sandbox::lifecycle`).
 pub const CONTAINER_SLEEP_AFTER: &str = "CONTAINER_SLEEP_AFTER";

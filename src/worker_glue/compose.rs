@@ -58,6 +58,7 @@ pub struct RunEnvParts {
     checks_per_repo: u32,
     environments: Environments,
     git_url: String,
+    log_link_secret: Option<Secret>,
 }
 
 /// The services runs use, from the Worker's bindings.
@@ -110,6 +111,7 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
         environments: Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref()),
         git_url: text(env, bindings::GITHUB_GIT_URL)
             .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
+        log_link_secret: bindings::secret(env, bindings::LOG_LINK_SECRET),
     }
 }
 
@@ -126,6 +128,18 @@ impl crate::blobs::Blobs for NoBlobs {
         ))
     }
     async fn get_text(&self, _: &str) -> std::result::Result<Option<String>, String> {
+        Err(format!(
+            "the R2 binding {} is not configured",
+            bindings::LOGS
+        ))
+    }
+    async fn list(&self, _: &str, _: u32) -> std::result::Result<Vec<String>, String> {
+        Err(format!(
+            "the R2 binding {} is not configured",
+            bindings::LOGS
+        ))
+    }
+    async fn delete(&self, _: &str) -> std::result::Result<(), String> {
         Err(format!(
             "the R2 binding {} is not configured",
             bindings::LOGS
@@ -204,6 +218,7 @@ impl RegistryOwner<'_> {
                 checks_capacity: p.checks_capacity,
                 checks_per_repo: p.checks_per_repo,
                 public_url: p.public_url.clone(),
+                log_link_secret: p.log_link_secret.clone(),
             },
         }
     }

@@ -230,6 +230,24 @@ impl Blobs for R2 {
         };
         body.text().await.map(Some).map_err(|e| e.to_string())
     }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<String>, String> {
+        let objects = self
+            .0
+            .list()
+            .prefix(prefix)
+            .limit(limit)
+            .execute()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut keys: Vec<String> = objects.objects().iter().map(|o| o.key()).collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), String> {
+        self.0.delete(key).await.map_err(|e| e.to_string())
+    }
 }
 
 // --- Cloudflare Access: RS256 verification and the team's keys ---

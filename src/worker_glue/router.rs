@@ -21,7 +21,7 @@ use crate::http::dashboard::{self, Operations, Reply};
 use crate::http::pages::{self, same_origin_post};
 use crate::http::routes::{route, Access, Asset, Route, RouteError};
 use crate::http::webhook::{
-    accept, check_declared_length, intake, log_created, read_capped, InstanceCreator,
+    accept, check_declared_length, intake, log_created, read_capped, InstanceCreator, IntakeConfig,
     WebhookHeaders,
 };
 use crate::http::{lists, ApiError};
@@ -30,6 +30,8 @@ use crate::obs::{self, Kind};
 use crate::runs::command;
 use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
+use crate::runs::loglink::{self, LinkError};
+use crate::runs::loglink::{self, LinkError};
 use crate::runs::triggers::EventSend;
 use crate::runs::Waker;
 use crate::store::executions;
@@ -306,7 +308,7 @@ async fn dispatch(mut req: Request, env: &Env, r: Route, request_id: &str) -> An
         Route::Page(_)
         | Route::PageAction(..)
         | Route::Asset(_)
-        | Route::Log(..)
+        | Route::StepLog(..)
         | Route::Login
         | Route::LoginSubmit
         | Route::Logout => ui(&mut req, env, &ops, r, &query).await,
@@ -343,6 +345,7 @@ async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: 
         }
         Route::ListDeliveries => json_ok(200, &lists::deliveries(db, query).await?),
         Route::Config => json_ok(200, &configuration(env)),
+        Route::Log(instance, step) => log_page(req, env, &instance, &step, now).await,
         Route::ListGroups => json_ok(200, &lists::groups(db, query, now).await?),
         // A group's policy lives in each commit's config; explain with the
         // ADR defaults for "times out in".
@@ -361,7 +364,7 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
     let now = WorkerClock.now_ms();
     let reply = match r {
         Route::Asset(a) => return asset(a),
-        Route::Log(id, step) => return step_log(env, &id, &step).await,
+        Route::StepLog(id, step) => return step_log(env, &id, &step).await,
         Route::Page(p) => Reply {
             status: 200,
             html: dashboard::page(ops.db, &p, query, now).await?,
@@ -398,25 +401,57 @@ async fn step_log(env: &Env, id: &InstanceId, step: &str) -> Answer {
             "{step:?} is not a step that keeps a log"
         )));
     }
+    log_text(env, id, &InstanceId::from_key(step)).await
+}
+
+/// A log behind its signed link, as plain text: 403 for a bad or expired
+/// signature, 404 when nothing was stored (yet).
+async fn log_page(
+    req: &Request,
+    env: &Env,
+    instance: &InstanceId,
+    step: &InstanceId,
+    now: i64,
+) -> Answer {
+    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET)
+        .ok_or_else(|| ApiError::not_found("log links are not configured (LOG_LINK_SECRET)"))?;
+    let url = req.url().map_err(internal)?;
+    let path = loglink::path_of(instance.as_str(), step.as_str());
+    loglink::verify(
+        secret.expose().as_bytes(),
+        &path,
+        url.query().unwrap_or(""),
+        now,
+    )
+    .map_err(|e| match e {
+        LinkError::Expired => ApiError::new(403, "link_expired", "this log link has expired"),
+        LinkError::BadSignature => {
+            ApiError::new(403, "bad_signature", "this log link is not valid")
+        }
+    })?;
+    log_text(env, instance, step).await
+}
+
+/// A command's log (sealed, or the parts stored so far) as plain text that
+/// no browser runs or sniffs (`sandbox` CSP: not even same-origin scripts).
+async fn log_text(env: &Env, instance: &InstanceId, step_key: &InstanceId) -> Answer {
     let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
-    let text = R2(bucket)
-        .get_text(&command::log_key(id.as_str(), step))
+    let key = loglink::log_key(instance.as_str(), step_key.as_str());
+    let log = crate::runs::log::read(&R2(bucket), &key)
         .await
         .map_err(internal)?
-        .ok_or_else(|| ApiError::not_found(format!("no log of {step:?} for {id}")))?;
-    let mut resp = Response::ok(text).map_err(internal)?;
+        .ok_or_else(|| ApiError::not_found("no log is stored for this step (yet)"))?;
+    let mut resp = Response::ok(log).map_err(internal)?;
     let headers = resp.headers_mut();
-    let set = |h: &worker::Headers, k: &str, v: &str| h.set(k, v).map_err(internal);
-    set(headers, "Content-Type", "text/plain; charset=utf-8")?;
-    set(headers, "Cache-Control", "no-store")?;
-    for (k, v) in pages::SECURITY_HEADERS {
-        set(headers, k, v)?;
+    for (name, value) in [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Content-Security-Policy", "default-src 'none'; sandbox"),
+        ("Cache-Control", "private, no-store"),
+        ("Referrer-Policy", "no-referrer"),
+    ] {
+        headers.set(name, value).map_err(internal)?;
     }
-    set(
-        headers,
-        "Content-Security-Policy",
-        "default-src 'none'; sandbox",
-    )?;
     Ok(resp)
 }
 
@@ -528,6 +563,51 @@ impl Operations for Operator<'_> {
         }
         Ok(json!({ "skipped": skipped }))
     }
+}
+
+/// A log behind its signed link, as plain text: 403 for a bad or expired
+/// signature, 404 when nothing was stored (yet).
+async fn log_page(
+    req: &Request,
+    env: &Env,
+    instance: &InstanceId,
+    step: &InstanceId,
+    now: i64,
+) -> Answer {
+    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET)
+        .ok_or_else(|| ApiError::not_found("log links are not configured (LOG_LINK_SECRET)"))?;
+    let url = req.url().map_err(internal)?;
+    let path = loglink::path_of(instance.as_str(), step.as_str());
+    loglink::verify(
+        secret.expose().as_bytes(),
+        &path,
+        url.query().unwrap_or(""),
+        now,
+    )
+    .map_err(|e| match e {
+        LinkError::Expired => ApiError::new(403, "link_expired", "this log link has expired"),
+        LinkError::BadSignature => {
+            ApiError::new(403, "bad_signature", "this log link is not valid")
+        }
+    })?;
+    let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
+    let key = loglink::log_key(instance.as_str(), step.as_str());
+    let log = crate::runs::log::read(&R2(bucket), &key)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found("no log is stored for this step (yet)"))?;
+    let mut resp = Response::ok(log).map_err(internal)?;
+    let headers = resp.headers_mut();
+    for (name, value) in [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Content-Security-Policy", "default-src 'none'; sandbox"),
+        ("Cache-Control", "private, no-store"),
+        ("Referrer-Policy", "no-referrer"),
+    ] {
+        headers.set(name, value).map_err(internal)?;
+    }
+    Ok(resp)
 }
 
 /// The operator's configuration as the Worker reads it: environments with
@@ -702,7 +782,17 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1, request_id: &str) -> Ans
     let secret = text(env, bindings::GITHUB_WEBHOOK_SECRET);
     let now = WorkerClock.now_ms();
     let not_before_ms = now - bindings::retention_ms(env);
-    let planned = intake(&headers, &body, secret.as_deref(), not_before_ms)?;
+    let previous = text(env, bindings::GITHUB_WEBHOOK_SECRET_PREVIOUS);
+    let app_id = text(env, bindings::GITHUB_APP_ID);
+    let app_slug = text(env, bindings::GITHUB_APP_SLUG);
+    let cfg = IntakeConfig {
+        secret: secret.as_deref(),
+        previous_secret: previous.as_deref(),
+        not_before_ms,
+        app_id: app_id.as_deref(),
+        app_slug: app_slug.as_deref(),
+    };
+    let planned = intake(&headers, &body, &cfg)?;
     let (status, answer) = accept(db, &ObjectCreator { env }, planned, now, request_id).await?;
     json_ok(status, &answer)
 }

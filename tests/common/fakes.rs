@@ -61,6 +61,8 @@ pub const GROUP: &str = "deploy:octo/hello:main";
 pub const INSTALLATION: u64 = 42;
 pub const PR_NUMBER: u64 = 7;
 pub const APP_ID: &str = "1234";
+/// Signs the rig's log links.
+pub const LOG_LINK_SECRET: &str = "rig-log-link-secret";
 pub const PUBLIC_URL: &str = "https://sluice.example.test";
 pub const NOTIFY_URL: &str = "https://hooks.example.test/sluice";
 pub const NOTIFY_SECRET: &str = "notify-signing-secret";
@@ -940,6 +942,9 @@ pub struct Script {
     pub output: String,
     /// Long-polls answered "still running" before the one that ends it.
     pub running_polls: u32,
+    /// What the process has printed while it still runs (a prefix of
+    /// `output`, which it prints in all).
+    pub printed_while_running: String,
 }
 
 #[derive(Debug, Clone)]
@@ -1068,6 +1073,8 @@ pub fn running(id: &str) -> ProcessState {
         output_truncated: false,
         started_ms: None,
         duration_ms: None,
+        output_from: None,
+        output_next: None,
     }
 }
 
@@ -1111,6 +1118,7 @@ impl FakeSandbox {
             exit_code,
             output: output.into(),
             running_polls: 0,
+            printed_while_running: String::new(),
         };
         self.st.borrow_mut().scripts.push((command.into(), s));
     }
@@ -1126,12 +1134,39 @@ impl FakeSandbox {
             .collect()
     }
 
+    /// A command that prints `early` at once, then the rest of `output`
+    /// after `running_polls` long-polls.
+    pub fn script_streaming(&self, command: &str, early: &str, output: &str, running_polls: u32) {
+        assert!(output.starts_with(early));
+        let s = Script {
+            duration_ms: None,
+            exit_code: 0,
+            output: output.into(),
+            running_polls,
+            printed_while_running: early.into(),
+        };
+        self.st.borrow_mut().scripts.push((command.into(), s));
+    }
+
+    /// A still-running process's state, with what it printed so far.
+    fn running_state(&self, id: &str) -> ProcessState {
+        let st = self.st.borrow();
+        let mut state = running(id);
+        if let Some(p) = st.processes.get(id) {
+            let printed = expand(&p.script.printed_while_running, &p.env);
+            state.output = sluice_redact::Redactor::new(&p.redact).redact(&printed);
+            state.output_bytes = state.output.len() as u64;
+        }
+        state
+    }
+
     pub fn script_running(&self, command: &str, exit_code: i32, output: &str, running_polls: u32) {
         let s = Script {
             duration_ms: None,
             exit_code,
             output: output.into(),
             running_polls,
+            printed_while_running: String::new(),
         };
         self.st.borrow_mut().scripts.push((command.into(), s));
     }
@@ -1257,6 +1292,8 @@ impl FakeSandbox {
             output_truncated: false,
             started_ms: None,
             duration_ms: Some(now - p.started_ms),
+            output_from: None,
+            output_next: None,
         };
         p.finished = Some(state.clone());
         st.runs[p.run].ended_ms = Some(now);
@@ -1394,57 +1431,10 @@ impl Sandbox for FakeSandbox {
         sandbox: &str,
         id: &str,
         wait_ms: i64,
+        since: Option<u64>,
     ) -> Result<Option<ProcessState>, SandboxError> {
-        check_id(sandbox, "sandbox")?;
-        check_id(id, "process")?;
-        if let Some(left_ms) = self.timed_left_ms(id) {
-            return self.poll_timed(id, left_ms, wait_ms).await;
-        }
-        let plan = {
-            let st = &mut *self.st.borrow_mut();
-            let Some(p) = st.processes.get(id) else {
-                return Ok(None);
-            };
-            if let Some(done) = &p.finished {
-                return Ok(Some(done.clone()));
-            }
-            if wait_ms <= 0 {
-                return Ok(Some(running(id)));
-            }
-            if let Some(n) = st.replace_container_at_poll {
-                if n <= 1 {
-                    st.replace_container_at_poll = None;
-                    st.processes.clear();
-                    st.workspaces.clear();
-                    st.containers_replaced += 1;
-                    return Ok(None);
-                }
-                st.replace_container_at_poll = Some(n - 1);
-            }
-            let p = st.processes.get_mut(id).expect("still there");
-            if st.held.contains(&p.sha) {
-                PollPlan::Hold(p.sha.clone())
-            } else if p.polls_left > 0 {
-                p.polls_left -= 1;
-                PollPlan::Sleep
-            } else {
-                PollPlan::Finish
-            }
-        };
-        match plan {
-            PollPlan::Hold(sha) => {
-                if self.held(&sha).await {
-                    return Ok(Some(running(id)));
-                }
-            }
-            // A long-poll of a process that keeps running lasts its wait.
-            PollPlan::Sleep => {
-                self.clock.sleep(wait_ms).await;
-                return Ok(Some(running(id)));
-            }
-            PollPlan::Finish => {}
-        }
-        Ok(self.finish(id))
+        let state = self.process_whole(sandbox, id, wait_ms).await?;
+        Ok(state.map(|s| from_byte(s, since)))
     }
 
     async fn kill(
@@ -1493,6 +1483,8 @@ impl Sandbox for FakeSandbox {
             output_truncated: false,
             started_ms: None,
             duration_ms: Some(now - p.started_ms),
+            output_from: None,
+            output_next: None,
         };
         p.finished = Some(state.clone());
         st.runs[p.run].ended_ms = Some(now);
@@ -1749,6 +1741,7 @@ impl Rig {
                 checks_capacity: 3,
                 checks_per_repo: 2,
                 public_url: PUBLIC_URL.into(),
+                log_link_secret: Some(Secret::new(LOG_LINK_SECRET.into())),
             },
         }
     }
@@ -1784,6 +1777,7 @@ impl Rig {
             installation_id: INSTALLATION,
             pr_number: PR_NUMBER,
             needs_approval: false,
+            sender: "ana".into(),
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),
@@ -1821,6 +1815,7 @@ impl Rig {
             sha: sha.into(),
             installation_id: INSTALLATION,
             default_branch: BRANCH.into(),
+            sender: "ana".into(),
         };
         self.create(CreateRequest {
             key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),
@@ -2238,4 +2233,90 @@ pub fn deploy_rig(shas: &[&str], config: &str) -> Rig {
         "deployed $SLUICE_SHA (head $SLUICE_HEAD_SHA)\n",
     );
     rig
+}
+
+impl FakeSandbox {
+    /// A poll as the agent answers one, with the whole output.
+    async fn process_whole(
+        &self,
+        sandbox: &str,
+        id: &str,
+        wait_ms: i64,
+    ) -> Result<Option<ProcessState>, SandboxError> {
+        check_id(sandbox, "sandbox")?;
+        check_id(id, "process")?;
+        if let Some(left_ms) = self.timed_left_ms(id) {
+            return self.poll_timed(id, left_ms, wait_ms).await;
+        }
+        let plan = {
+            let st = &mut *self.st.borrow_mut();
+            let Some(p) = st.processes.get(id) else {
+                return Ok(None);
+            };
+            if let Some(done) = &p.finished {
+                return Ok(Some(done.clone()));
+            }
+            if wait_ms <= 0 {
+                None
+            } else {
+                Some(())
+            }
+        };
+        if plan.is_none() {
+            return Ok(Some(self.running_state(id)));
+        }
+        let plan = {
+            let st = &mut *self.st.borrow_mut();
+            if let Some(n) = st.replace_container_at_poll {
+                if n <= 1 {
+                    st.replace_container_at_poll = None;
+                    st.processes.clear();
+                    st.workspaces.clear();
+                    st.containers_replaced += 1;
+                    return Ok(None);
+                }
+                st.replace_container_at_poll = Some(n - 1);
+            }
+            let p = st.processes.get_mut(id).expect("still there");
+            if st.held.contains(&p.sha) {
+                PollPlan::Hold(p.sha.clone())
+            } else if p.polls_left > 0 {
+                p.polls_left -= 1;
+                PollPlan::Sleep
+            } else {
+                PollPlan::Finish
+            }
+        };
+        match plan {
+            PollPlan::Hold(sha) => {
+                if self.held(&sha).await {
+                    return Ok(Some(self.running_state(id)));
+                }
+            }
+            // A long-poll of a process that keeps running lasts its wait.
+            PollPlan::Sleep => {
+                self.clock.sleep(wait_ms).await;
+                return Ok(Some(self.running_state(id)));
+            }
+            PollPlan::Finish => {}
+        }
+        Ok(self.finish(id))
+    }
+}
+
+/// The answer to a poll with `since`, as the agent gives it: the output
+/// from that byte on, with its range.
+fn from_byte(mut state: ProcessState, since: Option<u64>) -> ProcessState {
+    if let Some(since) = since {
+        let len = state.output.len() as u64;
+        let from = since.min(len);
+        state.output = state
+            .output
+            .get(from as usize..)
+            .unwrap_or_default()
+            .to_owned();
+        state.output_from = Some(from);
+        state.output_next = Some(len.max(from));
+    }
+    state
 }

@@ -241,6 +241,22 @@ impl sluice::blobs::Blobs for MemoryBlobs {
     async fn get_text(&self, key: &str) -> Result<Option<String>, String> {
         Ok(self.0.borrow().get(key).cloned())
     }
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<String>, String> {
+        let mut keys: Vec<String> = self
+            .0
+            .borrow()
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.sort();
+        keys.truncate(limit as usize);
+        Ok(keys)
+    }
+    async fn delete(&self, key: &str) -> Result<(), String> {
+        self.0.borrow_mut().remove(key);
+        Ok(())
+    }
 }
 
 pub const T0: i64 = 1_800_000_000_000;

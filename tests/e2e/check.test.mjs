@@ -173,7 +173,27 @@ sluiceTest('a passing command completes the check run with success', async () =>
   assert.equal(execution.id, instance.id);
   assert.equal(execution.run, 'check');
   assert.equal(execution.sha, sha);
-  await assertOneCompletedCheckRun(repo, sha, { conclusion: 'success', outputMarker: PASS_MARKER });
+  const run = await assertOneCompletedCheckRun(repo, sha, { conclusion: 'success', outputMarker: PASS_MARKER });
+
+  // The summary links the full log: a signed link that opens it as text, without the admin token.
+  const link = /\((http[^)\s]+\/logs\/[^)\s]+)\)/.exec(run.output.summary)?.[1];
+  assert.ok(link, `a log link in the summary: ${run.output.summary}`);
+  const open = await fetch(link);
+  assert.equal(open.status, 200);
+  assert.match(open.headers.get('content-type'), /^text\/plain/);
+  assert.equal(open.headers.get('x-content-type-options'), 'nosniff');
+  assert.ok((await open.text()).includes(PASS_MARKER));
+  const url = new URL(link);
+  const tampered = new URL(link);
+  tampered.searchParams.set('sig', '0'.repeat(64));
+  assert.equal((await fetch(tampered)).status, 403, 'a bad signature');
+  const unsigned = `${url.origin}${url.pathname}`;
+  assert.equal((await fetch(unsigned)).status, 403, 'no signature');
+  const exp = Date.now() - 1000;
+  const sig = createHmac('sha256', stack.logLinkSecret).update(`${url.pathname}\n${exp}`).digest('hex');
+  const expired = await fetch(`${url.origin}${url.pathname}?exp=${exp}&sig=${sig}`);
+  assert.equal(expired.status, 403, 'an expired link');
+  assert.equal((await expired.json()).error.code, 'link_expired');
 });
 
 sluiceTest('a failing command completes the check run with failure', async () => {

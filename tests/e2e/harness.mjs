@@ -205,6 +205,7 @@ export async function startStack(opts = {}) {
 async function buildStack(opts, paths, cleanups) {
   const secret = randomToken();
   const adminToken = randomToken();
+  const logLinkSecret = randomToken();
   const agentToken = randomToken();
   const keys = generateAppKeyPair();
   const layer = opts.containers ? await prepareContainerLayer() : null;
@@ -242,12 +243,14 @@ async function buildStack(opts, paths, cleanups) {
     // Clone URLs are derived from it (never taken from a payload): the stand-in serves git.
     GITHUB_GIT_URL: standin.url,
     GITHUB_APP_ID: String(APP_ID),
+    GITHUB_APP_SLUG: 'sluice',
     GITHUB_APP_PRIVATE_KEY: keys.privateKey,
     GITHUB_WEBHOOK_SECRET: secret,
     ADMIN_TOKEN: adminToken,
     ...(agent ? { SANDBOX_URL: agent.url } : {}),
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
     SANDBOX_AGENT_TOKEN: agentToken,
+    LOG_LINK_SECRET: logLinkSecret,
     PUBLIC_URL: url,
     ...opts.vars,
   }), { mode: 0o600 });
@@ -313,7 +316,7 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, agentToken, agent, layer, killWorker, startWorker, cleanups });
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups });
   lastStack = stack;
   return stack;
 }
@@ -322,7 +325,7 @@ function spawnWorker(args, env, logFd) {
   return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
 }
 
-function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, agent, layer, killWorker, startWorker, cleanups }) {
+function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -375,6 +378,7 @@ function makeStackApi({ url, standin, paths, secret, adminToken, agentToken, age
     sandboxContainers: () => (layer ? sandboxContainers(layer.docker) : Promise.resolve([])),
     secret,
     adminToken,
+    logLinkSecret,
     sendWebhook: (event, payload, deliveryId) => withTimeout(
       postWebhook({ url: `${url}/webhooks/github`, secret, event, payload, deliveryId }),
       REQUEST_TIMEOUT_MS,

@@ -427,16 +427,25 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
     Ok((if created { 201 } else { 200 }, to_value(&process.state())?))
 }
 
-/// The only query parameter of the process endpoints: `wait_ms`, capped.
-fn wait_ms_of(query: &str) -> Result<Duration, ApiError> {
+/// The query of the process endpoints: `wait_ms` (capped) and, for a
+/// state, `since` (stream the output from that byte on).
+struct ProcessQuery {
+    wait: Duration,
+    since: Option<u64>,
+}
+
+fn process_query(query: &str) -> Result<ProcessQuery, ApiError> {
     let mut wait_ms = 0;
+    let mut since = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let number = |name: &str, value: &str| {
+            value
+                .parse::<u64>()
+                .map_err(|_| ApiError::invalid(format!("{name} must be a non-negative integer")))
+        };
         match pair.split_once('=') {
-            Some(("wait_ms", value)) => {
-                wait_ms = value
-                    .parse::<u64>()
-                    .map_err(|_| ApiError::invalid("wait_ms must be a non-negative integer"))?;
-            }
+            Some(("wait_ms", value)) => wait_ms = number("wait_ms", value)?,
+            Some(("since", value)) => since = Some(number("since", value)?),
             _ => {
                 return Err(ApiError::invalid(format!(
                     "unknown query parameter {pair:?}"
@@ -444,7 +453,14 @@ fn wait_ms_of(query: &str) -> Result<Duration, ApiError> {
             }
         }
     }
-    Ok(Duration::from_millis(wait_ms.min(WAIT_MS_MAX)))
+    Ok(ProcessQuery {
+        wait: Duration::from_millis(wait_ms.min(WAIT_MS_MAX)),
+        since,
+    })
+}
+
+fn wait_ms_of(query: &str) -> Result<Duration, ApiError> {
+    Ok(process_query(query)?.wait)
 }
 
 fn known_process(state: &State, id: &str) -> Result<Arc<crate::process::Process>, ApiError> {
@@ -456,10 +472,14 @@ fn known_process(state: &State, id: &str) -> Result<Arc<crate::process::Process>
 }
 
 fn get_process(state: &State, id: &str, query: &str) -> Result<Reply, ApiError> {
-    let wait = wait_ms_of(query)?;
+    let q = process_query(query)?;
     let process = known_process(state, id)?;
-    process.wait(wait);
-    Ok((200, to_value(&process.state())?))
+    process.wait(q.wait);
+    let answer = match q.since {
+        Some(since) => process.state_since(since),
+        None => process.state(),
+    };
+    Ok((200, to_value(&answer)?))
 }
 
 /// Kills the process group and waits (bounded) for the exit; the answer

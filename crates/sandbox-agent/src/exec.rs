@@ -138,6 +138,83 @@ impl Output {
     }
 }
 
+/// The output from a byte offset on: what a caller streaming the log asks
+/// for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Since {
+    pub text: String,
+    /// Where `text`'s bytes start (after an omission line, when the
+    /// asked-for bytes are no longer held).
+    pub from: u64,
+    /// The offset to ask from next.
+    pub next: u64,
+}
+
+impl Output {
+    /// The output from byte `since` on, as far as it is held, ending at a
+    /// character boundary (a character split by the pipe comes whole in the
+    /// next chunk).
+    pub fn since(&self, since: u64) -> Since {
+        let begin = since.min(self.total_bytes);
+        let head_len = self.head.len() as u64;
+        let tail_start = self.total_bytes - self.tail.len() as u64;
+        if begin >= tail_start || tail_start == head_len {
+            // Contiguous: from `begin` in the head (if it reaches there),
+            // then the tail.
+            let mut bytes = Vec::new();
+            if begin < head_len {
+                bytes.extend_from_slice(&self.head[begin as usize..]);
+            }
+            let skip_tail = begin.saturating_sub(tail_start) as usize;
+            bytes.extend(self.tail.iter().skip(skip_tail).copied());
+            let keep = complete_prefix_len(&bytes);
+            return Since {
+                text: String::from_utf8_lossy(&bytes[..keep]).into_owned(),
+                from: begin,
+                next: begin + keep as u64,
+            };
+        }
+        // Bytes between the head and the tail are gone: what is left of the
+        // head, a line naming the gap, then the tail from a whole character.
+        let head_rest = self.head.get(begin as usize..).unwrap_or_default();
+        let gap_from = begin.max(head_len);
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        let skip = continuation_len(&tail);
+        let keep = complete_prefix_len(&tail[skip..]);
+        let text = format!(
+            "{}\n[sluice-sandbox-agent: {} bytes of output omitted]\n{}",
+            String::from_utf8_lossy(head_rest),
+            tail_start - gap_from + skip as u64,
+            String::from_utf8_lossy(&tail[skip..skip + keep])
+        );
+        Since {
+            text,
+            from: begin,
+            next: tail_start + (skip + keep) as u64,
+        }
+    }
+}
+
+/// Leading UTF-8 continuation bytes (at most 3): the rest of a character
+/// whose start was cut off.
+fn continuation_len(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .take(3)
+        .take_while(|b| (**b & 0b1100_0000) == 0b1000_0000)
+        .count()
+}
+
+/// The length of `bytes` without a trailing incomplete UTF-8 character.
+fn complete_prefix_len(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        // Invalid bytes (not UTF-8 output) pass as they are, lossily.
+        Err(_) => bytes.len(),
+    }
+}
+
 /// How a command ended.
 pub struct Finished {
     pub exit_code: Option<i32>,
@@ -421,5 +498,64 @@ mod tests {
         let cmd = shell_command(&dir, "kill -TERM $$", &env);
         let (fin, _) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!((fin.exit_code, fin.signal), (None, Some(libc::SIGTERM)));
+    }
+}
+
+#[cfg(test)]
+mod since_tests {
+    use super::*;
+
+    fn concat_chunks(out: &Output) -> String {
+        let (mut at, mut all) = (0, String::new());
+        for _ in 0..10_000 {
+            let c = out.since(at);
+            all.push_str(&c.text);
+            if c.next == at {
+                break;
+            }
+            at = c.next;
+        }
+        all
+    }
+
+    #[test]
+    fn chunks_read_in_turn_rebuild_the_output() {
+        let mut out = Output::new(Redactor::default());
+        let mut all = String::new();
+        let mut at = 0;
+        for i in 0..50 {
+            let line = format!("line {i} é\n");
+            // A character split across writes comes whole in one chunk.
+            let (a, b) = line.as_bytes().split_at(line.len() - 2);
+            out.write(a);
+            let c = out.since(at);
+            all.push_str(&c.text);
+            at = c.next;
+            out.write(b);
+        }
+        out.close();
+        all.push_str(&out.since(at).text);
+        let expected: String = (0..50).map(|i| format!("line {i} é\n")).collect();
+        assert_eq!(all, expected);
+        assert_eq!(concat_chunks(&out), expected);
+    }
+
+    #[test]
+    fn bytes_no_longer_held_are_named_not_invented() {
+        let mut out = Output::new(Redactor::default());
+        out.write(&vec![b'h'; OUTPUT_HEAD_BYTES]);
+        out.write(&vec![b'm'; OUTPUT_BYTES_MAX]);
+        out.write(b"END");
+        out.close();
+        let c = out.since(OUTPUT_HEAD_BYTES as u64 + 10);
+        assert!(
+            c.text.starts_with("\n[sluice-sandbox-agent: "),
+            "{}",
+            &c.text[..60]
+        );
+        assert!(c.text.ends_with("mEND"));
+        assert_eq!(c.next, (OUTPUT_HEAD_BYTES + OUTPUT_BYTES_MAX + 3) as u64);
+        let past = out.since(c.next + 5);
+        assert_eq!((past.text.as_str(), past.next), ("", c.next));
     }
 }

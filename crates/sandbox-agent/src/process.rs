@@ -68,6 +68,19 @@ impl Process {
         self.wait(timeout);
     }
 
+    /// The state with only the output from byte `since` on.
+    pub fn state_since(&self, since: u64) -> ProcessState {
+        // The state first: once it says finished, the output is complete
+        // (the exit is published after the output is drained), so the
+        // chunk read after it holds every byte.
+        let mut state = self.state();
+        let chunk = lock(&self.output).since(since);
+        state.output = chunk.text;
+        state.output_from = Some(chunk.from);
+        state.output_next = Some(chunk.next);
+        state
+    }
+
     /// The process state as returned by the API.
     pub fn state(&self) -> ProcessState {
         let finished = lock(&self.finished);
@@ -102,6 +115,8 @@ impl Process {
             output_truncated: output.truncated,
             started_ms: Some(self.started_ms),
             duration_ms: i64::try_from(duration_ms).ok(),
+            output_from: None,
+            output_next: None,
         }
     }
 }

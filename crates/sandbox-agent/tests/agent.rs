@@ -1750,3 +1750,39 @@ fn a_secret_across_the_truncation_point_is_masked() {
     assert!(output.contains("hhh***"), "the mask sits at the cut");
     assert_no_part_of_secret(output);
 }
+
+/// A caller streams a running command's output with `since`: the chunks,
+/// read in turn while it runs and once it ended, are the whole output.
+#[test]
+fn output_streams_in_chunks_with_since() {
+    let agent = Agent::start();
+    agent.empty_workspace("w");
+    let body = json!({
+        "id": "streamed",
+        "workspace": "w",
+        "command": "for i in 1 2 3 4 5; do echo line $i é; sleep 0.3; done",
+        "timeout_ms": 30_000,
+    });
+    let (status, _) = agent.post("/v1/processes", body);
+    assert_eq!(status, 201);
+    let (mut at, mut joined, mut chunks) = (0u64, String::new(), 0);
+    // Bounded: the command ends within ~2 s; each poll waits at most 1 s.
+    for _ in 0..60 {
+        let (status, s) = agent.get(&format!("/v1/processes/streamed?wait_ms=1000&since={at}"));
+        assert_eq!(status, 200, "{s}");
+        assert_eq!(s["output_from"], json!(at));
+        let text = s["output"].as_str().expect("output");
+        if !text.is_empty() {
+            chunks += 1;
+        }
+        joined.push_str(text);
+        at = s["output_next"].as_u64().expect("output_next");
+        if s["status"] != "running" {
+            break;
+        }
+    }
+    let expected: String = (1..=5).map(|i| format!("line {i} é\n")).collect();
+    assert_eq!(joined, expected);
+    assert!(chunks >= 2, "it came in more than one chunk ({chunks})");
+    assert_eq!(at, expected.len() as u64);
+}

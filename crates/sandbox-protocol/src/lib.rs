@@ -49,6 +49,14 @@ pub fn process_path(id: &str, wait_ms: u64) -> String {
     format!("{PATH_PROCESSES}/{id}?wait_ms={wait_ms}")
 }
 
+/// `GET /v1/processes/{id}?wait_ms=N&since=B`: as `process_path`, with
+/// `output` holding only the output from byte `since` on (`output_from`,
+/// `output_next` say where it starts and ends), so a caller streams a
+/// running command's log in chunks.
+pub fn process_since_path(id: &str, wait_ms: u64, since: u64) -> String {
+    format!("{PATH_PROCESSES}/{id}?wait_ms={wait_ms}&since={since}")
+}
+
 /// `DELETE /v1/sandboxes/{id}`: the run that owned sandbox `id` has ended.
 /// The agent kills what still runs in its workspace and deletes it; the
 /// Worker's container object then destroys the container.
@@ -138,6 +146,15 @@ pub struct ProcessState {
     #[serde(default)]
     pub started_ms: Option<u64>,
     pub duration_ms: Option<i64>,
+    /// With `since`: the output's byte offset where `output` starts (later
+    /// than `since` when the agent no longer holds those bytes: then
+    /// `output` begins with a line saying how many were omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_from: Option<u64>,
+    /// With `since`: the offset to ask from next (never inside a UTF-8
+    /// character).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_next: Option<u64>,
 }
 
 impl ProcessState {
