@@ -11,7 +11,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::{Env, Request, Response, Result};
 
-use crate::blobs::Blobs;
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
@@ -30,7 +29,6 @@ use crate::obs::{self, Kind};
 use crate::runs::command;
 use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
-use crate::runs::loglink::{self, LinkError};
 use crate::runs::loglink::{self, LinkError};
 use crate::runs::triggers::EventSend;
 use crate::runs::Waker;
@@ -563,51 +561,6 @@ impl Operations for Operator<'_> {
         }
         Ok(json!({ "skipped": skipped }))
     }
-}
-
-/// A log behind its signed link, as plain text: 403 for a bad or expired
-/// signature, 404 when nothing was stored (yet).
-async fn log_page(
-    req: &Request,
-    env: &Env,
-    instance: &InstanceId,
-    step: &InstanceId,
-    now: i64,
-) -> Answer {
-    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET)
-        .ok_or_else(|| ApiError::not_found("log links are not configured (LOG_LINK_SECRET)"))?;
-    let url = req.url().map_err(internal)?;
-    let path = loglink::path_of(instance.as_str(), step.as_str());
-    loglink::verify(
-        secret.expose().as_bytes(),
-        &path,
-        url.query().unwrap_or(""),
-        now,
-    )
-    .map_err(|e| match e {
-        LinkError::Expired => ApiError::new(403, "link_expired", "this log link has expired"),
-        LinkError::BadSignature => {
-            ApiError::new(403, "bad_signature", "this log link is not valid")
-        }
-    })?;
-    let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
-    let key = loglink::log_key(instance.as_str(), step.as_str());
-    let log = crate::runs::log::read(&R2(bucket), &key)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| ApiError::not_found("no log is stored for this step (yet)"))?;
-    let mut resp = Response::ok(log).map_err(internal)?;
-    let headers = resp.headers_mut();
-    for (name, value) in [
-        ("Content-Type", "text/plain; charset=utf-8"),
-        ("X-Content-Type-Options", "nosniff"),
-        ("Content-Security-Policy", "default-src 'none'; sandbox"),
-        ("Cache-Control", "private, no-store"),
-        ("Referrer-Policy", "no-referrer"),
-    ] {
-        headers.set(name, value).map_err(internal)?;
-    }
-    Ok(resp)
 }
 
 /// The operator's configuration as the Worker reads it: environments with
