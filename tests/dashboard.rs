@@ -306,7 +306,12 @@ fn an_action_asks_first_then_acts_once_and_shows_its_result() {
         ops.calls.borrow().last().unwrap(),
         "skip_all deploy:o/r:main"
     );
+}
 
+#[test]
+fn a_refused_action_shows_why_and_a_server_error_is_left_to_the_caller() {
+    let id = InstanceId::parse("deploy-a-1").unwrap();
+    let target = ActionTarget::Execution(id);
     let refusing = FakeOps {
         refuse: Some(409),
         ..FakeOps::default()

@@ -31,6 +31,9 @@ const DEMO_TIMEOUT_MS = 3 * 60_000;
 const PAGE_TIMEOUT_MS = 20_000;
 const ARTIFACTS = process.env.SLUICE_E2E_ARTIFACTS || join(ROOT, 'target', 'e2e-artifacts', 'dashboard');
 const XSS = '<script>alert(1)</script>';
+// A common phone's CSS viewport, and playwright's default desktop one.
+const PHONE = { width: 390, height: 844 };
+const DESKTOP = { width: 1280, height: 720 };
 
 // The Access application the stack is configured for; its keys come from a local server.
 const ACCESS_TEAM = 'sluice-e2e.cloudflareaccess.com';
@@ -213,6 +216,12 @@ uiTest('the demo shows up on an open page without a reload, grouped by repositor
     assert.ok(text.includes(label), `the list shows ${label}: ${text}`);
   }
   await shot(page, 'executions');
+  // Readable on a phone: nothing scrolls sideways at a phone's width.
+  await page.setViewportSize(PHONE);
+  const overflowPx = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflowPx <= 1, `the list scrolls sideways on a phone by ${overflowPx} px`);
+  await shot(page, 'executions-phone');
+  await page.setViewportSize(DESKTOP);
 
   // The execution page: its step timeline, attempts and durations.
   await list.locator(`a.exec:has-text("${passing.id}")`).first().click();
