@@ -87,8 +87,27 @@ install_wasm_bindgen() {
   cargo install wasm-bindgen-cli --version "$want" --force
 }
 
+# The browser the dashboard's end-to-end test drives (tests/e2e/dashboard.test.mjs, through
+# playwright-core with executablePath): Debian's own chromium package, since playwright's browser
+# downloads come from a release page. Installed when missing and we are root (CI is); otherwise the
+# test says what to install. SLUICE_CHROMIUM names another binary.
+install_chromium() {
+  if [[ -n "${SLUICE_CHROMIUM:-}" ]] || command -v chromium >/dev/null 2>&1; then
+    say "chromium present ($(command -v chromium || echo "$SLUICE_CHROMIUM"))"
+    return
+  fi
+  if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    say "chromium missing: install Debian's 'chromium' package (the dashboard's e2e test needs it)"
+    return
+  fi
+  say "installing chromium (apt-get)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+}
+
 require_tools
 install_node_modules
+install_chromium
 add_wasm_target
 install_worker_build
 install_wasm_bindgen

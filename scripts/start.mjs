@@ -263,8 +263,16 @@ function printBanner({ github, sandboxUrl, defaults, userVars }) {
     `  Cron handler: driven every ${CRON_INTERVAL_MS / 1000} s`,
     '',
   ];
+  lines.push(
+    'Dashboard (the link signs you in; the token after # never reaches the server\'s log):',
+    `  ${WORKER_URL}/ui/login#token=${adminToken}`,
+    '',
+  );
   if (github) {
-    lines.push('Send a sample pull_request webhook for the demo repository:', '  node scripts/send-sample-webhook.mjs', '');
+    lines.push(
+      'Send sample webhooks (a passing PR, a failing PR, three pushes to main):', '  npm run demo',
+      'or one pull_request webhook for the demo repository:', '  node scripts/send-sample-webhook.mjs', '',
+    );
   }
   lines.push(
     'Inspect executions:',
@@ -299,7 +307,9 @@ async function main() {
     // Locally the sandbox is an agent process unless containers were asked for.
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
     GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
-    ADMIN_TOKEN: 'dev-admin-token',
+    // A fresh token every start (unless .dev.vars sets one): the banner prints it and a sign-in
+    // link, so a dashboard left open in a browser from an earlier start is signed out.
+    ADMIN_TOKEN: randomToken(),
     // Signs the log links in check summaries; a fresh one per start is fine locally.
     LOG_LINK_SECRET: randomToken(),
     PUBLIC_URL: WORKER_URL,

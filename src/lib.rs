@@ -11,6 +11,7 @@ pub mod http;
 pub mod journal;
 pub mod limits;
 pub mod net;
+pub mod obs;
 pub mod runs;
 pub mod sandbox;
 pub mod secret;
@@ -26,6 +27,7 @@ mod entry {
     #[event(start)]
     fn start() {
         console_error_panic_hook::set_once();
+        crate::obs::set_sink(std::rc::Rc::new(crate::worker_glue::platform::ConsoleLog));
     }
 
     #[event(fetch)]

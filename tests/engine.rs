@@ -907,3 +907,49 @@ fn an_event_payload_over_the_cap_is_refused() {
     assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
     assert_eq!(runs.effects.count("after-event"), 1);
 }
+
+/// Structured logs: a pass, a failed step (each attempt) and a skip are
+/// one JSON line each, naming the instance, its run and repository; a
+/// replayed failure is not logged again.
+#[test]
+fn passes_failed_steps_and_skips_are_logged_as_json_lines() {
+    use sluice::obs::{Kind, Recorder};
+    let rec = Recorder::install();
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("always-fails", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 5), Status::Errored);
+    let failed = rec.of(Kind::StepFailed);
+    assert_eq!(
+        failed.len(),
+        3,
+        "two retried attempts and the final failure"
+    );
+    for f in &failed {
+        assert_eq!(f["instance_id"], c.id.as_str());
+        assert_eq!(f["run"], "always-fails");
+        assert_eq!(f["repo"], "octo/hello");
+        assert_eq!(f["step"], "doomed");
+    }
+    assert_eq!(failed[2]["final"], true);
+    assert_eq!(failed[2]["error_tag"], "RetriesExhausted");
+    let passes = rec.of(Kind::Pass);
+    let last = passes.last().expect("a pass line");
+    assert_eq!(last["status"], "errored");
+    assert_eq!(last["error_tag"], "RetriesExhausted");
+    // A pass of the finished instance replays nothing new and logs no
+    // second failure.
+    block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(rec.of(Kind::StepFailed).len(), 3);
+
+    let skipped = World::with_index(w.index.clone());
+    let s = block_on(skipped.engine().create(&req("skips", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&skipped, &runs, 3), Status::Skipped);
+    let skip = rec.of(Kind::Skip);
+    assert_eq!(skip.len(), 1);
+    assert_eq!(skip[0]["instance_id"], s.id.as_str());
+    for line in rec.lines() {
+        assert!(!line.contains('\n'));
+        assert!(serde_json::from_str::<Value>(&line).is_ok_and(|v| v.is_object()));
+    }
+}

@@ -174,9 +174,11 @@ fn hrefs(tags: &[Tag]) -> Vec<String> {
         .collect()
 }
 
+/// The action forms of a page (not the header's sign-out form).
 fn forms(tags: &[Tag]) -> Vec<Tag> {
     tags.iter()
         .filter(|t| t.name == "form" && !t.closing && t.attr("method") == Some("post"))
+        .filter(|t| t.attr("action") != Some("/ui/logout"))
         .cloned()
         .collect()
 }
@@ -244,6 +246,7 @@ fn approval(id: &str) -> ApprovalView {
         decider: Some("@octo/release-managers".into()),
         waiting_since_ms: NOW - 5 * MIN,
         deadline_ms: Some(NOW + 72 * 60 * MIN),
+        approve_here: true,
     }
 }
 
@@ -810,10 +813,14 @@ fn the_groups_overview_lists_holders_heartbeats_and_waiters() {
                 oldest_waited_ms: Some(1_500),
             },
         ],
+        repo: Some("octo/hello".into()),
+        next_cursor: Some("deploy:octo/world:main".into()),
         approvals: vec![approval("dep-q")],
         actions: Actions::v1(None),
     };
     let html = render_groups(&page, NOW);
+    assert!(html
+        .contains("href=\"/ui/groups?repo=octo%2Fhello&amp;cursor=deploy%3Aocto%2Fworld%3Amain\""));
     let tags = parse(&html);
     assert_eq!(count(&html, "<tr><td data-label=\"Group\">"), 2);
     assert!(html.contains("12 min ago <span class=\"st st-stale\">stale: no longer blocks</span>"));
@@ -828,6 +835,8 @@ fn the_groups_overview_lists_holders_heartbeats_and_waiters() {
     let empty = render_groups(
         &GroupsPage {
             groups: Vec::new(),
+            repo: None,
+            next_cursor: None,
             approvals: Vec::new(),
             actions: Actions::v1(None),
         },
@@ -935,6 +944,8 @@ fn hostile_pages(value: &str) -> Vec<String> {
         render_groups(
             &GroupsPage {
                 groups: vec![summary],
+                repo: Some(value.to_owned()),
+                next_cursor: Some(value.to_owned()),
                 approvals: Vec::new(),
                 actions: Actions::v1(None),
             },

@@ -7,7 +7,8 @@ mod common;
 use common::{block_on, World, T0};
 use serde_json::json;
 use sluice::engine::{CreateRequest, Status};
-use sluice::store::executions;
+use sluice::gates::serial::{self, GroupFilter};
+use sluice::store::executions::{self, Cursor, ListFilter};
 use sluice::store::sqlite::SqliteDb;
 use sluice::store::{Database, Param, Stmt};
 
@@ -114,4 +115,339 @@ fn the_status_column_refuses_unknown_states() {
     )));
     assert!(r.is_err(), "CHECK (status IN (...)) guards the column");
     assert_eq!(w.engine().record().unwrap().unwrap().status, Status::Queued);
+}
+
+// --- pages: every list reaches every row, with filters ---
+
+/// Inserts an execution row as the engine's create would, with the
+/// columns the lists filter on.
+fn row(db: &SqliteDb, id: &str, run: &str, repo: &str, entity: &str, status: &str, at: i64) {
+    block_on(db.run(Stmt::new(
+        "INSERT INTO executions (id, key, run, repo, entity, status, input_json, created_ms, \
+         updated_ms) VALUES (?1, ?1, ?2, ?3, ?4, ?5, '{}', ?6, ?6)",
+        vec![
+            Param::from(id),
+            Param::from(run),
+            Param::from(repo),
+            Param::from(entity),
+            Param::from(status),
+            Param::from(at),
+        ],
+    )))
+    .expect("insert");
+}
+
+/// Every page of `filter`, following cursors until there is none; the
+/// number of pages is bounded by the rows (a cursor that does not advance
+/// would fail the bound, not loop).
+fn all_pages(db: &SqliteDb, filter: &ListFilter, limit: u32) -> (Vec<String>, usize) {
+    let mut ids = Vec::new();
+    let mut after: Option<Cursor> = None;
+    let pages_max = 1 + 1_000 / limit as usize;
+    for pages in 1..=pages_max {
+        let page = block_on(executions::list_page(db, filter, after.as_ref(), limit)).unwrap();
+        assert!(page.items.len() <= limit as usize);
+        ids.extend(page.items.into_iter().map(|r| r.id));
+        match page.next_cursor {
+            Some(c) => after = Some(Cursor::decode(&c).expect("a cursor the store made decodes")),
+            None => return (ids, pages),
+        }
+    }
+    panic!("more than {pages_max} pages: a cursor did not advance");
+}
+
+#[test]
+fn the_executions_list_pages_through_every_row_newest_first() {
+    let db = SqliteDb::with_migrations().unwrap();
+    // 450 rows (more than the old 200-row cap), many sharing a millisecond
+    // so ties are broken by id across page boundaries.
+    for i in 0..450 {
+        let run = if i % 3 == 0 { "deploy" } else { "check" };
+        let status = if i % 5 == 0 { "skipped" } else { "complete" };
+        let repo = if i % 2 == 0 { "octo/a" } else { "octo/b" };
+        row(
+            &db,
+            &format!("x-{i:03}"),
+            run,
+            repo,
+            &format!("pr:{}", i % 7),
+            status,
+            T0 + i / 4,
+        );
+    }
+    let (ids, pages) = all_pages(&db, &ListFilter::default(), 200);
+    assert_eq!(ids.len(), 450, "every row is reachable");
+    assert_eq!(pages, 3);
+    let mut sorted = ids.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(
+        ids, sorted,
+        "newest first, ties by id descending, no repeats"
+    );
+
+    // Pages of 7 give the same sequence.
+    assert_eq!(all_pages(&db, &ListFilter::default(), 7).0, ids);
+
+    // Filters compose with the cursor.
+    let f = ListFilter {
+        run: Some("deploy".into()),
+        repo: Some("octo/a".into()),
+        status: Some("complete".into()),
+        ..ListFilter::default()
+    };
+    let (deploys, _) = all_pages(&db, &f, 10);
+    let want: Vec<String> = (0..450)
+        .rev()
+        .filter(|i| i % 3 == 0 && i % 2 == 0 && i % 5 != 0)
+        .map(|i| format!("x-{i:03}"))
+        .collect();
+    assert_eq!(deploys, want);
+
+    let entity = ListFilter {
+        entity: Some("pr:3".into()),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        all_pages(&db, &entity, 9).0.len(),
+        (0..450).filter(|i| i % 7 == 3).count()
+    );
+
+    // The time range: created at or after `since`, before `until`.
+    let range = ListFilter {
+        since_ms: Some(T0 + 10),
+        until_ms: Some(T0 + 12),
+        ..ListFilter::default()
+    };
+    let (in_range, _) = all_pages(&db, &range, 3);
+    assert_eq!(
+        in_range,
+        ["x-047", "x-046", "x-045", "x-044", "x-043", "x-042", "x-041", "x-040"]
+    );
+}
+
+#[test]
+fn the_last_page_has_no_cursor_and_a_foreign_cursor_decodes_to_nothing() {
+    let db = SqliteDb::with_migrations().unwrap();
+    for i in 0..4 {
+        row(
+            &db,
+            &format!("r{i}"),
+            "check",
+            "o/r",
+            "pr:1",
+            "complete",
+            T0 + i,
+        );
+    }
+    let exact = block_on(executions::list_page(&db, &ListFilter::default(), None, 4)).unwrap();
+    assert_eq!(exact.items.len(), 4);
+    assert_eq!(
+        exact.next_cursor, None,
+        "exactly a page: no empty next page"
+    );
+    let empty = block_on(executions::list_page(
+        &db,
+        &ListFilter {
+            repo: Some("nobody/here".into()),
+            ..ListFilter::default()
+        },
+        None,
+        4,
+    ))
+    .unwrap();
+    assert!(empty.items.is_empty() && empty.next_cursor.is_none());
+    for bad in [
+        "",
+        ".",
+        "x.y",
+        "12",
+        "12.",
+        "+1.a",
+        &format!("1.{}", "k".repeat(201)),
+    ] {
+        assert_eq!(Cursor::decode(bad), None, "{bad:?}");
+    }
+    let c = Cursor {
+        at_ms: -5,
+        key: "a.b".into(),
+    };
+    assert_eq!(Cursor::decode(&c.encode()), Some(c), "a key may hold dots");
+}
+
+#[test]
+fn deliveries_steps_and_groups_page_too() {
+    let db = SqliteDb::with_migrations().unwrap();
+    for i in 0..25 {
+        let (event, repo) = if i % 2 == 0 {
+            ("push", "o/a")
+        } else {
+            ("pull_request", "o/b")
+        };
+        block_on(executions::record_delivery(
+            &db,
+            &executions::DeliveryRow {
+                delivery_id: format!("d.{i:02}"),
+                event: event.into(),
+                action: None,
+                repo: Some(repo.into()),
+                instance_ids_json: "[]".into(),
+                received_ms: T0 + i / 3,
+            },
+        ))
+        .unwrap();
+    }
+    let f = executions::DeliveryFilter {
+        event: Some("push".into()),
+        ..Default::default()
+    };
+    let mut seen = Vec::new();
+    let mut after = None;
+    for _ in 0..25 {
+        let page = block_on(executions::deliveries_page(&db, &f, after.as_ref(), 4)).unwrap();
+        seen.extend(page.items.iter().map(|d| d.delivery_id.clone()));
+        match page.next_cursor {
+            Some(c) => after = Cursor::decode(&c),
+            None => break,
+        }
+    }
+    let want: Vec<String> = (0..25)
+        .rev()
+        .filter(|i| i % 2 == 0)
+        .map(|i| format!("d.{i:02}"))
+        .collect();
+    assert_eq!(seen, want);
+
+    // Steps: by seq, after the cursor.
+    row(&db, "s1", "probe", "o/a", "pr:1", "running", T0);
+    for seq in 0..5i64 {
+        block_on(db.run(Stmt::new(
+            "INSERT INTO execution_steps (execution_id, seq, name, kind, state, attempts, \
+             started_ms) VALUES ('s1', ?1, ?2, 'step', 'done', 1, ?3)",
+            vec![
+                Param::from(seq),
+                Param::from(format!("step {seq}")),
+                Param::from(T0),
+            ],
+        )))
+        .unwrap();
+    }
+    let first = block_on(executions::steps_page(&db, "s1", None, 3)).unwrap();
+    assert_eq!(
+        first.items.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert_eq!(first.next_cursor.as_deref(), Some("2"));
+    let rest = block_on(executions::steps_page(&db, "s1", Some(2), 3)).unwrap();
+    assert_eq!(rest.items.iter().map(|s| s.seq).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(rest.next_cursor, None);
+
+    // Groups: by key after the cursor, filtered by the repository of their
+    // live rows' executions.
+    for (i, (group, repo)) in [("g:a", "o/a"), ("g:b", "o/b"), ("g:c", "o/a")]
+        .iter()
+        .enumerate()
+    {
+        let id = format!("w{i}");
+        row(&db, &id, "deploy", repo, "branch:main", "waiting", T0);
+        block_on(db.run(Stmt::new(
+            "INSERT INTO serial_queue (group_key, execution_id, instance_id, revision, state, \
+             arrived_ms, heartbeat_ms, updated_ms) VALUES (?1, ?2, ?2, 'abc', 'waiting', ?3, ?3, ?3)",
+            vec![Param::from(*group), Param::from(id.as_str()), Param::from(T0)],
+        )))
+        .unwrap();
+    }
+    let gf = |repo: Option<&str>, after: Option<&str>| GroupFilter {
+        repo: repo.map(str::to_owned),
+        after: after.map(str::to_owned),
+    };
+    let p1 = block_on(serial::groups_page(&db, &gf(None, None), 2, T0)).unwrap();
+    assert_eq!(
+        p1.items
+            .iter()
+            .map(|g| g.group.as_str())
+            .collect::<Vec<_>>(),
+        ["g:a", "g:b"]
+    );
+    assert_eq!(p1.next_cursor.as_deref(), Some("g:b"));
+    let p2 = block_on(serial::groups_page(&db, &gf(None, Some("g:b")), 2, T0)).unwrap();
+    assert_eq!(
+        p2.items
+            .iter()
+            .map(|g| g.group.as_str())
+            .collect::<Vec<_>>(),
+        ["g:c"]
+    );
+    assert_eq!(p2.next_cursor, None);
+    let of_a = block_on(serial::groups_page(&db, &gf(Some("o/a"), None), 10, T0)).unwrap();
+    assert_eq!(
+        of_a.items
+            .iter()
+            .map(|g| g.group.as_str())
+            .collect::<Vec<_>>(),
+        ["g:a", "g:c"]
+    );
+}
+
+#[test]
+fn human_waits_are_the_waiting_event_waits_a_person_decides() {
+    let db = SqliteDb::with_migrations().unwrap();
+    let wait = |id: &str, seq: i64, name: &str, state: &str, deadline: i64| {
+        block_on(db.run(Stmt::new(
+            "INSERT INTO execution_steps (execution_id, seq, name, kind, state, attempts, \
+             started_ms, wake_at_ms) VALUES (?1, ?2, ?3, 'wait', ?4, 0, ?5, ?6)",
+            vec![
+                Param::from(id),
+                Param::from(seq),
+                Param::from(name),
+                Param::from(state),
+                Param::from(T0),
+                Param::from(deadline),
+            ],
+        )))
+        .unwrap();
+    };
+    row(&db, "fork", "check", "o/a", "pr:9", "waiting", T0);
+    wait("fork", 3, "approval", "done", T0 + 5);
+    wait("fork", 4, "approval#2", "waiting", T0 + 50);
+    row(&db, "dep", "deploy", "o/a", "branch:main", "waiting", T0);
+    wait("dep", 1, "confirmation", "waiting", T0 + 10);
+    row(&db, "turn", "deploy", "o/a", "branch:main", "waiting", T0);
+    wait("turn", 1, "turn", "waiting", T0 + 1);
+    row(
+        &db,
+        "gone",
+        "deploy",
+        "o/a",
+        "branch:main",
+        "terminated",
+        T0,
+    );
+    wait("gone", 1, "confirmation", "waiting", T0 + 1);
+    let found = block_on(executions::human_waits(
+        &db,
+        &["approval", "confirmation"],
+        10,
+    ))
+    .unwrap();
+    let got: Vec<(&str, &str, Option<i64>)> = found
+        .iter()
+        .map(|h| {
+            (
+                h.execution.id.as_str(),
+                h.wait_name.as_str(),
+                h.wait_deadline_ms,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dep", "confirmation", Some(T0 + 10)),
+            ("fork", "approval#2", Some(T0 + 50))
+        ],
+        "earliest deadline first; a serial turn and a finished execution are not decisions"
+    );
+    assert!(block_on(executions::human_waits(&db, &[], 10))
+        .unwrap()
+        .is_empty());
 }

@@ -27,6 +27,7 @@ use super::config::StepConfig;
 use super::error::{RunError, StepFailure};
 use crate::clock::Clock;
 use crate::journal::{Entry, EntryKind, EntryState};
+use crate::obs::{self, Kind, Subject};
 use crate::store::journal::JournalStore;
 
 /// What an operator asked of a pass in progress; the next durable call
@@ -55,7 +56,8 @@ pub struct Ctx<'a> {
     journal: &'a dyn JournalStore,
     blobs: Option<&'a dyn Blobs>,
     clock: &'a dyn Clock,
-    instance_id: String,
+    /// The instance, its run and repository (what its log lines name).
+    subject: Subject,
     generation: u32,
     started_ms: i64,
     /// When this pass began: the pass budget counts from here.
@@ -113,7 +115,7 @@ impl<'a> Ctx<'a> {
         journal: &'a dyn JournalStore,
         blobs: Option<&'a dyn Blobs>,
         clock: &'a dyn Clock,
-        instance_id: String,
+        subject: Subject,
         generation: u32,
         started_ms: i64,
         max_duration_ms: i64,
@@ -126,7 +128,7 @@ impl<'a> Ctx<'a> {
             journal,
             blobs,
             clock,
-            instance_id,
+            subject,
             generation,
             started_ms,
             pass_started_ms: clock.now_ms(),
@@ -143,7 +145,12 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn instance_id(&self) -> &str {
-        &self.instance_id
+        &self.subject.instance_id
+    }
+
+    /// The instance, its run and repository, for log lines.
+    pub fn subject(&self) -> &Subject {
+        &self.subject
     }
 
     /// How many times an operator restarted the instance.
@@ -292,6 +299,7 @@ impl<'a> Ctx<'a> {
                 return Err(self.fail(&slot, EntryKind::Step, attempt, started_ms, err));
             }
             let delay_ms = cfg.delay_before_retry_ms(attempt);
+            self.log_retry(&slot, attempt, &failure, delay_ms);
             if delay_ms <= STEP_RETRY_INLINE_MS_MAX {
                 self.clock.sleep(delay_ms).await;
                 attempt += 1;
@@ -407,6 +415,19 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// A failed attempt that will be retried: one log line.
+    fn log_retry(&self, slot: &Slot, attempt: u32, failure: &StepFailure, delay_ms: i64) {
+        obs::event(Kind::StepFailed)
+            .about(&self.subject)
+            .field("step", slot.name.as_str())
+            .field("attempt", attempt)
+            .field("final", false)
+            .field("error_tag", failure.tag.as_str())
+            .message("error", &failure.message)
+            .field("retry_in_ms", delay_ms)
+            .emit();
+    }
+
     fn write_retrying(
         &self,
         slot: &Slot,
@@ -472,7 +493,7 @@ impl<'a> Ctx<'a> {
         })?;
         let key = format!(
             "steps/{}/g{}/{}",
-            self.instance_id,
+            self.subject.instance_id,
             self.generation,
             self.cursor.get()
         );
@@ -767,6 +788,15 @@ impl<'a> Ctx<'a> {
         started_ms: i64,
         err: RunError,
     ) -> RunError {
+        obs::event(Kind::StepFailed)
+            .about(&self.subject)
+            .field("step", slot.name.as_str())
+            .field("kind", kind.as_str())
+            .field("attempt", attempts)
+            .field("final", true)
+            .field("error_tag", err.tag())
+            .message("error", &err.to_string())
+            .emit();
         let entry = Entry {
             state: EntryState::Failed,
             value: serde_json::to_string(&err).ok(),

@@ -25,6 +25,7 @@ use super::id::InstanceId;
 use crate::clock::Clock;
 use crate::journal::InstanceRecord;
 use crate::journal::Status;
+use crate::obs::{self, Kind, Subject};
 use crate::store::journal::JournalStore;
 
 /// How a run body ends when it does not fail.
@@ -268,6 +269,7 @@ impl<'a> Engine<'a> {
         let mirror_error = self.mirror(&mut rec, now).await.err();
         rec.mirror_pending = mirror_error.is_some();
         self.journal.save_instance(&rec)?;
+        log_pass(&rec, &stats, mirror_error.as_deref());
         Ok(PassResult {
             status: rec.status,
             wake_at_ms: rec.wake_at_ms,
@@ -312,7 +314,7 @@ impl<'a> Engine<'a> {
             self.journal,
             self.blobs,
             self.clock,
-            rec.id.clone(),
+            subject_of(rec),
             rec.generation,
             rec.started_ms.unwrap_or(now),
             rec.max_duration_ms,
@@ -569,6 +571,47 @@ impl<'a> Engine<'a> {
     /// The instance's record, if it exists here.
     pub fn record(&self) -> Result<Option<InstanceRecord>, CommandError> {
         Ok(self.journal.load_instance()?)
+    }
+}
+
+/// What an instance's log lines name it by.
+pub fn subject_of(rec: &InstanceRecord) -> Subject {
+    Subject {
+        instance_id: rec.id.clone(),
+        run: Some(rec.run.clone()),
+        repo: rec.repo.clone(),
+    }
+}
+
+/// The pass's line, and the skip's when the pass ended the instance
+/// skipped (with its reason; none for an operator's silent skip).
+fn log_pass(rec: &InstanceRecord, stats: &PassStats, mirror_error: Option<&str>) {
+    let subject = subject_of(rec);
+    let mut line = obs::event(Kind::Pass)
+        .about(&subject)
+        .field("pass", rec.passes)
+        .field("generation", rec.generation)
+        .field("status", rec.status.as_str())
+        .field("wake_at_ms", rec.wake_at_ms)
+        .field(
+            "waiting_on",
+            rec.reason.clone().filter(|_| rec.status == Status::Waiting),
+        )
+        .field("bodies_run", stats.bodies_run)
+        .field("replayed", stats.replayed)
+        .field("journal_writes", stats.journal_writes)
+        .field("error_tag", rec.error_tag.clone());
+    if let Some(e) = mirror_error {
+        line = line.message("mirror_error", e);
+    }
+    line.emit();
+    if rec.status == Status::Skipped {
+        obs::event(Kind::Skip)
+            .about(&subject)
+            .field("reason", rec.reason.clone())
+            .field("tag", rec.error_tag.clone())
+            .field("sha", rec.sha.clone())
+            .emit();
     }
 }
 

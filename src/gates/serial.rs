@@ -22,6 +22,7 @@ use crate::limits::{
     GROUPS_LISTED_MAX, HOLDER_STALE_MS, RECENT_SKIPS_LISTED_MAX, SKIP_ALL_MAX, WAITERS_LISTED_MAX,
 };
 use crate::stmt;
+use crate::store::executions::Page;
 use crate::store::sql::{decode, Database, Stmt, StoreError};
 
 use super::policy::{ArrivalRule, Current, QueuePolicy, SkipReason};
@@ -964,6 +965,30 @@ pub struct GroupSummary {
 
 /// Groups with a holder or a waiter, by name, at most `GROUPS_LISTED_MAX`.
 pub async fn groups(db: &dyn Database, now_ms: i64) -> Result<Vec<GroupSummary>, StoreError> {
+    Ok(
+        groups_page(db, &GroupFilter::default(), GROUPS_LISTED_MAX, now_ms)
+            .await?
+            .items,
+    )
+}
+
+/// Filters and the page start of the groups overview.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupFilter {
+    /// Only groups with a live row of an execution of this repository.
+    pub repo: Option<String>,
+    /// The cursor: groups whose key sorts after this one.
+    pub after: Option<String>,
+}
+
+/// One page of groups with a holder or a waiter, by name; the next cursor
+/// is the last group's key.
+pub async fn groups_page(
+    db: &dyn Database,
+    f: &GroupFilter,
+    limit: u32,
+    now_ms: i64,
+) -> Result<Page<GroupSummary>, StoreError> {
     #[derive(Deserialize)]
     struct Row {
         group_key: String,
@@ -980,13 +1005,19 @@ pub async fn groups(db: &dyn Database, now_ms: i64) -> Result<Vec<GroupSummary>,
                SUM(state = 'waiting') AS waiting, \
                MIN(CASE WHEN state = 'waiting' THEN arrived_ms END) AS oldest_arrived_ms \
              FROM serial_queue WHERE state IN ('holding','waiting') \
+               AND (?2 IS NULL OR group_key > ?2) \
+               AND (?3 IS NULL OR group_key IN (SELECT q.group_key FROM serial_queue q \
+                 JOIN executions e ON e.id = q.instance_id \
+                 WHERE e.repo = ?3 AND q.state IN ('holding','waiting'))) \
              GROUP BY group_key ORDER BY group_key LIMIT ?1",
-            GROUPS_LISTED_MAX,
+            limit.saturating_add(1),
+            f.after.clone(),
+            f.repo.clone(),
         ))
         .await?,
     )?;
     let stale_before = now_ms.saturating_sub(HOLDER_STALE_MS);
-    Ok(rows
+    let mut items: Vec<GroupSummary> = rows
         .into_iter()
         .map(|r| GroupSummary {
             group: r.group_key,
@@ -996,5 +1027,72 @@ pub async fn groups(db: &dyn Database, now_ms: i64) -> Result<Vec<GroupSummary>,
             waiting: u32::try_from(r.waiting).unwrap_or(u32::MAX),
             oldest_waited_ms: r.oldest_arrived_ms.map(|a| now_ms.saturating_sub(a)),
         })
-        .collect())
+        .collect();
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next_cursor = if more {
+        items.last().map(|g| g.group.clone())
+    } else {
+        None
+    };
+    Ok(Page { items, next_cursor })
+}
+
+/// Instances one [`newer_revisions`] call asks about: D1 binds at most 100
+/// parameters per statement.
+pub const NEWER_REVISIONS_IDS_MAX: usize = 100;
+
+/// For each of `instance_ids` whose rows name a newer revision
+/// (`superseded_by`: the superseding arrival's, or the branch head a
+/// `not_current` skip saw), the most recent one. At most
+/// `NEWER_REVISIONS_IDS_MAX` ids are asked about.
+pub async fn newer_revisions(
+    db: &dyn Database,
+    instance_ids: &[&str],
+) -> Result<Vec<(String, String)>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        instance_id: String,
+        superseded_by: String,
+    }
+    let ids = &instance_ids[..instance_ids.len().min(NEWER_REVISIONS_IDS_MAX)];
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "SELECT instance_id, superseded_by FROM serial_queue WHERE superseded_by IS NOT NULL \
+         AND instance_id IN ({}) ORDER BY seq",
+        marks.join(", ")
+    );
+    let params = ids
+        .iter()
+        .map(|id| crate::store::Param::from(*id))
+        .collect();
+    let rows: Vec<Row> = decode(db.all(Stmt::new(sql, params)).await?)?;
+    // Oldest first, so a later row of the same instance wins.
+    let mut out: Vec<(String, String)> = Vec::new();
+    for r in rows {
+        match out.iter_mut().find(|(id, _)| *id == r.instance_id) {
+            Some(entry) => entry.1 = r.superseded_by,
+            None => out.push((r.instance_id, r.superseded_by)),
+        }
+    }
+    Ok(out)
+}
+
+/// The serial group an instance last queued in, if any.
+pub async fn group_of(db: &dyn Database, instance_id: &str) -> Result<Option<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        group_key: String,
+    }
+    let rows: Vec<Row> = decode(
+        db.all(stmt!(
+            "SELECT group_key FROM serial_queue WHERE instance_id = ?1 ORDER BY seq DESC LIMIT 1",
+            instance_id,
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().next().map(|r| r.group_key))
 }

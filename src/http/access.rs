@@ -225,6 +225,9 @@ pub struct AccessConfig {
     team_domain: String,
     /// The application's AUD tag.
     aud: String,
+    /// Where the keys are fetched instead of the team's certs URL (a local
+    /// stand-in in tests); None in production.
+    certs_url: Option<String>,
 }
 
 /// A team name is a DNS label; the domain is at most a DNS name.
@@ -257,7 +260,21 @@ impl AccessConfig {
         Ok(AccessConfig {
             team_domain: domain,
             aud: aud.to_owned(),
+            certs_url: None,
         })
+    }
+
+    /// Fetches the keys from `url` instead of the team's certs URL
+    /// (`ACCESS_CERTS_URL`: the end-to-end tests serve keys they made). The
+    /// issuer is still the team's. Refuses anything but an http(s) URL.
+    pub fn with_certs_url(mut self, url: &str) -> Result<AccessConfig, String> {
+        let url = url.trim();
+        let web = url.starts_with("https://") || url.starts_with("http://");
+        if !web || url.len() > TEAM_DOMAIN_CHARS_MAX * 4 || url.chars().any(char::is_whitespace) {
+            return Err(format!("ACCESS_CERTS_URL {url:?} is not an http(s) URL"));
+        }
+        self.certs_url = Some(url.to_owned());
+        Ok(self)
     }
 
     /// `https://<team>.cloudflareaccess.com`: the `iss` Access writes.
@@ -267,7 +284,10 @@ impl AccessConfig {
 
     /// Where the team's JWKS is published.
     pub fn certs_url(&self) -> String {
-        format!("https://{}/cdn-cgi/access/certs", self.team_domain)
+        match &self.certs_url {
+            Some(url) => url.clone(),
+            None => format!("https://{}/cdn-cgi/access/certs", self.team_domain),
+        }
     }
 
     pub fn aud(&self) -> &str {

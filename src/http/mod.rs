@@ -3,8 +3,11 @@
 //! carries them out against the Worker's bindings.
 
 pub mod access;
+pub mod auth;
+pub mod dashboard;
 pub mod dispatch;
 pub mod error;
+pub mod lists;
 pub mod pages;
 pub mod routes;
 pub mod setup;

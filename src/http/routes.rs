@@ -1,6 +1,11 @@
-//! Request routing as a pure function, so tests check it without a socket.
+//! Request routing as a pure function, so tests check it without a socket:
+//! the `/v1/` API, the dashboard under `/ui/` and the two open routes.
+//! [`Route::access`] says which credential each route needs.
 
 use crate::engine::{Command, InstanceId};
+
+use super::pages::paths;
+use super::pages::Action;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Route {
@@ -27,6 +32,82 @@ pub enum Route {
     Dispatch,
     /// What is configured and what is missing (behind the admin token).
     Setup,
+    /// A dashboard page (GET).
+    Page(Page),
+    /// A dashboard action form (POST): confirmation page, then result page.
+    PageAction(ActionTarget, Action),
+    /// `/ui/executions/{id}/log/{step}`: a command step's log as text, for
+    /// an operator (the signed `/logs/` link is for anyone who holds it).
+    StepLog(InstanceId, String),
+    /// `/ui/app.js`, `/ui/app.css`.
+    Asset(Asset),
+    /// `GET /ui/login`: the sign-in form; `POST /ui/login`: a session
+    /// cookie for the admin token; `POST /ui/logout` drops it.
+    Login,
+    LoginSubmit,
+    Logout,
+}
+
+/// The dashboard's pages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Page {
+    /// `/ui`: the executions list.
+    Home,
+    Executions,
+    Execution(InstanceId),
+    Groups,
+    Group(String),
+    Approvals,
+}
+
+/// What a dashboard action acts on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionTarget {
+    Execution(InstanceId),
+    Group(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asset {
+    AppJs,
+    AppCss,
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: `/healthz`, the webhook (which checks its signature) and a
+    /// log behind its signed link (which checks its own).
+    Open,
+    /// Anyone, and it shows nothing of Sluice's state: the sign-in page
+    /// and the static assets it needs.
+    SignIn,
+    /// An operator: the admin token, a dashboard session made from it, or
+    /// Cloudflare Access.
+    Operator,
+}
+
+impl Route {
+    pub fn access(&self) -> Access {
+        match self {
+            // The dispatch checks its own signature (DISPATCH_SECRET).
+            Route::Health | Route::Webhook | Route::Log(..) | Route::Dispatch => Access::Open,
+            Route::Asset(_) | Route::Login | Route::LoginSubmit | Route::Logout => Access::SignIn,
+            _ => Access::Operator,
+        }
+    }
+
+    /// A dashboard route: its errors are HTML pages, not JSON.
+    pub fn is_page(&self) -> bool {
+        matches!(
+            self,
+            Route::Page(_)
+                | Route::PageAction(..)
+                | Route::Login
+                | Route::LoginSubmit
+                | Route::Logout
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +118,7 @@ pub enum RouteError {
 }
 
 /// Event types are path segments: same alphabet as ids.
-fn valid_event_type(s: &str) -> bool {
+pub fn valid_event_type(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 100
         && s.chars()
@@ -47,7 +128,20 @@ fn valid_event_type(s: &str) -> bool {
 /// Group keys ("deploy:octo/hello:main") travel percent-encoded in one
 /// path segment.
 fn group_name(raw: &str) -> Result<String, RouteError> {
-    let bad = || RouteError::BadId(format!("group {raw:?} is not a valid percent-encoded name"));
+    decoded(raw, "group")
+}
+
+/// A step name, percent-encoded in one segment.
+fn segment(raw: &str) -> Result<String, RouteError> {
+    decoded(raw, "step")
+}
+
+fn decoded(raw: &str, what: &str) -> Result<String, RouteError> {
+    let bad = || {
+        RouteError::BadId(format!(
+            "{what} {raw:?} is not a valid percent-encoded name"
+        ))
+    };
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -119,9 +213,106 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
             };
             only("POST", Route::Command(id(raw)?, cmd))
         }
+        ["ui", ..] => ui_route(method, &segs[1..]),
         _ => Err(RouteError::NotFound),
     }
 }
+
+/// The dashboard's routes (`http::pages::paths` builds their links).
+fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
+    let id = |s: &str| InstanceId::parse(s).map_err(|e| RouteError::BadId(e.to_string()));
+    let only = |m: &str, r: Route| {
+        if method == m {
+            Ok(r)
+        } else {
+            Err(RouteError::MethodNotAllowed)
+        }
+    };
+    let page = |p: Page| only("GET", Route::Page(p));
+    let act = |t: ActionTarget, a: Action| only("POST", Route::PageAction(t, a));
+    match segs {
+        [] => page(Page::Home),
+        ["executions"] => page(Page::Executions),
+        ["executions", raw] => page(Page::Execution(id(raw)?)),
+        ["executions", raw, "log", step] => only("GET", Route::StepLog(id(raw)?, segment(step)?)),
+        ["executions", raw, verb] => {
+            let action = match *verb {
+                "terminate" => Action::Terminate,
+                "pause" => Action::Pause,
+                "resume" => Action::Resume,
+                "restart" => Action::Restart,
+                "skip" => Action::Skip,
+                // The event type is a field of the form.
+                "events" => Action::SendEvent,
+                _ => return Err(RouteError::NotFound),
+            };
+            act(ActionTarget::Execution(id(raw)?), action)
+        }
+        ["groups"] => page(Page::Groups),
+        ["groups", g] => page(Page::Group(group_name(g)?)),
+        ["groups", g, "skip-all"] => act(ActionTarget::Group(group_name(g)?), Action::SkipAll),
+        ["approvals"] => page(Page::Approvals),
+        ["login"] => match method {
+            "GET" => Ok(Route::Login),
+            "POST" => Ok(Route::LoginSubmit),
+            _ => Err(RouteError::MethodNotAllowed),
+        },
+        ["logout"] => only("POST", Route::Logout),
+        [file] if format!("/ui/{file}") == paths::APP_JS_PATH => {
+            only("GET", Route::Asset(Asset::AppJs))
+        }
+        [file] if format!("/ui/{file}") == paths::APP_CSS_PATH => {
+            only("GET", Route::Asset(Asset::AppCss))
+        }
+        _ => Err(RouteError::NotFound),
+    }
+}
+
+/// Every route of the API and the dashboard as `(method, path template)`,
+/// `{id}`, `{type}`, `{group}`, `{step}` (a step's name) and `{step_key}`
+/// (its id form) standing for a segment: what
+/// `docs/openapi.json` must document (`tests/openapi.rs`) and what
+/// [`route`] must serve.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("POST", "/webhooks/github"),
+    ("GET", "/logs/{id}/{step_key}"),
+    ("GET", "/v1/config"),
+    ("POST", "/v1/dispatch"),
+    ("GET", "/v1/setup"),
+    ("GET", "/v1/deliveries"),
+    ("GET", "/v1/executions"),
+    ("POST", "/v1/executions"),
+    ("GET", "/v1/executions/{id}"),
+    ("POST", "/v1/executions/{id}/events/{type}"),
+    ("POST", "/v1/executions/{id}/terminate"),
+    ("POST", "/v1/executions/{id}/pause"),
+    ("POST", "/v1/executions/{id}/resume"),
+    ("POST", "/v1/executions/{id}/restart"),
+    ("POST", "/v1/executions/{id}/skip"),
+    ("GET", "/v1/groups"),
+    ("GET", "/v1/groups/{group}"),
+    ("POST", "/v1/groups/{group}/skip-all"),
+    ("GET", "/ui"),
+    ("GET", "/ui/executions"),
+    ("GET", "/ui/executions/{id}"),
+    ("GET", "/ui/executions/{id}/log/{step}"),
+    ("POST", "/ui/executions/{id}/terminate"),
+    ("POST", "/ui/executions/{id}/pause"),
+    ("POST", "/ui/executions/{id}/resume"),
+    ("POST", "/ui/executions/{id}/restart"),
+    ("POST", "/ui/executions/{id}/skip"),
+    ("POST", "/ui/executions/{id}/events"),
+    ("GET", "/ui/groups"),
+    ("GET", "/ui/groups/{group}"),
+    ("POST", "/ui/groups/{group}/skip-all"),
+    ("GET", "/ui/approvals"),
+    ("GET", "/ui/login"),
+    ("POST", "/ui/login"),
+    ("POST", "/ui/logout"),
+    ("GET", "/ui/app.js"),
+    ("GET", "/ui/app.css"),
+];
 
 #[cfg(test)]
 mod tests {
@@ -170,5 +361,74 @@ mod tests {
             route("POST", "/v1/executions/x/skip"),
             Ok(Route::Skip(_))
         ));
+    }
+
+    #[test]
+    fn dashboard_routes() {
+        assert_eq!(route("GET", "/ui"), Ok(Route::Page(Page::Home)));
+        assert_eq!(route("GET", "/ui/"), Ok(Route::Page(Page::Home)));
+        assert!(matches!(
+            route("GET", "/ui/executions/check-a-1"),
+            Ok(Route::Page(Page::Execution(_)))
+        ));
+        assert!(matches!(
+            route("POST", "/ui/executions/x/events"),
+            Ok(Route::PageAction(
+                ActionTarget::Execution(_),
+                Action::SendEvent
+            ))
+        ));
+        assert_eq!(
+            route("POST", "/ui/groups/deploy%3Ao%2Fr%3Amain/skip-all"),
+            Ok(Route::PageAction(
+                ActionTarget::Group("deploy:o/r:main".into()),
+                Action::SkipAll
+            ))
+        );
+        assert_eq!(
+            route("GET", "/ui/executions/x/skip"),
+            Err(RouteError::MethodNotAllowed),
+            "an action is never a GET (a link or a prefetch must not act)"
+        );
+        assert!(
+            matches!(route("GET", "/ui/executions/x/log/run%20check%20command"), Ok(Route::StepLog(_, s)) if s == "run check command")
+        );
+        assert_eq!(
+            route("GET", "/ui/executions/x/log/run%20check%20command").map(|r| r.access()),
+            Ok(Access::Operator),
+            "a log needs a credential"
+        );
+        assert_eq!(route("GET", "/ui/app.js"), Ok(Route::Asset(Asset::AppJs)));
+        assert_eq!(route("GET", "/ui/nope.js"), Err(RouteError::NotFound));
+        assert_eq!(route("GET", "/ui/login"), Ok(Route::Login));
+        assert_eq!(Route::Login.access(), Access::SignIn);
+        assert_eq!(Route::Health.access(), Access::Open);
+        assert_eq!(
+            route("GET", "/logs/check-a-1/run-check-command").map(|r| r.access()),
+            Ok(Access::Open),
+            "a signed log link checks its own signature"
+        );
+        assert_eq!(Route::Page(Page::Groups).access(), Access::Operator);
+        assert_eq!(Route::ListExecutions.access(), Access::Operator);
+    }
+
+    /// Every template of `ROUTES` is served by `route` with its method and
+    /// refused with another.
+    #[test]
+    fn every_listed_route_is_served() {
+        for (method, template) in ROUTES {
+            let path = template
+                .replace("{id}", "check-a-1")
+                .replace("{type}", "deploy-confirm")
+                .replace("{group}", "deploy%3Ao%2Fr%3Amain")
+                .replace("{step}", "run%20check%20command")
+                .replace("{step_key}", "run-check-command");
+            assert!(route(method, &path).is_ok(), "{method} {path}");
+            assert_eq!(
+                route("DELETE", &path),
+                Err(RouteError::MethodNotAllowed),
+                "{path}"
+            );
+        }
     }
 }

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
+use crate::obs::{self, Kind, Subject};
 use crate::runs::triggers::{self, EventSend, Plan, PlanContext};
 use crate::store::executions::{self, DeliveryRow};
 use crate::store::Database;
@@ -253,6 +254,7 @@ pub async fn accept(
     creator: &dyn InstanceCreator,
     intake: Intake,
     now_ms: i64,
+    request_id: &str,
 ) -> Result<(u16, Value), ApiError> {
     let (delivery, event, action, repo, creates, sends) = match intake {
         Intake::Ignored { event, reason } => {
@@ -270,16 +272,29 @@ pub async fn accept(
             sends,
         } => (delivery, event, action, repo, creates, sends),
     };
+    let received = obs::event(Kind::DeliveryReceived)
+        .request(request_id)
+        .field("delivery", delivery.as_str())
+        .field("github_event", event.as_str())
+        .field("action", action.clone())
+        .field("repo", repo.clone());
     if let Some(prev) = executions::delivery(db, &delivery).await? {
+        received.field("duplicate", true).emit();
         let instances: Value = serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
         return Ok((
             202,
             json!({ "delivery": delivery, "duplicate": true, "instances": instances }),
         ));
     }
+    received
+        .field("duplicate", false)
+        .field("creates", creates.len())
+        .field("sends", sends.len())
+        .emit();
     let mut instances = Vec::with_capacity(creates.len());
     for c in &creates {
         let created = creator.create(c).await?;
+        log_created(c, &created, request_id);
         instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
     }
     for e in &sends {
@@ -304,4 +319,24 @@ pub async fn accept(
         202,
         json!({ "delivery": delivery, "duplicate": false, "instances": instances }),
     ))
+}
+
+/// The line of an instance a request created (an existing id creates
+/// nothing and writes nothing).
+pub fn log_created(c: &CreateRequest, created: &Created, request_id: &str) {
+    if !created.created {
+        return;
+    }
+    let subject = Subject {
+        instance_id: created.id.clone(),
+        run: Some(c.run.clone()),
+        repo: c.repo.clone(),
+    };
+    obs::event(Kind::InstanceCreated)
+        .about(&subject)
+        .request(request_id)
+        .field("key", c.key.as_str())
+        .field("entity", c.entity.clone())
+        .field("sha", c.sha.clone())
+        .emit();
 }

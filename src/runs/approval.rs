@@ -69,7 +69,7 @@ pub async fn ask(
         // clock says now.
         let left_ms = (deadline_ms - ctx.now_ms()).max(0);
         let payload = match ctx
-            .wait_for_event("approval", CHECK_ACTION_EVENT, left_ms)
+            .wait_for_event(APPROVAL_WAIT, CHECK_ACTION_EVENT, left_ms)
             .await
         {
             Ok(p) => p,
@@ -156,4 +156,51 @@ async fn may_decide(
         Ok(permission.is_some_and(|p| DECIDERS.contains(&p.as_str())))
     })
     .await
+}
+
+/// Who decides a human wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decider {
+    /// An operator, through the API or the dashboard (a deploy's
+    /// confirmation: `POST /v1/executions/{id}/events/deploy-confirm`).
+    Operator,
+    /// Someone with write access, on the check run's button on GitHub (the
+    /// instance asks GitHub who pressed it; an event sent any other way is
+    /// not a press of its check run and decides nothing).
+    GitHubWriteAccess,
+}
+
+/// A wait a person decides: the wait's step name, the event that ends it
+/// and who sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanWait {
+    pub wait: &'static str,
+    pub event_type: &'static str,
+    pub decider: Decider,
+}
+
+/// Every wait of every run that a person decides: what the dashboard lists
+/// as waiting approvals. A run that adds one adds it here.
+pub const HUMAN_WAITS: [HumanWait; 2] = [
+    HumanWait {
+        wait: super::deploy::CONFIRM_WAIT,
+        event_type: super::deploy::CONFIRM_EVENT,
+        decider: Decider::Operator,
+    },
+    HumanWait {
+        wait: APPROVAL_WAIT,
+        event_type: CHECK_ACTION_EVENT,
+        decider: Decider::GitHubWriteAccess,
+    },
+];
+
+/// The name of the approval wait (each round after the first is
+/// `approval#2`, ...).
+pub const APPROVAL_WAIT: &str = "approval";
+
+/// The human wait a journaled wait name is a round of (`approval#3` is
+/// `approval`'s).
+pub fn human_wait_of(step_name: &str) -> Option<&'static HumanWait> {
+    let base = step_name.split_once('#').map_or(step_name, |(b, _)| b);
+    HUMAN_WAITS.iter().find(|w| w.wait == base)
 }

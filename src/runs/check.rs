@@ -272,7 +272,7 @@ async fn check_held(
         vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
     }
     let spec = CommandSpec {
-        step: "run check command",
+        step: super::command::CHECK_COMMAND_STEP,
         repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,

@@ -89,6 +89,12 @@ fn store_failure(e: crate::store::StoreError) -> StepFailure {
     FailureTag::Gate.retryable(e.to_string())
 }
 
+/// The command steps of the runs: each stores its redacted log under
+/// `loglink::log_key`, which the dashboard links from the step's row.
+pub const LOGGED_STEPS: &[&str] = &[CHECK_COMMAND_STEP, DEPLOY_COMMAND_STEP];
+pub const CHECK_COMMAND_STEP: &str = "run check command";
+pub const DEPLOY_COMMAND_STEP: &str = "run deploy command";
+
 /// The sandbox process id of a command step in this generation: fresh
 /// after a restart, the same on every replay.
 pub fn process_id(instance_id: &str, step: &str, generation: u32) -> InstanceId {

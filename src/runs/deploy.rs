@@ -33,7 +33,7 @@ pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
 pub const CONFIRM_EVENT: &str = "deploy-confirm";
 /// The wait for it; a restart never reuses a confirmation (see
 /// `prepare_restart`).
-const CONFIRM_WAIT: &str = "confirmation";
+pub const CONFIRM_WAIT: &str = "confirmation";
 /// A confirmation nobody gives is bounded (ADR-0001 rule 3: hibernation
 /// only for bounded human decisions): 72 h, as release approval.
 const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = 72 * 3600 * 1000;
@@ -296,7 +296,7 @@ async fn deploy_held(
         vars.insert("SLUICE_DEPLOY_LABEL".to_owned(), label.clone());
     }
     let spec = CommandSpec {
-        step: "run deploy command",
+        step: super::command::DEPLOY_COMMAND_STEP,
         repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,

@@ -35,6 +35,7 @@ use crate::gates::policy::{Current, QueuePolicy, SkipReason};
 use crate::gates::serial::{self, Arrival, ClaimOutcome, EnqueueOutcome};
 use crate::gates::{admission, lease};
 use crate::limits::{HEARTBEAT_INTERVAL_MS, HOLDER_STALE_MS, SLOT_TTL_MS};
+use crate::obs::{self, Kind, Subject};
 use crate::store::{Database, StoreError};
 
 use super::report::{github_failure, github_step, Verdict};
@@ -432,6 +433,7 @@ async fn serial_turn(
                 let outcome = serial::claim(env.db, s.group, &held.gate_id, s.policy, at_ms)
                     .await
                     .map_err(gate_failure)?;
+                log_claim(ctx, s.group, &outcome);
                 Ok(Claimed { outcome, at_ms })
             })
             .await?;
@@ -498,6 +500,7 @@ async fn enqueue(
             let outcome = serial::enqueue(env.db, &arrival, s.policy, at_ms)
                 .await
                 .map_err(gate_failure)?;
+            log_enqueue(ctx, s.group, &outcome);
             Ok(Enqueued { outcome, at_ms })
         }
     })
@@ -581,6 +584,61 @@ fn skip_of(s: &Serial<'_>, outcome: ClaimOutcome) -> Result<Verdict, RunError> {
     })
 }
 
+// --- log lines of gate transitions (written inside the steps that make
+// them, so a replay does not repeat them) ---
+
+fn gate_line(subject: &Subject, gate: &str, name: &str, transition: &str) -> obs::Event {
+    obs::event(Kind::GateTransition)
+        .about(subject)
+        .field("gate", gate)
+        .field("name", Some(name).filter(|n| !n.is_empty()))
+        .field("transition", transition)
+}
+
+fn log_enqueue(ctx: &Ctx<'_>, group: &str, outcome: &EnqueueOutcome) {
+    let line = gate_line(ctx.subject(), "serial", group, "");
+    match outcome {
+        EnqueueOutcome::Queued { superseded } => line
+            .field("transition", "queued")
+            .field(
+                "superseded",
+                superseded
+                    .iter()
+                    .map(|x| serde_json::Value::from(x.execution_id.as_str()))
+                    .collect::<Vec<_>>(),
+            )
+            .emit(),
+        EnqueueOutcome::NotCurrent { current } => line
+            .field("transition", "not_current")
+            .field("current", current.as_str())
+            .emit(),
+        EnqueueOutcome::Existing(_) => {}
+    }
+}
+
+/// A claim that changed something: holding, or ended without the group.
+/// A claim that keeps waiting writes nothing (it repeats every wake-up).
+fn log_claim(ctx: &Ctx<'_>, group: &str, outcome: &ClaimOutcome) {
+    let line = gate_line(ctx.subject(), "serial", group, "");
+    match outcome {
+        ClaimOutcome::Waiting { .. } => {}
+        ClaimOutcome::Holding { took_over } => line
+            .field("transition", "holding")
+            .field("took_over", took_over.clone())
+            .emit(),
+        ClaimOutcome::Superseded { by } => line
+            .field("transition", "superseded")
+            .field("by", by.as_str())
+            .emit(),
+        ClaimOutcome::TimedOut => line.field("transition", "timed_out").emit(),
+        ClaimOutcome::Skipped { reason } => line
+            .field("transition", "skipped")
+            .field("reason", reason.map(|r| r.as_str()))
+            .emit(),
+        other => line.field("transition", format!("{other:?}")).emit(),
+    }
+}
+
 // --- admission and the lease ---
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -652,6 +710,9 @@ async fn acquire_round(
         let out = admission::acquire(env.db, pool.name, held.instance_id, pool.capacity, at_ms)
             .await
             .map_err(gate_failure)?;
+        if out == admission::AdmissionOutcome::Admitted {
+            gate_line(ctx.subject(), "pool", pool.name, "admitted").emit();
+        }
         Ok(Admission {
             admitted: out == admission::AdmissionOutcome::Admitted,
             at_ms,
@@ -670,7 +731,10 @@ async fn take_lease(ctx: &Ctx<'_>, env: &RunEnv<'_>, held: &Held<'_>) -> Result<
             .await
             .map_err(gate_failure)?
         {
-            lease::LeaseOutcome::Acquired { .. } => Ok(()),
+            lease::LeaseOutcome::Acquired { .. } => {
+                gate_line(ctx.subject(), "lease", held.sandbox_id, "acquired").emit();
+                Ok(())
+            }
             lease::LeaseOutcome::Busy { holder, .. } => Err(FailureTag::LeaseBusy
                 .retryable(format!("sandbox {} is held by {holder:?}", held.sandbox_id))),
         }
@@ -819,6 +883,13 @@ pub async fn release_all(
     lease::release_sandbox(env.db, instance_id)
         .await
         .map_err(gate_failure)?;
+    let subject = Subject {
+        instance_id: instance_id.to_owned(),
+        ..Subject::default()
+    };
+    gate_line(&subject, "all", "", "released")
+        .field("woke", wake.len())
+        .emit();
     Ok(Released {
         released: true,
         wake,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::journal::{Entry, InstanceRecord};
 use crate::stmt;
 
-use super::sql::{decode, Database, Stmt, StoreError};
+use super::sql::{decode, Database, Param, Stmt, StoreError};
 
 /// One `executions` row as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,36 +157,197 @@ pub async fn steps(db: &dyn Database, id: &str, limit: u32) -> Result<Vec<StepRo
     decode(rows)
 }
 
-/// Filters of `GET /v1/executions`; every field optional.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Filters of the executions list (`GET /v1/executions`, the dashboard);
+/// every field optional, all given ones must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct ListFilter {
     pub run: Option<String>,
     pub repo: Option<String>,
     pub status: Option<String>,
     pub entity: Option<String>,
+    /// Created at or after (ms since epoch).
+    #[serde(default)]
+    pub since_ms: Option<i64>,
+    /// Created before (ms since epoch).
+    #[serde(default)]
+    pub until_ms: Option<i64>,
 }
 
+/// Where a page of a time-ordered list ends: the time and the unique key of
+/// its last row (`created_ms` and `id` of an execution, `received_ms` and
+/// `delivery_id` of a delivery). Lists go newest first, ties by key
+/// descending, so the next page is everything strictly before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub at_ms: i64,
+    pub key: String,
+}
+
+impl Cursor {
+    /// `<ms>.<key>`: URL-safe for instance ids; callers percent-encode it
+    /// in links anyway, since a delivery id may hold anything.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.at_ms, self.key)
+    }
+
+    /// The inverse of `encode`; None for anything it did not make.
+    pub fn decode(s: &str) -> Option<Cursor> {
+        let (ms, key) = s.split_once('.')?;
+        if key.is_empty() || key.len() > CURSOR_KEY_CHARS_MAX || ms.starts_with('+') {
+            return None;
+        }
+        Some(Cursor {
+            at_ms: ms.parse().ok()?,
+            key: key.to_owned(),
+        })
+    }
+}
+
+/// A cursor's key is an instance id (100 characters) or a delivery GUID
+/// (intake refuses ids over 100); anything longer was not made here.
+const CURSOR_KEY_CHARS_MAX: usize = 200;
+
+/// One page of a list and the cursor of the next (None: this is the last).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// Fetches `limit + 1` rows and keeps `limit`: the extra row only says
+/// whether a next page exists.
+fn page_of<T>(mut rows: Vec<T>, limit: u32, cursor_of: impl Fn(&T) -> String) -> Page<T> {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = if more {
+        rows.last().map(cursor_of)
+    } else {
+        None
+    };
+    Page {
+        items: rows,
+        next_cursor,
+    }
+}
+
+/// The first `limit` executions matching `f`, newest first.
 pub async fn list(
     db: &dyn Database,
     f: &ListFilter,
     limit: u32,
 ) -> Result<Vec<ExecutionRow>, StoreError> {
-    // Each filter is `(?n IS NULL OR col = ?n)` so one statement serves all.
+    Ok(list_page(db, f, None, limit).await?.items)
+}
+
+/// One page of executions matching `f`, newest first (ties by id,
+/// descending), starting after `after`.
+pub async fn list_page(
+    db: &dyn Database,
+    f: &ListFilter,
+    after: Option<&Cursor>,
+    limit: u32,
+) -> Result<Page<ExecutionRow>, StoreError> {
+    // Each filter is `(?n IS NULL OR col = ?n)` so one statement serves all;
+    // the order is `executions_by_created`'s (migration 0005), so an
+    // unfiltered page is an index range scan.
     let rows = db
         .all(stmt!(
             format!(
                 "SELECT {EXECUTION_COLUMNS} FROM executions WHERE (?1 IS NULL OR run = ?1) \
                  AND (?2 IS NULL OR repo = ?2) AND (?3 IS NULL OR status = ?3) \
-                 AND (?4 IS NULL OR entity = ?4) ORDER BY created_ms DESC, id LIMIT ?5"
+                 AND (?4 IS NULL OR entity = ?4) AND (?5 IS NULL OR created_ms >= ?5) \
+                 AND (?6 IS NULL OR created_ms < ?6) \
+                 AND (?7 IS NULL OR created_ms < ?7 OR (created_ms = ?7 AND id < ?8)) \
+                 ORDER BY created_ms DESC, id DESC LIMIT ?9"
             ),
             f.run.clone(),
             f.repo.clone(),
             f.status.clone(),
             f.entity.clone(),
-            limit,
+            f.since_ms,
+            f.until_ms,
+            after.map(|c| c.at_ms),
+            after.map(|c| c.key.clone()),
+            limit.saturating_add(1),
         ))
         .await?;
-    decode(rows)
+    let rows: Vec<ExecutionRow> = decode(rows)?;
+    Ok(page_of(rows, limit, |r| {
+        Cursor {
+            at_ms: r.created_ms,
+            key: r.id.clone(),
+        }
+        .encode()
+    }))
+}
+
+/// One page of an execution's steps in `seq` order, after `after_seq`.
+pub async fn steps_page(
+    db: &dyn Database,
+    id: &str,
+    after_seq: Option<i64>,
+    limit: u32,
+) -> Result<Page<StepRow>, StoreError> {
+    let rows = db
+        .all(stmt!(
+            "SELECT seq, name, kind, state, attempts, started_ms, finished_ms, wake_at_ms, \
+             error_tag, error_message, result_bytes FROM execution_steps \
+             WHERE execution_id = ?1 AND (?2 IS NULL OR seq > ?2) ORDER BY seq LIMIT ?3",
+            id,
+            after_seq,
+            limit.saturating_add(1),
+        ))
+        .await?;
+    let rows: Vec<StepRow> = decode(rows)?;
+    Ok(page_of(rows, limit, |s| s.seq.to_string()))
+}
+
+/// An execution waiting in an event wait a person decides (a deploy's
+/// confirmation, a fork's approval), with that wait's step.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HumanWait {
+    #[serde(flatten)]
+    pub execution: ExecutionRow,
+    /// The wait's step name as journaled ("approval", "approval#2").
+    pub wait_name: String,
+    pub wait_started_ms: i64,
+    /// When the wait gives up.
+    pub wait_deadline_ms: Option<i64>,
+}
+
+/// Wait names a person decides: a run names a handful at most.
+pub const HUMAN_WAIT_NAMES_MAX: usize = 8;
+
+/// Waiting executions whose waiting step is an event wait named one of
+/// `names` (or a repeat of one, `name#2`), oldest deadline first.
+pub async fn human_waits(
+    db: &dyn Database,
+    names: &[&str],
+    limit: u32,
+) -> Result<Vec<HumanWait>, StoreError> {
+    let names = &names[..names.len().min(HUMAN_WAIT_NAMES_MAX)];
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    // ?1 is the limit; names are ?2.. (one placeholder each, used twice).
+    let matches: Vec<String> = (0..names.len())
+        .map(|i| format!("s.name = ?{n} OR s.name LIKE ?{n} || '#%'", n = i + 2))
+        .collect();
+    let columns: String = EXECUTION_COLUMNS
+        .split(", ")
+        .map(|c| format!("e.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT {columns}, s.name AS wait_name, s.started_ms AS wait_started_ms, \
+         s.wake_at_ms AS wait_deadline_ms FROM executions e JOIN execution_steps s \
+         ON s.execution_id = e.id WHERE e.status = 'waiting' AND s.kind = 'wait' \
+         AND s.state = 'waiting' AND ({}) ORDER BY s.wake_at_ms, e.id LIMIT ?1",
+        matches.join(" OR ")
+    );
+    let mut params = vec![Param::from(limit)];
+    params.extend(names.iter().map(|n| Param::from(*n)));
+    decode(db.all(Stmt::new(sql, params)).await?)
 }
 
 /// What the sweep needs to resume an instance.
@@ -337,16 +498,47 @@ pub async fn purge_deliveries(
     .await
 }
 
-pub async fn recent_deliveries(
+/// Filters of the deliveries list (`GET /v1/deliveries`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryFilter {
+    pub repo: Option<String>,
+    /// `X-GitHub-Event` (`pull_request`, `push`).
+    pub event: Option<String>,
+    /// Received at or after / before (ms since epoch).
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+}
+
+/// One page of deliveries matching `f`, newest first, after `after`.
+pub async fn deliveries_page(
     db: &dyn Database,
+    f: &DeliveryFilter,
+    after: Option<&Cursor>,
     limit: u32,
-) -> Result<Vec<DeliveryRow>, StoreError> {
+) -> Result<Page<DeliveryRow>, StoreError> {
     let rows = db
         .all(stmt!(
             "SELECT delivery_id, event, action, repo, instance_ids_json, received_ms \
-             FROM webhook_deliveries ORDER BY received_ms DESC LIMIT ?1",
-            limit,
+             FROM webhook_deliveries WHERE (?1 IS NULL OR repo = ?1) \
+             AND (?2 IS NULL OR event = ?2) AND (?3 IS NULL OR received_ms >= ?3) \
+             AND (?4 IS NULL OR received_ms < ?4) \
+             AND (?5 IS NULL OR received_ms < ?5 OR (received_ms = ?5 AND delivery_id < ?6)) \
+             ORDER BY received_ms DESC, delivery_id DESC LIMIT ?7",
+            f.repo.clone(),
+            f.event.clone(),
+            f.since_ms,
+            f.until_ms,
+            after.map(|c| c.at_ms),
+            after.map(|c| c.key.clone()),
+            limit.saturating_add(1),
         ))
         .await?;
-    decode(rows)
+    let rows: Vec<DeliveryRow> = decode(rows)?;
+    Ok(page_of(rows, limit, |d| {
+        Cursor {
+            at_ms: d.received_ms,
+            key: d.delivery_id.clone(),
+        }
+        .encode()
+    }))
 }

@@ -44,6 +44,14 @@ pub const CONTAINER_SLEEP_AFTER: &str = "CONTAINER_SLEEP_AFTER";
 /// Container per run instance (the SANDBOX binding); unset or "agent": the
 /// sandbox agent at SANDBOX_URL (npm start and the tests).
 pub const SANDBOX_BACKEND: &str = "SANDBOX_BACKEND";
+/// Cloudflare Access in front of the dashboard and the API: the team
+/// (`acme` or `acme.cloudflareaccess.com`) and the application's AUD tag
+/// (`http::auth`). Set both or neither.
+pub const ACCESS_TEAM_DOMAIN: &str = "ACCESS_TEAM_DOMAIN";
+pub const ACCESS_AUD: &str = "ACCESS_AUD";
+/// Where Access keys are fetched instead of the team's certs URL: only the
+/// end-to-end tests set it (a local server of keys they made).
+pub const ACCESS_CERTS_URL: &str = "ACCESS_CERTS_URL";
 
 /// Containers the sandbox pool admits at once when `POOL_CAPACITY` is
 /// unset: a small account's concurrent container quota.

@@ -249,3 +249,118 @@ impl Blobs for R2 {
         self.0.delete(key).await.map_err(|e| e.to_string())
     }
 }
+
+// --- Cloudflare Access: RS256 verification and the team's keys ---
+
+/// RS256 verification with WebCrypto: the JWK imported as published.
+pub struct WebCryptoVerifier;
+
+fn subtle() -> Result<web_sys::SubtleCrypto, String> {
+    let crypto: web_sys::Crypto = Reflect::get(&js_sys::global(), &JsValue::from_str("crypto"))
+        .map_err(js_err)?
+        .dyn_into()
+        .map_err(|_| "no WebCrypto in this runtime".to_owned())?;
+    Ok(crypto.subtle())
+}
+
+fn rs256_algorithm() -> Result<Object, String> {
+    let algorithm = Object::new();
+    let hash = Object::new();
+    Reflect::set(&hash, &"name".into(), &"SHA-256".into()).map_err(js_err)?;
+    Reflect::set(&algorithm, &"name".into(), &"RSASSA-PKCS1-v1_5".into()).map_err(js_err)?;
+    Reflect::set(&algorithm, &"hash".into(), &hash).map_err(js_err)?;
+    Ok(algorithm)
+}
+
+#[async_trait(?Send)]
+impl crate::http::access::Rs256Verify for WebCryptoVerifier {
+    async fn verify(
+        &self,
+        jwk: &crate::http::access::Jwk,
+        signing_input: &[u8],
+        signature: &[u8],
+    ) -> Result<bool, String> {
+        let subtle = subtle()?;
+        let algorithm = rs256_algorithm()?;
+        let key_data = Object::new();
+        for (k, v) in [
+            ("kty", "RSA"),
+            ("alg", "RS256"),
+            ("n", &jwk.n),
+            ("e", &jwk.e),
+        ] {
+            Reflect::set(&key_data, &k.into(), &v.into()).map_err(js_err)?;
+        }
+        let usages = Array::of1(&JsValue::from_str("verify"));
+        let key = JsFuture::from(
+            subtle
+                .import_key_with_object("jwk", &key_data, &algorithm, false, &usages)
+                .map_err(js_err)?,
+        )
+        .await
+        .map_err(js_err)?;
+        let key: web_sys::CryptoKey = key
+            .dyn_into()
+            .map_err(|_| "importKey returned no key".to_owned())?;
+        let valid = JsFuture::from(
+            subtle
+                .verify_with_object_and_u8_array_and_u8_array(
+                    &algorithm,
+                    &key,
+                    signature,
+                    signing_input,
+                )
+                .map_err(js_err)?,
+        )
+        .await
+        .map_err(js_err)?;
+        Ok(valid.as_bool().unwrap_or(false))
+    }
+}
+
+/// The team's certs document: Access answers in milliseconds; past this
+/// the request is answered 503 (the cache serves known keys meanwhile).
+const JWKS_FETCH_TIMEOUT_MS: u64 = 5_000;
+
+/// Fetches the JWKS with a bound.
+pub struct FetchJwks;
+
+#[async_trait(?Send)]
+impl crate::http::access::JwksFetch for FetchJwks {
+    async fn fetch(&self, url: &str) -> Result<Vec<u8>, String> {
+        let request = Request::new(url, Method::Get).map_err(|e| e.to_string())?;
+        let get = async {
+            let mut resp = Fetch::Request(request)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if resp.status_code() != 200 {
+                return Err(format!("certs answered {}", resp.status_code()));
+            }
+            resp.bytes().await.map_err(|e| e.to_string())
+        };
+        let timeout = Delay::from(Duration::from_millis(JWKS_FETCH_TIMEOUT_MS));
+        match futures_util::future::select(Box::pin(get), timeout).await {
+            futures_util::future::Either::Left((r, _)) => r,
+            futures_util::future::Either::Right(_) => Err(format!(
+                "no answer from {url} within {JWKS_FETCH_TIMEOUT_MS} ms"
+            )),
+        }
+    }
+}
+
+// --- logs ---
+
+/// Structured log lines (`crate::obs`) to the console, which Workers Logs
+/// indexes.
+pub struct ConsoleLog;
+
+impl crate::obs::LogSink for ConsoleLog {
+    fn write(&self, level: crate::obs::Level, line: &str) {
+        match level {
+            crate::obs::Level::Info => worker::console_log!("{line}"),
+            crate::obs::Level::Warn => worker::console_warn!("{line}"),
+            crate::obs::Level::Error => worker::console_error!("{line}"),
+        }
+    }
+}

@@ -1,7 +1,11 @@
-//! The fetch handler: routes a request (`http::routes`), checks auth, and
-//! carries out each route with the Worker's bindings; every failure becomes
-//! one JSON error shape (`http::ApiError`), and a 5xx is logged with the
-//! request id it names.
+//! The fetch handler: routes a request (`http::routes`), decides who sent
+//! it (`http::auth`), and carries out each route with the Worker's
+//! bindings: the `/v1/` API as JSON (`http::lists`, the operations below),
+//! the dashboard as HTML (`http::dashboard`). Every API failure becomes
+//! one JSON error shape (`http::ApiError`), every dashboard failure an HTML
+//! page, and a 5xx is logged with the request id it names.
+
+use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -10,44 +14,92 @@ use worker::{Env, Request, Response, Result};
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
-use crate::http::routes::{route, Route, RouteError};
+use crate::http::access::JwksCache;
+use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
+use crate::http::dashboard::{self, Operations, Reply};
+use crate::http::pages::{self, same_origin_post};
+use crate::http::routes::{route, Access, Asset, Route, RouteError};
 use crate::http::webhook::{
-    accept, check_declared_length, intake, read_capped, InstanceCreator, IntakeConfig,
+    accept, check_declared_length, intake, log_created, read_capped, InstanceCreator, IntakeConfig,
     WebhookHeaders,
 };
-use crate::http::{check_admin, dispatch, ApiError};
-use crate::limits::{
-    EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX, STEP_RESULT_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX,
-};
+use crate::http::{dispatch, lists, ApiError};
+use crate::limits::{STEP_RESULT_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
+use crate::obs::{self, Kind};
+use crate::runs::command;
 use crate::runs::environment::Environments;
 use crate::runs::gate::TURN_EVENT;
 use crate::runs::loglink::{self, LinkError};
 use crate::runs::triggers::EventSend;
 use crate::runs::Waker;
-use crate::store::executions::{self, ListFilter};
+use crate::store::executions;
 
 use super::bindings::{self, text};
 use super::instances::{self, InstanceOp, InstanceWaker};
-use super::platform::{WorkerClock, D1, R2};
+use super::platform::{FetchJwks, WebCryptoVerifier, WorkerClock, D1, R2};
 
 /// Instances one `POST /v1/executions` batch may create: bounds one request.
 const BATCH_CREATE_MAX: usize = 100;
-/// Deliveries listed by `GET /v1/deliveries`.
-const DELIVERIES_LISTED_MAX: u32 = 200;
+/// A dashboard form posts a few fields; an action form with an event
+/// payload is bounded by the event cap. Larger is not from a page.
+const FORM_BYTES_MAX: usize = STEP_RESULT_BYTES_MAX + 4 * 1024;
 
 type Answer = std::result::Result<Response, ApiError>;
+
+thread_local! {
+    // The Access keys of this isolate: fetched once, shared by its
+    // requests (`JwksCache` holds no borrow across an await).
+    static ACCESS_KEYS: Rc<JwksCache> = Rc::new(JwksCache::new());
+}
 
 pub async fn fetch(req: Request, env: Env) -> Result<Response> {
     let request_id = header(&req, "cf-ray")
         .unwrap_or_else(|| format!("{:012x}", (js_sys::Math::random() * 2f64.powi(48)) as u64));
-    match dispatch(req, &env).await {
+    let method = req.method().to_string();
+    let path = req.path();
+    let routed = route(&method, &path).map_err(|e| route_error(e, &method, &path));
+    let is_page = routed.as_ref().is_ok_and(Route::is_page) || path.starts_with("/ui");
+    let answer = match routed {
+        Ok(r) => dispatch(req, &env, r, &request_id).await,
+        Err(e) => Err(e),
+    };
+    match answer {
         Ok(resp) => Ok(resp),
         Err(e) => {
             if e.is_server_error() {
-                worker::console_error!("[{request_id}] {} {}", e.code, e.message);
+                obs::event(Kind::ServerError)
+                    .request(&request_id)
+                    .field("path", path.as_str())
+                    .field("code", e.code)
+                    .message("error", &e.message)
+                    .emit();
+            }
+            if is_page {
+                let message = e.body(&request_id)["error"]["message"]
+                    .as_str()
+                    .unwrap_or("error")
+                    .to_owned();
+                let html = pages::render_error(e.status, "Refused", &message, WorkerClock.now_ms());
+                return html_response(Reply {
+                    status: e.status,
+                    html,
+                    headers: Vec::new(),
+                });
             }
             Ok(Response::from_json(&e.body(&request_id))?.with_status(e.status))
         }
+    }
+}
+
+fn route_error(e: RouteError, method: &str, path: &str) -> ApiError {
+    match e {
+        RouteError::NotFound => ApiError::not_found(format!("no route for {path}")),
+        RouteError::MethodNotAllowed => ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed here"),
+        ),
+        RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
     }
 }
 
@@ -65,64 +117,291 @@ fn header(req: &Request, name: &str) -> Option<String> {
     req.headers().get(name).ok().flatten()
 }
 
-async fn dispatch(mut req: Request, env: &Env) -> Answer {
-    let method = req.method().to_string();
-    let r = route(&method, &req.path()).map_err(|e| match e {
-        RouteError::NotFound => ApiError::not_found(format!("no route for {}", req.path())),
-        RouteError::MethodNotAllowed => ApiError::new(
-            405,
-            "method_not_allowed",
-            format!("{method} is not allowed here"),
-        ),
-        RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
-    })?;
-    // A log link carries its own signature.
-    // A log link and a dispatch carry their own signatures.
-    if !matches!(
-        r,
-        Route::Health | Route::Webhook | Route::Log(..) | Route::Dispatch
-    ) {
-        check_admin(
-            header(&req, "Authorization").as_deref(),
-            text(env, bindings::ADMIN_TOKEN).as_deref(),
-        )?;
+/// A dashboard answer: HTML (or a redirect) with the strict CSP and the
+/// other security headers; never cached (it shows live state).
+fn html_response(reply: Reply) -> Result<Response> {
+    let mut resp = Response::from_html(&reply.html)?.with_status(reply.status);
+    let headers = resp.headers_mut();
+    headers.set("Content-Type", pages::assets::HTML_CONTENT_TYPE)?;
+    headers.set("Cache-Control", "no-store")?;
+    for (k, v) in pages::SECURITY_HEADERS {
+        headers.set(k, v)?;
     }
+    for (k, v) in &reply.headers {
+        headers.append(k, v)?;
+    }
+    Ok(resp)
+}
+
+fn asset(a: Asset) -> Answer {
+    let (body, content_type) = match a {
+        Asset::AppJs => (pages::APP_JS, pages::assets::JS_CONTENT_TYPE),
+        Asset::AppCss => (pages::APP_CSS, pages::assets::CSS_CONTENT_TYPE),
+    };
+    let mut resp = Response::ok(body).map_err(internal)?;
+    let headers = resp.headers_mut();
+    let set = |h: &worker::Headers, k: &str, v: &str| h.set(k, v).map_err(internal);
+    set(headers, "Content-Type", content_type)?;
+    // Short: a deploy changes the assets without changing their names.
+    set(headers, "Cache-Control", "max-age=300")?;
+    for (k, v) in pages::SECURITY_HEADERS {
+        set(headers, k, v)?;
+    }
+    Ok(resp)
+}
+
+fn auth_config(env: &Env) -> AuthConfig {
+    let team = text(env, bindings::ACCESS_TEAM_DOMAIN);
+    let aud = text(env, bindings::ACCESS_AUD);
+    let access = AuthConfig::access_from(team.as_deref(), aud.as_deref()).map(|cfg| {
+        match text(env, bindings::ACCESS_CERTS_URL) {
+            Some(url) => cfg.and_then(|c| c.with_certs_url(&url)),
+            None => cfg,
+        }
+    });
+    AuthConfig {
+        admin_token: text(env, bindings::ADMIN_TOKEN),
+        access,
+    }
+}
+
+async fn authenticate(req: &Request, env: &Env) -> std::result::Result<Principal, ApiError> {
+    let (authorization, access_jwt, cookie) = (
+        header(req, "Authorization"),
+        header(req, crate::http::access::ACCESS_JWT_HEADER),
+        header(req, "Cookie"),
+    );
+    let presented = Presented {
+        authorization: authorization.as_deref(),
+        access_jwt: access_jwt.as_deref(),
+        cookie: cookie.as_deref(),
+    };
+    let cache = ACCESS_KEYS.with(Rc::clone);
+    let keys = AccessKeys {
+        cache: &cache,
+        fetch: &FetchJwks,
+        verifier: &WebCryptoVerifier,
+    };
+    let now_s = WorkerClock.now_ms().div_euclid(1_000);
+    auth::authenticate(&presented, &auth_config(env), &keys, now_s).await
+}
+
+/// The request's own origin (`https://host`), which a same-origin POST's
+/// `Origin` must equal.
+fn own_origin(req: &Request) -> String {
+    req.url()
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_default()
+}
+
+fn is_https(req: &Request) -> bool {
+    req.url().is_ok_and(|u| u.scheme() == "https")
+}
+
+/// A POST that a browser credential (a session cookie, Access for a
+/// person) authenticates must come from the dashboard's own pages.
+fn check_same_origin(req: &Request) -> std::result::Result<(), ApiError> {
+    let site = header(req, "Sec-Fetch-Site");
+    let origin = header(req, "Origin");
+    if same_origin_post(site.as_deref(), origin.as_deref(), &own_origin(req)) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        403,
+        "cross_site",
+        "a POST with a browser's credentials must come from the dashboard itself",
+    ))
+}
+
+/// The sign-in page instead of a JSON 401 for a person opening a page.
+fn refused_page(req: &Request, e: &ApiError) -> Result<Response> {
+    let next = req
+        .url()
+        .map(|u| match u.query() {
+            Some(q) => format!("{}?{q}", u.path()),
+            None => u.path().to_owned(),
+        })
+        .unwrap_or_default();
+    let reply = dashboard::refusal(e.status, Some(&e.message), &next, WorkerClock.now_ms());
+    html_response(reply)
+}
+
+/// Who sent the request, when the route needs an operator (None for the
+/// open and sign-in routes); a refused person opening a page gets the
+/// sign-in page.
+async fn authorize(
+    req: &Request,
+    env: &Env,
+    r: &Route,
+    request_id: &str,
+) -> std::result::Result<Option<Principal>, Refused> {
+    let principal = match r.access() {
+        Access::Open => None,
+        Access::SignIn => {
+            if *r == Route::LoginSubmit {
+                check_same_origin(req)?;
+            }
+            None
+        }
+        Access::Operator => match authenticate(req, env).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                obs::event(Kind::AuthRefused)
+                    .request(request_id)
+                    .field("path", req.path())
+                    .field("status", e.status)
+                    .field("code", e.code)
+                    .emit();
+                if matches!(r, Route::Page(_)) {
+                    return Err(Refused::Page(e));
+                }
+                return Err(Refused::Api(e));
+            }
+        },
+    };
+    let is_post = req.method() == worker::Method::Post;
+    if is_post
+        && principal
+            .as_ref()
+            .is_some_and(Principal::must_be_same_origin)
+    {
+        check_same_origin(req)?;
+    }
+    Ok(principal)
+}
+
+enum Refused {
+    Api(ApiError),
+    /// Answered with the sign-in page.
+    Page(ApiError),
+}
+
+impl From<ApiError> for Refused {
+    fn from(e: ApiError) -> Refused {
+        Refused::Api(e)
+    }
+}
+
+async fn dispatch(mut req: Request, env: &Env, r: Route, request_id: &str) -> Answer {
+    let principal = match authorize(&req, env, &r, request_id).await {
+        Ok(p) => p,
+        Err(Refused::Api(e)) => return Err(e),
+        Err(Refused::Page(e)) => return refused_page(&req, &e).map_err(internal),
+    };
     let db = D1(env.d1(bindings::DB).map_err(internal)?);
-    let now = WorkerClock.now_ms();
+    let ops = Operator {
+        env,
+        db: &db,
+        request_id,
+        principal: principal.as_ref(),
+    };
+    let query = req
+        .url()
+        .ok()
+        .and_then(|u| u.query().map(str::to_owned))
+        .unwrap_or_default();
     match r {
         Route::Health => json_ok(200, &json!({ "ok": true })),
-        Route::Webhook => webhook(&mut req, env, &db).await,
-        Route::ListExecutions => list_executions(&req, &db).await,
-        Route::CreateExecution => create_executions(&mut req, env).await,
-        Route::GetExecution(id) => get_execution(&db, &id).await,
-        Route::SendEvent(id, event_type) => send_event(&mut req, env, &id, &event_type).await,
-        Route::Command(id, cmd) => command(&mut req, env, &db, &id, cmd).await,
-        Route::ListDeliveries => {
-            let rows = executions::recent_deliveries(&db, DELIVERIES_LISTED_MAX).await?;
-            json_ok(200, &json!({ "deliveries": rows }))
+        Route::Webhook => webhook(&mut req, env, &db, request_id).await,
+        Route::Page(_)
+        | Route::PageAction(..)
+        | Route::Asset(_)
+        | Route::StepLog(..)
+        | Route::Login
+        | Route::LoginSubmit
+        | Route::Logout => ui(&mut req, env, &ops, r, &query).await,
+        api_route => api(&mut req, env, &ops, api_route, &query).await,
+    }
+}
+
+/// The `/v1/` routes.
+async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &str) -> Answer {
+    let (db, now) = (ops.db, WorkerClock.now_ms());
+    match r {
+        Route::ListExecutions => json_ok(200, &lists::executions(db, query).await?),
+        Route::CreateExecution => create_executions(req, env, ops.request_id).await,
+        Route::GetExecution(id) => json_ok(200, &lists::execution(db, &id, query).await?),
+        Route::SendEvent(id, event_type) => {
+            check_event_length(header(req, "Content-Length").as_deref())?;
+            let payload: Value = read_json(req).await?;
+            json_ok(202, &ops.event(&id, &event_type, &payload).await?)
         }
+        Route::Command(id, cmd) => {
+            let cmd = match cmd {
+                Command::Restart { .. } => Command::Restart {
+                    from_step: restart_body(req).await?.from_step,
+                },
+                other => other,
+            };
+            let answer = ops.command(&id, cmd).await?;
+            let status = if answer.get("pending").is_some() {
+                202
+            } else {
+                200
+            };
+            json_ok(status, &answer)
+        }
+        Route::ListDeliveries => json_ok(200, &lists::deliveries(db, query).await?),
         Route::Config => json_ok(200, &configuration(env)),
-        Route::Log(instance, step) => log_page(&req, env, &instance, &step, now).await,
-        Route::ListGroups => json_ok(200, &json!({ "groups": serial::groups(&db, now).await? })),
+        Route::Log(instance, step) => log_page(req, env, &instance, &step, now).await,
+        Route::ListGroups => json_ok(200, &lists::groups(db, query, now).await?),
         // A group's policy lives in each commit's config; explain with the
         // ADR defaults for "times out in".
         Route::ExplainGroup(group) => json_ok(
             200,
-            &json!(serial::explain(&db, &group, &QueuePolicy::default(), now).await?),
+            &json!(serial::explain(db, &group, &QueuePolicy::default(), now).await?),
         ),
-        Route::SkipAll(group) => skip_all(env, &db, &group, now).await,
-        Route::Skip(id) => skip(env, &db, &id, now).await,
-        Route::Dispatch => dispatch_run(&mut req, env, &db, now).await,
-        Route::Setup => json_ok(200, &super::setup::report(env, &db).await),
+        Route::SkipAll(group) => json_ok(200, &ops.skip_all(&group).await?),
+        Route::Skip(id) => json_ok(200, &ops.skip(&id).await?),
+        Route::Dispatch => dispatch_run(req, env, db, now).await,
+        Route::Setup => json_ok(200, &super::setup::report(env, db).await),
+        other => Err(ApiError::internal(format!("{other:?} is not an API route"))),
     }
 }
 
-async fn list_executions(req: &Request, db: &D1) -> Answer {
-    let filter: ListFilter = req
-        .query()
-        .map_err(|e| ApiError::bad_request("bad_query", e.to_string()))?;
-    let rows = executions::list(db, &filter, EXECUTIONS_LISTED_MAX).await?;
-    json_ok(200, &json!({ "executions": rows }))
+/// The dashboard's routes.
+async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &str) -> Answer {
+    let now = WorkerClock.now_ms();
+    let reply = match r {
+        Route::Asset(a) => return asset(a),
+        Route::StepLog(id, step) => return step_log(env, &id, &step).await,
+        Route::Page(p) => Reply {
+            status: 200,
+            html: dashboard::page(ops.db, &p, query, now).await?,
+            headers: Vec::new(),
+        },
+        Route::PageAction(target, action) => {
+            let body = read_form(req).await?;
+            dashboard::act(ops, &target, action, &body, now).await?
+        }
+        Route::Login => {
+            let next = crate::http::pages::query::form_pairs(query)
+                .into_iter()
+                .find(|(k, _)| k == "next")
+                .map(|(_, v)| v)
+                .unwrap_or_default();
+            dashboard::refusal(200, None, &next, now)
+        }
+        Route::LoginSubmit => {
+            let body = read_form(req).await?;
+            let admin = text(env, bindings::ADMIN_TOKEN);
+            dashboard::login(&body, admin.as_deref(), is_https(req), now)
+        }
+        Route::Logout => dashboard::logout(is_https(req)),
+        other => return Err(ApiError::internal(format!("{other:?} is not a page"))),
+    };
+    html_response(reply).map_err(internal)
+}
+
+/// A command step's log from R2, as plain text that no browser runs or
+/// sniffs (`sandbox` CSP: not even same-origin scripts).
+async fn step_log(env: &Env, id: &InstanceId, step: &str) -> Answer {
+    if !command::LOGGED_STEPS.contains(&step) {
+        return Err(ApiError::not_found(format!(
+            "{step:?} is not a step that keeps a log"
+        )));
+    }
+    log_text(env, id, &InstanceId::from_key(step)).await
 }
 
 /// A log behind its signed link, as plain text: 403 for a bad or expired
@@ -150,8 +429,14 @@ async fn log_page(
             ApiError::new(403, "bad_signature", "this log link is not valid")
         }
     })?;
+    log_text(env, instance, step).await
+}
+
+/// A command's log (sealed, or the parts stored so far) as plain text that
+/// no browser runs or sniffs (`sandbox` CSP: not even same-origin scripts).
+async fn log_text(env: &Env, instance: &InstanceId, step_key: &InstanceId) -> Answer {
     let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
-    let key = loglink::log_key(instance.as_str(), step.as_str());
+    let key = loglink::log_key(instance.as_str(), step_key.as_str());
     let log = crate::runs::log::read(&R2(bucket), &key)
         .await
         .map_err(internal)?
@@ -168,6 +453,116 @@ async fn log_page(
         headers.set(name, value).map_err(internal)?;
     }
     Ok(resp)
+}
+
+/// A form body (`application/x-www-form-urlencoded`), bounded.
+async fn read_form(req: &mut Request) -> std::result::Result<String, ApiError> {
+    let too_large = header(req, "Content-Length")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| n > FORM_BYTES_MAX);
+    if too_large {
+        return Err(ApiError::new(
+            413,
+            "payload_too_large",
+            "the form is too large",
+        ));
+    }
+    let chunks = req
+        .stream()
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    let body = read_capped(chunks, FORM_BYTES_MAX).await?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The operator's operations, for the API and the dashboard alike: each is
+/// logged with the request id and the kind of credential that asked.
+struct Operator<'a> {
+    env: &'a Env,
+    db: &'a D1,
+    request_id: &'a str,
+    principal: Option<&'a Principal>,
+}
+
+impl Operator<'_> {
+    fn log(&self, action: &str, target: &str) {
+        obs::event(Kind::OperatorAction)
+            .request(self.request_id)
+            .field("action", action)
+            .field("target", target)
+            .field("credential", self.principal.map(Principal::kind))
+            .emit();
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Operations for Operator<'_> {
+    async fn command(&self, id: &InstanceId, cmd: Command) -> std::result::Result<Value, ApiError> {
+        ensure_exists(self.db, id).await?;
+        let name = match &cmd {
+            Command::Terminate => "terminate",
+            Command::Pause => "pause",
+            Command::Resume => "resume",
+            Command::Restart { .. } => "restart",
+        };
+        self.log(name, id.as_str());
+        let (status, value) =
+            instances::request(self.env, id, InstanceOp::Command, &json!(cmd)).await?;
+        instance_answer(id, status, value)
+    }
+
+    async fn event(
+        &self,
+        id: &InstanceId,
+        event_type: &str,
+        payload: &Value,
+    ) -> std::result::Result<Value, ApiError> {
+        // Straight to the instance (it answers 404 when it has no record):
+        // an event is on the latency-critical path, so no D1 look-up first.
+        let received_ms = WorkerClock.now_ms();
+        self.log("event", id.as_str());
+        let (status, value) = instances::event(self.env, id, event_type, payload).await?;
+        match status {
+            202 => Ok(json!({ "accepted": true, "received_ms": received_ms })),
+            _ => instance_answer(id, status, value),
+        }
+    }
+
+    async fn skip(&self, id: &InstanceId) -> std::result::Result<Value, ApiError> {
+        self.log("skip", id.as_str());
+        let now = WorkerClock.now_ms();
+        if serial::skip_instance(self.db, id.as_str(), now)
+            .await?
+            .is_empty()
+        {
+            return Err(ApiError::new(
+                409,
+                "conflict",
+                format!("{id} is not waiting in any serial group"),
+            ));
+        }
+        let _ = InstanceWaker {
+            env: self.env.clone(),
+        }
+        .wake(id.as_str(), TURN_EVENT)
+        .await;
+        Ok(json!({ "skipped": id.as_str() }))
+    }
+
+    async fn skip_all(&self, group: &str) -> std::result::Result<Value, ApiError> {
+        self.log("skip_all", group);
+        let skipped = serial::skip_all(self.db, group, WorkerClock.now_ms()).await?;
+        let waker = InstanceWaker {
+            env: self.env.clone(),
+        };
+        // Best effort: a skipped waiter that misses its wake-up is told by
+        // the sweep (it slept through the end of its row).
+        for s in &skipped {
+            let _ = waker
+                .wake(serial::instance_of(&s.execution_id), TURN_EVENT)
+                .await;
+        }
+        Ok(json!({ "skipped": skipped }))
+    }
 }
 
 /// The operator's configuration as the Worker reads it: environments with
@@ -195,7 +590,7 @@ fn configuration(env: &Env) -> Value {
 
 /// One create request, or an array of them (each created or found, in
 /// order).
-async fn create_executions(req: &mut Request, env: &Env) -> Answer {
+async fn create_executions(req: &mut Request, env: &Env, request_id: &str) -> Answer {
     let body: Value = read_json(req).await?;
     let decode = |v: Value| {
         let c = serde_json::from_value::<CreateRequest>(v)
@@ -219,51 +614,19 @@ async fn create_executions(req: &mut Request, env: &Env) -> Answer {
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let mut out = Vec::with_capacity(creates.len());
             for c in &creates {
-                out.push(json!(instances::create(env, c).await?));
+                let created = instances::create(env, c).await?;
+                log_created(c, &created, request_id);
+                out.push(json!(created));
             }
             json_ok(200, &json!({ "instances": out }))
         }
         single => {
-            let created = instances::create(env, &decode(single)?).await?;
+            let c = decode(single)?;
+            let created = instances::create(env, &c).await?;
+            log_created(&c, &created, request_id);
             json_ok(if created.created { 201 } else { 200 }, &json!(created))
         }
     }
-}
-
-async fn get_execution(db: &D1, id: &InstanceId) -> Answer {
-    let row = executions::get(db, id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
-    let steps = executions::steps(db, id.as_str(), STEPS_LISTED_MAX).await?;
-    json_ok(200, &json!({ "execution": row, "steps": steps }))
-}
-
-/// Straight to the instance (it answers 404 when it has no record): an
-/// event is on the latency-critical path, so no D1 look-up first.
-async fn send_event(req: &mut Request, env: &Env, id: &InstanceId, event_type: &str) -> Answer {
-    let received_ms = WorkerClock.now_ms();
-    check_event_length(header(req, "Content-Length").as_deref())?;
-    let payload: Value = read_json(req).await?;
-    let (status, value) = instances::event(env, id, event_type, &payload).await?;
-    match status {
-        202 => json_ok(
-            202,
-            &json!({ "accepted": true, "received_ms": received_ms }),
-        ),
-        _ => instance_answer(id, status, value),
-    }
-}
-
-async fn command(req: &mut Request, env: &Env, db: &D1, id: &InstanceId, cmd: Command) -> Answer {
-    ensure_exists(db, id).await?;
-    let cmd = match cmd {
-        Command::Restart { .. } => Command::Restart {
-            from_step: restart_body(req).await?.from_step,
-        },
-        other => other,
-    };
-    let (status, value) = instances::request(env, id, InstanceOp::Command, &json!(cmd)).await?;
-    instance_answer(id, status, value)
 }
 
 #[derive(Deserialize, Default)]
@@ -280,41 +643,15 @@ async fn restart_body(req: &mut Request) -> std::result::Result<RestartBody, Api
     serde_json::from_str(&body).map_err(|e| ApiError::bad_request("bad_json", e.to_string()))
 }
 
-async fn skip_all(env: &Env, db: &D1, group: &str, now: i64) -> Answer {
-    let skipped = serial::skip_all(db, group, now).await?;
-    let waker = InstanceWaker { env: env.clone() };
-    // Best effort: a skipped waiter that misses its wake-up is told by the
-    // sweep (it slept through the end of its row).
-    for s in &skipped {
-        let _ = waker
-            .wake(serial::instance_of(&s.execution_id), TURN_EVENT)
-            .await;
-    }
-    json_ok(200, &json!({ "skipped": skipped }))
-}
-
-async fn skip(env: &Env, db: &D1, id: &InstanceId, now: i64) -> Answer {
-    if serial::skip_instance(db, id.as_str(), now)
-        .await?
-        .is_empty()
-    {
-        return Err(ApiError::new(
-            409,
-            "conflict",
-            format!("{id} is not waiting in any serial group"),
-        ));
-    }
-    let _ = InstanceWaker { env: env.clone() }
-        .wake(id.as_str(), TURN_EVENT)
-        .await;
-    json_ok(200, &json!({ "skipped": id.as_str() }))
-}
-
 /// Maps an instance's answer to the API's.
-fn instance_answer(id: &InstanceId, status: u16, value: Value) -> Answer {
+fn instance_answer(
+    id: &InstanceId,
+    status: u16,
+    value: Value,
+) -> std::result::Result<Value, ApiError> {
     let message = |fallback: &str| value["error"].as_str().unwrap_or(fallback).to_owned();
     match status {
-        s if s < 400 => json_ok(s, &value),
+        s if s < 400 => Ok(value),
         404 => Err(ApiError::not_found(format!("no execution {id}"))),
         409 => Err(ApiError::new(409, "conflict", message("conflict"))),
         400 => Err(ApiError::bad_request("bad_request", message("bad request"))),
@@ -416,7 +753,7 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
     )
 }
 
-async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {
+async fn webhook(req: &mut Request, env: &Env, db: &D1, request_id: &str) -> Answer {
     check_declared_length(header(req, "Content-Length").as_deref())?;
     let chunks = req
         .stream()
@@ -448,6 +785,6 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {
         app_slug: app_slug.as_deref(),
     };
     let planned = intake(&headers, &body, &cfg)?;
-    let (status, answer) = accept(db, &ObjectCreator { env }, planned, now).await?;
+    let (status, answer) = accept(db, &ObjectCreator { env }, planned, now, request_id).await?;
     json_ok(status, &answer)
 }

@@ -131,6 +131,22 @@ impl Actions {
         }
     }
 
+    /// The dashboard's own action routes (`http::routes`, `/ui/...`): they
+    /// answer with the confirmation and result pages. `send_event` takes
+    /// the type in the form body.
+    pub fn ui(csrf: Option<String>) -> Actions {
+        Actions {
+            terminate: Some("/ui/executions/{id}/terminate"),
+            pause: Some("/ui/executions/{id}/pause"),
+            resume: Some("/ui/executions/{id}/resume"),
+            restart: Some("/ui/executions/{id}/restart"),
+            skip: Some("/ui/executions/{id}/skip"),
+            send_event: Some("/ui/executions/{id}/events"),
+            skip_all: Some("/ui/groups/{group}/skip-all"),
+            csrf,
+        }
+    }
+
     fn template(&self, action: Action) -> Option<&'static str> {
         match action {
             Action::Terminate => self.terminate,

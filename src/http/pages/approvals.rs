@@ -5,7 +5,7 @@ use crate::store::executions::{ExecutionRow, StepRow};
 
 use super::actions::{self, Action, Actions, Fields};
 use super::escape::Html;
-use super::layout::{self, cell};
+use super::layout::{self, cell, Nav, REFRESH_MS};
 
 /// One execution waiting for a decision. The caller fills it, typically
 /// with [`ApprovalView::from_wait`] from the execution's waiting step.
@@ -28,6 +28,11 @@ pub struct ApprovalView {
     pub waiting_since_ms: i64,
     /// When the wait gives up (the wait step's `wake_at_ms`); None: unknown.
     pub deadline_ms: Option<i64>,
+    /// The dashboard may decide (an operator's confirmation): an approve
+    /// form is shown. False where the decision is made elsewhere (a fork's
+    /// "Approve and run" button on GitHub, pressed by someone with write
+    /// access): the row only says who decides.
+    pub approve_here: bool,
 }
 
 impl ApprovalView {
@@ -48,6 +53,7 @@ impl ApprovalView {
             decider,
             waiting_since_ms: step.started_ms,
             deadline_ms: step.wake_at_ms,
+            approve_here: true,
         })
     }
 }
@@ -94,10 +100,37 @@ fn row(h: &mut Html, a: &ApprovalView, actions: &Actions, now_ms: i64) {
         layout::opt_time(h, a.deadline_ms, now_ms)
     });
     cell(h, "Decide", |h| {
+        if !a.approve_here {
+            h.raw("<span class=\"none\">decided on GitHub</span>");
+            return;
+        }
         let fields = Fields::FixedEvent {
             event_type: &a.event_type,
         };
         actions::form(h, actions, Action::SendEvent, &a.execution_id, fields);
     });
     h.raw("</tr>");
+}
+
+/// What the approvals page shows. The caller fills it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalsPage {
+    /// Every execution waiting for a decision, earliest deadline first.
+    pub approvals: Vec<ApprovalView>,
+    /// More wait than are listed (the store lists a bounded number).
+    pub truncated: bool,
+    /// Where the approve forms post.
+    pub actions: Actions,
+}
+
+/// `/ui/approvals`: every execution waiting for a person, who decides and
+/// by when.
+pub fn render(page: &ApprovalsPage, now_ms: i64) -> String {
+    let mut h = Html::new();
+    h.raw("<h1>Approvals</h1>");
+    section(&mut h, &page.approvals, &page.actions, now_ms);
+    if page.truncated {
+        h.raw("<p class=\"note\">Only the earliest deadlines are listed.</p>");
+    }
+    layout::page("Approvals", Nav::Approvals, REFRESH_MS, now_ms, &h)
 }

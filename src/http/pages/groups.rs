@@ -5,7 +5,6 @@
 use crate::gates::serial::{
     ExplainedEnd, ExplainedWaiter, GroupSummary, GroupView, RowState, WaitReason,
 };
-use crate::limits::GROUPS_LISTED_MAX;
 
 use super::actions::{self, Action, Actions, Fields};
 use super::approvals::{self, ApprovalView};
@@ -17,8 +16,13 @@ use super::time;
 /// What the groups overview shows. The caller fills it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupsPage {
-    /// `gates::serial::groups`: groups with a holder or a waiter.
+    /// One page of `gates::serial::groups_page`: groups with a holder or a
+    /// waiter, by name.
     pub groups: Vec<GroupSummary>,
+    /// The repository filter in effect (fills the form and the next link).
+    pub repo: Option<String>,
+    /// The cursor of the next page; None: the last page.
+    pub next_cursor: Option<String>,
     /// Deploys waiting for a confirmation before they join a group.
     pub approvals: Vec<ApprovalView>,
     /// Where the approval forms post.
@@ -36,7 +40,13 @@ pub struct GroupPage {
 
 pub fn render_groups(page: &GroupsPage, now_ms: i64) -> String {
     let mut h = Html::new();
-    h.raw("<h1>Groups</h1>");
+    h.raw("<h1>Groups</h1><form method=\"get\" class=\"filters\"")
+        .action(&paths::groups())
+        .raw("><label>Repository <input name=\"repo\" placeholder=\"octo/hello\"")
+        .attr("value", page.repo.as_deref().unwrap_or(""))
+        .raw(
+            "></label><div class=\"buttons\"><button type=\"submit\">Filter</button></div></form>",
+        );
     approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
     h.raw("<section id=\"groups\" data-live><h2>Serial groups</h2>");
     if page.groups.is_empty() {
@@ -49,10 +59,14 @@ pub fn render_groups(page: &GroupsPage, now_ms: i64) -> String {
         }
         h.raw("</tbody></table>");
     }
-    if page.groups.len() >= GROUPS_LISTED_MAX as usize {
-        h.raw("<p class=\"note\">Only the first ")
-            .num(i64::from(GROUPS_LISTED_MAX))
-            .raw(" groups are listed.</p>");
+    if let Some(cursor) = &page.next_cursor {
+        let mut next = paths::groups();
+        if let Some(r) = &page.repo {
+            next = next.query("repo", r);
+        }
+        h.raw("<nav class=\"pager\"><a rel=\"next\"")
+            .href(&next.query("cursor", cursor))
+            .raw(">Next page →</a></nav>");
     }
     h.raw("</section>");
     layout::page("Groups", Nav::Groups, REFRESH_MS, now_ms, &h)

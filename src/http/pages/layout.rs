@@ -18,6 +18,7 @@ pub const REFRESH_MS: i64 = 5_000;
 pub(crate) enum Nav {
     Executions,
     Groups,
+    Approvals,
     None,
 }
 
@@ -45,7 +46,15 @@ pub(crate) fn page(title: &str, nav: Nav, refresh_ms: i64, now_ms: i64, main: &H
         nav == Nav::Executions,
     );
     nav_link(&mut h, paths::groups(), "Groups", nav == Nav::Groups);
-    h.raw("</nav></header><main>")
+    nav_link(
+        &mut h,
+        paths::approvals(),
+        "Approvals",
+        nav == Nav::Approvals,
+    );
+    h.raw("</nav><form method=\"post\" class=\"signout\"")
+        .action(&Url::path(paths::LOGOUT_PATH))
+        .raw("><button type=\"submit\">Sign out</button></form></header><main>")
         .append(main)
         .raw("</main>")
         .raw("<dialog id=\"confirm-dialog\"><form method=\"dialog\">")
@@ -162,4 +171,44 @@ pub(crate) fn cell(h: &mut Html, label: &'static str, content: impl FnOnce(&mut 
     h.raw("<td data-label=\"").raw(label).raw("\">");
     content(h);
     h.raw("</td>");
+}
+
+/// A page for a refused or failed dashboard request: what went wrong, in
+/// words (never internals: a 5xx names only the request id).
+pub fn render_error(status: u16, title: &str, message: &str, now_ms: i64) -> String {
+    let mut h = Html::new();
+    h.raw("<h1>")
+        .text(title)
+        .raw("</h1><p class=\"result failed\">")
+        .text(message)
+        .raw("</p><p class=\"note\">HTTP ")
+        .num(i64::from(status))
+        .raw("</p><p><a")
+        .href(&paths::executions())
+        .raw(">Executions</a></p>");
+    page(title, Nav::None, 0, now_ms, &h)
+}
+
+/// The sign-in page: a form that posts the admin token to `/ui/login`,
+/// which answers with a session cookie. `reason` says why the request was
+/// refused (shown as text); `next` is where to go once signed in (a path
+/// of the dashboard, checked by the caller). `app.js` fills the token from
+/// the URL's fragment (`/ui/login#token=...`, which `npm start` prints),
+/// so the token never reaches a server log.
+pub fn render_login(reason: Option<&str>, next: &str, now_ms: i64) -> String {
+    let mut h = Html::new();
+    h.raw("<h1>Sign in</h1>");
+    if let Some(r) = reason {
+        h.raw("<p class=\"result failed\">").text(r).raw("</p>");
+    }
+    h.raw("<form method=\"post\" class=\"login\" id=\"login\"")
+        .action(&Url::path(paths::LOGIN_PATH))
+        .raw("><input type=\"hidden\" name=\"next\"")
+        .attr("value", next)
+        .raw("><label>Admin token <input type=\"password\" name=\"token\" required")
+        .raw(" autocomplete=\"current-password\"></label>")
+        .raw("<div class=\"buttons\"><button type=\"submit\">Sign in</button></div></form>")
+        .raw("<p class=\"note\">Behind Cloudflare Access no sign-in is needed: Access signs ")
+        .raw("you in. Locally, <code>npm start</code> prints a sign-in link.</p>");
+    page("Sign in", Nav::None, 0, now_ms, &h)
 }

@@ -11,8 +11,10 @@
 //!   and actions;
 //! - [`render_groups`] and [`render_group`]: serial groups, their holder,
 //!   each waiter and why it waits, recent skips;
+//! - [`render_approvals`]: every execution waiting for a person;
 //! - [`render_confirm`] and [`render_result`]: the confirmation step and
-//!   the outcome of an action (see [`actions`]).
+//!   the outcome of an action (see [`actions`]);
+//! - [`render_login`] and [`render_error`]: signing in, and a refusal.
 //!
 //! Architecture invariant: every value from GitHub or a user reaches the
 //! page through [`escape::Html`], which only writes values escaped; URLs
@@ -36,12 +38,12 @@ pub mod time;
 use crate::store::executions::{ExecutionRow, StepRow};
 
 pub use actions::{render_confirm, render_result, Action, ActionResult, Actions};
-pub use approvals::ApprovalView;
+pub use approvals::{render as render_approvals, ApprovalView, ApprovalsPage};
 pub use assets::{APP_CSS, APP_JS, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
 pub use execution::{render as render_execution, ExecutionPage};
 pub use executions::{render as render_executions, ExecutionsPage};
 pub use groups::{render_group, render_groups, GroupPage, GroupsPage};
-pub use layout::{entity_label, REFRESH_MS};
+pub use layout::{entity_label, render_error, render_login, REFRESH_MS};
 pub use query::{same_origin_post, ActionForm, ExecutionsQuery};
 
 /// An execution as the pages show it: its index row and what a join adds.

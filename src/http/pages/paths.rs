@@ -5,14 +5,23 @@
 //! | --- | --- | --- |
 //! | GET | `/ui/executions` (query: [`super::ExecutionsQuery`]) | [`super::render_executions`] |
 //! | GET | `/ui/executions/{id}` | [`super::render_execution`] |
+//! | GET | `/ui/executions/{id}/log/{step, percent-encoded}` | the step's log, `text/plain` |
 //! | GET | `/ui/groups` | [`super::render_groups`] |
 //! | GET | `/ui/groups/{group, percent-encoded}` | [`super::render_group`] |
+//! | GET | `/ui/approvals` | [`super::render_approvals`] |
+//! | GET, POST | `/ui/login` | [`super::render_login`] |
+//! | POST | `/ui/executions/{id}/{action}`, `/ui/groups/{group}/skip-all` | [`super::Actions::ui`] |
 //! | GET | `/ui/app.js`, `/ui/app.css` | [`super::APP_JS`], [`super::APP_CSS`] |
+//!
+//! `http::routes::route` parses the same paths.
 
 use super::escape::Url;
 
 pub const EXECUTIONS_PATH: &str = "/ui/executions";
 pub const GROUPS_PATH: &str = "/ui/groups";
+pub const APPROVALS_PATH: &str = "/ui/approvals";
+pub const LOGIN_PATH: &str = "/ui/login";
+pub const LOGOUT_PATH: &str = "/ui/logout";
 pub const APP_JS_PATH: &str = "/ui/app.js";
 pub const APP_CSS_PATH: &str = "/ui/app.css";
 
@@ -27,8 +36,17 @@ pub fn execution(id: &str) -> Url {
     Url::path(EXECUTIONS_PATH).seg(crate::gates::serial::instance_of(id))
 }
 
+/// A command step's log (`runs::command::LOGGED_STEPS`), as text.
+pub fn log(id: &str, step: &str) -> Url {
+    execution(id).seg("log").seg(step)
+}
+
 pub fn groups() -> Url {
     Url::path(GROUPS_PATH)
+}
+
+pub fn approvals() -> Url {
+    Url::path(APPROVALS_PATH)
 }
 
 /// One group's page: the group key is one percent-encoded segment

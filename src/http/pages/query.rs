@@ -2,7 +2,7 @@
 //! names are the pages' own, so their parsers live beside them. Total
 //! functions: any input gives a value, never an error or a panic.
 
-use crate::store::executions::ListFilter;
+use crate::store::executions::{Cursor, ListFilter};
 
 use super::escape::{percent_decode, Url};
 use super::paths;
@@ -72,15 +72,23 @@ impl ExecutionsQuery {
         q
     }
 
-    /// The store's filter (the time range and the cursor are the caller's
-    /// to apply: the store's list takes neither yet).
+    /// The store's filter, time range included (the cursor goes to
+    /// `store::executions::list_page` beside it: [`Self::after`]).
     pub fn list_filter(&self) -> ListFilter {
         ListFilter {
             run: self.run.clone(),
             repo: self.repo.clone(),
             status: self.status.clone(),
             entity: self.entity.clone(),
+            since_ms: self.since_ms,
+            until_ms: self.until_ms,
         }
+    }
+
+    /// The page start the cursor names; None for the first page and for a
+    /// cursor the store did not make (the first page is shown instead).
+    pub fn after(&self) -> Option<Cursor> {
+        self.cursor.as_deref().and_then(Cursor::decode)
     }
 
     /// Whether any filter (not the cursor) is set.

@@ -110,6 +110,20 @@
     });
   }
 
+  // Sign-in link (`npm start` prints /ui/login#token=...): the fragment
+  // fills the token field and is dropped from the address bar and history;
+  // a fragment is never sent to the server, so the token reaches no log.
+  var login = document.getElementById('login');
+  var match = /^#token=([A-Za-z0-9._~-]+)$/.exec(location.hash);
+  if (login && match) {
+    history.replaceState(null, '', location.pathname + location.search);
+    var field = login.querySelector('input[name="token"]');
+    if (field) {
+      field.value = match[1];
+      login.submit();
+    }
+  }
+
   if (period > 0) {
     say('live');
     schedule();
