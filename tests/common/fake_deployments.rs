@@ -317,17 +317,22 @@ impl FakeGitHub {
     }
 }
 
-/// GitHub's `auto_inactive`: a `success` marks every prior non-transient
-/// deployment of the repository's same environment whose latest state is
-/// `success` inactive (see the README's Deployments section on
-/// production environments).
+/// GitHub's `auto_inactive`, as documented: a `success` marks every prior
+/// non-transient, non-production deployment of the repository's same
+/// environment whose latest state is `success` inactive (the README's
+/// "Deployments on GitHub" says what that means for production
+/// environments). `tools/github-standin` applies the same rule.
 fn auto_inactivate(deployments: &mut [Deployment], at: usize, mut next_id: u64) {
     let (repo, environment, id) = {
         let d = &deployments[at];
         (d.repo.clone(), d.environment.clone(), d.id)
     };
     for d in deployments.iter_mut() {
-        let prior = d.id < id && d.repo == repo && d.environment == environment && !d.transient;
+        let prior = d.id < id
+            && d.repo == repo
+            && d.environment == environment
+            && !d.transient
+            && !d.production;
         if prior && d.latest().is_some_and(|s| s.state == "success") {
             d.statuses.push(DeploymentStatus {
                 id: next_id,
