@@ -649,6 +649,77 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
     );
 }
 
+/// In a production environment GitHub's documented `auto_inactive` retires
+/// nothing: each success retires the success it replaces itself, past the
+/// deploys that failed in between, naming its own revision. A deployment of
+/// another App in the environment is left alone.
+#[test]
+fn in_a_production_environment_a_success_retires_the_one_it_replaces() {
+    let (a, b, c) = (sha('a'), sha('b'), sha('c'));
+    let mut rig = Rig::new();
+    rig.environments = Environments::parse(Some(FLAGGED_ENVIRONMENTS));
+    rig.secrets.set("DEPLOY_TOKEN", "t0ken-value-123");
+    for s in [&a, &b, &c] {
+        rig.github
+            .commit(REPO, s, &[(".sluice.toml", PRODUCTION_TOML)]);
+    }
+    let deploy = |s: &str, exit_code: i32| {
+        rig.sandbox.st.borrow_mut().scripts.clear();
+        rig.sandbox.script("./deploy.sh", exit_code, "deploying\n");
+        rig.github.set_head(REPO, BRANCH, s);
+        let i = rig.deploy(s);
+        assert_eq!(rig.run_to_end(&i), Status::Complete);
+    };
+    deploy(&a, 0);
+    rig.github
+        .foreign_deployment(REPO, &a, "production", "someone-else");
+    deploy(&b, 1);
+    deploy(&c, 0);
+
+    let a_dep = rig.github.only_deployment_of_ours(&a);
+    assert_eq!(
+        a_dep.states(),
+        ["queued", "in_progress", "success", "inactive"]
+    );
+    let retired = a_dep.latest().unwrap();
+    assert!(!retired.auto, "Sluice's, not GitHub's: {retired:?}");
+    assert_eq!(
+        retired.description,
+        format!("Replaced: {c} was deployed after it.")
+    );
+    assert_eq!(
+        rig.github.only_deployment(&b).states(),
+        ["queued", "in_progress", "failure"]
+    );
+    assert_eq!(
+        rig.github.only_deployment(&c).states(),
+        ["queued", "in_progress", "success"]
+    );
+    let foreign = rig.github.all_deployments();
+    assert!(foreign
+        .iter()
+        .any(|d| d.app_id != APP_ID.parse::<u64>().unwrap() && d.statuses.is_empty()));
+
+    // A deploy later: it reads C's statuses, retires C, and stops there (A
+    // was retired with C's success).
+    let d = sha('d');
+    rig.github
+        .commit(REPO, &d, &[(".sluice.toml", PRODUCTION_TOML)]);
+    let reads = rig.github.calls_to("list-deployment-statuses").len();
+    deploy(&d, 0);
+    assert_eq!(
+        rig.github.only_deployment(&c).states(),
+        ["queued", "in_progress", "success", "inactive"]
+    );
+    assert_eq!(
+        rig.github.only_deployment_of_ours(&a).statuses.len(),
+        4,
+        "nothing more on A"
+    );
+    let scanned = rig.github.calls_to("list-deployment-statuses").len() - reads;
+    assert_eq!(scanned, 3 + 1, "one read per status step of D, one of C");
+}
+
 #[test]
 fn a_deployment_of_another_app_is_not_taken_for_ours() {
     let a = sha('a');

@@ -187,14 +187,11 @@ impl GitHub<'_> {
             .await?
             .ok_or_else(|| GitHubError::permanent(format!("no repository {repo}")))?;
         list.sort_by_key(|d| std::cmp::Reverse(d.id));
-        let app_id = self.app_id.as_deref().unwrap_or_default();
         Ok(list
             .into_iter()
             .filter(|d| {
                 d.payload[PAYLOAD_KEY]["execution"].as_str() == Some(execution_id)
-                    && d.performed_via_github_app
-                        .as_ref()
-                        .is_some_and(|a| a.id.to_string() == app_id)
+                    && self.made_by_us(d)
             })
             .map(|d| Found {
                 id: d.id,
@@ -275,20 +272,69 @@ impl GitHub<'_> {
         repo: &str,
         id: u64,
     ) -> Result<Option<DeploymentState>, GitHubError> {
+        let history = self.deployment_history(installation, repo, id).await?;
+        Ok(history.first().copied().flatten())
+    }
+
+    /// The deployment's states, newest first (None for a state GitHub may
+    /// add later).
+    pub async fn deployment_history(
+        &self,
+        installation: u64,
+        repo: &str,
+        id: u64,
+    ) -> Result<Vec<Option<DeploymentState>>, GitHubError> {
         let auth = self.deployments_auth(installation, repo).await?;
         let path = format!(
             "/repos/{}/deployments/{id}/statuses?per_page={STATUSES_PER_PAGE}",
             segs(repo)
         );
-        let statuses: Vec<StatusAnswer> = self
+        let mut statuses: Vec<StatusAnswer> = self
             .get_with(&auth, &path, "deployment statuses")
             .await?
             .ok_or_else(|| GitHubError::permanent(format!("deployment {id} is gone")))?;
         // The newest is the highest id, whatever order the page is in.
+        statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
         Ok(statuses
+            .iter()
+            .map(|s| DeploymentState::parse(&s.state))
+            .collect())
+    }
+
+    /// The deployments this App made in `environment` (any commit), newest
+    /// first: the newest `DEPLOYMENTS_PER_PAGE` of the environment.
+    pub async fn environment_deployments(
+        &self,
+        installation: u64,
+        repo: &str,
+        environment: &str,
+    ) -> Result<Vec<u64>, GitHubError> {
+        let auth = self.deployments_auth(installation, repo).await?;
+        let path = format!(
+            "/repos/{}/deployments?environment={}&task={}&per_page={DEPLOYMENTS_PER_PAGE}",
+            segs(repo),
+            seg(environment),
+            seg(TASK)
+        );
+        let list: Vec<DeploymentAnswer> = self
+            .get_with(&auth, &path, "deployments")
+            .await?
+            .ok_or_else(|| GitHubError::permanent(format!("no repository {repo}")))?;
+        let mut ours: Vec<u64> = list
             .into_iter()
-            .max_by_key(|s| s.id)
-            .and_then(|s| DeploymentState::parse(&s.state)))
+            .filter(|d| self.made_by_us(d))
+            .map(|d| d.id)
+            .collect();
+        ours.sort_by_key(|id| std::cmp::Reverse(*id));
+        Ok(ours)
+    }
+
+    /// Whether this App created the deployment.
+    fn made_by_us(&self, d: &DeploymentAnswer) -> bool {
+        let app_id = self.app_id.as_deref().unwrap_or_default();
+        d.performed_via_github_app
+            .as_ref()
+            .is_some_and(|a| a.id.to_string() == app_id)
     }
 
     /// Posts a status (observe first with `deployment_state`: a status

@@ -21,7 +21,7 @@
 //! granted `deployments: write`) deploys all the same, and the check run
 //! says why there is no deployment.
 
-use crate::engine::{Ctx, RunError, Status};
+use crate::engine::{Ctx, RunError, Status, StepFailure};
 use crate::gates::{serial, SkipReason};
 use crate::github::{DeploymentState, NewDeployment, NewStatus};
 
@@ -43,6 +43,11 @@ const RETIRE_STEP: &str = "deployment: retire earlier";
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
     pub id: Option<u64>,
+    /// The GitHub environment it is in (`environment_name`).
+    pub environment: String,
+    /// Marked `transient_environment`: GitHub retires nothing of it, and
+    /// neither does Sluice (`retire_replaced`).
+    pub transient: bool,
     /// For the check run's summary when GitHub would not record one.
     pub note: Option<String>,
 }
@@ -118,10 +123,14 @@ pub async fn open(
     let recorded = match created {
         Ok(id) => Recorded {
             id: Some(id),
+            environment: environment.clone(),
+            transient: new.transient == Some(true),
             note: None,
         },
         Err(e) if gave_up(&e) => Recorded {
             id: None,
+            environment: environment.clone(),
+            transient: new.transient == Some(true),
             note: Some(format!(
                 "Note: GitHub recorded no deployment for this deploy ({e}); the deploy itself \
                  went ahead. An App that lacks `deployments: write` must be granted it (the \
@@ -494,39 +503,14 @@ async fn post(
     let Some(id) = recorded.id else {
         return Ok(());
     };
-    let log_url = link(env, ctx.instance_id(), how.log_url);
-    let (installation, repo) = (input.installation_id, input.repo.as_str());
-    let body = |_| async {
-        let latest = env
-            .github
-            .deployment_state(installation, repo, id)
-            .await
-            .map_err(github_failure)?;
-        let decided = match (decide(latest), how.fence) {
-            (Some(s), Some((group, gate_id))) if s.state == DeploymentState::Success => {
-                let held = serial::heartbeat(env.db, group, gate_id, ctx.now_ms())
-                    .await
-                    .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-                Some(if held { s } else { taken_over() })
-            }
-            (decided, _) => decided,
-        };
-        match decided {
-            Some(s) if needs_posting(latest, s.state) => {
-                let new = NewStatus {
-                    state: s.state,
-                    description: &s.description,
-                    log_url: log_url.as_deref(),
-                    environment_url: s.environment_url.as_deref(),
-                };
-                env.github
-                    .create_deployment_status(installation, repo, id, &new)
-                    .await
-                    .map_err(github_failure)
-            }
-            _ => Ok(()),
-        }
+    let target = Target {
+        env,
+        input,
+        recorded,
+        id,
+        log_url: link(env, ctx.instance_id(), how.log_url),
     };
+    let body = |_| post_once(ctx, &target, how, &decide);
     let posted = match how.kind {
         Kind::Ordinary => ctx.step(how.step, github_step(), body).await,
         Kind::Cleanup => ctx.cleanup_step(how.step, github_step(), body).await,
@@ -535,6 +519,109 @@ async fn post(
         Err(e) if !gave_up(&e) => Err(e),
         _ => Ok(()),
     }
+}
+
+/// The deployment a status step posts on.
+struct Target<'a> {
+    env: &'a RunEnv<'a>,
+    input: &'a DeployInput,
+    recorded: &'a Recorded,
+    id: u64,
+    log_url: Option<String>,
+}
+
+/// One attempt of a status step: observe, decide (a success fenced by the
+/// group), post what is not there yet; after a success (posted now or by an
+/// attempt whose answer was lost), retire the success it replaces.
+async fn post_once(
+    ctx: &Ctx<'_>,
+    t: &Target<'_>,
+    how: &Post<'_>,
+    decide: &impl Fn(Option<DeploymentState>) -> Option<Posting>,
+) -> Result<(), StepFailure> {
+    let (installation, repo) = (t.input.installation_id, t.input.repo.as_str());
+    let github = &t.env.github;
+    let latest = github
+        .deployment_state(installation, repo, t.id)
+        .await
+        .map_err(github_failure)?;
+    let decided = match (decide(latest), how.fence) {
+        (Some(s), Some((group, gate_id))) if s.state == DeploymentState::Success => {
+            let held = serial::heartbeat(t.env.db, group, gate_id, ctx.now_ms())
+                .await
+                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+            Some(if held { s } else { taken_over() })
+        }
+        (decided, _) => decided,
+    };
+    let Some(s) = decided else {
+        return Ok(());
+    };
+    if needs_posting(latest, s.state) {
+        let new = NewStatus {
+            state: s.state,
+            description: &s.description,
+            log_url: t.log_url.as_deref(),
+            environment_url: s.environment_url.as_deref(),
+        };
+        github
+            .create_deployment_status(installation, repo, t.id, &new)
+            .await
+            .map_err(github_failure)?;
+    } else if latest != Some(s.state) {
+        return Ok(());
+    }
+    if s.state == DeploymentState::Success && !t.recorded.transient {
+        retire_replaced(t).await.map_err(github_failure)?;
+    }
+    Ok(())
+}
+
+/// Earlier deployments of the environment a success reads, newest first,
+/// looking for the success it replaces. Every success retires the one
+/// before it, so the scan stops at the first deployment that ever succeeded
+/// (usually the first it reads); 30 lets that many deploys in a row fail or
+/// be skipped in between, and bounds the reads of one step.
+const RETIRE_SCAN_MAX: usize = 30;
+
+/// GitHub's `auto_inactive` retires earlier successes only in non-transient,
+/// non-production environments (as documented): a success in a production
+/// one retires the success of this App that it replaces itself, naming its
+/// own revision. In a non-production environment GitHub did already, and
+/// this reads one deployment's statuses and posts nothing; a transient
+/// environment's deployments are left as GitHub leaves them.
+async fn retire_replaced(t: &Target<'_>) -> Result<(), crate::github::GitHubError> {
+    let (installation, repo) = (t.input.installation_id, t.input.repo.as_str());
+    let github = &t.env.github;
+    let earlier = github
+        .environment_deployments(installation, repo, &t.recorded.environment)
+        .await?;
+    let description = format!("Replaced: {} was deployed after it.", t.input.sha);
+    for older in earlier
+        .into_iter()
+        .filter(|d| *d < t.id)
+        .take(RETIRE_SCAN_MAX)
+    {
+        let history = github.deployment_history(installation, repo, older).await?;
+        match history.first().copied().flatten() {
+            Some(DeploymentState::Success) => {
+                let new = NewStatus {
+                    state: DeploymentState::Inactive,
+                    description: &description,
+                    log_url: t.log_url.as_deref(),
+                    environment_url: None,
+                };
+                return github
+                    .create_deployment_status(installation, repo, older, &new)
+                    .await;
+            }
+            // Once a success, since retired: what came before it was
+            // retired with it.
+            _ if history.contains(&Some(DeploymentState::Success)) => return Ok(()),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// After an execution ended from outside (terminated while it waited, a

@@ -144,6 +144,21 @@ impl FakeGitHub {
         all.into_iter().next().unwrap()
     }
 
+    /// The one deployment of `sha` that Sluice (APP_ID) made.
+    pub fn only_deployment_of_ours(&self, sha: &str) -> Deployment {
+        let ours: Vec<Deployment> = self
+            .deployments_on(sha)
+            .into_iter()
+            .filter(|d| d.app_id.to_string() == APP_ID)
+            .collect();
+        assert_eq!(
+            ours.len(),
+            1,
+            "exactly one deployment of {sha} by Sluice: {ours:#?}"
+        );
+        ours.into_iter().next().unwrap()
+    }
+
     pub fn all_deployments(&self) -> Vec<Deployment> {
         self.st.borrow().deployments.clone()
     }
