@@ -139,6 +139,7 @@ async function startGithub(userVars, defaults) {
   defaults.GITHUB_API_URL = standin.url;
   defaults.GITHUB_GIT_URL = standin.url;
   defaults.GITHUB_APP_ID = String(STANDIN_APP_ID);
+  defaults.GITHUB_APP_SLUG = 'sluice';
   defaults.GITHUB_APP_PRIVATE_KEY = privateKey;
   return { url: standin.url, demoSha: ensureDemoRepo() };
 }

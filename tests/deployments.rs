@@ -612,6 +612,7 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
             sha: s.into(),
             installation_id: INSTALLATION,
             default_branch: BRANCH.into(),
+            sender: "ana".into(),
         };
         rig.github.set_head(REPO, BRANCH, s);
         let i = rig.create(CreateRequest {

@@ -2205,3 +2205,43 @@ fn sealing_masks_a_secret_split_across_parts() {
         Some("token *** done\n")
     );
 }
+
+/// Bots are treated like users (a Dependabot pull request gets its check),
+/// except those the repository names in `ignore_bots`.
+#[test]
+fn a_bot_the_repository_ignores_starts_nothing() {
+    let s = sha('a');
+    let rig = Rig::new();
+    let config = format!("ignore_bots = [\"renovate[bot]\"]\n{CHECK_TOML}");
+    rig.github
+        .commit(REPO, &s, &[(".sluice.toml", config.as_str())]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let make = |sender: &str, attempt: &str| {
+        rig.create(sluice::engine::CreateRequest {
+            key: format!("check:{REPO}:{}:{attempt}", &s[..12]),
+            run: "check".into(),
+            input: json!({"repo": REPO, "sha": s, "installation_id": INSTALLATION, "pr_number": PR_NUMBER, "sender": sender}),
+            repo: Some(REPO.into()),
+            entity: Some(format!("pr:{PR_NUMBER}")),
+            sha: Some(s.clone()),
+            max_steps: None,
+            max_duration_ms: None,
+        })
+    };
+    let renovate = make("renovate[bot]", "1");
+    assert_eq!(rig.run_to_end(&renovate), Status::Skipped);
+    assert_eq!(rig.row(&renovate).reason.as_deref(), Some("ignored-bot"));
+    assert!(
+        rig.github.check_runs_on(&s).is_empty(),
+        "no check run for an ignored bot"
+    );
+    let dependabot = make("dependabot[bot]", "2");
+    assert_eq!(rig.run_to_end(&dependabot), Status::Complete);
+    assert_eq!(
+        rig.github
+            .only_check_run(&s, "sluice/check")
+            .conclusion
+            .as_deref(),
+        Some("success")
+    );
+}

@@ -4,7 +4,9 @@
 
 use serde_json::json;
 use sluice::github::webhook::sign;
-use sluice::http::webhook::{check_declared_length, intake, read_capped, Intake, WebhookHeaders};
+use sluice::http::webhook::{
+    check_declared_length, intake, read_capped, Intake, IntakeConfig, WebhookHeaders,
+};
 use sluice::limits::WEBHOOK_BODY_BYTES_MAX;
 
 const SECRET: &str = "s3cret";
@@ -13,6 +15,18 @@ const SECRET: &str = "s3cret";
 const NOT_BEFORE_MS: i64 = 1_767_225_600_000;
 
 fn pr_body(action: &str, draft: bool, sender_type: &str) -> Vec<u8> {
+    let login = if sender_type == "Bot" {
+        "dependabot[bot]"
+    } else {
+        "ana"
+    };
+    pr_body_from(action, draft, login, sender_type)
+}
+
+/// The App these deliveries go to: its bot user is `sluice[bot]`.
+const APP_SLUG: &str = "sluice";
+
+fn pr_body_from(action: &str, draft: bool, login: &str, sender_type: &str) -> Vec<u8> {
     json!({
         "action": action,
         "number": 3,
@@ -23,7 +37,7 @@ fn pr_body(action: &str, draft: bool, sender_type: &str) -> Vec<u8> {
         },
         "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
                        "clone_url": "https://github.com/octo/hello.git"},
-        "sender": {"login": "ana", "type": sender_type},
+        "sender": {"login": login, "type": sender_type},
         "installation": {"id": 42}
     })
     .to_string()
@@ -36,6 +50,8 @@ struct Req {
     content_type: Option<&'static str>,
     signature: Option<String>,
     body: Vec<u8>,
+    /// The previous webhook secret, while it is being rotated out.
+    previous: Option<&'static str>,
 }
 
 impl Req {
@@ -46,6 +62,7 @@ impl Req {
             content_type: Some("application/json"),
             signature: Some(sign(SECRET.as_bytes(), &body)),
             body,
+            previous: None,
         }
     }
 
@@ -56,7 +73,14 @@ impl Req {
             signature: self.signature.as_deref(),
             content_type: self.content_type,
         };
-        intake(&h, &self.body, secret, NOT_BEFORE_MS).map_err(|e| (e.status, e.code))
+        let cfg = IntakeConfig {
+            secret,
+            previous_secret: self.previous,
+            not_before_ms: NOT_BEFORE_MS,
+            app_id: None,
+            app_slug: Some(APP_SLUG),
+        };
+        intake(&h, &self.body, &cfg).map_err(|e| (e.status, e.code))
     }
 }
 
@@ -211,7 +235,10 @@ fn valid_events_sluice_does_not_act_on_are_ignored() {
         ("ping", br#"{"zen":"Keep it logically awesome."}"#.to_vec()),
         ("pull_request", pr_body("closed", false, "User")),
         ("pull_request", pr_body("opened", true, "User")),
-        ("pull_request", pr_body("opened", false, "Bot")),
+        (
+            "pull_request",
+            pr_body_from("opened", false, "Sluice[bot]", "Bot"),
+        ),
     ] {
         let r = Req::signed(event, body);
         assert!(
@@ -219,6 +246,17 @@ fn valid_events_sluice_does_not_act_on_are_ignored() {
             "{event}: {:?}",
             status(&r)
         );
+    }
+}
+
+#[test]
+fn another_apps_bot_is_treated_like_a_user() {
+    let r = Req::signed("pull_request", pr_body("opened", false, "Bot"));
+    match status(&r) {
+        Ok(Intake::Act { creates, .. }) => {
+            assert_eq!(creates.len(), 1, "Dependabot's PR gets its check")
+        }
+        other => panic!("{other:?}"),
     }
 }
 
@@ -277,4 +315,26 @@ fn a_chunked_body_over_the_limit_is_refused_while_streaming() {
         futures::executor::block_on(read_capped(small, 10)).ok(),
         Some(b"abc".to_vec())
     );
+}
+
+/// Rotating the App's webhook secret drops no delivery: the previous one
+/// is accepted until the operator unsets it; any other is not.
+#[test]
+fn the_previous_webhook_secret_is_accepted_while_rotating() {
+    let body = pr_body("opened", false, "User");
+    let mut r = Req::signed("pull_request", body.clone());
+    r.signature = Some(sign(b"old-secret", &body));
+    assert_eq!(
+        status(&r).unwrap_err(),
+        (401, "bad_signature"),
+        "unknown without rotation"
+    );
+    r.previous = Some("old-secret");
+    assert!(
+        matches!(status(&r), Ok(Intake::Act { .. })),
+        "{:?}",
+        status(&r)
+    );
+    r.signature = Some(sign(b"some-other", &body));
+    assert_eq!(status(&r).unwrap_err(), (401, "bad_signature"));
 }

@@ -87,6 +87,7 @@ fuzz_target!(|data: &[u8]| {
             sha: "0123456789abcdef0123456789abcdef01234567".into(),
             installation_id: 1,
             default_branch: "main".into(),
+            sender: "ana".into(),
         };
         let group = group_key(&input, deploy);
         assert!(group.starts_with("deploy:octo/hello:"));

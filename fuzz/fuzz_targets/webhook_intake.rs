@@ -23,7 +23,7 @@ use sluice::github::webhook::{parse, sign};
 use sluice::http::webhook::{check_declared_length, intake, Intake, WebhookHeaders};
 use sluice::limits::WEBHOOK_BODY_BYTES_MAX;
 use sluice::runs::triggers::{plan, Plan};
-use sluice_fuzz::{check_planned_create, HttpInput, SIGN_PLACEHOLDER};
+use sluice_fuzz::{check_planned_create, intake_config, plan_context, HttpInput, SIGN_PLACEHOLDER};
 
 /// The oldest event intake acts on (2023-11-14T22:13:20Z): seeds carry
 /// recent timestamps, and mutated ones land on both sides.
@@ -58,9 +58,10 @@ fuzz_target!(|data: &[u8]| {
         signature: signature.as_deref(),
         content_type: input.content_type.as_deref(),
     };
-    let result = intake(&headers, body, secret, NOT_BEFORE_MS);
+    let cfg = intake_config(secret, NOT_BEFORE_MS);
+    let result = intake(&headers, body, &cfg);
     assert_eq!(
-        intake(&headers, body, secret, NOT_BEFORE_MS),
+        intake(&headers, body, &cfg),
         result,
         "intake is deterministic"
     );
@@ -95,7 +96,7 @@ fuzz_target!(|data: &[u8]| {
                     signature: other_signature.as_deref(),
                     ..headers.clone()
                 };
-                if let Err(o) = intake(&other_headers, body, Some(&other), NOT_BEFORE_MS) {
+                if let Err(o) = intake(&other_headers, body, &intake_config(Some(&other), NOT_BEFORE_MS)) {
                     if (o.status, o.code) == (e.status, e.code) {
                         assert_eq!(o.message, e.message, "the secret shapes the message");
                     }
@@ -137,7 +138,7 @@ fuzz_target!(|data: &[u8]| {
                 parsed.occurred_ms().is_none_or(|at| at >= NOT_BEFORE_MS),
                 "accepted an event older than the retention"
             );
-            match (accepted, plan(&parsed)) {
+            match (accepted, plan(&parsed, &plan_context(d))) {
                 (Intake::Ignored { event: e, reason }, Plan::Ignore(r)) => {
                     assert_eq!(e, event);
                     assert_eq!(reason, &r);

@@ -9,8 +9,9 @@
 //!   exactly when the body is not a JSON object;
 //! - the plan is deterministic, ignores pings and events Sluice does not
 //!   act on, and creates a check only for an open, non-draft pull request
-//!   from a non-bot with a commit sha, a deploy only for a push to a branch
-//!   that was not deleted, by a non-bot, of a non-zero commit;
+//!   with a commit sha, a deploy only for a push to a branch that was not
+//!   deleted, of a non-zero commit, re-runs only for a `rerequested` check
+//!   run or suite of Sluice's own App, and nothing its own bot user caused;
 //! - every planned instance passes `check_planned_create` and carries the
 //!   event's repository, commit and installation.
 #![no_main]
@@ -19,7 +20,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use sluice::github::webhook::{parse, Event, ParseError};
 use sluice::runs::triggers::{plan, CheckInput, DeployInput, Plan};
-use sluice_fuzz::{check_planned_create, is_lower_sha, line};
+use sluice_fuzz::{check_planned_create, is_lower_sha, line, plan_context, APP_ID, APP_SLUG};
 
 /// Pull request actions that mean new code to check (`runs::triggers`).
 const CHECK_ACTIONS: [&str; 4] = ["opened", "synchronize", "reopened", "ready_for_review"];
@@ -37,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
         Err(ParseError::WrongShape { event: e, .. }) => {
             assert!(is_object);
             assert_eq!(e, event);
-            assert!(matches!(event, "pull_request" | "push" | "check_run"));
+            assert!(matches!(event, "pull_request" | "push" | "check_run" | "check_suite"));
         }
         Ok(ev) => {
             assert!(is_object, "a non-object decoded");
@@ -45,18 +46,23 @@ fuzz_target!(|data: &[u8]| {
                 Event::PullRequest(_) => assert_eq!(event, "pull_request"),
                 Event::Push(_) => assert_eq!(event, "push"),
                 Event::CheckRun(_) => assert_eq!(event, "check_run"),
+                Event::CheckSuite(_) => assert_eq!(event, "check_suite"),
                 Event::Ping => assert_eq!(event, "ping"),
                 Event::Other(name) => {
                     assert_eq!(name, event);
-                    assert!(!matches!(event, "pull_request" | "push" | "ping" | "check_run"));
+                    assert!(!matches!(
+                        event,
+                        "pull_request" | "push" | "ping" | "check_run" | "check_suite"
+                    ));
                 }
             }
         }
     }
     let Ok(ev) = parsed else { return };
 
-    let p = plan(&ev);
-    assert_eq!(plan(&ev), p, "the plan is deterministic");
+    let cx = plan_context(DELIVERY);
+    let p = plan(&ev, &cx);
+    assert_eq!(plan(&ev, &cx), p, "the plan is deterministic");
     let creates = match &p {
         Plan::Ignore(reason) => {
             assert!(!reason.is_empty(), "an ignore says why");
@@ -64,6 +70,7 @@ fuzz_target!(|data: &[u8]| {
         }
         Plan::Create(creates) => creates,
         Plan::Send(sends) => {
+            assert!(!from_own_bot(&ev), "Sluice's own action planned {p:?}");
             // Only a pressed button of a check run naming a valid instance.
             let Event::CheckRun(run) = &ev else {
                 panic!("{ev:?} planned {p:?}")
@@ -75,6 +82,11 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
+    assert!(!from_own_bot(&ev), "Sluice's own action planned {p:?}");
+    if let Event::CheckRun(_) | Event::CheckSuite(_) = &ev {
+        check_reruns(&ev, creates);
+        return;
+    }
     assert_eq!(creates.len(), 1, "one event starts one instance");
     let c = &creates[0];
     check_planned_create(c);
@@ -86,7 +98,6 @@ fuzz_target!(|data: &[u8]| {
                 pr.action
             );
             assert!(!pr.pull_request.draft);
-            assert_ne!(pr.sender.kind.as_deref(), Some("Bot"));
             let sha = pr.pull_request.head.sha.to_ascii_lowercase();
             assert!(is_lower_sha(&sha));
             let input: CheckInput = serde_json::from_value(c.input.clone()).expect("decoded");
@@ -102,7 +113,6 @@ fuzz_target!(|data: &[u8]| {
                 .strip_prefix("refs/heads/")
                 .expect("only branch pushes deploy");
             assert!(!push.deleted);
-            assert_ne!(push.sender.kind.as_deref(), Some("Bot"));
             let input: DeployInput = serde_json::from_value(c.input.clone()).expect("decoded");
             assert_eq!(c.run, "deploy");
             assert_eq!(input.branch, branch);
@@ -111,6 +121,40 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Some(&input.default_branch), push.repository.default_branch.as_ref());
             assert_eq!(input.installation_id, push.installation.id);
         }
-        Event::CheckRun(_) | Event::Ping | Event::Other(_) => panic!("{ev:?} planned {p:?}"),
+        Event::CheckRun(_) | Event::CheckSuite(_) | Event::Ping | Event::Other(_) => {
+            panic!("{ev:?} planned {p:?}")
+        }
     }
 });
+
+/// The delivery every input arrives as: a re-run's identity.
+const DELIVERY: &str = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
+
+fn from_own_bot(ev: &Event) -> bool {
+    let login = match ev {
+        Event::PullRequest(e) => &e.sender.login,
+        Event::Push(e) => &e.sender.login,
+        Event::CheckRun(e) => &e.sender.login,
+        Event::CheckSuite(e) => &e.sender.login,
+        Event::Ping | Event::Other(_) => return false,
+    };
+    login.eq_ignore_ascii_case(&format!("{APP_SLUG}[bot]"))
+}
+
+/// A re-run is asked for (`rerequested`) of Sluice's own App, and every
+/// attempt it starts is new: named by this delivery, never a finished id.
+fn check_reruns(ev: &Event, creates: &[sluice::engine::CreateRequest]) {
+    let (action, app) = match ev {
+        Event::CheckRun(e) => (&e.action, e.check_run.app.as_ref().map(|a| a.id)),
+        Event::CheckSuite(e) => (&e.action, e.check_suite.app.as_ref().map(|a| a.id)),
+        _ => unreachable!("only check runs and suites re-run"),
+    };
+    assert_eq!(action, "rerequested");
+    assert_eq!(app.map(|id| id.to_string()).as_deref(), Some(APP_ID));
+    assert!(!creates.is_empty());
+    for c in creates {
+        check_planned_create(c);
+        assert!(c.key.ends_with(&format!(":rerun-{DELIVERY}")), "{}", c.key);
+        assert!(c.run == "check" || c.run == "deploy", "{}", c.run);
+    }
+}

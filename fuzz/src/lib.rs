@@ -12,6 +12,31 @@ use sluice::runs::triggers::{CheckInput, DeployInput};
 /// (`X-Fuzz-Secret:`). Only ever a fuzzing value: no deployment has it.
 pub const FUZZ_SECRET: &str = "fuzz-only-webhook-secret";
 
+/// The App the seeds' deliveries go to (their check runs name id 77).
+pub const APP_ID: &str = "77";
+/// Its slug: events from `sluice[bot]` are Sluice's own and start nothing.
+pub const APP_SLUG: &str = "sluice";
+
+/// Intake's configuration for a target: the secret under test, the App above.
+pub fn intake_config(secret: Option<&str>, not_before_ms: i64) -> sluice::http::webhook::IntakeConfig<'_> {
+    sluice::http::webhook::IntakeConfig {
+        secret,
+        previous_secret: None,
+        not_before_ms,
+        app_id: Some(APP_ID),
+        app_slug: Some(APP_SLUG),
+    }
+}
+
+/// Planning's context for a delivery to the App above.
+pub fn plan_context(delivery: &str) -> sluice::runs::triggers::PlanContext<'_> {
+    sluice::runs::triggers::PlanContext {
+        delivery,
+        app_id: Some(APP_ID),
+        app_slug: Some(APP_SLUG),
+    }
+}
+
 /// Characters of the sha in an instance key (`runs::triggers`).
 pub const KEY_SHA_CHARS: usize = 12;
 
@@ -141,7 +166,13 @@ pub fn check_planned_create(c: &CreateRequest) {
             let input: CheckInput =
                 serde_json::from_value(c.input.clone()).expect("check input decodes");
             assert_eq!(input.sha, sha);
-            assert_eq!(c.key, format!("check:{}:{sha_key}", input.repo));
+            // A re-run is a new attempt: the key gains `:rerun-<delivery>`.
+            let key = format!("check:{}:{sha_key}", input.repo);
+            assert!(
+                c.key == key || c.key.starts_with(&format!("{key}:rerun-")),
+                "{} / {key}",
+                c.key
+            );
             assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
             assert_eq!(c.entity, Some(format!("pr:{}", input.pr_number)));
         }

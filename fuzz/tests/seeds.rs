@@ -41,7 +41,7 @@ fn intake_outcome(name: &str) -> String {
         content_type: input.content_type.as_deref(),
     };
     // 0: the seeds' timestamps are all accepted; staleness is the target's.
-    match intake(&h, &input.body, input.secret.as_deref(), 0) {
+    match intake(&h, &input.body, &sluice_fuzz::intake_config(input.secret.as_deref(), 0)) {
         Ok(Intake::Act { .. }) => "act".into(),
         Ok(Intake::Ignored { .. }) => "ignore".into(),
         Err(e) => e.status.to_string(),
@@ -58,16 +58,17 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("pull_request-opened-from-fork", "act"),
         ("pull_request-closed", "ignore"),
         ("pull_request-opened-draft", "ignore"),
-        ("pull_request-opened-by-bot", "ignore"),
+        ("pull_request-opened-by-bot", "act"),
+        ("pull_request-opened-by-own-app", "ignore"),
         ("push-main-full", "act"),
         ("push-new-branch", "act"),
         ("push-branch-deleted", "ignore"),
         ("push-tag", "ignore"),
         ("ping", "ignore"),
-        ("check_run-rerequested", "ignore"),
+        ("check_run-rerequested", "act"),
         ("check_run-requested_action", "act"),
         ("check_suite-requested", "ignore"),
-        ("check_suite-rerequested", "ignore"),
+        ("check_suite-rerequested", "act"),
         ("signed-literally", "act"),
         ("signed-uppercase-hex", "act"),
         ("content-type-charset", "act"),

@@ -124,6 +124,46 @@ pub struct CheckRunRef {
     /// Sluice sets it to the instance id.
     #[serde(default)]
     pub external_id: Option<String>,
+    /// The App that created it.
+    #[serde(default)]
+    pub app: Option<AppRef>,
+    #[serde(default)]
+    pub check_suite: Option<SuiteRef>,
+    #[serde(default)]
+    pub pull_requests: Vec<PullRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct AppRef {
+    pub id: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct PullRef {
+    pub number: u64,
+}
+
+/// A check suite as a `check_run` or `check_suite` event carries it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SuiteRef {
+    #[serde(default)]
+    pub head_branch: Option<String>,
+    #[serde(default)]
+    pub head_sha: Option<String>,
+    #[serde(default)]
+    pub pull_requests: Vec<PullRef>,
+    #[serde(default)]
+    pub app: Option<AppRef>,
+}
+
+/// `check_suite`: `requested`, `rerequested` (Re-run all), `completed`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CheckSuiteEvent {
+    pub action: String,
+    pub check_suite: SuiteRef,
+    pub repository: Repository,
+    pub sender: Account,
+    pub installation: Installation,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -160,6 +200,7 @@ pub enum Event {
     PullRequest(Box<PullRequestEvent>),
     Push(Box<PushEvent>),
     CheckRun(Box<CheckRunEvent>),
+    CheckSuite(Box<CheckSuiteEvent>),
     /// Sent when a hook is created; acknowledged, nothing to do.
     Ping,
     /// An event Sluice does not act on (still valid JSON).
@@ -201,7 +242,7 @@ impl Event {
                 .updated_at
                 .as_deref()
                 .and_then(super::client::parse_rfc3339_ms),
-            Event::CheckRun(_) | Event::Ping | Event::Other(_) => None,
+            Event::CheckRun(_) | Event::CheckSuite(_) | Event::Ping | Event::Other(_) => None,
         }
     }
 }
@@ -223,6 +264,7 @@ pub fn parse(event: &str, body: &[u8]) -> Result<Event, ParseError> {
         }
         "push" => Event::Push(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "check_run" => Event::CheckRun(Box::new(serde_json::from_value(value).map_err(shape)?)),
+        "check_suite" => Event::CheckSuite(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "ping" => Event::Ping,
         other => Event::Other(other.to_owned()),
     })

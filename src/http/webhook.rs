@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
-use crate::runs::triggers::{self, EventSend, Plan};
+use crate::runs::triggers::{self, EventSend, Plan, PlanContext};
 use crate::store::executions::{self, DeliveryRow};
 use crate::store::Database;
 
@@ -85,12 +85,11 @@ where
 pub fn intake(
     h: &WebhookHeaders<'_>,
     body: &[u8],
-    secret: Option<&str>,
-    not_before_ms: i64,
+    cfg: &IntakeConfig<'_>,
 ) -> Result<Intake, ApiError> {
-    let (event, delivery) = required_headers(h, secret, body.len())?;
-    let secret = secret.unwrap_or_default();
-    webhook::verify_signature(secret.as_bytes(), body, h.signature).map_err(signature_error)?;
+    let (event, delivery) = required_headers(h, cfg.secret, body.len())?;
+    verify_either(cfg, body, h.signature)?;
+    let not_before_ms = cfg.not_before_ms;
     let parsed = webhook::parse(event, body).map_err(|e| match e {
         ParseError::BadJson(_) => ApiError::bad_request("bad_json", e.to_string()),
         ParseError::WrongShape { .. } => ApiError::new(422, "wrong_shape", e.to_string()),
@@ -112,9 +111,15 @@ pub fn intake(
         ),
         Event::Push(p) => (None, Some(p.repository.full_name.clone())),
         Event::CheckRun(c) => (Some(c.action.clone()), Some(c.repository.full_name.clone())),
+        Event::CheckSuite(c) => (Some(c.action.clone()), Some(c.repository.full_name.clone())),
         _ => (None, None),
     };
-    match triggers::plan(&parsed) {
+    let context = PlanContext {
+        delivery,
+        app_id: cfg.app_id,
+        app_slug: cfg.app_slug,
+    };
+    match triggers::plan(&parsed, &context) {
         Plan::Ignore(reason) => Ok(Intake::Ignored {
             event: event.to_owned(),
             reason,
@@ -135,6 +140,39 @@ pub fn intake(
             creates: Vec::new(),
             sends,
         }),
+    }
+}
+
+/// What intake checks a delivery against: the operator's configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IntakeConfig<'a> {
+    /// `GITHUB_WEBHOOK_SECRET`.
+    pub secret: Option<&'a str>,
+    /// `GITHUB_WEBHOOK_SECRET_PREVIOUS`: accepted too while an operator
+    /// rotates the App's secret, so no delivery is dropped meanwhile.
+    pub previous_secret: Option<&'a str>,
+    /// The oldest event acted on (now minus the delivery retention).
+    pub not_before_ms: i64,
+    /// The App's id: check runs of other Apps start nothing.
+    pub app_id: Option<&'a str>,
+    /// The App's slug: events its own bot user causes start nothing.
+    pub app_slug: Option<&'a str>,
+}
+
+/// The signature under the secret, or under the previous one.
+fn verify_either(
+    cfg: &IntakeConfig<'_>,
+    body: &[u8],
+    signature: Option<&str>,
+) -> Result<(), ApiError> {
+    let current = cfg.secret.unwrap_or_default();
+    match webhook::verify_signature(current.as_bytes(), body, signature) {
+        Err(SignatureError::Mismatch) => match cfg.previous_secret.filter(|p| !p.is_empty()) {
+            Some(previous) => webhook::verify_signature(previous.as_bytes(), body, signature)
+                .map_err(signature_error),
+            None => Err(signature_error(SignatureError::Mismatch)),
+        },
+        other => other.map_err(signature_error),
     }
 }
 

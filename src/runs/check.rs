@@ -18,13 +18,14 @@ use crate::store::executions;
 
 use super::approval::{self, Ask, Decided};
 use super::command::{run_command, CommandResult, CommandSpec};
+use super::config::RepoConfig;
 use super::config::{command_timeout_ms, CheckConfig};
 use super::gate::{self, with_gates, Gates, Held, Pool};
 use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use super::tags::{FailureTag, SkipTag};
 use super::triggers::CheckInput;
-use super::{configured, Configured, RunEnv};
+use super::{configured, unless_ignored, Configured, RunEnv};
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
@@ -63,7 +64,8 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         repo: &input.repo,
         sha: &input.sha,
     };
-    let check = match configured(ctx, env, &target, |c| c.check).await? {
+    let pick = |c| unless_ignored(c, &input.sender, |c: RepoConfig| c.check);
+    let check = match configured(ctx, env, &target, pick).await? {
         Configured::Run(check) => check,
         Configured::Done(outcome) => return Ok(outcome),
     };

@@ -17,7 +17,9 @@ pub const CONFIG_PATH: &str = ".sluice.toml";
 pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "GITHUB_APP_PRIVATE_KEY",
     "GITHUB_APP_ID",
+    "GITHUB_APP_SLUG",
     "GITHUB_WEBHOOK_SECRET",
+    "GITHUB_WEBHOOK_SECRET_PREVIOUS",
     "GITHUB_API_URL",
     "ADMIN_TOKEN",
     "SANDBOX_AGENT_TOKEN",
@@ -50,6 +52,10 @@ pub const SECRETS_MOVED: &str = "[deploy] secrets is no longer read from .sluice
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepoConfig {
+    /// Bots whose events start nothing here (`"renovate[bot]"`): other
+    /// bots are treated like users.
+    #[serde(default)]
+    pub ignore_bots: Vec<String>,
     #[serde(default)]
     pub check: Option<CheckConfig>,
     #[serde(default)]

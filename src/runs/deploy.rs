@@ -30,7 +30,7 @@ use super::registry::{CheckRunOf, Run, RunName};
 use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use super::tags::SkipTag;
 use super::triggers::DeployInput;
-use super::{configured_at, Configured, RunEnv};
+use super::{configured_at, unless_ignored, Configured, RunEnv};
 use crate::secret::Secret;
 
 pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
@@ -127,7 +127,11 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         sha: &input.sha,
     };
     let branch = input.branch.as_str();
-    let pick = |c: RepoConfig| c.deploy.filter(|d| d.branch == branch);
+    let pick = |c: RepoConfig| {
+        unless_ignored(c, &input.sender, |c| {
+            c.deploy.filter(|d| d.branch == branch)
+        })
+    };
     // The deploy policy is the default branch's: a pusher of any other
     // branch cannot write it.
     let place = format!("on the default branch `{}`", input.default_branch);

@@ -114,9 +114,32 @@ pub async fn configured<T>(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     target: &report::CheckTarget<'_>,
-    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+    pick: impl FnOnce(config::RepoConfig) -> Result<Option<T>, RunOutcome>,
 ) -> Result<Configured<T>, RunError> {
     configured_at(ctx, env, target, target.sha, "at this commit", pick).await
+}
+
+/// The skip reason of an event a repository's `ignore_bots` names.
+pub const IGNORED_BOT: &str = "ignored-bot";
+
+/// An event caused by a bot the config names ends skipped, with no check
+/// run; else the run's section as `pick` chooses it.
+pub fn unless_ignored<T>(
+    config: config::RepoConfig,
+    sender: &str,
+    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+) -> Result<Option<T>, RunOutcome> {
+    if config
+        .ignore_bots
+        .iter()
+        .any(|b| b.eq_ignore_ascii_case(sender))
+    {
+        return Err(RunOutcome::Skipped {
+            reason: Some(IGNORED_BOT.into()),
+            tag: None,
+        });
+    }
+    Ok(pick(config))
 }
 
 /// `configured`, reading the config at `reference` (a commit or a branch),
@@ -127,7 +150,7 @@ pub async fn configured_at<T>(
     target: &report::CheckTarget<'_>,
     reference: &str,
     place: &str,
-    pick: impl FnOnce(config::RepoConfig) -> Option<T>,
+    pick: impl FnOnce(config::RepoConfig) -> Result<Option<T>, RunOutcome>,
 ) -> Result<Configured<T>, RunError> {
     let not_configured = || {
         Configured::Done(RunOutcome::Skipped {
@@ -137,9 +160,10 @@ pub async fn configured_at<T>(
     };
     match read_config(ctx, env, target.installation_id, target.repo, reference).await? {
         ConfigState::Missing => Ok(not_configured()),
-        ConfigState::Valid { config } => {
-            Ok(pick(config).map_or_else(not_configured, Configured::Run))
-        }
+        ConfigState::Valid { config } => Ok(match pick(config) {
+            Ok(picked) => picked.map_or_else(not_configured, Configured::Run),
+            Err(outcome) => Configured::Done(outcome),
+        }),
         ConfigState::Invalid { message } => {
             let summary = format!("`.sluice.toml` {place} is invalid:\n\n```\n{message}\n```");
             let outcome = report::reported(ctx, env, target, |_| async {

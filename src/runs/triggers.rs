@@ -6,7 +6,9 @@ use serde_json::json;
 
 use crate::engine::CreateRequest;
 use crate::engine::InstanceId;
-use crate::github::webhook::{CheckRunEvent, Event, PullRequestEvent, PushEvent};
+use crate::github::webhook::{
+    Account, CheckRunEvent, CheckSuiteEvent, Event, PullRequestEvent, PushEvent, Repository,
+};
 
 use super::RunName;
 
@@ -56,6 +58,10 @@ pub struct CheckInput {
     /// write access to press "Approve and run" (GitHub Actions' default).
     #[serde(default)]
     pub needs_approval: bool,
+    /// Who caused the event: a bot the repository names in `ignore_bots`
+    /// is skipped.
+    #[serde(default)]
+    pub sender: String,
 }
 
 /// `author_association` values of someone who never contributed.
@@ -89,21 +95,67 @@ pub struct DeployInput {
     pub installation_id: u64,
     /// Where the deploy policy is read (`repository.default_branch`).
     pub default_branch: String,
+    /// Who caused the event (`ignore_bots`).
+    #[serde(default)]
+    pub sender: String,
 }
 
-pub fn plan(event: &Event) -> Plan {
+/// What planning knows besides the event: the delivery (a re-run's
+/// identity) and who Sluice is on GitHub.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlanContext<'a> {
+    pub delivery: &'a str,
+    /// The App's id: only its own check runs are re-run or pressed.
+    pub app_id: Option<&'a str>,
+    /// The App's slug (`GITHUB_APP_SLUG`): events its bot user
+    /// (`<slug>[bot]`) causes start nothing, so Sluice never loops on itself.
+    pub app_slug: Option<&'a str>,
+}
+
+pub fn plan(event: &Event, cx: &PlanContext<'_>) -> Plan {
+    if let Some(sender) = sender_of(event).filter(|s| is_own_bot(s, cx)) {
+        return Plan::Ignore(format!("caused by Sluice's own App ({sender})"));
+    }
     match event {
         Event::PullRequest(pr) => plan_pull_request(pr),
         Event::Push(push) => plan_push(push),
-        Event::CheckRun(run) => plan_check_run(run),
+        Event::CheckRun(run) => plan_check_run(run, cx),
+        Event::CheckSuite(suite) => plan_check_suite(suite, cx),
         Event::Ping => Plan::Ignore("ping".into()),
         Event::Other(name) => Plan::Ignore(format!("{name} events start no run")),
     }
 }
 
+fn sender_of(event: &Event) -> Option<&str> {
+    match event {
+        Event::PullRequest(e) => Some(&e.sender.login),
+        Event::Push(e) => Some(&e.sender.login),
+        Event::CheckRun(e) => Some(&e.sender.login),
+        Event::CheckSuite(e) => Some(&e.sender.login),
+        Event::Ping | Event::Other(_) => None,
+    }
+}
+
+/// Whether `login` is the App's own bot user, `<slug>[bot]`.
+fn is_own_bot(login: &str, cx: &PlanContext<'_>) -> bool {
+    let Some(slug) = cx.app_slug.filter(|s| !s.is_empty()) else {
+        return false;
+    };
+    login
+        .strip_suffix("[bot]")
+        .is_some_and(|name| name.eq_ignore_ascii_case(slug))
+}
+
 /// A pressed button of a Sluice check run goes to the instance its
-/// external id names; everything else about check runs starts nothing yet.
-fn plan_check_run(run: &CheckRunEvent) -> Plan {
+/// external id names; a re-run starts a fresh attempt; the rest (the
+/// created and completed events of Sluice's own check runs) starts nothing.
+fn plan_check_run(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
+    if !is_ours(run.check_run.app.as_ref().map(|a| a.id), cx) {
+        return Plan::Ignore("a check run of another App".into());
+    }
+    if run.action == "rerequested" {
+        return plan_rerun(run, cx);
+    }
     let (Some(action), "requested_action") = (&run.requested_action, run.action.as_str()) else {
         return Plan::Ignore(format!("check_run action {:?} starts no run", run.action));
     };
@@ -127,8 +179,184 @@ fn plan_check_run(run: &CheckRunEvent) -> Plan {
     }])
 }
 
-fn is_bot(kind: Option<&str>) -> bool {
-    kind == Some("Bot")
+/// Whether a check run (or suite) is this App's: without a configured App
+/// id, whatever GitHub sent to this App's webhook.
+fn is_ours(app_id: Option<u64>, cx: &PlanContext<'_>) -> bool {
+    match (cx.app_id, app_id) {
+        (Some(mine), Some(theirs)) => mine == theirs.to_string(),
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
+}
+
+/// The identity of one re-run: the delivery, which a redelivery repeats
+/// and a new press does not.
+fn rerun_suffix(cx: &PlanContext<'_>) -> String {
+    format!("rerun-{}", cx.delivery)
+}
+
+/// `check_run` `rerequested` (the Re-run button): a fresh attempt of the
+/// check or deploy it reported, as a new instance.
+fn plan_rerun(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
+    let head_sha = run.check_run.head_sha.as_deref().unwrap_or_default();
+    let suite = run.check_run.check_suite.as_ref();
+    let prs: Vec<u64> = run
+        .check_run
+        .pull_requests
+        .iter()
+        .map(|p| p.number)
+        .collect();
+    let at = RunTarget {
+        repository: &run.repository,
+        installation_id: run.installation.id,
+        sha: head_sha,
+        sender: &run.sender,
+    };
+    let creates = match run.check_run.name.as_deref() {
+        Some(super::check::CHECK_RUN_NAME) => prs
+            .iter()
+            .filter_map(|n| check_create(&at, *n, false, Some(&rerun_suffix(cx))))
+            .collect(),
+        Some(super::deploy::DEPLOY_CHECK_NAME) => suite
+            .and_then(|s| s.head_branch.as_deref())
+            .and_then(|b| deploy_create(&at, b, None, Some(&rerun_suffix(cx))))
+            .into_iter()
+            .collect(),
+        other => return Plan::Ignore(format!("check run {other:?} is not Sluice's")),
+    };
+    nonempty(
+        creates,
+        "the check run names no pull request or branch to re-run",
+    )
+}
+
+/// `check_suite`: `requested` (a new suite after a push) starts nothing,
+/// since `pull_request` and `push` start the runs; `rerequested` (Re-run
+/// all) re-runs the suite's check for each pull request and its deploy.
+fn plan_check_suite(suite: &CheckSuiteEvent, cx: &PlanContext<'_>) -> Plan {
+    if !is_ours(suite.check_suite.app.as_ref().map(|a| a.id), cx) {
+        return Plan::Ignore("a check suite of another App".into());
+    }
+    if suite.action != "rerequested" {
+        return Plan::Ignore(format!(
+            "check_suite {:?}: pull_request and push start the runs",
+            suite.action
+        ));
+    }
+    let s = &suite.check_suite;
+    let at = RunTarget {
+        repository: &suite.repository,
+        installation_id: suite.installation.id,
+        sha: s.head_sha.as_deref().unwrap_or_default(),
+        sender: &suite.sender,
+    };
+    let suffix = rerun_suffix(cx);
+    let mut creates: Vec<CreateRequest> = s
+        .pull_requests
+        .iter()
+        .filter_map(|p| check_create(&at, p.number, false, Some(&suffix)))
+        .collect();
+    creates.extend(
+        s.head_branch
+            .as_deref()
+            .and_then(|b| deploy_create(&at, b, None, Some(&suffix))),
+    );
+    nonempty(
+        creates,
+        "the suite names no pull request or branch to re-run",
+    )
+}
+
+fn nonempty(creates: Vec<CreateRequest>, why: &str) -> Plan {
+    if creates.is_empty() {
+        Plan::Ignore(why.into())
+    } else {
+        Plan::Create(creates)
+    }
+}
+
+/// What every planned run is about.
+struct RunTarget<'a> {
+    repository: &'a Repository,
+    installation_id: u64,
+    sha: &'a str,
+    sender: &'a Account,
+}
+
+/// A check of pull request `number` at `at.sha`; None when the sha is not
+/// a commit id. `attempt` names a re-run.
+fn check_create(
+    at: &RunTarget<'_>,
+    number: u64,
+    needs_approval: bool,
+    attempt: Option<&str>,
+) -> Option<CreateRequest> {
+    let sha = at.sha.to_ascii_lowercase();
+    if !valid_sha(&sha) {
+        return None;
+    }
+    let repo = at.repository.full_name.clone();
+    let input = CheckInput {
+        repo: repo.clone(),
+        sha: sha.clone(),
+        installation_id: at.installation_id,
+        pr_number: number,
+        needs_approval,
+        sender: at.sender.login.clone(),
+    };
+    let base = format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]);
+    Some(CreateRequest {
+        key: attempt.map_or_else(|| base.clone(), |a| format!("{base}:{a}")),
+        run: RunName::Check.as_str().into(),
+        input: json!(input),
+        repo: Some(repo),
+        entity: Some(format!("pr:{number}")),
+        sha: Some(sha),
+        max_steps: None,
+        max_duration_ms: None,
+    })
+}
+
+/// A deploy of `at.sha` pushed to `branch`; `before` is the push's (a
+/// rollback is a new deploy), `attempt` names a re-run. None without a
+/// commit id or a default branch to read the policy on.
+fn deploy_create(
+    at: &RunTarget<'_>,
+    branch: &str,
+    before: Option<&str>,
+    attempt: Option<&str>,
+) -> Option<CreateRequest> {
+    let sha = at.sha.to_ascii_lowercase();
+    if !valid_sha(&sha) || sha.bytes().all(|b| b == b'0') {
+        return None;
+    }
+    let default_branch = at.repository.default_branch.clone()?;
+    let repo = at.repository.full_name.clone();
+    let input = DeployInput {
+        repo: repo.clone(),
+        branch: branch.to_owned(),
+        sha: sha.clone(),
+        installation_id: at.installation_id,
+        default_branch,
+        sender: at.sender.login.clone(),
+    };
+    let mut key = format!("deploy:{repo}:{branch}:{}", &sha[..KEY_SHA_CHARS]);
+    if let Some(before) = before {
+        key.push_str(&format!(":{}", short(before)));
+    }
+    if let Some(attempt) = attempt {
+        key.push_str(&format!(":{attempt}"));
+    }
+    Some(CreateRequest {
+        key,
+        run: RunName::Deploy.as_str().into(),
+        input: json!(input),
+        repo: Some(repo),
+        entity: Some(format!("branch:{branch}")),
+        sha: Some(sha),
+        max_steps: None,
+        max_duration_ms: None,
+    })
 }
 
 fn valid_sha(sha: &str) -> bool {
@@ -142,34 +370,21 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     if pr.pull_request.draft {
         return Plan::Ignore("draft pull request".into());
     }
-    if is_bot(pr.sender.kind.as_deref()) {
-        return Plan::Ignore(format!("sender {} is a bot", pr.sender.login));
-    }
-    let sha = pr.pull_request.head.sha.to_ascii_lowercase();
-    if !valid_sha(&sha) {
-        return Plan::Ignore(format!(
+    // Bots are treated like users (a Dependabot pull request gets its
+    // check); a repository skips the ones it names (`ignore_bots`).
+    let at = RunTarget {
+        repository: &pr.repository,
+        installation_id: pr.installation.id,
+        sha: &pr.pull_request.head.sha,
+        sender: &pr.sender,
+    };
+    match check_create(&at, pr.number, needs_approval(pr), None) {
+        Some(create) => Plan::Create(vec![create]),
+        None => Plan::Ignore(format!(
             "head sha {:?} is not a commit id",
             pr.pull_request.head.sha
-        ));
+        )),
     }
-    let repo = pr.repository.full_name.clone();
-    let input = CheckInput {
-        repo: repo.clone(),
-        sha: sha.clone(),
-        installation_id: pr.installation.id,
-        pr_number: pr.number,
-        needs_approval: needs_approval(pr),
-    };
-    Plan::Create(vec![CreateRequest {
-        key: format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]),
-        run: RunName::Check.as_str().into(),
-        input: json!(input),
-        repo: Some(repo),
-        entity: Some(format!("pr:{}", pr.number)),
-        sha: Some(sha),
-        max_steps: None,
-        max_duration_ms: None,
-    }])
 }
 
 fn short(sha: &str) -> &str {
@@ -183,47 +398,35 @@ fn plan_push(push: &PushEvent) -> Plan {
     if push.deleted {
         return Plan::Ignore(format!("branch {branch} was deleted"));
     }
-    if is_bot(push.sender.kind.as_deref()) {
-        return Plan::Ignore(format!("sender {} is a bot", push.sender.login));
-    }
-    let sha = push.after.to_ascii_lowercase();
-    if !valid_sha(&sha) || sha.bytes().all(|b| b == b'0') {
-        return Plan::Ignore(format!("after {:?} is not a commit id", push.after));
-    }
-    let repo = push.repository.full_name.clone();
-    let Some(default_branch) = push.repository.default_branch.clone() else {
+    if push.repository.default_branch.is_none() {
         // GitHub always sends it; without it no deploy policy can be read.
         return Plan::Ignore("push without repository.default_branch".into());
-    };
-    let input = DeployInput {
-        repo: repo.clone(),
-        branch: branch.to_owned(),
-        sha: sha.clone(),
+    }
+    let at = RunTarget {
+        repository: &push.repository,
         installation_id: push.installation.id,
-        default_branch,
+        sha: &push.after,
+        sender: &push.sender,
     };
-    Plan::Create(vec![CreateRequest {
-        // `before` is part of the identity: pushing an older commit back
-        // (a rollback) is a new deploy, while a redelivery is the same one.
-        key: format!(
-            "deploy:{repo}:{branch}:{}:{}",
-            &sha[..KEY_SHA_CHARS],
-            short(&push.before)
-        ),
-        run: RunName::Deploy.as_str().into(),
-        input: json!(input),
-        repo: Some(repo),
-        entity: Some(format!("branch:{branch}")),
-        sha: Some(sha),
-        max_steps: None,
-        max_duration_ms: None,
-    }])
+    // `before` is part of the identity: pushing an older commit back (a
+    // rollback) is a new deploy, while a redelivery is the same one.
+    match deploy_create(&at, branch, Some(&push.before), None) {
+        Some(create) => Plan::Create(vec![create]),
+        None => Plan::Ignore(format!("after {:?} is not a commit id", push.after)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::github::webhook::parse;
+
+    /// A delivery to an App without a configured id.
+    const CX: PlanContext<'static> = PlanContext {
+        delivery: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        app_id: None,
+        app_slug: None,
+    };
 
     fn pr(action: &str, draft: bool, sender_type: &str) -> Event {
         let body = json!({
@@ -244,7 +447,7 @@ mod tests {
 
     #[test]
     fn a_pull_request_starts_one_check_named_by_repo_and_sha() {
-        let Plan::Create(reqs) = plan(&pr("synchronize", false, "User")) else {
+        let Plan::Create(reqs) = plan(&pr("synchronize", false, "User"), &CX) else {
             panic!()
         };
         assert_eq!(reqs.len(), 1);
@@ -257,12 +460,18 @@ mod tests {
     #[test]
     fn drafts_bots_and_other_actions_are_ignored() {
         assert!(matches!(
-            plan(&pr("closed", false, "User")),
+            plan(&pr("closed", false, "User"), &CX),
             Plan::Ignore(_)
         ));
-        assert!(matches!(plan(&pr("opened", true, "User")), Plan::Ignore(_)));
-        assert!(matches!(plan(&pr("opened", false, "Bot")), Plan::Ignore(_)));
-        assert!(matches!(plan(&Event::Ping), Plan::Ignore(_)));
+        assert!(matches!(
+            plan(&pr("opened", true, "User"), &CX),
+            Plan::Ignore(_)
+        ));
+        assert!(
+            matches!(plan(&pr("opened", false, "Bot"), &CX), Plan::Create(_)),
+            "a bot's pull request gets its check (ignore_bots is the repository's)"
+        );
+        assert!(matches!(plan(&Event::Ping, &CX), Plan::Ignore(_)));
     }
 
     fn push(git_ref: &str, after: &str, deleted: bool) -> Event {
@@ -279,7 +488,7 @@ mod tests {
     #[test]
     fn a_branch_push_starts_one_deploy_named_by_branch_and_sha() {
         let sha = "89abcdef0123456789abcdef0123456789abcdef";
-        let Plan::Create(reqs) = plan(&push("refs/heads/main", sha, false)) else {
+        let Plan::Create(reqs) = plan(&push("refs/heads/main", sha, false), &CX) else {
             panic!()
         };
         assert_eq!(
@@ -293,11 +502,11 @@ mod tests {
             "a payload's clone_url is never carried into a run"
         );
         assert!(matches!(
-            plan(&push("refs/tags/v1", sha, false)),
+            plan(&push("refs/tags/v1", sha, false), &CX),
             Plan::Ignore(_)
         ));
         assert!(matches!(
-            plan(&push("refs/heads/main", &"0".repeat(40), true)),
+            plan(&push("refs/heads/main", &"0".repeat(40), true), &CX),
             Plan::Ignore(_)
         ));
     }
@@ -320,7 +529,7 @@ mod tests {
     }
 
     fn approval_of(event: &Event) -> bool {
-        let Plan::Create(reqs) = plan(event) else {
+        let Plan::Create(reqs) = plan(event, &CX) else {
             panic!("{event:?}")
         };
         reqs[0].input["needs_approval"].as_bool().unwrap()
@@ -362,7 +571,7 @@ mod tests {
             body("check-octo-hello-0123-ab", "requested_action").as_bytes(),
         )
         .unwrap();
-        let Plan::Send(sends) = plan(&event) else {
+        let Plan::Send(sends) = plan(&event, &CX) else {
             panic!()
         };
         assert_eq!(sends[0].instance_id, "check-octo-hello-0123-ab");
@@ -376,8 +585,111 @@ mod tests {
             body("not an id!", "requested_action").as_bytes(),
         )
         .unwrap();
-        assert!(matches!(plan(&not_ours), Plan::Ignore(_)));
+        assert!(matches!(plan(&not_ours, &CX), Plan::Ignore(_)));
         let other = parse("check_run", body("check-x", "completed").as_bytes()).unwrap();
-        assert!(matches!(plan(&other), Plan::Ignore(_)));
+        assert!(matches!(plan(&other, &CX), Plan::Ignore(_)));
+    }
+
+    fn rerequested(name: &str, app_id: u64, prs: &[u64]) -> Event {
+        let body = json!({
+            "action": "rerequested",
+            "check_run": {
+                "id": 4_000_000_123u64, "name": name, "external_id": "check-octo-hello-aa-1",
+                "head_sha": "0123456789abcdef0123456789abcdef01234567",
+                "app": {"id": app_id},
+                "check_suite": {"id": 5, "head_branch": "main", "head_sha": "0123456789abcdef0123456789abcdef01234567"},
+                "pull_requests": prs.iter().map(|n| json!({"number": n})).collect::<Vec<_>>()
+            },
+            "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
+                           "default_branch": "main"},
+            "sender": {"login": "maintainer", "type": "User"},
+            "installation": {"id": 42}
+        });
+        parse("check_run", body.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_rerequested_check_run_is_a_new_attempt_named_by_its_delivery() {
+        let cx = PlanContext {
+            app_id: Some("77"),
+            ..CX
+        };
+        let Plan::Create(reqs) = plan(&rerequested("sluice/check", 77, &[7]), &cx) else {
+            panic!()
+        };
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            reqs[0].key,
+            format!("check:octo/hello:0123456789ab:rerun-{}", CX.delivery)
+        );
+        assert_ne!(
+            reqs[0].id().as_str(),
+            "check-octo-hello-aa-1",
+            "never the finished instance"
+        );
+        assert_eq!(reqs[0].input["pr_number"], 7);
+        let again = PlanContext {
+            delivery: "another-delivery",
+            ..cx
+        };
+        let Plan::Create(other) = plan(&rerequested("sluice/check", 77, &[7]), &again) else {
+            panic!()
+        };
+        assert_ne!(
+            other[0].key, reqs[0].key,
+            "a second press is a third attempt"
+        );
+        // A deploy's re-run is a new arrival at the gate for its branch.
+        let Plan::Create(d) = plan(&rerequested("sluice/deploy", 77, &[]), &cx) else {
+            panic!()
+        };
+        assert_eq!(d[0].run, "deploy");
+        assert_eq!(d[0].input["branch"], "main");
+        assert!(d[0].key.ends_with(&format!(":rerun-{}", CX.delivery)));
+        // Another App's check run, or one that is not Sluice's, starts nothing.
+        assert!(matches!(
+            plan(&rerequested("sluice/check", 99, &[7]), &cx),
+            Plan::Ignore(_)
+        ));
+        assert!(matches!(
+            plan(&rerequested("lint", 77, &[7]), &cx),
+            Plan::Ignore(_)
+        ));
+    }
+
+    #[test]
+    fn check_suites_rerun_everything_on_rerequest_and_nothing_on_request() {
+        let suite = |action: &str| {
+            let body = json!({
+                "action": action,
+                "check_suite": {"id": 5, "head_branch": "feature", "head_sha": "0123456789abcdef0123456789abcdef01234567",
+                                "app": {"id": 77}, "pull_requests": [{"number": 7}, {"number": 8}]},
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
+                               "default_branch": "main"},
+                "sender": {"login": "maintainer", "type": "User"},
+                "installation": {"id": 42}
+            });
+            parse("check_suite", body.to_string().as_bytes()).unwrap()
+        };
+        let cx = PlanContext {
+            app_id: Some("77"),
+            ..CX
+        };
+        assert!(matches!(plan(&suite("requested"), &cx), Plan::Ignore(_)));
+        let Plan::Create(reqs) = plan(&suite("rerequested"), &cx) else {
+            panic!()
+        };
+        let runs: Vec<(&str, Option<&str>)> = reqs
+            .iter()
+            .map(|r| (r.run.as_str(), r.entity.as_deref()))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                ("check", Some("pr:7")),
+                ("check", Some("pr:8")),
+                ("deploy", Some("branch:feature"))
+            ]
+        );
     }
 }

@@ -11,8 +11,12 @@ pub const SANDBOX: &str = "SANDBOX";
 
 pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
+/// The App's slug: `<slug>[bot]` is the user its own actions come from.
+pub const GITHUB_APP_SLUG: &str = "GITHUB_APP_SLUG";
 pub const GITHUB_APP_PRIVATE_KEY: &str = "GITHUB_APP_PRIVATE_KEY";
 pub const GITHUB_WEBHOOK_SECRET: &str = "GITHUB_WEBHOOK_SECRET";
+/// The webhook secret being rotated out: accepted too until it is unset.
+pub const GITHUB_WEBHOOK_SECRET_PREVIOUS: &str = "GITHUB_WEBHOOK_SECRET_PREVIOUS";
 pub const ADMIN_TOKEN: &str = "ADMIN_TOKEN";
 pub const SANDBOX_URL: &str = "SANDBOX_URL";
 pub const SANDBOX_AGENT_TOKEN: &str = "SANDBOX_AGENT_TOKEN";

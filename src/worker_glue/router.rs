@@ -12,7 +12,8 @@ use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
 use crate::http::routes::{route, Route, RouteError};
 use crate::http::webhook::{
-    accept, check_declared_length, intake, read_capped, InstanceCreator, WebhookHeaders,
+    accept, check_declared_length, intake, read_capped, InstanceCreator, IntakeConfig,
+    WebhookHeaders,
 };
 use crate::http::{check_admin, ApiError};
 use crate::limits::{
@@ -393,7 +394,17 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {
     let secret = text(env, bindings::GITHUB_WEBHOOK_SECRET);
     let now = WorkerClock.now_ms();
     let not_before_ms = now - bindings::retention_ms(env);
-    let planned = intake(&headers, &body, secret.as_deref(), not_before_ms)?;
+    let previous = text(env, bindings::GITHUB_WEBHOOK_SECRET_PREVIOUS);
+    let app_id = text(env, bindings::GITHUB_APP_ID);
+    let app_slug = text(env, bindings::GITHUB_APP_SLUG);
+    let cfg = IntakeConfig {
+        secret: secret.as_deref(),
+        previous_secret: previous.as_deref(),
+        not_before_ms,
+        app_id: app_id.as_deref(),
+        app_slug: app_slug.as_deref(),
+    };
+    let planned = intake(&headers, &body, &cfg)?;
     let (status, answer) = accept(db, &ObjectCreator { env }, planned, now).await?;
     json_ok(status, &answer)
 }

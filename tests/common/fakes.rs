@@ -1807,6 +1807,7 @@ impl Rig {
             installation_id: INSTALLATION,
             pr_number: PR_NUMBER,
             needs_approval: false,
+            sender: "ana".into(),
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),
@@ -1844,6 +1845,7 @@ impl Rig {
             sha: sha.into(),
             installation_id: INSTALLATION,
             default_branch: BRANCH.into(),
+            sender: "ana".into(),
         };
         self.create(CreateRequest {
             key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),

@@ -243,6 +243,7 @@ async function buildStack(opts, paths, cleanups) {
     // Clone URLs are derived from it (never taken from a payload): the stand-in serves git.
     GITHUB_GIT_URL: standin.url,
     GITHUB_APP_ID: String(APP_ID),
+    GITHUB_APP_SLUG: 'sluice',
     GITHUB_APP_PRIVATE_KEY: keys.privateKey,
     GITHUB_WEBHOOK_SECRET: secret,
     ADMIN_TOKEN: adminToken,
