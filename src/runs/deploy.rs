@@ -183,21 +183,11 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     }
     let mut newer = None;
     let outcome = reported(ctx, env, &target, |_| async {
-        let recorded = deployment::open(ctx, env, input, &deploy).await?;
-        let ran = Cell::new(deployment::Ran::default());
-        let work = Work {
-            input,
-            deploy: &deploy,
-            recorded: &recorded,
-            ran: &ran,
-        };
-        let result = deploy_work(ctx, env, &work, &gates, window_ms).await;
-        deployment::conclude(ctx, env, input, &recorded, &result, &ran.take()).await?;
-        let verdict = result?;
+        let verdict = recorded_work(ctx, env, input, &deploy, &gates, window_ms).await?;
         if let Verdict::Skipped { newer: n, .. } = &verdict {
             newer = n.clone();
         }
-        Ok(recorded.noted(verdict))
+        Ok(verdict)
     })
     .await?;
     notify_auto_skip(ctx, env, input, &outcome, newer.as_deref()).await?;
@@ -213,6 +203,29 @@ struct Work<'a> {
     /// What the command left for the deployment's last status: its log
     /// link, the URL it reported for the environment.
     ran: &'a Cell<deployment::Ran>,
+}
+
+/// The deploy's work inside its check run: record the GitHub deployment,
+/// do the work, conclude the deployment from how the work ended.
+async fn recorded_work(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    gates: &Gates<'_>,
+    window_ms: Option<i64>,
+) -> Result<Verdict, RunError> {
+    let recorded = deployment::open(ctx, env, input, deploy).await?;
+    let ran = Cell::new(deployment::Ran::default());
+    let work = Work {
+        input,
+        deploy,
+        recorded: &recorded,
+        ran: &ran,
+    };
+    let result = deploy_work(ctx, env, &work, gates, window_ms).await;
+    deployment::conclude(ctx, env, input, &recorded, &result, &ran.take()).await?;
+    Ok(recorded.noted(result?))
 }
 
 /// [Wait for the confirmation], then with the gates held, deploy.
@@ -354,6 +367,26 @@ async fn deploy_held(
     };
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
+    let spec = CommandSpec {
+        step: "run deploy command",
+        repo: &input.repo,
+        sha: &input.sha,
+        installation_id: input.installation_id,
+        command: &deploy.command,
+        timeout_ms,
+        env: command_vars(input, deploy, head),
+        secret_env,
+        held: &held,
+    };
+    run_reported(ctx, env, work, &spec).await
+}
+
+/// What a deploy command is told (its secrets aside).
+fn command_vars(
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    head: Option<String>,
+) -> BTreeMap<String, String> {
     let mut vars = BTreeMap::new();
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert(
@@ -365,17 +398,18 @@ async fn deploy_held(
     if let Some(label) = &deploy.label {
         vars.insert("SLUICE_DEPLOY_LABEL".to_owned(), label.clone());
     }
-    let spec = CommandSpec {
-        step: "run deploy command",
-        repo: &input.repo,
-        sha: &input.sha,
-        installation_id: input.installation_id,
-        command: &deploy.command,
-        timeout_ms,
-        env: vars,
-        secret_env,
-        held: &held,
-    };
+    vars
+}
+
+/// Runs the command with its deployment `in_progress`, then gives the
+/// deployment its last status while the gates are still held.
+async fn run_reported(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    work: &Work<'_>,
+    spec: &CommandSpec<'_>,
+) -> Result<Verdict, RunError> {
+    let input = work.input;
     // The command's log link shows its output while it runs.
     let live_log = step_log_url(env, ctx.instance_id(), spec.step);
     work.ran.set(deployment::Ran {
@@ -383,14 +417,15 @@ async fn deploy_held(
         ..deployment::Ran::default()
     });
     deployment::started(ctx, env, input, work.recorded, live_log.as_deref()).await?;
-    let result = run_command(ctx, env, &spec).await?;
-    let verdict = verdict_of(&deploy.command, &result);
+    let result = run_command(ctx, env, spec).await?;
+    let verdict = verdict_of(&work.deploy.command, &result);
     let ran = deployment::Ran {
         log_url: result.log_url.clone().or(live_log),
         environment_url: result.environment_url.clone(),
         concluded: true,
     };
-    deployment::conclude_held(ctx, env, input, work.recorded, (&verdict, &ran), &held).await?;
+    let (recorded, held) = (work.recorded, spec.held);
+    deployment::conclude_held(ctx, env, input, recorded, (&verdict, &ran), held).await?;
     work.ran.set(ran);
     Ok(verdict)
 }
