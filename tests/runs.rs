@@ -827,6 +827,13 @@ fn an_operator_skip_ends_a_waiter_silently() {
         "an operator's skip is silent"
     );
     assert!(rig.github.calls_to("notify").is_empty());
+    // Its GitHub deployment ends inactive, never having run (issue 14).
+    let b_dep = rig.github.only_deployment(&b);
+    assert_eq!(b_dep.states(), ["queued", "inactive"]);
+    assert!(
+        b_dep.latest().unwrap().description.starts_with("Not "),
+        "{b_dep:?}"
+    );
     rig.sandbox.release(&a);
     assert_eq!(block_on(a_pass).status, Status::Complete);
 }
