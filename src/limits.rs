@@ -180,3 +180,8 @@ const _: () = assert!(WAITERS_LISTED_MAX <= SKIP_ALL_MAX);
 /// layer's vars.
 pub const CONTAINER_INSTANCES_MAX: u32 = 20;
 const _: () = assert!(CONTAINER_INSTANCES_MAX <= POOL_CAPACITY_MAX);
+
+/// A signed dispatch (`POST /v1/dispatch`) is good this long, and this far
+/// in the future for clock skew: long enough for a workflow step's
+/// retries, short enough that a captured request is soon useless.
+pub const DISPATCH_WINDOW_MS: i64 = 5 * 60 * 1000;

@@ -613,6 +613,8 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
             installation_id: INSTALLATION,
             default_branch: BRANCH.into(),
             sender: "ana".into(),
+            imperative: false,
+            inputs: Default::default(),
         };
         rig.github.set_head(REPO, BRANCH, s);
         let i = rig.create(CreateRequest {
@@ -647,6 +649,48 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
         rig.github.only_deployment(&b).states(),
         ["queued", "in_progress", "success", "inactive"],
         "the rollback retired b"
+    );
+}
+
+/// A dispatched deploy of an explicit revision (`POST /v1/dispatch`, a
+/// rollback while the head moved on) is a new deployment of that commit:
+/// its success retires the newer commit's, as what the environment runs.
+#[test]
+fn a_dispatched_rollback_is_a_new_deployment_of_its_revision() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = deploy_rig(&[&a, &b], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    rig.github.set_head(REPO, BRANCH, &b);
+    let db = rig.deploy(&b);
+    assert_eq!(rig.run_to_end(&db), Status::Complete);
+
+    let body = json!({"run": "deploy", "repo": REPO, "sha": a});
+    let req = sluice::http::dispatch::parse(body.to_string().as_bytes()).expect("valid");
+    let registry = rig.registry();
+    let create = block_on(sluice::http::dispatch::plan(
+        &registry.env.github,
+        &req,
+        "feedface",
+    ))
+    .expect("planned");
+    let rollback = rig.create(create);
+    assert_eq!(rig.run_to_end(&rollback), Status::Complete);
+
+    let of_a = rig.github.deployments_on(&a);
+    assert_eq!(of_a.len(), 2, "{of_a:#?}");
+    assert_eq!(
+        of_a[0].states(),
+        ["queued", "in_progress", "success", "inactive"]
+    );
+    assert_eq!(of_a[1].execution(), Some(rollback.id.as_str()));
+    assert_eq!(of_a[1].states(), ["queued", "in_progress", "success"]);
+    assert_eq!(of_a[1].environment, BRANCH);
+    assert_eq!(
+        rig.github.only_deployment(&b).states(),
+        ["queued", "in_progress", "success", "inactive"],
+        "the rollback retired b, though b is the branch head"
     );
 }
 

@@ -88,6 +88,8 @@ fuzz_target!(|data: &[u8]| {
             installation_id: 1,
             default_branch: "main".into(),
             sender: "ana".into(),
+            imperative: false,
+            inputs: Default::default(),
         };
         let group = group_key(&input, deploy);
         assert!(group.starts_with("deploy:octo/hello:"));

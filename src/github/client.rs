@@ -131,13 +131,13 @@ thread_local! {
 /// A pull request's head (pull_requests:read) tells a check whether a
 /// newer head superseded it; a decider's permission needs metadata:read.
 /// Deployments have a token of their own (`deployments.rs`).
-const API_PERMISSIONS: &[(&str, &str)] = &[
+pub const API_PERMISSIONS: &[(&str, &str)] = &[
     ("checks", "write"),
     ("contents", "read"),
     ("pull_requests", "read"),
 ];
 /// A checkout reads the repository, nothing more.
-const CHECKOUT_PERMISSIONS: &[(&str, &str)] = &[("contents", "read")];
+pub const CHECKOUT_PERMISSIONS: &[(&str, &str)] = &[("contents", "read")];
 
 /// Characters kept as they are in a path segment or query value: RFC 3986's
 /// unreserved set. Everything else (`/`, `?`, `#`, `%`, `..`'s dots are
@@ -358,14 +358,8 @@ impl<'a> GitHub<'a> {
         Self::expect_ok(resp).map(|_| ())
     }
 
-    /// `POST /app/installations/{id}/access_tokens` for one repository and
-    /// `permissions`: the token and its expiry.
-    async fn issue_token(
-        &self,
-        installation: u64,
-        repo: &str,
-        permissions: &[(&str, &str)],
-    ) -> Result<(Secret, i64), GitHubError> {
+    /// `Bearer <App JWT>`, signed with the App's key.
+    async fn app_auth(&self) -> Result<String, GitHubError> {
         let key = self
             .key_der
             .as_ref()
@@ -378,6 +372,48 @@ impl<'a> GitHub<'a> {
         let jwt = app_jwt(self.signer, key.expose(), app_id, now / 1000)
             .await
             .map_err(|m| GitHubError::network(format!("cannot sign the App JWT: {m}")))?;
+        Ok(format!("Bearer {jwt}"))
+    }
+
+    /// The App's installation on `repo` (`GET /repos/{o}/{r}/installation`),
+    /// or None when the App is not installed there.
+    pub async fn repo_installation(&self, repo: &str) -> Result<Option<u64>, GitHubError> {
+        #[derive(Deserialize)]
+        struct Installation {
+            id: u64,
+        }
+        let auth = self.app_auth().await?;
+        let path = format!("/repos/{}/installation", segs(repo));
+        let resp = self.call("GET", &path, &auth, None).await?;
+        if resp.status == 404 {
+            return Ok(None);
+        }
+        let found: Installation = Self::decode(&Self::expect_ok(resp)?, "installation")?;
+        Ok(Some(found.id))
+    }
+
+    /// The App as GitHub knows it (`GET /app`): its slug. Proves the key
+    /// signs JWTs GitHub accepts (the setup self-check).
+    pub async fn app_slug(&self) -> Result<String, GitHubError> {
+        #[derive(Deserialize)]
+        struct App {
+            slug: String,
+        }
+        let auth = self.app_auth().await?;
+        let resp = self.call("GET", "/app", &auth, None).await?;
+        let app: App = Self::decode(&Self::expect_ok(resp)?, "app")?;
+        Ok(app.slug)
+    }
+
+    /// `POST /app/installations/{id}/access_tokens` for one repository and
+    /// `permissions`: the token and its expiry.
+    async fn issue_token(
+        &self,
+        installation: u64,
+        repo: &str,
+        permissions: &[(&str, &str)],
+    ) -> Result<(Secret, i64), GitHubError> {
+        let auth = self.app_auth().await?;
         let path = format!("/app/installations/{installation}/access_tokens");
         let permissions: serde_json::Map<String, serde_json::Value> = permissions
             .iter()
@@ -385,12 +421,7 @@ impl<'a> GitHub<'a> {
             .collect();
         let body = json!({ "repositories": [repo_name(repo)], "permissions": permissions });
         let resp = self
-            .call(
-                "POST",
-                &path,
-                &format!("Bearer {jwt}"),
-                Some(body.to_string()),
-            )
+            .call("POST", &path, &auth, Some(body.to_string()))
             .await?;
         let answer: TokenAnswer = Self::decode(&Self::expect_ok(resp)?, "access token")?;
         let expires_ms = parse_rfc3339_ms(&answer.expires_at).ok_or_else(|| {
@@ -463,6 +494,24 @@ impl<'a> GitHub<'a> {
         String::from_utf8(bytes)
             .map(Some)
             .map_err(|_| GitHubError::permanent(format!("{path} is not UTF-8 text")))
+    }
+
+    /// The repository's default branch, or None for a repository GitHub
+    /// does not show this installation.
+    pub async fn default_branch(
+        &self,
+        installation: u64,
+        repo: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        #[derive(Deserialize)]
+        struct RepoAnswer {
+            default_branch: String,
+        }
+        let path = format!("/repos/{}", segs(repo));
+        let found = self
+            .get::<RepoAnswer>(installation, repo, &path, "repository")
+            .await?;
+        Ok(found.map(|r| r.default_branch))
     }
 
     /// The commit a branch points at, or None when the branch is gone.

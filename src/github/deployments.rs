@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::client::{seg, segs, GitHub, GitHubError};
 
 /// What deployment calls need, and nothing more.
-const DEPLOYMENTS_PERMISSIONS: &[(&str, &str)] = &[("deployments", "write")];
+pub const DEPLOYMENTS_PERMISSIONS: &[(&str, &str)] = &[("deployments", "write")];
 /// GitHub's documented maximum for a deployment status description; a
 /// longer one is refused with 422.
 pub const DESCRIPTION_CHARS_MAX: usize = 140;

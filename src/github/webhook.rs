@@ -247,6 +247,10 @@ impl Event {
     }
 }
 
+/// The events Sluice acts on: the App subscribes to exactly these
+/// (`github-app-manifest.json`); `ping` comes unasked.
+pub const EVENTS_ACTED_ON: &[&str] = &["check_run", "check_suite", "pull_request", "push"];
+
 /// Decodes a body by its `X-GitHub-Event` name.
 pub fn parse(event: &str, body: &[u8]) -> Result<Event, ParseError> {
     let value: serde_json::Value =

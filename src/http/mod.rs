@@ -3,9 +3,11 @@
 //! carries them out against the Worker's bindings.
 
 pub mod access;
+pub mod dispatch;
 pub mod error;
 pub mod pages;
 pub mod routes;
+pub mod setup;
 pub mod webhook;
 
 use hmac::Mac;

@@ -22,6 +22,11 @@ pub enum Route {
     SkipAll(String),
     /// An operator skips a waiting execution (a queued deploy).
     Skip(InstanceId),
+    /// A workflow step starts a run (`http::dispatch`): signed with
+    /// DISPATCH_SECRET, not the admin token.
+    Dispatch,
+    /// What is configured and what is missing (behind the admin token).
+    Setup,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +88,8 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
         ["logs", instance, step] => only("GET", Route::Log(id(instance)?, id(step)?)),
         ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
         ["v1", "config"] => only("GET", Route::Config),
+        ["v1", "dispatch"] => only("POST", Route::Dispatch),
+        ["v1", "setup"] => only("GET", Route::Setup),
         ["v1", "executions"] => match method {
             "GET" => Ok(Route::ListExecutions),
             "POST" => Ok(Route::CreateExecution),

@@ -7,8 +7,6 @@
 //! contributor's fork], then with its pools and the sandbox held
 //! (`gate::with_gates`): run the command.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
@@ -96,8 +94,12 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
     };
     let (target, gates, check) = (&target, &gates, &check);
     reported(ctx, env, target, |check_run_id| async move {
-        if let Some(v) = superseded(ctx, env, input).await? {
-            return Ok(v);
+        // A dispatched or scheduled check of a branch has no pull request
+        // whose newer head could supersede it.
+        if input.pr_number != NO_PULL_REQUEST {
+            if let Some(v) = superseded(ctx, env, input).await? {
+                return Ok(v);
+            }
         }
         if input.needs_approval {
             if let Some(v) = approval(ctx, env, target, check_run_id).await? {
@@ -111,6 +113,10 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
     })
     .await
 }
+
+/// `CheckInput.pr_number` of a check no pull request asked for (a
+/// dispatch, a schedule): GitHub numbers pull requests from 1.
+pub const NO_PULL_REQUEST: u64 = 0;
 
 /// A first-time contributor's fork waits this long for "Approve and run":
 /// the bound of a human decision (ADR-0001 rule 3), as release approval.
@@ -259,10 +265,12 @@ async fn check_held(
 ) -> Result<Verdict, RunError> {
     let timeout_ms = command_timeout_ms(check.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
-    let mut vars = BTreeMap::new();
+    let mut vars = super::command::input_vars(&input.inputs);
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
-    vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
+    if input.pr_number != NO_PULL_REQUEST {
+        vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
+    }
     let spec = CommandSpec {
         step: "run check command",
         repo: &input.repo,

@@ -559,3 +559,15 @@ mod tests {
         assert!(tail(&wide).len() <= LOG_TAIL_BYTES_MAX);
     }
 }
+
+/// The prefix of a dispatch input's name in the command's environment.
+pub const INPUT_VAR_PREFIX: &str = "SLUICE_INPUT_";
+
+/// A dispatch's inputs as the command's environment: `SLUICE_INPUT_<NAME>`
+/// (names are checked at the edge: `runs::dispatch`).
+pub fn input_vars(inputs: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    inputs
+        .iter()
+        .map(|(k, v)| (format!("{INPUT_VAR_PREFIX}{k}"), v.clone()))
+        .collect()
+}

@@ -163,13 +163,14 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         serial: Some(Serial {
             group: &group,
             revision: &input.sha,
-            head: Some(BranchRef {
+            // An explicit revision deploys whatever the branch's head is.
+            head: (!input.imperative).then_some(BranchRef {
                 installation_id: input.installation_id,
                 repo: &input.repo,
                 branch: &input.branch,
             }),
             policy: &policy,
-            imperative: false,
+            imperative: input.imperative,
         }),
         pools: &[Pool {
             name: gate::POOL,
@@ -335,21 +336,11 @@ async fn deploy_held(
     held: Held<'_>,
 ) -> Result<Verdict, RunError> {
     let (input, deploy) = (work.input, work.deploy);
-    let head: Option<String> = ctx
-        .step("re-read head", github_step(), |_| async {
-            env.github
-                .branch_head(input.installation_id, &input.repo, &input.branch)
-                .await
-                .map_err(github_failure)
-        })
-        .await
-        .or_else(|e| {
-            if e.is_suspension() || e == RunError::Terminated {
-                Err(e)
-            } else {
-                Ok(None)
-            }
-        })?;
+    let head = if input.imperative {
+        None
+    } else {
+        reread_head(ctx, env, input).await?
+    };
     if let Some(h) = head.as_ref().filter(|h| **h != input.sha) {
         return Ok(Verdict::Skipped {
             reason: Some(SkipReason::NotCurrent),
@@ -387,7 +378,7 @@ fn command_vars(
     deploy: &DeployConfig,
     head: Option<String>,
 ) -> BTreeMap<String, String> {
-    let mut vars = BTreeMap::new();
+    let mut vars = super::command::input_vars(&input.inputs);
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert(
         "SLUICE_HEAD_SHA".to_owned(),
@@ -428,6 +419,29 @@ async fn run_reported(
     deployment::conclude_held(ctx, env, input, recorded, (&verdict, &ran), held).await?;
     work.ran.set(ran);
     Ok(verdict)
+}
+
+/// The branch's head now (a holder whose commit is no longer it skips);
+/// None when GitHub could not say, so a flaky API never blocks a deploy.
+async fn reread_head(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+) -> Result<Option<String>, RunError> {
+    ctx.step("re-read head", github_step(), |_| async {
+        env.github
+            .branch_head(input.installation_id, &input.repo, &input.branch)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+    .or_else(|e| {
+        if e.is_suspension() || e == RunError::Terminated {
+            Err(e)
+        } else {
+            Ok(None)
+        }
+    })
 }
 
 /// Whether the environment the deploy selects lets this repository and

@@ -179,5 +179,9 @@ impl Sweep<'_> {
             Ok(n) => report.purged += u32::try_from(n).unwrap_or(u32::MAX),
             Err(_) => report.failed += 1,
         }
+        match crate::store::dispatch::purge_signatures(self.db, now_ms).await {
+            Ok(n) => report.purged += u32::try_from(n).unwrap_or(u32::MAX),
+            Err(_) => report.failed += 1,
+        }
     }
 }

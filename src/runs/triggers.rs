@@ -1,6 +1,8 @@
 //! Which events start which runs, and how each instance is named (the name
 //! is the idempotency key: ADR-0001 rule 1).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -62,6 +64,9 @@ pub struct CheckInput {
     /// is skipped.
     #[serde(default)]
     pub sender: String,
+    /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
 }
 
 /// `author_association` values of someone who never contributed.
@@ -98,6 +103,14 @@ pub struct DeployInput {
     /// Who caused the event (`ignore_bots`).
     #[serde(default)]
     pub sender: String,
+    /// A dispatched deploy of an explicit revision (a rollback, a hotfix):
+    /// the queue policy neither skips it nor lets it skip others, and its
+    /// head is not re-read, but it waits for the group like any deploy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imperative: bool,
+    /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
 }
 
 /// What planning knows besides the event: the delivery (a re-run's
@@ -206,12 +219,7 @@ fn plan_rerun(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
         .iter()
         .map(|p| p.number)
         .collect();
-    let at = RunTarget {
-        repository: &run.repository,
-        installation_id: run.installation.id,
-        sha: head_sha,
-        sender: &run.sender,
-    };
+    let at = RunTarget::of(&run.repository, run.installation.id, head_sha, &run.sender);
     let creates = match run.check_run.name.as_deref() {
         Some(super::check::CHECK_RUN_NAME) => prs
             .iter()
@@ -244,12 +252,12 @@ fn plan_check_suite(suite: &CheckSuiteEvent, cx: &PlanContext<'_>) -> Plan {
         ));
     }
     let s = &suite.check_suite;
-    let at = RunTarget {
-        repository: &suite.repository,
-        installation_id: suite.installation.id,
-        sha: s.head_sha.as_deref().unwrap_or_default(),
-        sender: &suite.sender,
-    };
+    let at = RunTarget::of(
+        &suite.repository,
+        suite.installation.id,
+        s.head_sha.as_deref().unwrap_or_default(),
+        &suite.sender,
+    );
     let suffix = rerun_suffix(cx);
     let mut creates: Vec<CreateRequest> = s
         .pull_requests
@@ -276,16 +284,35 @@ fn nonempty(creates: Vec<CreateRequest>, why: &str) -> Plan {
 }
 
 /// What every planned run is about.
-struct RunTarget<'a> {
-    repository: &'a Repository,
-    installation_id: u64,
-    sha: &'a str,
-    sender: &'a Account,
+pub(crate) struct RunTarget<'a> {
+    pub repo: &'a str,
+    /// Where a deploy's policy is read; a deploy needs it.
+    pub default_branch: Option<&'a str>,
+    pub installation_id: u64,
+    pub sha: &'a str,
+    pub sender: &'a str,
+}
+
+impl<'a> RunTarget<'a> {
+    fn of(
+        repository: &'a Repository,
+        installation_id: u64,
+        sha: &'a str,
+        sender: &'a Account,
+    ) -> Self {
+        RunTarget {
+            repo: &repository.full_name,
+            default_branch: repository.default_branch.as_deref(),
+            installation_id,
+            sha,
+            sender: &sender.login,
+        }
+    }
 }
 
 /// A check of pull request `number` at `at.sha`; None when the sha is not
 /// a commit id. `attempt` names a re-run.
-fn check_create(
+pub(crate) fn check_create(
     at: &RunTarget<'_>,
     number: u64,
     needs_approval: bool,
@@ -295,14 +322,15 @@ fn check_create(
     if !valid_sha(&sha) {
         return None;
     }
-    let repo = at.repository.full_name.clone();
+    let repo = at.repo.to_owned();
     let input = CheckInput {
         repo: repo.clone(),
         sha: sha.clone(),
         installation_id: at.installation_id,
         pr_number: number,
         needs_approval,
-        sender: at.sender.login.clone(),
+        sender: at.sender.to_owned(),
+        inputs: BTreeMap::new(),
     };
     let base = format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]);
     Some(CreateRequest {
@@ -320,7 +348,7 @@ fn check_create(
 /// A deploy of `at.sha` pushed to `branch`; `before` is the push's (a
 /// rollback is a new deploy), `attempt` names a re-run. None without a
 /// commit id or a default branch to read the policy on.
-fn deploy_create(
+pub(crate) fn deploy_create(
     at: &RunTarget<'_>,
     branch: &str,
     before: Option<&str>,
@@ -330,15 +358,17 @@ fn deploy_create(
     if !valid_sha(&sha) || sha.bytes().all(|b| b == b'0') {
         return None;
     }
-    let default_branch = at.repository.default_branch.clone()?;
-    let repo = at.repository.full_name.clone();
+    let default_branch = at.default_branch?.to_owned();
+    let repo = at.repo.to_owned();
     let input = DeployInput {
         repo: repo.clone(),
         branch: branch.to_owned(),
         sha: sha.clone(),
         installation_id: at.installation_id,
         default_branch,
-        sender: at.sender.login.clone(),
+        sender: at.sender.to_owned(),
+        imperative: false,
+        inputs: BTreeMap::new(),
     };
     let mut key = format!("deploy:{repo}:{branch}:{}", &sha[..KEY_SHA_CHARS]);
     if let Some(before) = before {
@@ -372,12 +402,12 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     }
     // Bots are treated like users (a Dependabot pull request gets its
     // check); a repository skips the ones it names (`ignore_bots`).
-    let at = RunTarget {
-        repository: &pr.repository,
-        installation_id: pr.installation.id,
-        sha: &pr.pull_request.head.sha,
-        sender: &pr.sender,
-    };
+    let at = RunTarget::of(
+        &pr.repository,
+        pr.installation.id,
+        &pr.pull_request.head.sha,
+        &pr.sender,
+    );
     match check_create(&at, pr.number, needs_approval(pr), None) {
         Some(create) => Plan::Create(vec![create]),
         None => Plan::Ignore(format!(
@@ -402,12 +432,12 @@ fn plan_push(push: &PushEvent) -> Plan {
         // GitHub always sends it; without it no deploy policy can be read.
         return Plan::Ignore("push without repository.default_branch".into());
     }
-    let at = RunTarget {
-        repository: &push.repository,
-        installation_id: push.installation.id,
-        sha: &push.after,
-        sender: &push.sender,
-    };
+    let at = RunTarget::of(
+        &push.repository,
+        push.installation.id,
+        &push.after,
+        &push.sender,
+    );
     // `before` is part of the identity: pushing an older commit back (a
     // rollback) is a new deploy, while a redelivery is the same one.
     match deploy_create(&at, branch, Some(&push.before), None) {

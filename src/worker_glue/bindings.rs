@@ -11,6 +11,8 @@ pub const SANDBOX: &str = "SANDBOX";
 
 pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
+/// Signs `POST /v1/dispatch` requests (HMAC-SHA256 over timestamp and body).
+pub const DISPATCH_SECRET: &str = "DISPATCH_SECRET";
 /// The App's slug: `<slug>[bot]` is the user its own actions come from.
 pub const GITHUB_APP_SLUG: &str = "GITHUB_APP_SLUG";
 pub const GITHUB_APP_PRIVATE_KEY: &str = "GITHUB_APP_PRIVATE_KEY";

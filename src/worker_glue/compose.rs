@@ -169,6 +169,18 @@ impl RunEnvParts {
         }
     }
 
+    /// The GitHub client, authenticated as the App.
+    pub fn github<'a>(&'a self, clock: &'a dyn Clock) -> GitHub<'a> {
+        GitHub {
+            transport: &self.transport,
+            signer: &self.signer,
+            clock,
+            api_url: self.api_url.clone(),
+            app_id: self.app_id.clone(),
+            key_der: self.key_der.clone(),
+        }
+    }
+
     pub fn registry<'a>(&'a self, clock: &'a dyn Clock, db: &'a dyn Database) -> RegistryOwner<'a> {
         RegistryOwner {
             parts: self,
@@ -194,14 +206,7 @@ impl RegistryOwner<'_> {
             env: RunEnv {
                 clock: self.clock,
                 http: &p.transport,
-                github: GitHub {
-                    transport: &p.transport,
-                    signer: &p.signer,
-                    clock: self.clock,
-                    api_url: p.api_url.clone(),
-                    app_id: p.app_id.clone(),
-                    key_der: p.key_der.clone(),
-                },
+                github: p.github(self.clock),
                 sandbox: &self.sandbox,
                 blobs: match &p.blobs {
                     Some(b) => b,

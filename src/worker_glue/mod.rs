@@ -14,3 +14,4 @@ pub mod instances;
 pub mod platform;
 pub mod router;
 pub mod scheduled;
+pub mod setup;

@@ -15,7 +15,7 @@ use crate::http::webhook::{
     accept, check_declared_length, intake, read_capped, InstanceCreator, IntakeConfig,
     WebhookHeaders,
 };
-use crate::http::{check_admin, ApiError};
+use crate::http::{check_admin, dispatch, ApiError};
 use crate::limits::{
     EXECUTIONS_LISTED_MAX, STEPS_LISTED_MAX, STEP_RESULT_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX,
 };
@@ -77,7 +77,11 @@ async fn dispatch(mut req: Request, env: &Env) -> Answer {
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
     })?;
     // A log link carries its own signature.
-    if !matches!(r, Route::Health | Route::Webhook | Route::Log(..)) {
+    // A log link and a dispatch carry their own signatures.
+    if !matches!(
+        r,
+        Route::Health | Route::Webhook | Route::Log(..) | Route::Dispatch
+    ) {
         check_admin(
             header(&req, "Authorization").as_deref(),
             text(env, bindings::ADMIN_TOKEN).as_deref(),
@@ -108,6 +112,8 @@ async fn dispatch(mut req: Request, env: &Env) -> Answer {
         ),
         Route::SkipAll(group) => skip_all(env, &db, &group, now).await,
         Route::Skip(id) => skip(env, &db, &id, now).await,
+        Route::Dispatch => dispatch_run(&mut req, env, &db, now).await,
+        Route::Setup => json_ok(200, &super::setup::report(env, &db).await),
     }
 }
 
@@ -371,6 +377,43 @@ impl InstanceCreator for ObjectCreator<'_> {
         let (status, _) = instances::event(self.env, &id, &e.event_type, &e.payload).await?;
         Ok(status < 300)
     }
+}
+
+/// `POST /v1/dispatch`: checks the signature and its freshness, refuses a
+/// replay, plans the run through GitHub, creates it, then remembers the
+/// signature (after: a request that died half way can be sent again, and
+/// its instance, named by the signature, is found rather than doubled).
+async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer {
+    check_declared_length(header(req, "Content-Length").as_deref())?;
+    let chunks = req
+        .stream()
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    let body = read_capped(chunks, dispatch::DISPATCH_BODY_BYTES_MAX).await?;
+    let signature = dispatch::verify(
+        bindings::secret(env, bindings::DISPATCH_SECRET).as_ref(),
+        header(req, dispatch::TIMESTAMP_HEADER).as_deref(),
+        header(req, dispatch::SIGNATURE_HEADER).as_deref(),
+        &body,
+        now,
+    )?;
+    if crate::store::dispatch::was_used(db, &signature).await? {
+        return Err(ApiError::new(
+            401,
+            "replayed",
+            "this signed request was already used: sign a new one",
+        ));
+    }
+    let asked = dispatch::parse(&body)?;
+    dispatch::refuse_secret_values(&asked, &super::setup::secret_values(env))?;
+    let parts = super::compose::run_env_parts(env);
+    let create = dispatch::plan(&parts.github(&WorkerClock), &asked, &signature).await?;
+    let created = instances::create(env, &create).await?;
+    crate::store::dispatch::remember(db, &signature, &created.id, now).await?;
+    json_ok(
+        202,
+        &json!({ "instance_id": created.id, "run": create.run, "created": created.created,
+                 "sha": create.sha, "input": create.input }),
+    )
 }
 
 async fn webhook(req: &mut Request, env: &Env, db: &D1) -> Answer {

@@ -414,6 +414,8 @@ impl FakeGitHub {
         let s: Vec<&str> = segs.iter().map(String::as_str).collect();
         let route = match (req.method, s.as_slice()) {
             ("POST", ["app", "installations", _, "access_tokens"]) => "token",
+            ("GET", ["repos", _, _, "installation"]) => "repo-installation",
+            ("GET", ["repos", _, _]) => "repo",
             ("DELETE", ["installation", "token"]) => "revoke-token",
             ("GET", ["repos", _, _, "contents", rest @ ..]) if !rest.is_empty() => "contents",
             ("GET", ["repos", _, _, "git", "ref", "heads", rest @ ..]) if !rest.is_empty() => "ref",
@@ -524,6 +526,9 @@ impl FakeGitHub {
         if route == "token" {
             return self.issue_token(req, auth, &segs[2]);
         }
+        if route == "repo-installation" {
+            return self.repo_installation(req, auth, &format!("{}/{}", segs[1], segs[2]));
+        }
         let now = self.clock.now_ms();
         let token = auth.strip_prefix("token ").unwrap_or_default();
         let grant = self
@@ -544,6 +549,7 @@ impl FakeGitHub {
         }
         let (permission, level) = match route {
             "contents" | "ref" => ("contents", "read"),
+            "repo" => ("metadata", "read"),
             "pull" => ("pull_requests", "read"),
             "permission" => ("metadata", "read"),
             "list-check-runs" => ("checks", "read"),
@@ -590,6 +596,10 @@ impl FakeGitHub {
                     json!({ "permission": permission.unwrap_or_else(|| "none".into()), "user": { "login": login } }),
                 )
             }
+            "repo" => reply(
+                200,
+                json!({ "full_name": repo, "default_branch": BRANCH, "private": false }),
+            ),
             "create-check-run" => self.create_check_run(req, &repo),
             "update-check-run" => self.update_check_run(req, &repo, &segs[4]),
             "list-deployments" => self.list_deployments(&repo, query),
@@ -600,7 +610,27 @@ impl FakeGitHub {
         }
     }
 
-    pub fn issue_token(&self, req: &HttpRequest, auth: &str, installation: &str) -> HttpResponse {
+    /// `GET /repos/{o}/{r}/installation` (App JWT): the installation, for a
+    /// repository the rig knows (a commit or a branch head of it).
+    pub fn repo_installation(&self, req: &HttpRequest, auth: &str, repo: &str) -> HttpResponse {
+        if let Some(refused) = self.refuse_jwt(req, auth) {
+            return refused;
+        }
+        let st = self.st.borrow();
+        let known =
+            st.commits.keys().any(|(r, _)| r == repo) || st.heads.keys().any(|(r, _)| r == repo);
+        if !known {
+            return not_found();
+        }
+        reply(
+            200,
+            json!({ "id": INSTALLATION, "app_id": APP_ID.parse::<u64>().unwrap_or(0) }),
+        )
+    }
+
+    /// The refusal of a request whose App JWT is malformed or whose claims
+    /// GitHub would refuse; None for a good one.
+    fn refuse_jwt(&self, req: &HttpRequest, auth: &str) -> Option<HttpResponse> {
         // The JWT's signature is not verified; its shape and claims are.
         let claims = auth.strip_prefix("Bearer ").and_then(|jwt| {
             let parts: Vec<&str> = jwt.split('.').collect();
@@ -614,7 +644,7 @@ impl FakeGitHub {
             (header["alg"] == "RS256" && !sig.is_empty()).then_some(claims)
         });
         let Some(claims) = claims else {
-            return self.refuse(req, 401, "A JSON web token could not be decoded");
+            return Some(self.refuse(req, 401, "A JSON web token could not be decoded"));
         };
         let now_s = self.clock.now_ms() / 1000;
         let (iat, exp) = (
@@ -622,7 +652,14 @@ impl FakeGitHub {
             claims["exp"].as_i64().unwrap_or(0),
         );
         if claims["iss"] != APP_ID || iat > now_s || exp <= now_s || exp - iat > 600 {
-            return self.refuse(req, 401, &format!("JWT claims refused: {claims}"));
+            return Some(self.refuse(req, 401, &format!("JWT claims refused: {claims}")));
+        }
+        None
+    }
+
+    pub fn issue_token(&self, req: &HttpRequest, auth: &str, installation: &str) -> HttpResponse {
+        if let Some(refused) = self.refuse_jwt(req, auth) {
+            return refused;
         }
         if installation != INSTALLATION.to_string() {
             return not_found();
@@ -1808,6 +1845,7 @@ impl Rig {
             pr_number: PR_NUMBER,
             needs_approval: false,
             sender: "ana".into(),
+            inputs: Default::default(),
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),
@@ -1846,6 +1884,8 @@ impl Rig {
             installation_id: INSTALLATION,
             default_branch: BRANCH.into(),
             sender: "ana".into(),
+            imperative: false,
+            inputs: Default::default(),
         };
         self.create(CreateRequest {
             key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),

@@ -81,6 +81,8 @@ const DOCS = {
   getDeployment: 'https://docs.github.com/rest/deployments/deployments#get-a-deployment',
   createStatus: 'https://docs.github.com/rest/deployments/statuses#create-a-deployment-status',
   listStatuses: 'https://docs.github.com/rest/deployments/statuses#list-deployment-statuses',
+  repoInstallation: 'https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app',
+  app: 'https://docs.github.com/rest/apps/apps#get-the-authenticated-app',
 };
 
 class ApiError extends Error {
@@ -423,6 +425,39 @@ export async function startStandin({
     const answer = { token, expires_at: isoSeconds(expiresAtMs), permissions, repository_selection: repositories ? 'selected' : 'all' };
     if (repositories) answer.repositories = repositories.map((name) => ({ name }));
     sendJson(ctx.res, 201, answer);
+  }
+
+  function requireAppJwt(ctx, doc) {
+    const jwtError = ctx.auth.scheme === 'Bearer'
+      ? jwtProblem(ctx.auth.credential, { appId, publicKey, nowSec: Math.floor(Date.now() / 1000) })
+      : 'A JSON web token could not be decoded';
+    if (jwtError) throw new ApiError(401, jwtError, doc);
+  }
+
+  // GET /repos/{owner}/{repo}/installation (App JWT): the installation that holds a repository;
+  // 404 when the App is not installed on it. The stand-in's repositories all belong to its first
+  // installation.
+  function getRepoInstallation(ctx, owner, repo) {
+    requireAppJwt(ctx, DOCS.repoInstallation);
+    requireRepo(owner, repo, DOCS.repoInstallation);
+    const [id] = installationIds;
+    sendJson(ctx.res, 200, {
+      id,
+      account: { login: owner, id: accountId(owner), type: 'User' },
+      app_id: Number(appId),
+      app_slug: 'sluice',
+      target_type: 'User',
+      repository_selection: 'all',
+      permissions: { ...APP_PERMISSIONS },
+      events: ['check_run', 'check_suite', 'pull_request', 'push'],
+      access_tokens_url: `${state.baseUrl}/app/installations/${id}/access_tokens`,
+    });
+  }
+
+  // GET /app (App JWT): the authenticated App.
+  function getApp(ctx) {
+    requireAppJwt(ctx, DOCS.app);
+    sendJson(ctx.res, 200, { id: Number(appId), slug: 'sluice', name: 'Sluice', owner: { login: 'octo', type: 'Organization' } });
   }
 
   // DELETE /installation/token: revokes the token that authenticates the request (204).
@@ -1092,6 +1127,8 @@ export async function startStandin({
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/collaborators/${R}/permission$`), handler: getPermission, auth: true },
     { method: 'POST', re: new RegExp(`^/app/installations/${R}/access_tokens$`), handler: createAccessToken },
     { method: 'DELETE', re: /^\/installation\/token$/, handler: revokeToken, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/installation$`), handler: getRepoInstallation },
+    { method: 'GET', re: /^\/app$/, handler: getApp },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/contents(?:/(.*))?$`), handler: getContents, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/ref/(.+)$`), handler: getRef, auth: true },

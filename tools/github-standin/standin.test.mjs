@@ -183,6 +183,23 @@ test('access token: a valid JWT gets a ghs_ token with GitHub-shaped fields', as
   assert.equal(res.json.repository_selection, 'all');
 });
 
+test('app JWT: GET /repos/{o}/{r}/installation finds the installation, 404 elsewhere; GET /app names the App', async () => {
+  const auth = `Bearer ${makeJwt(keys.privateKey)}`;
+  const found = await request('GET', `/repos/${OWNER}/${REPO}/installation`, { auth });
+  assert.equal(found.status, 200, found.text);
+  assert.equal(found.json.id, INSTALLATION);
+  assert.equal(found.json.app_id, APP_ID);
+  assert.equal(found.json.account.login, OWNER);
+  const missing = await request('GET', `/repos/${OWNER}/no-such-repo/installation`, { auth });
+  assert.equal(missing.status, 404);
+  const noJwt = await request('GET', `/repos/${OWNER}/${REPO}/installation`, {});
+  assert.equal(noJwt.status, 401);
+  const app = await request('GET', '/app', { auth });
+  assert.equal(app.status, 200);
+  assert.deepEqual([app.json.id, app.json.slug], [APP_ID, 'sluice']);
+  assert.equal((await request('GET', '/app', { auth: 'Bearer nope' })).status, 401);
+});
+
 test('access token: GitHub\'s documented claims (iat now-60, exp now+600) and a string iss are accepted', async () => {
   const now = Math.floor(Date.now() / 1000);
   await issueToken({ iat: now - 60, exp: now + 600 });

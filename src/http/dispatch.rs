@@ -1,0 +1,316 @@
+//! Action-mode dispatch (`POST /v1/dispatch`): a workflow step (the
+//! composite action `action.yml`) starts a named run with inputs.
+//!
+//! The request carries `X-Sluice-Timestamp` (Unix seconds) and
+//! `X-Sluice-Signature: sha256=<hex HMAC-SHA256(DISPATCH_SECRET,
+//! "<timestamp>.<body>")>`. A request older than `DISPATCH_WINDOW_MS`, or
+//! one whose signature was already used (`dispatch_signatures`), is 401.
+//! The instance is named by the signature, so a request that raced its own
+//! replay still starts one run.
+//!
+//! A deploy naming `sha` is imperative (a rollback, a hotfix): the queue
+//! policy neither skips it nor lets it skip others, and it deploys that
+//! revision whatever the branch's head is; it still waits for the group.
+//! Without `sha`, the branch's head is deployed as a push would.
+
+use std::collections::BTreeMap;
+
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::Sha256;
+
+use crate::engine::CreateRequest;
+use crate::github::{GitHub, GitHubError};
+use crate::runs::check::NO_PULL_REQUEST;
+use crate::runs::triggers::{check_create, deploy_create, DeployInput, RunTarget};
+use crate::runs::RunName;
+use crate::secret::Secret;
+
+use super::ApiError;
+
+pub const TIMESTAMP_HEADER: &str = "X-Sluice-Timestamp";
+pub const SIGNATURE_HEADER: &str = "X-Sluice-Signature";
+pub use crate::limits::DISPATCH_WINDOW_MS;
+/// A dispatch is a run name, a repository, a revision and a few inputs.
+pub const DISPATCH_BODY_BYTES_MAX: usize = 64 * 1024;
+/// Inputs are knobs (a target, a flag), not payloads.
+pub const INPUTS_MAX: usize = 20;
+pub const INPUT_NAME_CHARS_MAX: usize = 64;
+pub const INPUT_VALUE_BYTES_MAX: usize = 1024;
+/// Git refuses longer ref names on most filesystems.
+const BRANCH_CHARS_MAX: usize = 255;
+
+/// What a dispatch asks for. Inputs are journaled and shown in the API, so
+/// they never carry secrets (a value equal to a configured secret is
+/// refused): secrets come from the operator's environments.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchRequest {
+    /// `check` or `deploy`.
+    pub run: String,
+    /// `owner/name`.
+    pub repo: String,
+    /// The branch to check or deploy (a deploy's default: the default branch).
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// An explicit revision (40 hex digits).
+    #[serde(default)]
+    pub sha: Option<String>,
+    /// The pull request a check reports on, if any.
+    #[serde(default)]
+    pub pull_request: Option<u64>,
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+}
+
+/// `sha256=<hex>` over `<timestamp>.<body>`: what the action sends.
+pub fn sign(secret: &[u8], timestamp_s: i64, body: &[u8]) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return String::new();
+    };
+    mac.update(format!("{timestamp_s}.").as_bytes());
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn unauthorized(code: &'static str, message: &str) -> ApiError {
+    ApiError::new(401, code, message)
+}
+
+/// Checks the signature and its age; the signature's hex (the request's
+/// identity) when both are good.
+pub fn verify(
+    secret: Option<&Secret>,
+    timestamp: Option<&str>,
+    signature: Option<&str>,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<String, ApiError> {
+    let secret = secret
+        .filter(|s| !s.expose().is_empty())
+        .ok_or_else(|| ApiError::new(503, "not_configured", "DISPATCH_SECRET is not set"))?;
+    let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
+        return Err(unauthorized(
+            "unsigned",
+            "X-Sluice-Timestamp and X-Sluice-Signature are required",
+        ));
+    };
+    let ts: i64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| unauthorized("bad_timestamp", "X-Sluice-Timestamp is not Unix seconds"))?;
+    if ts.saturating_mul(1000).abs_diff(now_ms) > DISPATCH_WINDOW_MS.unsigned_abs() {
+        return Err(unauthorized(
+            "stale_signature",
+            "the request is older than 5 minutes (or its clock is off): sign it again",
+        ));
+    }
+    let given = signature
+        .trim()
+        .strip_prefix("sha256=")
+        .and_then(|h| hex::decode(h).ok())
+        .ok_or_else(|| unauthorized("bad_signature", "the signature is not sha256=<hex>"))?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
+        .map_err(|_| unauthorized("bad_signature", "the signature does not match"))?;
+    mac.update(format!("{ts}.").as_bytes());
+    mac.update(body);
+    mac.verify_slice(&given)
+        .map_err(|_| unauthorized("bad_signature", "the signature does not match"))?;
+    Ok(hex::encode(given))
+}
+
+fn wrong_input(message: impl Into<String>) -> ApiError {
+    ApiError::new(422, "wrong_input", message)
+}
+
+/// Decodes and checks a dispatch: 400 for bad JSON, 422 for anything else.
+pub fn parse(body: &[u8]) -> Result<DispatchRequest, ApiError> {
+    let req: DispatchRequest = serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            wrong_input(e.to_string())
+        } else {
+            ApiError::bad_request("bad_json", e.to_string())
+        }
+    })?;
+    match RunName::parse(&req.run) {
+        Some(RunName::Check | RunName::Deploy) => {}
+        _ => {
+            return Err(ApiError::new(
+                422,
+                "unknown_run",
+                format!("run {:?} cannot be dispatched (check, deploy)", req.run),
+            ))
+        }
+    }
+    check_repo(&req.repo)?;
+    if let Some(b) = &req.branch {
+        check_branch(b)?;
+    }
+    if let Some(sha) = &req.sha {
+        if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) || is_zero(sha) {
+            return Err(wrong_input("sha must be a commit id (40 hex digits)"));
+        }
+    }
+    if req.run == RunName::Check.as_str() && req.branch.is_none() && req.sha.is_none() {
+        return Err(wrong_input("a check needs a branch or a sha"));
+    }
+    if req.pull_request == Some(NO_PULL_REQUEST) {
+        return Err(wrong_input("pull_request numbers start at 1"));
+    }
+    check_inputs(&req.inputs)?;
+    Ok(req)
+}
+
+fn is_zero(sha: &str) -> bool {
+    sha.bytes().all(|b| b == b'0')
+}
+
+fn check_repo(repo: &str) -> Result<(), ApiError> {
+    let good = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 100
+            && part != "."
+            && part != ".."
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
+    match repo.split_once('/') {
+        Some((owner, name)) if good(owner) && good(name) => Ok(()),
+        _ => Err(wrong_input("repo must be owner/name")),
+    }
+}
+
+fn check_branch(branch: &str) -> Result<(), ApiError> {
+    let bad = branch.is_empty()
+        || branch.chars().count() > BRANCH_CHARS_MAX
+        || branch.starts_with('/')
+        || branch.ends_with('/')
+        || branch.contains("..")
+        || branch
+            .chars()
+            .any(|c| c.is_control() || " ~^:?*[\\".contains(c));
+    if bad {
+        return Err(wrong_input(format!(
+            "branch {branch:?} is not a branch name"
+        )));
+    }
+    Ok(())
+}
+
+fn check_inputs(inputs: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if inputs.len() > INPUTS_MAX {
+        return Err(wrong_input(format!("at most {INPUTS_MAX} inputs")));
+    }
+    for (name, value) in inputs {
+        let first_ok = name.bytes().next().is_some_and(|b| b.is_ascii_uppercase());
+        let rest_ok = name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if !first_ok || !rest_ok || name.len() > INPUT_NAME_CHARS_MAX {
+            return Err(wrong_input(format!(
+                "input name {name:?} must be A-Z, 0-9 and _ (starting with a letter), at most {INPUT_NAME_CHARS_MAX}"
+            )));
+        }
+        if value.len() > INPUT_VALUE_BYTES_MAX || value.contains('\0') {
+            return Err(wrong_input(format!(
+                "input {name} must be text of at most {INPUT_VALUE_BYTES_MAX} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Shorter values are not secrets worth the name (a flag, a port): an
+/// input is not refused for containing one.
+const SECRET_MATCH_CHARS_MIN: usize = 8;
+
+/// Inputs are journaled and shown: one that carries a configured secret
+/// (or contains one) is refused before anything stores it.
+pub fn refuse_secret_values(req: &DispatchRequest, secrets: &[Secret]) -> Result<(), ApiError> {
+    let leaked = req.inputs.iter().find(|(_, v)| {
+        secrets
+            .iter()
+            .any(|s| s.expose().len() >= SECRET_MATCH_CHARS_MIN && v.contains(s.expose()))
+    });
+    match leaked {
+        Some((name, _)) => Err(wrong_input(format!(
+            "input {name} carries a secret: inputs are recorded and shown, secrets come from the operator's environments"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn github_error(e: GitHubError) -> ApiError {
+    ApiError::new(502, "github_unavailable", format!("GitHub: {}", e.message))
+}
+
+/// The instance a dispatch starts: the repository's installation and the
+/// revision resolved through GitHub, named by the request's signature.
+pub async fn plan(
+    github: &GitHub<'_>,
+    req: &DispatchRequest,
+    signature_hex: &str,
+) -> Result<CreateRequest, ApiError> {
+    let installation_id = github
+        .repo_installation(&req.repo)
+        .await
+        .map_err(github_error)?
+        .ok_or_else(|| ApiError::not_found(format!("the App is not installed on {}", req.repo)))?;
+    let default_branch = github
+        .default_branch(installation_id, &req.repo)
+        .await
+        .map_err(github_error)?
+        .ok_or_else(|| ApiError::not_found(format!("no repository {}", req.repo)))?;
+    let branch = req.branch.clone().unwrap_or_else(|| default_branch.clone());
+    let sha = match &req.sha {
+        Some(sha) => sha.to_ascii_lowercase(),
+        None => github
+            .branch_head(installation_id, &req.repo, &branch)
+            .await
+            .map_err(github_error)?
+            .ok_or_else(|| wrong_input(format!("{} has no branch {branch:?}", req.repo)))?,
+    };
+    let at = RunTarget {
+        repo: &req.repo,
+        default_branch: Some(&default_branch),
+        installation_id,
+        sha: &sha,
+        sender: "dispatch",
+    };
+    let attempt = format!("dispatch-{}", &signature_hex[..signature_hex.len().min(16)]);
+    let planned = if req.run == RunName::Deploy.as_str() {
+        deploy_create(&at, &branch, None, Some(&attempt))
+    } else {
+        let pr = req.pull_request.unwrap_or(NO_PULL_REQUEST);
+        check_create(&at, pr, false, Some(&attempt)).map(|mut c| {
+            if pr == NO_PULL_REQUEST {
+                c.entity = Some(format!("branch:{branch}"));
+            }
+            c
+        })
+    };
+    let mut create = planned.ok_or_else(|| wrong_input(format!("{sha} is not a commit id")))?;
+    with_dispatch_input(&mut create, req)?;
+    Ok(create)
+}
+
+/// The request's inputs, and for a deploy of an explicit revision the
+/// imperative flag, in the planned run's input.
+fn with_dispatch_input(create: &mut CreateRequest, req: &DispatchRequest) -> Result<(), ApiError> {
+    let inputs =
+        serde_json::to_value(&req.inputs).map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Some(input) = create.input.as_object_mut() {
+        if !req.inputs.is_empty() {
+            input.insert("inputs".into(), inputs);
+        }
+    }
+    if create.run == RunName::Deploy.as_str() && req.sha.is_some() {
+        let mut deploy: DeployInput = serde_json::from_value(create.input.clone())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        deploy.imperative = true;
+        create.input =
+            serde_json::to_value(deploy).map_err(|e| ApiError::internal(e.to_string()))?;
+    }
+    Ok(())
+}
