@@ -2342,6 +2342,7 @@ mod run_model {
     use sluice::store::journal::JournalStore;
     use sluice::store::Database;
 
+    use super::common::fake_deployments::Deployment;
     use super::common::fakes::*;
     use super::common::{block_on, T0};
     use super::Rng;
@@ -2808,6 +2809,57 @@ mod run_model {
         trace
     }
 
+    /// What GitHub shows of the deploys (issue 14), once every instance
+    /// ended: no deployment left queued or in progress (an execution has one
+    /// per generation that recorded one), at most one `success`, and no
+    /// deploy that completed its command after the success's own ran,
+    /// unless its deployment ended `error` (an operator's terminate or a
+    /// restart while it deployed).
+    fn check_deployments(w: &World<'_>) {
+        let deployments = w.rig.github.all_deployments();
+        let latest = |d: &Deployment| d.latest().map(|s| s.state.clone());
+        for d in &deployments {
+            assert!(
+                matches!(
+                    latest(d).as_deref(),
+                    Some("success" | "failure" | "error" | "inactive")
+                ),
+                "a deployment was left {:?}: {d:#?}",
+                d.states()
+            );
+        }
+        let successes: Vec<&Deployment> = deployments
+            .iter()
+            .filter(|d| latest(d).as_deref() == Some("success"))
+            .collect();
+        assert!(successes.len() <= 1, "two successes: {successes:#?}");
+        let Some(winner) = successes.first() else {
+            return;
+        };
+        let runs_of = |id: &str| w.rig.sandbox.runs_in(id);
+        let won_at = runs_of(winner.execution().unwrap())
+            .iter()
+            .map(|r| r.started_ms)
+            .max();
+        for ctl in &w.ctls {
+            let inst = ctl.inst.get().unwrap();
+            let later = runs_of(&inst.id)
+                .iter()
+                .any(|r| !r.killed && r.ended_ms.is_some() && Some(r.started_ms) > won_at);
+            let last = deployments
+                .iter()
+                .filter(|d| d.execution() == Some(inst.id.as_str()))
+                .max_by_key(|d| d.id)
+                .and_then(latest);
+            assert!(
+                !later || last.as_deref() == Some("error"),
+                "{} ran after the success of {:?} and its deployment ended {last:?}",
+                inst.id,
+                winner.execution()
+            );
+        }
+    }
+
     /// After quiescence: nothing held, no overlap, the newest commit last.
     fn check_end(w: &World<'_>) {
         w.rig.assert_no_overlap();
@@ -2819,6 +2871,7 @@ mod run_model {
                 w.rig.held_by(inst)
             );
         }
+        check_deployments(w);
         let runs = w.rig.sandbox.all_runs();
         // The newest commit is the branch head the last push left.
         let newest = w.rig.github.st.borrow().heads[&(REPO.to_owned(), BRANCH.to_owned())].clone();

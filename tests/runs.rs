@@ -622,6 +622,8 @@ fn deploys_of_a_branch_never_overlap_and_the_release_hands_the_group_over() {
             "read config",
             "create check run",
             "start check run",
+            "create deployment",
+            "deployment: queued",
             "gate: enter",
             "gate: read head",
             "gate: enqueue",
@@ -631,7 +633,9 @@ fn deploys_of_a_branch_never_overlap_and_the_release_hands_the_group_over() {
             "gate: admission",
             "gate: lease",
             "re-read head",
+            "deployment: in progress",
             "run deploy command",
+            "deployment: conclude",
             "check group still held",
             "release gates",
             "complete check run",
@@ -823,6 +827,13 @@ fn an_operator_skip_ends_a_waiter_silently() {
         "an operator's skip is silent"
     );
     assert!(rig.github.calls_to("notify").is_empty());
+    // Its GitHub deployment ends inactive, never having run (issue 14).
+    let b_dep = rig.github.only_deployment(&b);
+    assert_eq!(b_dep.states(), ["queued", "inactive"]);
+    assert!(
+        b_dep.latest().unwrap().description.starts_with("Not "),
+        "{b_dep:?}"
+    );
     rig.sandbox.release(&a);
     assert_eq!(block_on(a_pass).status, Status::Complete);
 }

@@ -104,6 +104,7 @@ fn a_slug_that_is_not_the_apps_is_a_gap() {
 #[test]
 fn the_app_manifest_asks_for_exactly_what_sluice_uses() {
     use sluice::github::client::{API_PERMISSIONS, CHECKOUT_PERMISSIONS};
+    use sluice::github::deployments::DEPLOYMENTS_PERMISSIONS;
     use sluice::github::webhook::{parse, EVENTS_ACTED_ON};
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -114,6 +115,7 @@ fn the_app_manifest_asks_for_exactly_what_sluice_uses() {
     let mut used: std::collections::BTreeMap<String, String> = API_PERMISSIONS
         .iter()
         .chain(CHECKOUT_PERMISSIONS)
+        .chain(DEPLOYMENTS_PERMISSIONS)
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     // Every App has metadata:read; the manifest names it as GitHub shows it.

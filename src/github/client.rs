@@ -1,9 +1,11 @@
 //! The REST calls Sluice makes, over a `Transport` (the Worker's fetch).
 //! Every installation token is scoped to one repository and the permissions
 //! its use needs: the API token (cached until shortly before it expires)
-//! to check runs and contents; a checkout's (never cached, revoked once the
-//! checkout is done) to reading the repository. Path segments are
-//! percent-encoded, so a branch or file name cannot reshape a request.
+//! to check runs and contents; the deployments token (cached the same way,
+//! `deployments.rs`) to deployments alone; a checkout's (never cached,
+//! revoked once the checkout is done) to reading the repository. Path
+//! segments are percent-encoded, so a branch or file name cannot reshape a
+//! request.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -114,18 +116,21 @@ pub struct CheckOutput {
     pub summary: String,
 }
 
+/// A cached token's key: API URL, installation, repository and the
+/// permission set it was issued for.
+type TokenKey = (String, u64, String, &'static str);
+
 thread_local! {
-    /// API tokens per (API URL, installation, repository), with their
-    /// expiry in ms. Per isolate: a cold isolate asks once more, which is
-    /// harmless.
-    static TOKENS: RefCell<HashMap<(String, u64, String), (Secret, i64)>> =
-        RefCell::new(HashMap::new());
+    /// Cached tokens by `TokenKey`, with their expiry in ms. Per isolate: a
+    /// cold isolate asks once more, which is harmless.
+    static TOKENS: RefCell<HashMap<TokenKey, (Secret, i64)>> = RefCell::new(HashMap::new());
 }
 
 /// What Sluice's own calls need: check runs, and `.sluice.toml` and branch
 /// heads (contents). GitHub adds metadata:read to every token.
 /// A pull request's head (pull_requests:read) tells a check whether a
 /// newer head superseded it; a decider's permission needs metadata:read.
+/// Deployments have a token of their own (`deployments.rs`).
 pub const API_PERMISSIONS: &[(&str, &str)] = &[
     ("checks", "write"),
     ("contents", "read"),
@@ -144,13 +149,13 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// One path segment (or query value), percent-encoded.
-fn seg(s: &str) -> String {
+pub(super) fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 /// A `/`-separated path (a file path, `owner/name`, a branch with slashes)
 /// with each segment percent-encoded.
-fn segs(path: &str) -> String {
+pub(super) fn segs(path: &str) -> String {
     path.split('/').map(seg).collect::<Vec<_>>().join("/")
 }
 
@@ -237,7 +242,7 @@ impl<'a> GitHub<'a> {
         format!("{}{}", self.api_url.trim_end_matches('/'), path)
     }
 
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: &'static str,
         path: &str,
@@ -269,7 +274,7 @@ impl<'a> GitHub<'a> {
     }
 
     /// A 2xx answer, or the error GitHub gave.
-    fn expect_ok(resp: HttpResponse) -> Result<String, GitHubError> {
+    pub(super) fn expect_ok(resp: HttpResponse) -> Result<String, GitHubError> {
         if (200..300).contains(&resp.status) {
             return Ok(resp.body);
         }
@@ -283,7 +288,10 @@ impl<'a> GitHub<'a> {
         })
     }
 
-    fn decode<T: for<'de> Deserialize<'de>>(body: &str, what: &str) -> Result<T, GitHubError> {
+    pub(super) fn decode<T: for<'de> Deserialize<'de>>(
+        body: &str,
+        what: &str,
+    ) -> Result<T, GitHubError> {
         serde_json::from_str(body)
             .map_err(|e| GitHubError::permanent(format!("unexpected {what} answer: {e}")))
     }
@@ -295,17 +303,28 @@ impl<'a> GitHub<'a> {
         installation: u64,
         repo: &str,
     ) -> Result<Secret, GitHubError> {
+        self.cached_token(installation, repo, "api", API_PERMISSIONS)
+            .await
+    }
+
+    /// A token for `permissions` (named `purpose` in the cache), from the
+    /// cache while it has more than 5 minutes left.
+    pub(super) async fn cached_token(
+        &self,
+        installation: u64,
+        repo: &str,
+        purpose: &'static str,
+        permissions: &[(&str, &str)],
+    ) -> Result<Secret, GitHubError> {
         let now = self.clock.now_ms();
-        let cache_key = (self.api_url.clone(), installation, repo.to_owned());
+        let cache_key = (self.api_url.clone(), installation, repo.to_owned(), purpose);
         let cached = TOKENS.with(|t| t.borrow().get(&cache_key).cloned());
         if let Some((token, expires_ms)) = cached {
             if expires_ms - now > TOKEN_REFRESH_MARGIN_MS {
                 return Ok(token);
             }
         }
-        let (token, expires_ms) = self
-            .issue_token(installation, repo, API_PERMISSIONS)
-            .await?;
+        let (token, expires_ms) = self.issue_token(installation, repo, permissions).await?;
         TOKENS.with(|t| {
             t.borrow_mut()
                 .insert(cache_key, (token.clone(), expires_ms))
@@ -428,7 +447,17 @@ impl<'a> GitHub<'a> {
         what: &str,
     ) -> Result<Option<T>, GitHubError> {
         let auth = self.auth(installation, repo).await?;
-        let resp = self.call("GET", path, &auth, None).await?;
+        self.get_with(&auth, path, what).await
+    }
+
+    /// A GET with `auth`: the decoded answer, or None on 404.
+    pub(super) async fn get_with<T: for<'de> Deserialize<'de>>(
+        &self,
+        auth: &str,
+        path: &str,
+        what: &str,
+    ) -> Result<Option<T>, GitHubError> {
+        let resp = self.call("GET", path, auth, None).await?;
         if resp.status == 404 {
             return Ok(None);
         }

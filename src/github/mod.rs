@@ -5,9 +5,11 @@
 
 pub mod app;
 pub mod client;
+pub mod deployments;
 pub mod webhook;
 
 pub use client::{CheckAction, CheckConclusion, CheckOutput, CheckRunUpdate, GitHub, GitHubError};
+pub use deployments::{DeploymentState, NewDeployment, NewStatus};
 
 /// Where GitHub serves git when `GITHUB_GIT_URL` is unset.
 pub const GIT_URL_DEFAULT: &str = "https://github.com";

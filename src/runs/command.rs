@@ -79,6 +79,53 @@ pub struct CommandResult {
     /// A signed, expiring link to the log (`LOG_LINK_SECRET` set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_url: Option<String>,
+    /// The URL the command reported for what it deployed (a line
+    /// `SLUICE_ENVIRONMENT_URL=<url>`, the last one, when it is a valid
+    /// http(s) URL): a deploy's GitHub `environment_url`. Absent in journals
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_url: Option<String>,
+}
+
+/// The line prefix a command prints to report its environment's URL.
+pub const ENVIRONMENT_URL_MARKER: &str = "SLUICE_ENVIRONMENT_URL=";
+/// Longest environment URL taken: GitHub documents no bound; 2 KiB is what
+/// browsers and proxies all accept, and no link a person clicks is longer.
+const ENVIRONMENT_URL_CHARS_MAX: usize = 2048;
+
+/// The environment URL a command's (redacted) log reports: its last
+/// `SLUICE_ENVIRONMENT_URL=` line, if that is a URL Sluice may publish.
+pub fn environment_url_of(log: &str) -> Option<String> {
+    let reported = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(ENVIRONMENT_URL_MARKER))?;
+    let url = reported.trim();
+    publishable_url(url).then(|| url.to_owned())
+}
+
+/// An absolute http(s) URL of printable ASCII with a host and no
+/// credentials (no `user:password@`), none of the characters RFC 3986 never
+/// allows, and nothing the redaction masked (a URL that carried a secret is
+/// not published, even masked).
+pub fn publishable_url(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let allowed = |c: char| c.is_ascii_graphic() && !"\"<>\\^`{|}".contains(c);
+    url.len() <= ENVIRONMENT_URL_CHARS_MAX
+        && url.chars().all(allowed)
+        && !authority.is_empty()
+        && !authority.contains('@')
+        && !url
+            .as_bytes()
+            .windows(sluice_redact::MASK.len())
+            .any(|w| w == sluice_redact::MASK)
 }
 
 fn sandbox_failure(tag: FailureTag, e: SandboxError) -> StepFailure {
@@ -245,7 +292,15 @@ async fn finished(
         output_bytes: state.output_bytes,
         duration_ms: state.duration_ms,
         log_url: log_url(env, ids.log_key),
+        environment_url: environment_url_of(&log),
     })
+}
+
+/// The signed link to the log of `instance_id`'s command step `step`, when
+/// links are set up: it shows the output so far while the command runs.
+pub fn step_log_url(env: &RunEnv<'_>, instance_id: &str, step: &str) -> Option<String> {
+    let step_key = InstanceId::from_key(step);
+    log_url(env, &loglink::log_key(instance_id, step_key.as_str()))
 }
 
 /// The signed link to the log stored at `log_key`, when links are set up.
@@ -462,6 +517,43 @@ pub fn tail(log: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_environment_url_line_is_taken_when_it_is_publishable() {
+        let log = "SLUICE_ENVIRONMENT_URL=https://old.example.com\n\
+                   deployed\n\
+                   SLUICE_ENVIRONMENT_URL=https://web-42.example.com/app?x=1 \r\n\
+                   done\n";
+        assert_eq!(
+            environment_url_of(log).as_deref(),
+            Some("https://web-42.example.com/app?x=1")
+        );
+        assert_eq!(environment_url_of("no marker\n"), None);
+        assert_eq!(
+            environment_url_of("  SLUICE_ENVIRONMENT_URL=https://a.example\n"),
+            None,
+            "the marker starts its line"
+        );
+        for bad in [
+            "javascript:alert(1)",
+            "ftp://files.example.com",
+            "https://",
+            "https:///path",
+            "https://user:pass@example.com/",
+            "https://example.com/a b",
+            "https://example.com/\"><script>",
+            "https://example.com/\u{7f}",
+            "https://example.com/é",
+            "https://***.example.com/",
+        ] {
+            assert!(!publishable_url(bad), "{bad:?}");
+        }
+        assert!(publishable_url("HTTP://localhost:8080/x#y"));
+        assert!(!publishable_url(&format!(
+            "https://example.com/{}",
+            "a".repeat(ENVIRONMENT_URL_CHARS_MAX)
+        )));
+    }
 
     #[test]
     fn tail_keeps_the_end() {

@@ -6,19 +6,24 @@
 //! policy, and report `sluice/deploy`.
 //!
 //! The run reads as its steps: read config, [grant environment], [set its
-//! ceiling and wait for confirmation], then with the group, a slot and the
-//! sandbox held (`gate::with_gates`): re-read the head, run the command,
-//! report.
+//! ceiling], record the GitHub deployment (`runs::deployment`), [wait for
+//! confirmation], then with the group, a slot and the sandbox held
+//! (`gate::with_gates`): re-read the head, mark the deployment in progress,
+//! run the command; then conclude the deployment and report.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, StepConfig};
+use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, Status, StepConfig};
 use crate::gates::policy::{QueuePolicy, SkipReason};
 use crate::limits::RUN_DURATION_MS_DEFAULT;
 
 use super::check::verdict_of;
-use super::command::{run_command, CommandSpec};
+use super::command::{run_command, step_log_url, CommandSpec};
 use super::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
+use super::deployment;
 use super::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
 use super::notify::{self, AutoSkipped};
 use super::registry::{CheckRunOf, Run, RunName};
@@ -92,6 +97,19 @@ impl Run for DeployRun {
         })
     }
 
+    /// A deploy terminated while it waited (no pass ran to conclude it) or
+    /// ended by a crash loop leaves its GitHub deployment `inactive` or
+    /// `error` (`deployment::abandoned_status`).
+    async fn abandoned(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &DeployInput,
+        status: Status,
+    ) {
+        deployment::conclude_abandoned(env, input, instance_id, status).await;
+    }
+
     async fn prepare_restart(
         &self,
         env: &RunEnv<'_>,
@@ -120,22 +138,24 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     let reference = input.default_branch.as_str();
     let deploy = match configured_at(ctx, env, &target, reference, &place, pick).await? {
         Configured::Run(deploy) => deploy,
-        Configured::Done(outcome) => return Ok(outcome),
+        Configured::Done(outcome) => return nothing_deployed(ctx, env, input, outcome).await,
     };
     if let Some(summary) = refused_environment(ctx, env, input, &deploy).await? {
-        return reported(ctx, env, &target, |_| async {
+        let failed = reported(ctx, env, &target, |_| async {
             Ok(Verdict::Failed { summary })
         })
-        .await;
+        .await?;
+        return nothing_deployed(ctx, env, input, failed).await;
     }
     let policy = match policy_of(&deploy) {
         Ok(p) => p,
         Err(m) => {
             let summary = format!("`[deploy.queue]` is invalid: {m}");
-            return reported(ctx, env, &target, |_| async {
+            let failed = reported(ctx, env, &target, |_| async {
                 Ok(Verdict::Failed { summary })
             })
-            .await;
+            .await?;
+            return nothing_deployed(ctx, env, input, failed).await;
         }
     };
     let group = group_key(input, &deploy);
@@ -157,22 +177,14 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
             capacity: env.pool_capacity,
         }],
     };
-    let timeout_ms = confirmation_window(&deploy, &policy);
-    if let Some(window_ms) = timeout_ms {
+    let window_ms = confirmation_window(&deploy, &policy);
+    if let Some(window_ms) = window_ms {
         ctx.set_ceiling("run ceiling", window_ms + DEPLOY_BUDGET_MS)
             .await?;
     }
     let mut newer = None;
     let outcome = reported(ctx, env, &target, |_| async {
-        if let Some(window_ms) = timeout_ms {
-            if let Some(v) = confirm(ctx, input, window_ms).await? {
-                return Ok(v);
-            }
-        }
-        let verdict = with_gates(ctx, env, &gates, |held| {
-            deploy_held(ctx, env, input, &deploy, held)
-        })
-        .await?;
+        let verdict = recorded_work(ctx, env, input, &deploy, &gates, window_ms).await?;
         if let Verdict::Skipped { newer: n, .. } = &verdict {
             newer = n.clone();
         }
@@ -180,6 +192,68 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     })
     .await?;
     notify_auto_skip(ctx, env, input, &outcome, newer.as_deref()).await?;
+    Ok(outcome)
+}
+
+/// What the deploy's work needs beside the gates.
+struct Work<'a> {
+    input: &'a DeployInput,
+    deploy: &'a DeployConfig,
+    /// The GitHub deployment the execution recorded.
+    recorded: &'a deployment::Recorded,
+    /// What the command left for the deployment's last status: its log
+    /// link, the URL it reported for the environment.
+    ran: &'a Cell<deployment::Ran>,
+}
+
+/// The deploy's work inside its check run: record the GitHub deployment,
+/// do the work, conclude the deployment from how the work ended.
+async fn recorded_work(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    gates: &Gates<'_>,
+    window_ms: Option<i64>,
+) -> Result<Verdict, RunError> {
+    let recorded = deployment::open(ctx, env, input, deploy).await?;
+    let ran = Cell::new(deployment::Ran::default());
+    let work = Work {
+        input,
+        deploy,
+        recorded: &recorded,
+        ran: &ran,
+    };
+    let result = deploy_work(ctx, env, &work, gates, window_ms).await;
+    deployment::conclude(ctx, env, input, &recorded, &result, &ran.take()).await?;
+    Ok(recorded.noted(result?))
+}
+
+/// [Wait for the confirmation], then with the gates held, deploy.
+async fn deploy_work(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    work: &Work<'_>,
+    gates: &Gates<'_>,
+    window_ms: Option<i64>,
+) -> Result<Verdict, RunError> {
+    if let Some(window_ms) = window_ms {
+        if let Some(v) = confirm(ctx, work.input, window_ms).await? {
+            return Ok(v);
+        }
+    }
+    with_gates(ctx, env, gates, |held| deploy_held(ctx, env, work, held)).await
+}
+
+/// A deploy that ends before recording a deployment: on a restart, what
+/// earlier generations recorded is retired (`deployment::retire_on_restart`).
+async fn nothing_deployed(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    outcome: RunOutcome,
+) -> Result<RunOutcome, RunError> {
+    deployment::retire_on_restart(ctx, env, input).await?;
     Ok(outcome)
 }
 
@@ -258,10 +332,10 @@ async fn confirm(
 async fn deploy_held(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
-    input: &DeployInput,
-    deploy: &DeployConfig,
+    work: &Work<'_>,
     held: Held<'_>,
 ) -> Result<Verdict, RunError> {
+    let (input, deploy) = (work.input, work.deploy);
     let head = if input.imperative {
         None
     } else {
@@ -284,6 +358,26 @@ async fn deploy_held(
     };
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
+    let spec = CommandSpec {
+        step: super::command::DEPLOY_COMMAND_STEP,
+        repo: &input.repo,
+        sha: &input.sha,
+        installation_id: input.installation_id,
+        command: &deploy.command,
+        timeout_ms,
+        env: command_vars(input, deploy, head),
+        secret_env,
+        held: &held,
+    };
+    run_reported(ctx, env, work, &spec).await
+}
+
+/// What a deploy command is told (its secrets aside).
+fn command_vars(
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    head: Option<String>,
+) -> BTreeMap<String, String> {
     let mut vars = super::command::input_vars(&input.inputs);
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert(
@@ -295,19 +389,36 @@ async fn deploy_held(
     if let Some(label) = &deploy.label {
         vars.insert("SLUICE_DEPLOY_LABEL".to_owned(), label.clone());
     }
-    let spec = CommandSpec {
-        step: super::command::DEPLOY_COMMAND_STEP,
-        repo: &input.repo,
-        sha: &input.sha,
-        installation_id: input.installation_id,
-        command: &deploy.command,
-        timeout_ms,
-        env: vars,
-        secret_env,
-        held: &held,
+    vars
+}
+
+/// Runs the command with its deployment `in_progress`, then gives the
+/// deployment its last status while the gates are still held.
+async fn run_reported(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    work: &Work<'_>,
+    spec: &CommandSpec<'_>,
+) -> Result<Verdict, RunError> {
+    let input = work.input;
+    // The command's log link shows its output while it runs.
+    let live_log = step_log_url(env, ctx.instance_id(), spec.step);
+    work.ran.set(deployment::Ran {
+        log_url: live_log.clone(),
+        ..deployment::Ran::default()
+    });
+    deployment::started(ctx, env, input, work.recorded, live_log.as_deref()).await?;
+    let result = run_command(ctx, env, spec).await?;
+    let verdict = verdict_of(&work.deploy.command, &result);
+    let ran = deployment::Ran {
+        log_url: result.log_url.clone().or(live_log),
+        environment_url: result.environment_url.clone(),
+        concluded: true,
     };
-    let result = run_command(ctx, env, &spec).await?;
-    Ok(verdict_of(&deploy.command, &result))
+    let (recorded, held) = (work.recorded, spec.held);
+    deployment::conclude_held(ctx, env, input, recorded, (&verdict, &ran), held).await?;
+    work.ran.set(ran);
+    Ok(verdict)
 }
 
 /// The branch's head now (a holder whose commit is no longer it skips);

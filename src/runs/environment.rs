@@ -9,6 +9,8 @@
 //! repos = ["acme/web"]          # owner/name globs, case-insensitive
 //! branches = ["main"]           # branch globs: `*` stops at `/`, `**` does not
 //! secrets = ["CLOUDFLARE_API_TOKEN"]
+//! production = true             # optional: GitHub's `production_environment`
+//! transient = false             # optional: GitHub's `transient_environment`
 //! ```
 //!
 //! Every refusal a pusher sees is the same sentence, whether the
@@ -40,6 +42,16 @@ pub struct Environment {
     /// Names of the Worker secrets exported to the deploy command.
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// Whether end users interact with it: the GitHub deployments' flag
+    /// `production_environment`. Unset leaves GitHub's default (true only
+    /// for an environment named `production`).
+    #[serde(default)]
+    pub production: Option<bool>,
+    /// Whether it exists only for a while (a preview): the GitHub
+    /// deployments' flag `transient_environment` (GitHub then shows an
+    /// inactive one as destroyed). Unset is GitHub's default, false.
+    #[serde(default)]
+    pub transient: Option<bool>,
 }
 
 /// The operator's environments, or why their declaration is unusable (then
@@ -163,6 +175,11 @@ fn validate(name: &str, env: &Environment) -> Result<(), String> {
         // An environment open to everything must be said in globs ("*/*",
         // "**"), never by leaving a list out.
         return Err("repos and branches must each name at least one glob".into());
+    }
+    if env.production == Some(true) && env.transient == Some(true) {
+        // End users rely on a production environment; a transient one is
+        // expected to disappear. GitHub would take both: say which.
+        return Err("an environment is production or transient, not both".into());
     }
     if env.repos.iter().any(|r| !r.contains('/')) {
         return Err("a repos glob is owner/name (\"acme/*\" for an organization)".into());

@@ -8,6 +8,7 @@ pub mod check;
 pub mod command;
 pub mod config;
 pub mod deploy;
+pub mod deployment;
 pub mod environment;
 pub mod gate;
 pub mod log;

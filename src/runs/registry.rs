@@ -78,6 +78,18 @@ pub trait Run {
         None
     }
 
+    /// After it ended from outside (terminated, a crash loop), beyond its
+    /// check run: what else it left open (a deploy's GitHub deployment).
+    /// Best effort, as the check run's conclusion.
+    async fn abandoned(
+        &self,
+        _env: &RunEnv<'_>,
+        _instance_id: &str,
+        _input: &Self::Input,
+        _status: Status,
+    ) {
+    }
+
     /// Before an operator's restart: the gates' rules, unless the run adds
     /// its own (a deploy's confirmation).
     async fn prepare_restart(
@@ -153,7 +165,8 @@ impl<R: Run> AnyRun for Erased<R> {
 
     /// Releases what the instance still holds and, when it ended from
     /// outside, concludes the check run it left open (so it does not block
-    /// a merge as `in_progress` for ever).
+    /// a merge as `in_progress` for ever) and whatever else the run left
+    /// open (`Run::abandoned`).
     async fn finalize(
         &self,
         env: &RunEnv<'_>,
@@ -167,11 +180,11 @@ impl<R: Run> AnyRun for Erased<R> {
             Ok(())
         };
         if matches!(status, Status::Terminated | Status::Errored) {
-            if let Some(c) = decode::<R::Input>(input)
-                .ok()
-                .and_then(|i| self.0.check_run(&i))
-            {
-                report::conclude_abandoned(env, &c, instance_id, status).await;
+            if let Ok(i) = decode::<R::Input>(input) {
+                if let Some(c) = self.0.check_run(&i) {
+                    report::conclude_abandoned(env, &c, instance_id, status).await;
+                }
+                self.0.abandoned(env, instance_id, &i, status).await;
             }
         }
         released

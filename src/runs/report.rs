@@ -123,6 +123,15 @@ impl Verdict {
     }
 }
 
+/// The execution's page in Sluice's API (`GET /v1/executions/{id}`, behind
+/// the admin token): a check run's details link and a deployment's log link.
+pub fn details_url(env: &RunEnv<'_>, instance_id: &str) -> String {
+    format!(
+        "{}/v1/executions/{instance_id}",
+        env.public_url.trim_end_matches('/')
+    )
+}
+
 /// Where a check run lives.
 pub struct CheckTarget<'a> {
     pub name: &'a str,
@@ -145,11 +154,7 @@ where
     F: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Verdict, RunError>>,
 {
-    let details_url = format!(
-        "{}/v1/executions/{}",
-        env.public_url.trim_end_matches('/'),
-        ctx.instance_id()
-    );
+    let details_url = details_url(env, ctx.instance_id());
     let id: u64 = ctx
         .step("create check run", github_step(), |_| async {
             env.github

@@ -45,6 +45,7 @@ use sluice::store::journal::JournalStore;
 use sluice::store::Database;
 use sluice::store::Stmt;
 
+use super::fake_deployments::Deployment;
 use super::{block_on, CountingDb, ManualClock, MemoryBlobs, World, T0};
 
 pub const REPO: &str = "octo/hello";
@@ -206,6 +207,11 @@ pub struct GitHubState {
     /// Issued installation tokens and what each may do.
     pub tokens: HashMap<String, Grant>,
     pub check_runs: Vec<CheckRun>,
+    /// Deployments with their statuses (`fake_deployments`).
+    pub deployments: Vec<Deployment>,
+    /// Permissions the installation has not granted: a token asking for
+    /// one is refused.
+    pub withheld: HashSet<String>,
     pub calls: Vec<Call>,
     pub faults: Vec<Fault>,
     pub notifications: Vec<Notification>,
@@ -418,6 +424,10 @@ impl FakeGitHub {
             ("GET", ["repos", _, _, "collaborators", _, "permission"]) => "permission",
             ("POST", ["repos", _, _, "check-runs"]) => "create-check-run",
             ("PATCH", ["repos", _, _, "check-runs", _]) => "update-check-run",
+            ("GET", ["repos", _, _, "deployments"]) => "list-deployments",
+            ("POST", ["repos", _, _, "deployments"]) => "create-deployment",
+            ("GET", ["repos", _, _, "deployments", _, "statuses"]) => "list-deployment-statuses",
+            ("POST", ["repos", _, _, "deployments", _, "statuses"]) => "create-deployment-status",
             _ => return Err("no such endpoint".into()),
         };
         Ok((route, segs, query))
@@ -543,6 +553,8 @@ impl FakeGitHub {
             "pull" => ("pull_requests", "read"),
             "permission" => ("metadata", "read"),
             "list-check-runs" => ("checks", "read"),
+            "list-deployments" | "list-deployment-statuses" => ("deployments", "read"),
+            "create-deployment" | "create-deployment-status" => ("deployments", "write"),
             _ => ("checks", "write"),
         };
         if !grant.allows(permission, level) {
@@ -590,6 +602,10 @@ impl FakeGitHub {
             ),
             "create-check-run" => self.create_check_run(req, &repo),
             "update-check-run" => self.update_check_run(req, &repo, &segs[4]),
+            "list-deployments" => self.list_deployments(&repo, query),
+            "create-deployment" => self.create_deployment(req, &repo),
+            "list-deployment-statuses" => self.list_deployment_statuses(&repo, &segs[4], query),
+            "create-deployment-status" => self.create_deployment_status(req, &repo, &segs[4]),
             other => self.refuse(req, 599, &format!("route {other} has no handler")),
         }
     }
@@ -673,6 +689,15 @@ impl FakeGitHub {
         };
         if repositories.len() != 1 || repositories[0].contains('/') {
             return self.refuse(req, 422, "one repository, by name");
+        }
+        if permissions
+            .keys()
+            .any(|p| self.st.borrow().withheld.contains(p))
+        {
+            return reply(
+                422,
+                json!({ "message": "The permissions requested are not granted to this installation." }),
+            );
         }
         let mut granted: BTreeMap<String, String> = permissions
             .iter()
@@ -1066,6 +1091,8 @@ pub struct SandboxState {
     pub checkout_ms: i64,
     /// Checkouts never finish (a wedged git), until this is cleared.
     pub checkout_hangs: bool,
+    /// Checkouts fail as an unreachable sandbox would (503), until cleared.
+    pub checkout_fails: bool,
     pub discarded: Vec<String>,
 }
 
@@ -1345,6 +1372,9 @@ impl Sandbox for FakeSandbox {
         check_id(req.workspace, "workspace")?;
         if self.st.borrow().checkout_hangs {
             std::future::pending::<()>().await;
+        }
+        if self.st.borrow().checkout_fails {
+            return Err(sandbox_error(503, "unavailable", "the sandbox is down"));
         }
         let took_ms = self.st.borrow().checkout_ms;
         if took_ms > 0 {

@@ -2,6 +2,7 @@
 //! D1's tables (the same migration files), and a clock the test drives.
 #![allow(dead_code)]
 
+pub mod fake_deployments;
 pub mod fakes;
 
 use std::cell::{Cell, RefCell};

@@ -1,5 +1,5 @@
 // GitHub stand-in: a local HTTP server speaking the subset of GitHub's REST API (App installation
-// tokens, repository contents, refs, branches, check runs) and smart-HTTP git that Sluice uses,
+// tokens, repository contents, refs, branches, check runs, deployments and their statuses) and smart-HTTP git that Sluice uses,
 // backed by real bare git repositories. Used by end-to-end tests and by `npm start` without a
 // real GitHub App. Also runnable as a CLI (see parseCli below).
 
@@ -36,19 +36,25 @@ const MAX_ANNOTATIONS_PER_REQUEST = 50;
 // Recorded calls are kept for inspection; the oldest are dropped beyond this so a long `npm start`
 // session cannot grow without bound.
 const MAX_RECORDED_CALLS = 10_000;
-// In-memory check runs and live tokens are likewise bounded.
+// In-memory check runs, deployments and live tokens are likewise bounded.
 const MAX_CHECK_RUNS = 100_000;
+const MAX_DEPLOYMENTS = 100_000;
 const MAX_LIVE_TOKENS = 10_000;
 // GitHub pagination defaults for list endpoints.
 const DEFAULT_PER_PAGE = 30;
 const MAX_PER_PAGE = 100;
 
-const APP_PERMISSIONS = { checks: 'write', contents: 'read', metadata: 'read', pull_requests: 'read' };
+const APP_PERMISSIONS = { checks: 'write', contents: 'read', deployments: 'write', metadata: 'read', pull_requests: 'read' };
 // GitHub's limits on check run buttons (`actions`).
 const ACTIONS_MAX = 3;
 const ACTION_LIMITS = { label: 20, identifier: 20, description: 40 };
 const PERMISSION_RANK = { read: 1, write: 2 };
 const CHECK_STATUSES = ['queued', 'in_progress', 'completed'];
+// GitHub's deployment status states, and its documented maximum description length.
+const DEPLOYMENT_STATES = ['error', 'failure', 'inactive', 'in_progress', 'queued', 'pending', 'success'];
+const MAX_DEPLOYMENT_DESCRIPTION_CHARS = 140;
+// GitHub's maximum length of an environment name.
+const MAX_ENVIRONMENT_CHARS = 255;
 const CHECK_CONCLUSIONS = ['action_required', 'cancelled', 'failure', 'neutral', 'success', 'skipped', 'stale', 'timed_out'];
 const TOKEN_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 // Branch/tag/sha names accepted as a `ref`; excludes git revision syntax (`:`, `^`, `~`, `..`,
@@ -70,6 +76,11 @@ const DOCS = {
   listRuns: 'https://docs.github.com/rest/checks/runs#list-check-runs-for-a-git-reference',
   pull: 'https://docs.github.com/rest/pulls/pulls#get-a-pull-request',
   permission: 'https://docs.github.com/rest/collaborators/collaborators#get-repository-permissions-for-a-user',
+  createDeployment: 'https://docs.github.com/rest/deployments/deployments#create-a-deployment',
+  listDeployments: 'https://docs.github.com/rest/deployments/deployments#list-deployments',
+  getDeployment: 'https://docs.github.com/rest/deployments/deployments#get-a-deployment',
+  createStatus: 'https://docs.github.com/rest/deployments/statuses#create-a-deployment-status',
+  listStatuses: 'https://docs.github.com/rest/deployments/statuses#list-deployment-statuses',
   repoInstallation: 'https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app',
   app: 'https://docs.github.com/rest/apps/apps#get-the-authenticated-app',
 };
@@ -331,10 +342,13 @@ export async function startStandin({
     tokens: new Map(), // token -> { installationId, expiresAtMs, permissions, repositories }
     pulls: new Map(), // 'owner/repo#n' -> { head_sha, head_ref, head_repo, author_association }
     permissions: new Map(), // 'owner/repo:login' -> admin | write | read | none
+    deployments: new Map(), // id -> { repo: 'owner/name', deployment, statuses: [oldest first] }
     nextCallSeq: 1,
     // Ids above 2^31 catch 32-bit truncation in clients; the random offset catches hard-coded ids.
     nextCheckRunId: 4_000_000_001 + randomInt(1_000_000) * 1000,
     nextCheckSuiteId: 9_000_000_001 + randomInt(1_000_000) * 1000,
+    nextDeploymentId: 2_000_000_001 + randomInt(1_000_000) * 1000,
+    nextDeploymentStatusId: 6_000_000_001 + randomInt(1_000_000) * 1000,
   };
   const children = new Set();
 
@@ -434,7 +448,7 @@ export async function startStandin({
       app_slug: 'sluice',
       target_type: 'User',
       repository_selection: 'all',
-      permissions: { checks: 'write', contents: 'read', metadata: 'read', pull_requests: 'read' },
+      permissions: { ...APP_PERMISSIONS },
       events: ['check_run', 'check_suite', 'pull_request', 'push'],
       access_tokens_url: `${state.baseUrl}/app/installations/${id}/access_tokens`,
     });
@@ -788,6 +802,215 @@ export async function startStandin({
     sendJson(ctx.res, 200, { total_count: runs.length, check_runs: runs.slice(start, end) });
   }
 
+  // -- handlers: deployments and deployment statuses ---------------------------------------------
+
+  const appRef = () => ({ id: Number(appId), slug: 'sluice', name: 'Sluice' });
+  const botCreator = () => ({ login: 'sluice[bot]', type: 'Bot' });
+
+  function optionalBoolean(body, key, doc) {
+    if (!(key in body) || body[key] === null) return undefined;
+    if (typeof body[key] !== 'boolean') throw invalidRequest(`For 'properties/${key}', ${JSON.stringify(body[key])} is not a boolean.`, doc);
+    return body[key];
+  }
+
+  function validationFailed(doc, resource, field, code = 'invalid', message = undefined) {
+    const error = { resource, field, code };
+    if (message) error.message = message;
+    return new ApiError(422, 'Validation Failed', doc, { errors: [error] });
+  }
+
+  // The fields of a create-deployment body, validated as GitHub types them.
+  function deploymentFields(body) {
+    const doc = DOCS.createDeployment;
+    if (body.ref === undefined || body.ref === null) throw invalidRequest('"ref" wasn\'t supplied.', doc);
+    for (const key of ['ref', 'task', 'environment', 'description']) optionalString(body, key, doc);
+    const payload = body.payload ?? {};
+    if (typeof payload !== 'string' && (typeof payload !== 'object' || Array.isArray(payload))) {
+      throw invalidRequest(`For 'properties/payload', ${JSON.stringify(payload)} is not an object or a string.`, doc);
+    }
+    const contexts = body.required_contexts;
+    if (contexts !== undefined && (!Array.isArray(contexts) || contexts.some((c) => typeof c !== 'string'))) {
+      throw invalidRequest(`For 'properties/required_contexts', ${JSON.stringify(contexts)} is not an array of strings.`, doc);
+    }
+    const environment = body.environment ?? 'production';
+    if (!environment || charCount(environment) > MAX_ENVIRONMENT_CHARS) throw validationFailed(doc, 'Deployment', 'environment');
+    const autoMerge = optionalBoolean(body, 'auto_merge', doc) ?? true;
+    const transient = optionalBoolean(body, 'transient_environment', doc) ?? false;
+    // GitHub's default: production only for an environment named `production`.
+    const production = optionalBoolean(body, 'production_environment', doc) ?? environment === 'production';
+    return { ref: body.ref, task: body.task ?? 'deploy', payload, environment, description: body.description ?? '', contexts, autoMerge, transient, production };
+  }
+
+  // GitHub refuses a deployment whose required contexts are not all `success` (409). The
+  // stand-in's contexts are its check runs on the commit (latest per name); by default all of them.
+  function failingContexts(owner, repo, sha, required) {
+    const runs = latestPerName([...state.checkRuns.values()]
+      .filter((e) => e.repo === `${owner}/${repo}` && e.run.head_sha === sha)
+      .map((e) => e.run));
+    const stateOf = (name) => {
+      const run = runs.find((r) => r.name === name);
+      if (!run) return 'missing';
+      return run.status === 'completed' ? run.conclusion : 'pending';
+    };
+    const names = required ?? runs.map((r) => r.name);
+    return names.map((context) => ({ context, state: stateOf(context) })).filter((c) => c.state !== 'success');
+  }
+
+  async function createDeployment(ctx, owner, repo) {
+    requirePermission(ctx.token, 'deployments', 'write');
+    const dir = requireRepo(owner, repo, DOCS.createDeployment);
+    const fields = deploymentFields(requireObjectBody(ctx));
+    const sha = await resolveCommit(dir, fields.ref);
+    if (!sha) throw new ApiError(422, `No ref found for: ${fields.ref}`, DOCS.createDeployment);
+    const base = await defaultBranch(dir);
+    const baseSha = await resolveCommit(dir, base);
+    const behind = baseSha && (await tryGit(dir, ['merge-base', '--is-ancestor', baseSha, sha])) === null;
+    if (fields.autoMerge && behind) {
+      // GitHub merges the default branch into the ref and answers 202 without a deployment; the
+      // stand-in does not write the merge, it only answers as GitHub does.
+      sendJson(ctx.res, 202, { message: `Auto-merged ${base} into ${fields.ref} on deployment.` });
+      return;
+    }
+    const failing = failingContexts(owner, repo, sha, fields.contexts);
+    if (failing.length > 0) {
+      throw new ApiError(409, `Conflict: Commit status checks failed for ${fields.ref}.`, DOCS.createDeployment, {
+        errors: [{ contexts: failing, resource: 'Deployment', field: 'required_contexts', code: 'invalid' }],
+      });
+    }
+    if (state.deployments.size >= MAX_DEPLOYMENTS) throw new ApiError(403, 'Deployment limit of the stand-in reached', DOCS.createDeployment);
+    const id = state.nextDeploymentId++;
+    const nowIso = isoSeconds(Date.now());
+    const { api } = repoUrls(owner, repo);
+    const deployment = {
+      url: `${api}/deployments/${id}`,
+      id,
+      node_id: `DE_${Buffer.from(String(id)).toString('base64url')}`,
+      sha,
+      ref: fields.ref,
+      task: fields.task,
+      payload: fields.payload,
+      original_environment: fields.environment,
+      environment: fields.environment,
+      description: fields.description,
+      creator: botCreator(),
+      created_at: nowIso,
+      updated_at: nowIso,
+      statuses_url: `${api}/deployments/${id}/statuses`,
+      repository_url: api,
+      transient_environment: fields.transient,
+      production_environment: fields.production,
+      performed_via_github_app: appRef(),
+    };
+    state.deployments.set(id, { repo: `${owner}/${repo}`, deployment, statuses: [] });
+    sendJson(ctx.res, 201, deployment);
+  }
+
+  function listDeployments(ctx, owner, repo) {
+    requirePermission(ctx.token, 'deployments', 'read');
+    requireRepo(owner, repo, DOCS.listDeployments);
+    const { query } = ctx;
+    const filters = ['sha', 'ref', 'task', 'environment'].filter((k) => query.has(k));
+    const list = [...state.deployments.values()]
+      .filter((e) => e.repo === `${owner}/${repo}` && filters.every((k) => e.deployment[k] === query.get(k)))
+      .map((e) => e.deployment)
+      .sort((a, b) => b.id - a.id);
+    const { start, end } = pageParams(query);
+    sendJson(ctx.res, 200, list.slice(start, end));
+  }
+
+  function requireDeployment(owner, repo, rawId, doc) {
+    requireRepo(owner, repo, doc);
+    const entry = /^\d+$/.test(rawId) ? state.deployments.get(Number(rawId)) : undefined;
+    if (!entry || entry.repo !== `${owner}/${repo}`) throw notFound(doc);
+    return entry;
+  }
+
+  function getDeployment(ctx, owner, repo, rawId) {
+    requirePermission(ctx.token, 'deployments', 'read');
+    sendJson(ctx.res, 200, requireDeployment(owner, repo, rawId, DOCS.getDeployment).deployment);
+  }
+
+  function newStatus(entry, fields, nowIso) {
+    const id = state.nextDeploymentStatusId++;
+    const { deployment } = entry;
+    return {
+      url: `${deployment.url}/statuses/${id}`,
+      id,
+      node_id: `DES_${Buffer.from(String(id)).toString('base64url')}`,
+      state: fields.state,
+      creator: botCreator(),
+      description: fields.description,
+      environment: deployment.environment,
+      target_url: fields.logUrl,
+      log_url: fields.logUrl,
+      environment_url: fields.environmentUrl,
+      created_at: nowIso,
+      updated_at: nowIso,
+      deployment_url: deployment.url,
+      repository_url: deployment.repository_url,
+      performed_via_github_app: appRef(),
+    };
+  }
+
+  // The fields of a create-status body; an unknown state or an over-long description is a 422.
+  function statusFields(body) {
+    const doc = DOCS.createStatus;
+    if (body.state === undefined || body.state === null) throw invalidRequest('"state" wasn\'t supplied.', doc);
+    if (!DEPLOYMENT_STATES.includes(body.state)) throw validationFailed(doc, 'DeploymentStatus', 'state');
+    for (const key of ['description', 'log_url', 'target_url', 'environment_url', 'environment']) optionalString(body, key, doc);
+    const description = body.description ?? '';
+    if (charCount(description) > MAX_DEPLOYMENT_DESCRIPTION_CHARS) {
+      throw validationFailed(doc, 'DeploymentStatus', 'description', 'custom', `description is too long (maximum is ${MAX_DEPLOYMENT_DESCRIPTION_CHARS} characters)`);
+    }
+    return {
+      state: body.state,
+      description,
+      // Setting log_url sets target_url to the same value; target_url alone is the legacy form.
+      logUrl: body.log_url ?? body.target_url ?? '',
+      environmentUrl: body.environment_url ?? '',
+      environment: body.environment ?? null,
+      autoInactive: optionalBoolean(body, 'auto_inactive', doc) ?? true,
+    };
+  }
+
+  // GitHub's `auto_inactive` (documented): a `success` adds an `inactive` status to every prior
+  // non-transient, non-production deployment of the same repository and environment whose latest
+  // state is `success`.
+  function autoInactivate(entry, nowIso) {
+    const { id, environment } = entry.deployment;
+    for (const other of state.deployments.values()) {
+      const d = other.deployment;
+      const prior = other.repo === entry.repo && d.id < id && d.environment === environment;
+      const latest = other.statuses.at(-1);
+      if (prior && !d.transient_environment && !d.production_environment && latest?.state === 'success') {
+        const inactive = newStatus(other, { state: 'inactive', description: '', logUrl: '', environmentUrl: '' }, nowIso);
+        other.statuses.push({ ...inactive, auto_inactive: true });
+        d.updated_at = nowIso;
+      }
+    }
+  }
+
+  function createDeploymentStatus(ctx, owner, repo, rawId) {
+    requirePermission(ctx.token, 'deployments', 'write');
+    const entry = requireDeployment(owner, repo, rawId, DOCS.createStatus);
+    const fields = statusFields(requireObjectBody(ctx));
+    const nowIso = isoSeconds(Date.now());
+    if (fields.environment) entry.deployment.environment = fields.environment;
+    const status = newStatus(entry, fields, nowIso);
+    entry.statuses.push(status);
+    entry.deployment.updated_at = nowIso;
+    if (fields.state === 'success' && fields.autoInactive) autoInactivate(entry, nowIso);
+    sendJson(ctx.res, 201, status);
+  }
+
+  function listDeploymentStatuses(ctx, owner, repo, rawId) {
+    requirePermission(ctx.token, 'deployments', 'read');
+    const entry = requireDeployment(owner, repo, rawId, DOCS.listStatuses);
+    const newestFirst = entry.statuses.map(({ auto_inactive: _, ...s }) => s).reverse();
+    const { start, end } = pageParams(ctx.query);
+    sendJson(ctx.res, 200, newestFirst.slice(start, end));
+  }
+
   // -- handlers: pull requests and collaborators -------------------------------------------------
 
   // GET /repos/{o}/{r}/pulls/{n}: the pull requests the test registered (`_standin/.../pulls/{n}`).
@@ -851,6 +1074,16 @@ export async function startStandin({
     sendJson(ctx.res, 200, { check_runs: runs });
   }
 
+  // Every deployment with its statuses, oldest first (`auto_inactive: true` on those GitHub's rule
+  // added, not a request).
+  function controlDeployments(ctx) {
+    const repo = ctx.query.get('repo');
+    const deployments = [...state.deployments.values()]
+      .filter((e) => !repo || e.repo === repo)
+      .map((e) => ({ ...e.deployment, repository: e.repo, statuses: e.statuses }));
+    sendJson(ctx.res, 200, { deployments });
+  }
+
   function controlCommit(ctx, owner, repo) {
     if (!isValidName(owner) || !isValidName(repo)) throw notFound();
     const { branch = 'main', files = {}, message = 'Update files', removeOthers = false } = requireObjectBody(ctx);
@@ -872,6 +1105,7 @@ export async function startStandin({
     state.calls.length = 0;
     state.checkRuns.clear();
     state.checkSuites.clear();
+    state.deployments.clear();
     state.pulls.clear();
     state.permissions.clear();
     sendJson(ctx.res, 200, { ok: true });
@@ -884,6 +1118,7 @@ export async function startStandin({
     { method: 'GET', re: /^\/_standin\/healthz$/, handler: (ctx) => sendJson(ctx.res, 200, { ok: true }) },
     { method: 'GET', re: /^\/_standin\/calls$/, handler: controlCalls },
     { method: 'GET', re: /^\/_standin\/check-runs$/, handler: controlCheckRuns },
+    { method: 'GET', re: /^\/_standin\/deployments$/, handler: controlDeployments },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/commits$`), handler: controlCommit },
     { method: 'POST', re: /^\/_standin\/reset$/, handler: controlReset },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}$`), handler: controlPull },
@@ -902,6 +1137,11 @@ export async function startStandin({
     { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/check-runs/${R}$`), handler: updateCheckRun, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/check-runs/${R}$`), handler: getCheckRun, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/commits/(.+)/check-runs$`), handler: listCheckRunsForRef, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/deployments$`), handler: createDeployment, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/deployments$`), handler: listDeployments, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/deployments/${R}$`), handler: getDeployment, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/deployments/${R}/statuses$`), handler: createDeploymentStatus, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/deployments/${R}/statuses$`), handler: listDeploymentStatuses, auth: true },
   ];
   // Owner and repo segments are single path segments; later captures (paths, refs) stay raw so
   // their slashes survive and each handler decodes them per segment.

@@ -179,7 +179,7 @@ test('access token: a valid JWT gets a ghs_ token with GitHub-shaped fields', as
   assert.match(res.json.expires_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
   const expires = Date.parse(res.json.expires_at);
   assert.ok(Math.abs(expires - (before + 3600_000)) < 5_000, `expires_at ${res.json.expires_at}`);
-  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'read', metadata: 'read', pull_requests: 'read' });
+  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'read', deployments: 'write', metadata: 'read', pull_requests: 'read' });
   assert.equal(res.json.repository_selection, 'all');
 });
 
@@ -930,4 +930,201 @@ test('check run actions: GitHub\'s limits hold, and requested_action payloads ca
   assert.equal(payload.check_run.external_id, 'inst-1');
   assert.equal(payload.requested_action.identifier, 'approve');
   assert.equal(payload.sender.login, 'maint');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Deployments and deployment statuses
+
+// What Sluice sends: no merge of the default branch, no required contexts.
+const SLUICE_DEPLOYMENT = { auto_merge: false, required_contexts: [] };
+
+async function createDeployment(auth, body) {
+  return request('POST', `/repos/${OWNER}/${REPO}/deployments`, { auth, body: { ...SLUICE_DEPLOYMENT, ...body } });
+}
+
+async function postStatus(auth, id, body) {
+  return request('POST', `/repos/${OWNER}/${REPO}/deployments/${id}/statuses`, { auth, body });
+}
+
+test('deployments: create (201) with GitHub\'s shape and defaults, get, and list with filters newest first', async () => {
+  await request('POST', '/_standin/reset');
+  const auth = `token ${await issueToken({}, { permissions: { deployments: 'write' }, repositories: [REPO] })}`;
+  const created = await createDeployment(auth, {
+    ref: mainSha, task: 'deploy', environment: 'main', description: 'Sluice deploy',
+    payload: { sluice: { execution: 'deploy-1', generation: 0 } },
+  });
+  assert.equal(created.status, 201, created.text);
+  const d = created.json;
+  assert.equal(typeof d.id, 'number');
+  assert.ok(d.id > 2 ** 31, 'ids past 32 bits');
+  assert.deepEqual(
+    [d.sha, d.ref, d.task, d.environment, d.original_environment, d.description, d.transient_environment, d.production_environment],
+    [mainSha, mainSha, 'deploy', 'main', 'main', 'Sluice deploy', false, false],
+  );
+  assert.deepEqual(d.payload, { sluice: { execution: 'deploy-1', generation: 0 } });
+  assert.equal(d.performed_via_github_app.id, APP_ID);
+  assert.equal(d.url, `${standin.url}/repos/${OWNER}/${REPO}/deployments/${d.id}`);
+  assert.equal(d.statuses_url, `${d.url}/statuses`);
+  assert.match(d.created_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
+
+  // GitHub's defaults: the environment is `production`, which is a production environment; a
+  // branch name as `ref` resolves to its commit.
+  const defaults = await createDeployment(auth, { ref: 'feature/x', transient_environment: true });
+  assert.equal(defaults.status, 201, defaults.text);
+  assert.deepEqual(
+    [defaults.json.sha, defaults.json.ref, defaults.json.environment, defaults.json.production_environment, defaults.json.transient_environment],
+    [featureSha, 'feature/x', 'production', true, true],
+  );
+  const flagged = await createDeployment(auth, { ref: mainSha, environment: 'production', production_environment: false });
+  assert.equal(flagged.json.production_environment, false, 'an explicit flag wins');
+
+  const list = async (query) => (await request('GET', `/repos/${OWNER}/${REPO}/deployments${query}`, { auth })).json.map((x) => x.id);
+  assert.deepEqual(await list(''), [flagged.json.id, defaults.json.id, d.id], 'newest first');
+  assert.deepEqual(await list(`?sha=${mainSha}`), [flagged.json.id, d.id]);
+  assert.deepEqual(await list(`?sha=${mainSha}&environment=main&task=deploy`), [d.id]);
+  assert.deepEqual(await list('?ref=feature%2Fx'), [defaults.json.id]);
+  assert.deepEqual(await list('?environment=staging'), []);
+  assert.deepEqual(await list('?per_page=1&page=2'), [defaults.json.id]);
+
+  const got = await request('GET', `/repos/${OWNER}/${REPO}/deployments/${d.id}`, { auth });
+  assert.equal(got.status, 200);
+  assert.deepEqual(got.json, d);
+  for (const id of ['999', 'abc']) {
+    assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/deployments/${id}`, { auth })).status, 404);
+  }
+  assert.equal((await request('GET', `/repos/${OWNER}/nope/deployments`, { auth })).status, 404);
+});
+
+test('deployments: bad bodies are 422, an unknown ref 422, auto_merge 202 behind the default branch, failing contexts 409', async () => {
+  await request('POST', '/_standin/reset');
+  const auth = `token ${await issueToken()}`;
+  const noRef = await createDeployment(auth, { environment: 'main' });
+  assert.equal(noRef.status, 422);
+  assert.match(noRef.json.message, /"ref" wasn't supplied/);
+  const unknown = await createDeployment(auth, { ref: 'f'.repeat(40) });
+  assert.equal(unknown.status, 422);
+  assert.equal(unknown.json.message, `No ref found for: ${'f'.repeat(40)}`);
+  for (const bad of [{ payload: [1] }, { auto_merge: 'no' }, { required_contexts: 'ci' }, { environment: 'x'.repeat(256) }, { production_environment: 1 }]) {
+    const res = await createDeployment(auth, { ref: mainSha, ...bad });
+    assert.equal(res.status, 422, JSON.stringify(bad));
+  }
+  assert.equal((await request('POST', `/repos/${OWNER}/${REPO}/deployments`, { auth, rawBody: '{' })).status, 400);
+
+  // GitHub's defaults merge the default branch into a ref behind it (202, no deployment) and
+  // require every context to pass (409 names the failing ones).
+  const behind = await request('POST', `/repos/${OWNER}/${REPO}/deployments`, { auth, body: { ref: firstSha, required_contexts: [] } });
+  assert.equal(behind.status, 202);
+  assert.equal(behind.json.message, `Auto-merged main into ${firstSha} on deployment.`);
+  const { json: run } = await request('POST', `/repos/${OWNER}/${REPO}/check-runs`, { auth, body: { name: 'ci', head_sha: mainSha } });
+  const pending = await request('POST', `/repos/${OWNER}/${REPO}/deployments`, { auth, body: { ref: mainSha } });
+  assert.equal(pending.status, 409);
+  assert.deepEqual(pending.json.errors[0].contexts, [{ context: 'ci', state: 'pending' }]);
+  const named = await request('POST', `/repos/${OWNER}/${REPO}/deployments`, { auth, body: { ref: mainSha, required_contexts: ['lint'] } });
+  assert.deepEqual(named.json.errors[0].contexts, [{ context: 'lint', state: 'missing' }]);
+  await request('PATCH', `/repos/${OWNER}/${REPO}/check-runs/${run.id}`, { auth, body: { conclusion: 'success' } });
+  assert.equal((await request('POST', `/repos/${OWNER}/${REPO}/deployments`, { auth, body: { ref: mainSha } })).status, 201);
+  assert.equal((await request('GET', '/_standin/deployments')).json.deployments.length, 1, 'only the 201 created one');
+});
+
+test('deployment statuses: create (201) and list newest first; log_url sets target_url; bad state 422; unknown 404', async () => {
+  await request('POST', '/_standin/reset');
+  const auth = `token ${await issueToken()}`;
+  const { json: d } = await createDeployment(auth, { ref: mainSha, environment: 'main' });
+  const queued = await postStatus(auth, d.id, { state: 'queued', description: 'waiting' });
+  assert.equal(queued.status, 201, queued.text);
+  assert.deepEqual(
+    [queued.json.state, queued.json.description, queued.json.environment, queued.json.log_url, queued.json.target_url, queued.json.environment_url],
+    ['queued', 'waiting', 'main', '', '', ''],
+  );
+  assert.equal(queued.json.deployment_url, d.url);
+  assert.equal(queued.json.url, `${d.url}/statuses/${queued.json.id}`);
+  const log = 'https://sluice.example/logs/x?exp=1&sig=ab';
+  const done = await postStatus(auth, d.id, { state: 'success', log_url: log, environment_url: 'https://app.example/' });
+  assert.equal(done.status, 201);
+  assert.deepEqual([done.json.log_url, done.json.target_url, done.json.environment_url], [log, log, 'https://app.example/']);
+  const legacy = await postStatus(auth, d.id, { state: 'in_progress', target_url: log });
+  assert.equal(legacy.json.log_url, log, 'target_url alone is the legacy log_url');
+
+  const listed = await request('GET', `/repos/${OWNER}/${REPO}/deployments/${d.id}/statuses`, { auth });
+  assert.equal(listed.status, 200);
+  assert.deepEqual(listed.json.map((s) => s.state), ['in_progress', 'success', 'queued'], 'newest first');
+  const onePage = await request('GET', `/repos/${OWNER}/${REPO}/deployments/${d.id}/statuses?per_page=1`, { auth });
+  assert.deepEqual(onePage.json.map((s) => s.id), [legacy.json.id]);
+
+  for (const bad of [{ state: 'waiting' }, { description: 'x' }, { state: 'success', description: 'x'.repeat(141) }, { state: 'error', log_url: 5 }]) {
+    const res = await postStatus(auth, d.id, bad);
+    assert.equal(res.status, 422, JSON.stringify(bad));
+  }
+  assert.equal((await postStatus(auth, d.id, { state: 'failure', description: 'é'.repeat(140) })).status, 201, '140 characters, not bytes');
+  assert.equal((await postStatus(auth, 123, { state: 'success' })).status, 404);
+  assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/deployments/123/statuses`, { auth })).status, 404);
+});
+
+test('deployment statuses: a success retires prior successes of its environment (auto_inactive), as documented', async () => {
+  await request('POST', '/_standin/reset');
+  const auth = `token ${await issueToken()}`;
+  const deploy = async (environment, extra = {}) => {
+    const { json } = await createDeployment(auth, { ref: mainSha, environment, ...extra });
+    return json.id;
+  };
+  const [old, failed, other, transient, prod] = [
+    await deploy('main'), await deploy('main'), await deploy('staging'), await deploy('main', { transient_environment: true }),
+    await deploy('production'),
+  ];
+  for (const id of [old, other, transient, prod]) await postStatus(auth, id, { state: 'success' });
+  await postStatus(auth, failed, { state: 'failure' });
+  const prodNext = await deploy('production');
+  await postStatus(auth, prodNext, { state: 'success' });
+  const kept = await deploy('main');
+  await postStatus(auth, kept, { state: 'success', auto_inactive: false });
+  const newest = await deploy('main');
+  await postStatus(auth, newest, { state: 'success' });
+
+  const states = Object.fromEntries((await request('GET', '/_standin/deployments')).json.deployments
+    .map((d) => [d.id, d.statuses.map((s) => (s.auto_inactive ? 'auto:' : '') + s.state)]));
+  assert.deepEqual(states[old], ['success', 'auto:inactive'], 'retired by the next success of `main`');
+  assert.deepEqual(states[failed], ['failure'], 'only successes are retired');
+  assert.deepEqual(states[other], ['success'], 'another environment');
+  assert.deepEqual(states[transient], ['success'], 'GitHub documents the rule for non-transient deployments');
+  assert.deepEqual(states[prod], ['success'], 'GitHub documents the rule for non-production environments');
+  assert.deepEqual(states[kept], ['success', 'auto:inactive'], 'auto_inactive false retires none, but is retired by a later success');
+  assert.deepEqual(states[newest], ['success']);
+  const listed = await request('GET', `/repos/${OWNER}/${REPO}/deployments/${old}/statuses`, { auth });
+  assert.deepEqual(listed.json.map((s) => s.state), ['inactive', 'success']);
+  assert.ok(!('auto_inactive' in listed.json[0]), 'the API shape has no marker');
+});
+
+test('deployments: need the deployments permission (403), stay within the token\'s repositories (404), and every call is recorded', async () => {
+  await request('POST', '/_standin/reset');
+  const checksOnly = `token ${await issueToken({}, { permissions: { checks: 'write' } })}`;
+  const refused = await createDeployment(checksOnly, { ref: mainSha });
+  assert.equal(refused.status, 403);
+  assert.equal(refused.json.message, 'Resource not accessible by integration');
+  assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/deployments`, { auth: checksOnly })).status, 403);
+  const reader = `token ${await issueToken({}, { permissions: { deployments: 'read' } })}`;
+  assert.equal((await request('GET', `/repos/${OWNER}/${REPO}/deployments`, { auth: reader })).status, 200);
+  assert.equal((await createDeployment(reader, { ref: mainSha })).status, 403);
+  const elsewhere = `token ${await issueToken({}, { repositories: ['other'] })}`;
+  assert.equal((await createDeployment(elsewhere, { ref: mainSha })).status, 404);
+  assert.equal((await createDeployment('token ghs_nope', { ref: mainSha })).status, 401);
+
+  const writer = `token ${await issueToken({}, { permissions: { deployments: 'write' } })}`;
+  const { json: d } = await createDeployment(writer, { ref: mainSha, environment: 'main' });
+  await postStatus(writer, d.id, { state: 'in_progress' });
+  await request('GET', `/repos/${OWNER}/${REPO}/deployments/${d.id}/statuses`, { auth: writer });
+  const { json } = await request('GET', `/_standin/calls?path_prefix=${encodeURIComponent(`/repos/${OWNER}/${REPO}/deployments`)}`);
+  assert.deepEqual(json.calls.map((c) => [c.method, c.path, c.status]), [
+    ['POST', `/repos/${OWNER}/${REPO}/deployments`, 403],
+    ['GET', `/repos/${OWNER}/${REPO}/deployments`, 403],
+    ['GET', `/repos/${OWNER}/${REPO}/deployments`, 200],
+    ['POST', `/repos/${OWNER}/${REPO}/deployments`, 403],
+    ['POST', `/repos/${OWNER}/${REPO}/deployments`, 404],
+    ['POST', `/repos/${OWNER}/${REPO}/deployments`, 401],
+    ['POST', `/repos/${OWNER}/${REPO}/deployments`, 201],
+    ['POST', `/repos/${OWNER}/${REPO}/deployments/${d.id}/statuses`, 201],
+    ['GET', `/repos/${OWNER}/${REPO}/deployments/${d.id}/statuses`, 200],
+  ]);
+  assert.deepEqual(json.calls[6].body, { ...SLUICE_DEPLOYMENT, ref: mainSha, environment: 'main' });
+  await request('POST', '/_standin/reset');
+  assert.deepEqual((await request('GET', '/_standin/deployments')).json, { deployments: [] });
 });
