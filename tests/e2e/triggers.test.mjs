@@ -204,3 +204,18 @@ sluiceTest('a schedule fires once per slot although the cron handler runs twice'
   const [run] = await checkRuns(repo);
   assert.equal(run.conclusion, 'success');
 });
+
+sluiceTest('GET /v1/setup answers what is configured, behind the admin token', async () => {
+  const refused = await stack.api('/v1/setup', { auth: false });
+  assert.equal(refused.status, 401);
+  const res = await stack.api('/v1/setup');
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  const byName = Object.fromEntries(res.body.checks.map((c) => [c.name, c]));
+  assert.deepEqual(res.body.missing, [], JSON.stringify(res.body, null, 2));
+  assert.equal(res.body.ok, true);
+  for (const name of ['webhook_secret', 'private_key', 'github_api', 'd1', 'r2', 'sandbox', 'dispatch_secret']) {
+    assert.equal(byName[name]?.ok, true, `${name}: ${JSON.stringify(byName[name])}`);
+  }
+  assert.match(byName.github_api.detail, /"sluice"/, 'GitHub answered GET /app with a JWT the key signed');
+  assert.ok(!JSON.stringify(res.body).includes(DISPATCH_SECRET), 'no value is shown');
+});
