@@ -238,7 +238,8 @@ async fn authorize(
     let principal = match r.access() {
         Access::Open => None,
         Access::SignIn => {
-            if *r == Route::LoginSubmit {
+            // A cross-site form must neither sign an operator in nor out.
+            if matches!(r, Route::LoginSubmit | Route::Logout) {
                 check_same_origin(req)?;
             }
             None
@@ -385,7 +386,19 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
         Route::LoginSubmit => {
             let body = read_form(req).await?;
             let admin = text(env, bindings::ADMIN_TOKEN);
-            dashboard::login(&body, admin.as_deref(), is_https(req), now)
+            let reply = dashboard::login(&body, admin.as_deref(), is_https(req), now);
+            // Every sign-in is an event: failures are how guessing shows.
+            let kind = if reply.status < 400 {
+                Kind::OperatorAction
+            } else {
+                Kind::AuthRefused
+            };
+            obs::event(kind)
+                .field("path", req.path())
+                .field("action", "sign_in")
+                .field("status", reply.status)
+                .emit();
+            reply
         }
         Route::Logout => dashboard::logout(is_https(req)),
         other => return Err(ApiError::internal(format!("{other:?} is not a page"))),
