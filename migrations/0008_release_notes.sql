@@ -11,7 +11,8 @@
 -- It is also the fence between a decision and a supersession: every change
 -- of `state` is one conditional UPDATE from 'waiting' whose result
 -- decides, so an instance that claimed 'publishing' is never superseded
--- and one superseded never publishes.
+-- and one superseded never publishes. 'ended': the instance ended from
+-- outside (terminated, a crash loop) while it waited.
 --
 -- Owner: `src/store/releases.rs` (SQL), `src/runs/release.rs` (decisions).
 -- Replay: the instance inserts its row in a journaled step with
@@ -26,7 +27,7 @@ CREATE TABLE release_approvals (
   pr_number INTEGER NOT NULL,
   check_run_id INTEGER NOT NULL,
   state TEXT NOT NULL CHECK (state IN
-    ('waiting','publishing','rejected','timed_out','superseded')),
+    ('waiting','publishing','rejected','timed_out','superseded','ended')),
   -- The newer tag that superseded this one.
   superseded_by TEXT,
   -- Who may decide, in words ("@ana, @bo", or "someone with write access").

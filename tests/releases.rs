@@ -588,3 +588,26 @@ fn a_newer_tag_waiting_supersedes_the_older_but_never_one_publishing() {
     assert_eq!(rig.pass(&second).status, Status::Waiting);
     assert_clean(&rig);
 }
+
+#[test]
+fn a_release_terminated_while_it_waits_leaves_the_index_and_closes_its_pull_request() {
+    let rig = release_rig(&toml("", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(
+        rig.command(&i, sluice::engine::Command::Terminate),
+        Status::Terminated
+    );
+    rig.finalize(&i);
+    assert_eq!(check_of(&rig, &i)["conclusion"], "cancelled");
+    assert_eq!(rig.github.release_pulls()[0].state, "closed");
+    assert!(rig.github.comments_on(pr)[0].contains("ended terminated"));
+    assert_eq!(
+        pull_closed(&rig, &[&i], pr, true, "maint"),
+        0,
+        "a decision after the end finds nobody waiting"
+    );
+    assert!(rig.github.releases().is_empty());
+    assert_clean(&rig);
+}

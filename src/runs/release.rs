@@ -19,7 +19,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Ctx, RunError, RunOutcome, StepConfig};
+use crate::engine::{Ctx, RunError, RunOutcome, Status, StepConfig};
 use crate::gates::policy::SkipReason;
 use crate::github::releases::{NewPull, PullInfo, Tag};
 use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
@@ -161,6 +161,63 @@ impl Run for ReleaseNotesRun {
             repo: input.repo.clone(),
             sha: input.sha.clone(),
         })
+    }
+
+    /// Ended from outside while it waited: its row leaves the index, its
+    /// pull request is closed with a comment, and a check run says so (the
+    /// asking one is completed and cannot change). Best effort.
+    async fn abandoned(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &ReleaseInput,
+        status: Status,
+    ) {
+        let now = env.clock.now_ms();
+        let Ok(Some(row)) = releases::get(env.db, instance_id).await else {
+            return;
+        };
+        if !matches!(
+            releases::claim(env.db, instance_id, "ended", now).await,
+            Ok(true)
+        ) {
+            return;
+        }
+        let (inst, repo) = (input.installation_id, input.repo.as_str());
+        let why = format!(
+            "The release run of `{}` ended {} before anyone decided: nothing was released.",
+            input.tag,
+            status.as_str()
+        );
+        let pr = u64::try_from(row.pr_number).unwrap_or_default();
+        let marker = format!("sluice:{instance_id}:ended");
+        let _ = env.github.comment_once(inst, repo, pr, &marker, &why).await;
+        let _ = env.github.close_pull(inst, repo, pr).await;
+        let details = details_url(env, instance_id);
+        let Ok(id) = env
+            .github
+            .ensure_check_run(
+                inst,
+                repo,
+                &input.sha,
+                RELEASE_CHECK_NAME,
+                instance_id,
+                &details,
+            )
+            .await
+        else {
+            return;
+        };
+        let update = CheckRunUpdate {
+            status: Some("completed"),
+            conclusion: Some(CheckConclusion::Cancelled),
+            output: Some(CheckOutput {
+                title: "Sluice could not run this".into(),
+                summary: why,
+            }),
+            ..CheckRunUpdate::default()
+        };
+        let _ = env.github.update_check_run(inst, repo, id, &update).await;
     }
 }
 
