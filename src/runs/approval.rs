@@ -251,6 +251,15 @@ pub const HUMAN_WAITS: [HumanWait; 3] = [
     },
 ];
 
+/// Whether events of `event_type` may come only from GitHub's webhook
+/// (a wait a person decides on GitHub): the API refuses to send them, so
+/// an operator cannot press a button in a decider's name.
+pub fn github_only(event_type: &str) -> bool {
+    HUMAN_WAITS
+        .iter()
+        .any(|w| w.event_type == event_type && w.decider != Decider::Operator)
+}
+
 /// The name of the approval wait (each round after the first is
 /// `approval#2`, ...).
 pub const APPROVAL_WAIT: &str = "approval";

@@ -489,8 +489,8 @@ async fn enter_waiting(
     supersede_older(ctx, env, r).await
 }
 
-/// The window's deadline, the check run asking for the decision and the
-/// index row the decision's webhook finds this instance by.
+/// The window's deadline, then the check run asking for the decision with
+/// the index row the decision's webhook finds this instance by.
 async fn start_window(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -504,35 +504,42 @@ async fn start_window(
         .await?;
     w.window += 1;
     w.deadline_ms = deadline_ms;
-    w.check_id = ask(ctx, env, r, w).await?;
-    let row = Approval {
+    w.check_id = ask(ctx, env, r, w, since_ms).await?;
+    Ok(())
+}
+
+/// The index row of this window, for the check run `check_id`.
+fn approval_row(
+    ctx: &Ctx<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    check_id: u64,
+    since_ms: i64,
+) -> Approval {
+    Approval {
         instance_id: ctx.instance_id().to_owned(),
         repo: r.input.repo.clone(),
         tag: r.input.tag.clone(),
         pr_number: i64::try_from(w.pr).unwrap_or(i64::MAX),
-        check_run_id: i64::try_from(w.check_id).unwrap_or(i64::MAX),
+        check_run_id: i64::try_from(check_id).unwrap_or(i64::MAX),
         state: "waiting".into(),
         superseded_by: None,
         deciders: r.deciders.describe(&r.input.repo),
         waiting_since_ms: since_ms,
-        deadline_ms,
-    };
-    ctx.step("record approval", StepConfig::default(), |_| async {
-        releases::record(env.db, &row, ctx.now_ms())
-            .await
-            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
-    })
-    .await
+        deadline_ms: w.deadline_ms,
+    }
 }
 
 /// A check run of its own for this window (found by its external id
-/// before one is created), concluded `action_required` with Approve and
-/// Reject. Returns its id.
+/// before one is created), recorded in the index, then concluded
+/// `action_required` with Approve and Reject: its buttons appear only once
+/// a press can find the instance. Returns its id.
 async fn ask(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     r: &Release<'_>,
     w: &Waiting,
+    since_ms: i64,
 ) -> Result<u64, RunError> {
     let hours = r.window_ms as f64 / 3_600_000.0;
     let summary = format!(
@@ -570,6 +577,10 @@ async fn ask(
             )
             .await
             .map_err(github_failure)?;
+        let row = approval_row(ctx, r, w, id, since_ms);
+        releases::record(env.db, &row, ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
         gh.update_check_run(inst, repo, id, &update)
             .await
             .map_err(github_failure)?;
@@ -590,7 +601,7 @@ async fn supersede_older(
     let (me, tag) = (ctx.instance_id(), r.input.tag.as_str());
     let newer: Option<String> = ctx
         .step("supersede older", StepConfig::default(), |_| async {
-            let db_err = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
+            let db_err = |e: crate::store::StoreError| FailureTag::Index.retryable(e.to_string());
             let now = ctx.now_ms();
             let waiting = releases::waiting_in(env.db, &r.input.repo)
                 .await
@@ -623,7 +634,7 @@ async fn superseded_by(ctx: &Ctx<'_>, env: &RunEnv<'_>) -> Result<Option<String>
     ctx.step("read approval", StepConfig::default(), |_| async {
         let row = releases::get(env.db, ctx.instance_id())
             .await
-            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+            .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
         Ok(row.and_then(|a| a.superseded_by))
     })
     .await
@@ -635,7 +646,7 @@ async fn claim(ctx: &Ctx<'_>, env: &RunEnv<'_>, state: &'static str) -> Result<b
     ctx.step("claim decision", StepConfig::default(), |_| async {
         releases::claim(env.db, ctx.instance_id(), state, ctx.now_ms())
             .await
-            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+            .map_err(|e| FailureTag::Index.retryable(e.to_string()))
     })
     .await
 }
