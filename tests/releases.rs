@@ -611,3 +611,32 @@ fn a_release_terminated_while_it_waits_leaves_the_index_and_closes_its_pull_requ
     assert!(rig.github.releases().is_empty());
     assert_clean(&rig);
 }
+
+#[test]
+fn a_replan_that_would_outlive_the_longest_ceiling_is_refused_and_the_window_stands() {
+    let rig = release_rig(&toml("", "120h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    let entered_ms = rig.now();
+    to_waiting(&rig, &i);
+    rig.clock.set(entered_ms + 50 * HOUR_MS);
+    check_run_event(&rig, &[&i], "rerequested", None, "maint");
+    assert_eq!(rig.pass(&i).status, Status::Waiting);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert!(rig.github.comments_on(pr)[0].contains("would outlive the run's longest ceiling"));
+    // Later passes replay the same decision whatever the clock says.
+    rig.clock.set(entered_ms + 119 * HOUR_MS);
+    assert_eq!(rig.pass(&i).status, Status::Waiting);
+    let list = block_on(sluice::http::lists::executions(
+        rig.index.as_ref(),
+        "status=waiting",
+    ))
+    .unwrap();
+    assert_eq!(
+        list["executions"][0]["waiting_for"]["until_ms"],
+        json!(entered_ms + 120 * HOUR_MS)
+    );
+    rig.clock.set(entered_ms + 120 * HOUR_MS);
+    assert_eq!(rig.run_to_end(&i), Status::Skipped);
+    assert_eq!(rig.row(&i).reason.as_deref(), Some("confirmation_timeout"));
+    assert_clean(&rig);
+}

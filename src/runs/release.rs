@@ -833,9 +833,16 @@ async fn replan(
     w: &mut Waiting,
     sender: &str,
 ) -> Result<(), RunError> {
-    let started_ms = ctx.ceiling_at_ms() - ctx.max_duration_ms();
-    let ceiling_ms = ctx.now_ms() - started_ms + r.window_ms + RELEASE_BUDGET_MS;
-    if ceiling_ms > RUN_DURATION_MS_MAX {
+    // Decided once and journaled: a replay takes the same branch whatever
+    // the clock says then.
+    let ceiling: Option<i64> = ctx
+        .step("replan window", StepConfig::once(), |_| async {
+            let started_ms = ctx.ceiling_at_ms() - ctx.max_duration_ms();
+            let ceiling_ms = ctx.now_ms() - started_ms + r.window_ms + RELEASE_BUDGET_MS;
+            Ok((ceiling_ms <= RUN_DURATION_MS_MAX).then_some(ceiling_ms))
+        })
+        .await?;
+    let Some(ceiling_ms) = ceiling else {
         let why = format!(
             "@{sender} re-ran the check, but a new window would outlive the run's longest \
              ceiling: the current window stands."
@@ -850,7 +857,7 @@ async fn replan(
                     .map_err(github_failure)
             })
             .await;
-    }
+    };
     ctx.set_ceiling("run ceiling", ceiling_ms).await?;
     let fresh = prepare(ctx, env, r).await?;
     w.notes = fresh.notes;
