@@ -361,6 +361,13 @@ fn approve_on_the_check_run_publishes_and_a_replayed_publish_makes_one_release()
         "one release whatever the replays"
     );
     assert_eq!(rig.github.calls_to("create-release").len(), 1);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert!(rig.github.comments_on(pr)[0].contains("Released `v1.1.0`"));
+    assert_eq!(
+        rig.github.release_pulls()[0].state,
+        "open",
+        "left for the team"
+    );
     assert!(rig.github.calls_to("release-by-tag").len() >= 2);
     assert_eq!(check_of(&rig, &i)["conclusion"], "success");
     assert_clean(&rig);
@@ -639,4 +646,34 @@ fn a_replan_that_would_outlive_the_longest_ceiling_is_refused_and_the_window_sta
     assert_eq!(rig.run_to_end(&i), Status::Skipped);
     assert_eq!(rig.row(&i).reason.as_deref(), Some("confirmation_timeout"));
     assert_clean(&rig);
+}
+
+#[test]
+fn the_sweep_purges_decided_approvals_past_the_retention_and_keeps_waiting_ones() {
+    let rig = release_rig(&toml("", "72h"));
+    let decided = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &decided);
+    check_run_event(
+        &rig,
+        &[&decided],
+        "requested_action",
+        Some("release-reject"),
+        "maint",
+    );
+    assert_eq!(rig.run_to_end(&decided), Status::Skipped);
+    tagged(&rig, "v1.2.0", '2', '1');
+    let waiting = push_tag(&rig, "v1.2.0", '2');
+    to_waiting(&rig, &waiting);
+    let db = rig.index.as_ref();
+    rig.clock
+        .advance(sluice::limits::RETENTION_MS_DEFAULT + MINUTE_MS);
+    rig.sweep();
+    assert!(
+        block_on(releases::get(db, &decided.id)).unwrap().is_none(),
+        "decided and old: gone"
+    );
+    assert!(
+        block_on(releases::get(db, &waiting.id)).unwrap().is_some(),
+        "a waiting approval is its instance's index"
+    );
 }

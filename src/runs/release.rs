@@ -679,11 +679,19 @@ async fn publish(
             Ok(id)
         })
         .await?;
+    let done = format!("Released `{tag}` (release {id}): @{by} {how}.");
+    // The pull request is said so on, and left for the team to merge (the
+    // notes file) or close.
+    let marker = format!("sluice:{}:released", ctx.instance_id());
+    ctx.step("announce release", github_step(), |_| async {
+        env.github
+            .comment_once(inst, repo, w.pr, &marker, &done)
+            .await
+            .map_err(github_failure)
+    })
+    .await?;
     Ok(Verdict::Passed {
-        summary: format!(
-            "Released `{tag}` (release {id}): @{by} {how}.\n\n{}",
-            w.notes
-        ),
+        summary: format!("{done}\n\n{}", w.notes),
     })
 }
 

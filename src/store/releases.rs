@@ -199,3 +199,21 @@ pub async fn deciders_of(
         .map(|d| (d.instance_id, d.deciders))
         .collect())
 }
+
+/// Deletes at most `limit` approvals decided (left 'waiting') before
+/// `before_ms`: the retention purge. A waiting one is its instance's index
+/// and stays while the instance waits.
+pub async fn purge_decided(
+    db: &dyn Database,
+    before_ms: i64,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    db.run(stmt!(
+        "DELETE FROM release_approvals WHERE instance_id IN (SELECT instance_id \
+         FROM release_approvals WHERE state <> 'waiting' AND updated_ms < ?1 \
+         ORDER BY updated_ms LIMIT ?2)",
+        before_ms,
+        limit,
+    ))
+    .await
+}
