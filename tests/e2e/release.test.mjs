@@ -10,7 +10,7 @@ import { createHmac } from 'node:crypto';
 import { createServer } from 'node:http';
 import { after, before, test } from 'node:test';
 import { tagCommit } from '../../tools/github-standin/git.mjs';
-import { pullRequestPayload, pushPayload } from '../../tools/github-standin/webhooks.mjs';
+import { checkRunRequestedActionPayload, pullRequestPayload, pushPayload } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
@@ -186,4 +186,41 @@ releaseTest('an unanswered release times out: skipped confirmation_timeout, pull
   assert.equal(n.event, 'release_auto_skipped');
   assert.equal(n.body.reason, 'confirmation_timeout');
   assert.equal(n.body.tag, 'v2.0.0');
+});
+
+releaseTest('a stranger\'s Reject is answered on the pull request and decides nothing; the owner\'s Approve publishes', async () => {
+  const repo = 'lib-buttons';
+  const sha = await repoWithTag(repo, '[release_notes]\ntags = "v*"\n', 'v3.0.0');
+  const id = await pushTag(repo, 'v3.0.0', sha);
+  const { check, pull } = await waitingForApproval(repo, 'v3.0.0', sha, id);
+  const press = async (identifier, senderLogin) => {
+    const res = await stack.sendWebhook('check_run', checkRunRequestedActionPayload({
+      owner: OWNER, repo, checkRun: check, identifier, senderLogin, installationId: INSTALLATION_ID,
+    }));
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    assert.deepEqual(res.body.instances.map((i) => i.id), [id], 'routed by the check run to the waiting instance');
+  };
+  // `stranger` has read access only (the stand-in's default for a user it does not know).
+  await press('release-reject', 'stranger');
+  await stack.waitFor(async () => (await releasePull(repo, 'v3.0.0')).comments.length === 1, {
+    timeoutMs: STEP_TIMEOUT_MS, message: 'the answer to the stranger',
+  });
+  const answered = await releasePull(repo, 'v3.0.0');
+  assert.match(answered.comments[0].body, /@stranger pressed Reject, but only someone with write access/);
+  assert.equal(answered.state, 'open');
+  assert.equal((await execution(id)).status, 'waiting', 'decided nothing');
+  // The API cannot press in anyone's name.
+  const forged = await stack.api(`/v1/executions/${id}/events/release-decision`, {
+    method: 'POST', body: { kind: 'button', check_run_id: check.id, identifier: 'release-approve', sender: OWNER },
+  });
+  assert.equal(forged.status, 403);
+  assert.equal(forged.body.error.code, 'github_only');
+  await press('release-approve', OWNER);
+  await stack.waitFor(async () => (await execution(id)).status === 'complete', {
+    timeoutMs: STEP_TIMEOUT_MS, message: 'the release published',
+  });
+  const { releases } = await stack.standinGet(`/_standin/releases?repo=${OWNER}/${repo}`);
+  assert.deepEqual(releases.map((r) => r.tag_name), ['v3.0.0']);
+  assert.equal((await latestCheck(repo, sha)).conclusion, 'success');
+  assert.equal(pull.number, (await releasePull(repo, 'v3.0.0')).number);
 });
