@@ -171,6 +171,10 @@ fuzz_target!(|data: &[u8]| {
                     assert!(sends.is_empty());
                     assert_eq!(routes, &planned, "a decision is routed as planned");
                 }
+                (Intake::Act { creates, sends, reruns, .. }, Plan::Rerun(planned)) => {
+                    assert!(creates.is_empty() && sends.is_empty());
+                    assert_eq!(reruns, &planned, "re-runs are resolved as planned");
+                }
                 (a, p) => panic!("intake {a:?} disagrees with the plan {p:?}"),
             }
         }

@@ -8,7 +8,9 @@ use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
 use crate::obs::{self, Kind, Subject};
-use crate::runs::triggers::{self, EventSend, Plan, PlanContext, RouteKey, RoutedEvent};
+use crate::runs::triggers::{
+    self, EventSend, Plan, PlanContext, Rerun, RerunOf, RerunSource, RouteKey, RoutedEvent,
+};
 use crate::store::executions::{self, DeliveryRow};
 use crate::store::releases;
 use crate::store::Database;
@@ -38,6 +40,8 @@ pub enum Intake {
         sends: Vec<EventSend>,
         /// Events for the instance an index names (a release's decision).
         routes: Vec<RoutedEvent>,
+        /// Fresh attempts of existing runs, resolved in `accept`.
+        reruns: Vec<Rerun>,
     },
 }
 
@@ -136,6 +140,7 @@ pub fn intake(
             creates,
             sends: Vec::new(),
             routes: Vec::new(),
+            reruns: Vec::new(),
         }),
         Plan::Send(sends) => Ok(Intake::Act {
             delivery: delivery.to_owned(),
@@ -145,6 +150,7 @@ pub fn intake(
             creates: Vec::new(),
             sends,
             routes: Vec::new(),
+            reruns: Vec::new(),
         }),
         Plan::Route(routes) => Ok(Intake::Act {
             delivery: delivery.to_owned(),
@@ -154,8 +160,58 @@ pub fn intake(
             creates: Vec::new(),
             sends: Vec::new(),
             routes,
+            reruns: Vec::new(),
+        }),
+        Plan::Rerun(reruns) => Ok(Intake::Act {
+            delivery: delivery.to_owned(),
+            event: event.to_owned(),
+            action,
+            repo,
+            creates: Vec::new(),
+            sends: Vec::new(),
+            routes: Vec::new(),
+            reruns,
         }),
     }
+}
+
+/// The most runs one commit's "Re-run all" repeats: a check per pull
+/// request of the commit and its deploy lanes, far fewer in practice.
+pub const RERUNS_PER_COMMIT_MAX: u32 = 20;
+
+/// The instances re-runs ask for, made from the runs they repeat as the
+/// index records them; a run past retention (or never Sluice's) is gone,
+/// so a replayed old delivery re-runs nothing.
+async fn resolve_reruns(
+    db: &dyn Database,
+    reruns: &[Rerun],
+) -> Result<Vec<CreateRequest>, ApiError> {
+    let mut out = Vec::new();
+    for r in reruns {
+        let rows = match &r.of {
+            RerunOf::Instance(id) => executions::get(db, id).await?.into_iter().collect(),
+            RerunOf::Commit { repo, sha } => {
+                executions::runs_of_commit(db, repo, sha, RERUNS_PER_COMMIT_MAX).await?
+            }
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for row in rows.iter().rev() {
+            // The newest attempt of each run, once.
+            if !seen.insert(triggers::base_key(&row.key).to_owned()) {
+                continue;
+            }
+            let source = RerunSource {
+                key: &row.key,
+                run: &row.run,
+                input_json: &row.input_json,
+                repo: row.repo.as_deref(),
+                entity: row.entity.as_deref(),
+                sha: row.sha.as_deref(),
+            };
+            out.extend(triggers::rerun_create(&source, &r.attempt));
+        }
+    }
+    Ok(out)
 }
 
 /// What intake checks a delivery against: the operator's configuration.
@@ -270,7 +326,7 @@ pub async fn accept(
     now_ms: i64,
     request_id: &str,
 ) -> Result<(u16, Value), ApiError> {
-    let (delivery, event, action, repo, creates, mut sends, routes) = match intake {
+    let (delivery, event, action, repo, mut creates, mut sends, routes, reruns) = match intake {
         Intake::Ignored { event, reason } => {
             return Ok((
                 200,
@@ -285,7 +341,10 @@ pub async fn accept(
             creates,
             sends,
             routes,
-        } => (delivery, event, action, repo, creates, sends, routes),
+            reruns,
+        } => (
+            delivery, event, action, repo, creates, sends, routes, reruns,
+        ),
     };
     let received = obs::event(Kind::DeliveryReceived)
         .request(request_id)
@@ -309,6 +368,7 @@ pub async fn accept(
         .field("creates", creates.len())
         .field("sends", sends.len())
         .emit();
+    creates.extend(resolve_reruns(db, &reruns).await?);
     let mut instances = Vec::with_capacity(creates.len());
     for c in &creates {
         let created = creator.create(c).await?;

@@ -158,7 +158,6 @@ impl FakeGitHub {
     pub fn release_route(method: &str, s: &[&str]) -> Option<&'static str> {
         Some(match (method, s) {
             ("GET", ["repos", _, _, "tags"]) => "tags",
-            ("GET", ["repos", _, _, "compare", _]) => "compare",
             ("GET", ["repos", _, _, "pulls"]) => "list-pulls",
             ("POST", ["repos", _, _, "pulls"]) => "create-pull",
             ("PATCH", ["repos", _, _, "pulls", _]) => "update-pull",
@@ -175,7 +174,7 @@ impl FakeGitHub {
     /// The permission each route needs.
     pub fn release_permission(route: &str) -> Option<(&'static str, &'static str)> {
         Some(match route {
-            "tags" | "compare" | "release-by-tag" => ("contents", "read"),
+            "tags" | "release-by-tag" => ("contents", "read"),
             "create-ref" | "put-contents" | "create-release" => ("contents", "write"),
             "list-pulls" | "list-comments" => ("pull_requests", "read"),
             "create-pull" | "update-pull" | "create-comment" => ("pull_requests", "write"),
@@ -193,7 +192,6 @@ impl FakeGitHub {
     ) -> Option<HttpResponse> {
         Some(match route {
             "tags" => self.list_tags(repo, query),
-            "compare" => self.compare(repo, &segs[4]),
             "list-pulls" => self.list_pulls(repo, query),
             "create-pull" => self.create_pull(req, repo),
             "update-pull" => self.update_pull(req, repo, &segs[4]),
@@ -245,14 +243,12 @@ impl FakeGitHub {
         reply(200, json!(list))
     }
 
-    fn compare(&self, repo: &str, range: &str) -> HttpResponse {
-        let Some((base, head)) = range.split_once("...") else {
-            return not_found();
-        };
+    /// `GET /repos/{o}/{r}/compare/{base}...{head}` for a range the test
+    /// set up (`set_compare`); None for any other.
+    pub fn release_compare(&self, repo: &str, range: &str) -> Option<HttpResponse> {
+        let (base, head) = range.split_once("...")?;
         let st = self.rel.borrow();
-        let Some(commits) = st.compares.get(&(repo.into(), base.into(), head.into())) else {
-            return reply(404, json!({ "message": "Not Found" }));
-        };
+        let commits = st.compares.get(&(repo.into(), base.into(), head.into()))?;
         let list: Vec<Value> = commits
             .iter()
             .map(|c| {
@@ -260,10 +256,10 @@ impl FakeGitHub {
                         "author": { "login": c.author } })
             })
             .collect();
-        reply(
+        Some(reply(
             200,
             json!({ "status": "ahead", "ahead_by": list.len(), "total_commits": list.len(), "commits": list }),
-        )
+        ))
     }
 
     fn list_pulls(&self, repo: &str, query: &HashMap<String, String>) -> HttpResponse {

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
-import { dispatch, dispatchBody, signDispatch } from '../../scripts/dispatch.mjs';
+import { dispatch, dispatchBody, repositoryKey, signDispatch } from '../../scripts/dispatch.mjs';
 import { checkRunRerequestedPayload, checkSuitePayload, pullRequestPayload, pushPayload } from '../../tools/github-standin/webhooks.mjs';
 import { APP_ID, INSTALLATION_ID, startStack } from './harness.mjs';
 
@@ -135,24 +135,30 @@ sluiceTest('dispatch: a good signature starts the run; wrong, stale and replayed
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': '[check]\ncommand = "test \\"$SLUICE_INPUT_TARGET\\" = eu"\n', 'README.md': '# d\n' });
   const body = dispatchBody({ run: 'check', repo: `${OWNER}/${repo}`, branch: 'main', inputs: { TARGET: 'eu' } });
   const now = Math.floor(Date.now() / 1000);
-  const good = await dispatch(stack.url, DISPATCH_SECRET, body, { timestampS: now });
+  const key = repositoryKey(DISPATCH_SECRET, `${OWNER}/${repo}`);
+  const good = await dispatch(stack.url, key, body, { timestampS: now });
   assert.equal(good.status, 202, JSON.stringify(good.json));
   assert.equal(good.json.sha, sha);
   await waitForTerminal(good.json.instance_id, 'complete');
   const [run] = await checkRuns(repo);
   assert.equal(run.conclusion, 'success', 'the command saw its input');
 
-  const replayed = await dispatch(stack.url, DISPATCH_SECRET, body, { timestampS: now });
+  const replayed = await dispatch(stack.url, key, body, { timestampS: now });
   assert.deepEqual([replayed.status, replayed.json.error.code], [401, 'replayed']);
-  const wrong = await dispatch(stack.url, 'not-the-secret', body);
+  const wrong = await dispatch(stack.url, 'not-the-key', body);
   assert.deepEqual([wrong.status, wrong.json.error.code], [401, 'bad_signature']);
-  const stale = await dispatch(stack.url, DISPATCH_SECRET, body, { timestampS: now - STALE_S });
+  const operatorSecret = await dispatch(stack.url, DISPATCH_SECRET, body);
+  assert.equal(operatorSecret.status, 401, 'only the repository key signs');
+  const otherRepoKey = await dispatch(stack.url, repositoryKey(DISPATCH_SECRET, `${OWNER}/other`), body);
+  assert.equal(otherRepoKey.status, 401, "another repository's key does not sign for this one");
+  const stale = await dispatch(stack.url, key, body, { timestampS: now - STALE_S });
   assert.deepEqual([stale.status, stale.json.error.code], [401, 'stale_signature']);
-  const forged = await dispatch(stack.url, DISPATCH_SECRET, body, { timestampS: now, signature: signDispatch(DISPATCH_SECRET, now + 1, body) });
+  const forged = await dispatch(stack.url, key, body, { timestampS: now, signature: signDispatch(key, now + 1, body) });
   assert.equal(forged.status, 401, 'the timestamp is signed');
-  const unknown = await dispatch(stack.url, DISPATCH_SECRET, dispatchBody({ run: 'release', repo: `${OWNER}/${repo}` }));
+  const unknown = await dispatch(stack.url, key, dispatchBody({ run: 'release', repo: `${OWNER}/${repo}` }));
   assert.deepEqual([unknown.status, unknown.json.error.code], [422, 'unknown_run']);
-  const notInstalled = await dispatch(stack.url, DISPATCH_SECRET, dispatchBody({ run: 'check', repo: `${OWNER}/nowhere`, branch: 'main' }));
+  const nowhere = `${OWNER}/nowhere`;
+  const notInstalled = await dispatch(stack.url, repositoryKey(DISPATCH_SECRET, nowhere), dispatchBody({ run: 'check', repo: nowhere, branch: 'main' }));
   assert.equal(notInstalled.status, 404, JSON.stringify(notInstalled.json));
   assert.equal((await checkRuns(repo)).length, 1, 'no refused request started anything');
 });
@@ -163,19 +169,22 @@ sluiceTest('dispatch: a rollback deploys the older commit although the branch mo
   const config = `[deploy]\nbranch = "main"\ncommand = "echo $SLUICE_SHA >> ${deployed}"\n`;
   const old = stack.commit(OWNER, repo, { '.sluice.toml': config, 'v.txt': '1\n' });
   const head = stack.commit(OWNER, repo, { 'v.txt': '2\n' });
-  const res = await dispatch(stack.url, DISPATCH_SECRET, dispatchBody({ run: 'deploy', repo: `${OWNER}/${repo}`, sha: old }));
+  const key = repositoryKey(DISPATCH_SECRET, `${OWNER}/${repo}`);
+  const elsewhere = stack.commit(OWNER, repo, { 'v.txt': 'unmerged\n' }, { branch: 'unmerged' });
+  const refused = await dispatch(stack.url, key, dispatchBody({ run: 'deploy', repo: `${OWNER}/${repo}`, sha: elsewhere }));
+  assert.equal(refused.status, 422, `a commit not on main is never deployed: ${JSON.stringify(refused.json)}`);
+  const res = await dispatch(stack.url, key, dispatchBody({ run: 'deploy', repo: `${OWNER}/${repo}`, sha: old }));
   assert.equal(res.status, 202, JSON.stringify(res.json));
   assert.equal(res.json.input.imperative, true);
   await waitForTerminal(res.json.instance_id, 'complete');
   assert.deepEqual(readFileSync(deployed, 'utf8').trim().split('\n'), [old], `not ${head}: the explicit revision`);
 });
 
-// A cron whose latest slot is this minute and stays so for the next ones of the hour: two ticks
-// a few seconds apart reach the same slot even across a minute boundary.
+// A daily cron whose slot is this minute: the latest slot stays this one for the rest of the day,
+// so two ticks a few seconds apart reach the same slot even across a minute boundary.
 function cronEndingNow() {
   const now = new Date();
-  const m = now.getUTCMinutes();
-  return `${Math.max(0, m - 5)}-${m} ${now.getUTCHours()} * * *`;
+  return `${now.getUTCMinutes()} ${now.getUTCHours()} * * *`;
 }
 
 sluiceTest('a schedule fires once per slot although the cron handler runs twice', async () => {

@@ -89,9 +89,9 @@ const DOCS = {
   createStatus: 'https://docs.github.com/rest/deployments/statuses#create-a-deployment-status',
   listStatuses: 'https://docs.github.com/rest/deployments/statuses#list-deployment-statuses',
   repoInstallation: 'https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app',
+  compare: 'https://docs.github.com/rest/commits/commits#compare-two-commits',
   app: 'https://docs.github.com/rest/apps/apps#get-the-authenticated-app',
   tags: 'https://docs.github.com/rest/repos/repos#list-repository-tags',
-  compare: 'https://docs.github.com/rest/commits/commits#compare-two-commits',
   listPulls: 'https://docs.github.com/rest/pulls/pulls#list-pull-requests',
   createPull: 'https://docs.github.com/rest/pulls/pulls#create-a-pull-request',
   updatePull: 'https://docs.github.com/rest/pulls/pulls#update-a-pull-request',
@@ -585,6 +585,49 @@ export async function startStandin({
       url: `${urls.api}/git/refs/${ref}`,
       object: { sha, type, url: `${urls.api}/git/${type}s/${sha}` },
     });
+  }
+
+  // GET /repos/{o}/{r}/compare/{base}...{head}: how head relates to base (`identical`, `ahead`,
+  // `behind`, `diverged`), with the counts and the commits base lacks (oldest first, at most 250
+  // as GitHub lists); 404 when either side is unknown.
+  async function compareCommits(ctx, owner, repo, rawBasehead) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.compare);
+    const basehead = decodeSegment(rawBasehead);
+    const parts = basehead.split('...');
+    if (parts.length !== 2) throw notFound(DOCS.compare);
+    const [base, head] = await Promise.all(parts.map((p) => resolveCommit(dir, p)));
+    if (!base || !head) throw notFound(DOCS.compare);
+    const count = async (range) => Number((await readGit(dir, ['rev-list', '--count', range])).toString().trim());
+    const [aheadBy, behindBy] = [await count(`${base}..${head}`), await count(`${head}..${base}`)];
+    const status = aheadBy === 0 && behindBy === 0 ? 'identical' : behindBy === 0 ? 'ahead' : aheadBy === 0 ? 'behind' : 'diverged';
+    const mergeBase = (await tryGit(dir, ['merge-base', base, head]))?.toString().trim() ?? null;
+    const listed = aheadBy === 0 ? [] : (await readGit(dir, ['rev-list', '--reverse', '--max-count=250', `${base}..${head}`])).toString().trim().split('\n');
+    const urls = repoUrls(owner, repo);
+    sendJson(ctx.res, 200, {
+      url: `${urls.api}/compare/${basehead}`,
+      status,
+      ahead_by: aheadBy,
+      behind_by: behindBy,
+      total_commits: aheadBy,
+      base_commit: { sha: base },
+      merge_base_commit: { sha: mergeBase },
+      commits: await Promise.all(listed.filter(Boolean).map((sha) => commitObject(dir, urls, sha))),
+    });
+  }
+
+  // A commit as a comparison lists it: its message and signatures, and its `author` the GitHub
+  // user of a noreply address (`<login>@users.noreply.github.com`), else null.
+  async function commitObject(dir, urls, sha) {
+    const c = await readCommit(dir, sha);
+    const login = /^([^@]+)@users\.noreply\.github\.com$/.exec(c.author?.email ?? '')?.[1];
+    return {
+      sha,
+      url: `${urls.api}/commits/${sha}`,
+      commit: { message: c.message, author: c.author, committer: c.committer },
+      author: login ? { login, type: 'User' } : null,
+      parents: c.parents.map((p) => ({ sha: p })),
+    };
   }
 
   async function getBranch(ctx, owner, repo, rawBranch) {
@@ -1142,29 +1185,6 @@ export async function startStandin({
     sendJson(ctx.res, 200, tags.slice(start, end));
   }
 
-  // GET /repos/{o}/{r}/compare/{base}...{head}: the commits of head not in base, oldest first (at
-  // most 250, GitHub's cap). A commit's `author` is the GitHub user of a noreply address.
-  async function compareCommits(ctx, owner, repo, rawRange) {
-    requirePermission(ctx.token, 'contents', 'read');
-    const dir = requireRepo(owner, repo, DOCS.compare);
-    const range = decodeSegment(rawRange);
-    const [base, head] = range.split('...');
-    const baseSha = range.includes('...') ? await resolveCommit(dir, base) : null;
-    const headSha = baseSha ? await resolveCommit(dir, head) : null;
-    if (!baseSha || !headSha) throw notFound(DOCS.compare);
-    const list = (await readGit(dir, ['rev-list', '--reverse', `--max-count=${MAX_COMPARE_COMMITS}`, `${baseSha}..${headSha}`]))
-      .toString().split('\n').filter(Boolean);
-    const commits = [];
-    for (const sha of list) {
-      const c = await readCommit(dir, sha);
-      const login = /^([^@]+)@users\.noreply\.github\.com$/.exec(c.author?.email ?? '')?.[1];
-      commits.push({ sha, commit: { message: c.message, author: c.author, committer: c.committer }, author: login ? { login, type: 'User' } : null, parents: c.parents.map((p) => ({ sha: p })) });
-    }
-    const behind = (await readGit(dir, ['rev-list', '--count', `${headSha}..${baseSha}`])).toString().trim();
-    const status = Number(behind) === 0 ? (commits.length ? 'ahead' : 'identical') : (commits.length ? 'diverged' : 'behind');
-    sendJson(ctx.res, 200, { status, ahead_by: commits.length, behind_by: Number(behind), total_commits: commits.length, commits, files: [] });
-  }
-
   // POST /repos/{o}/{r}/git/refs {ref, sha}: 422 when it exists or the sha is no object.
   async function createRef(ctx, owner, repo) {
     requirePermission(ctx.token, 'contents', 'write');
@@ -1396,7 +1416,6 @@ export async function startStandin({
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/pulls$`), handler: createPull, auth: true },
     { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), handler: updatePull, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/tags$`), handler: listTags, auth: true },
-    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/compare/${R}$`), handler: compareCommits, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/git/refs$`), handler: createRef, auth: true },
     { method: 'PUT', re: new RegExp(`^/repos/${R}/${R}/contents/(.+)$`), handler: putContents, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), handler: listComments, auth: true },
@@ -1412,6 +1431,7 @@ export async function startStandin({
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/contents(?:/(.*))?$`), handler: getContents, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/ref/(.+)$`), handler: getRef, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/compare/([^/]+)$`), handler: compareCommits, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/branches/(.+)$`), handler: getBranch, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/check-runs$`), handler: createCheckRun, auth: true },
     { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/check-runs/${R}$`), handler: updateCheckRun, auth: true },
