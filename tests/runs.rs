@@ -2291,6 +2291,7 @@ fn rerun_intake(
         repo: Some(REPO.into()),
         creates: Vec::new(),
         sends: Vec::new(),
+        routes: Vec::new(),
         reruns: vec![sluice::runs::triggers::Rerun {
             of,
             attempt: format!("rerun-{delivery}"),

@@ -293,6 +293,7 @@ async fn notify_auto_skip(
         revision: &input.sha,
         reason: r.as_str(),
         newer_revision: newer,
+        tag: None,
         at_ms: ctx.now_ms(),
     };
     notify::auto_skipped(ctx, env, &n).await?;

@@ -9,6 +9,7 @@
 pub mod dispatch;
 pub mod executions;
 pub mod journal;
+pub mod releases;
 pub mod schedules;
 pub mod sql;
 

@@ -100,6 +100,11 @@ fn route_error(e: RouteError, method: &str, path: &str) -> ApiError {
             format!("{method} is not allowed here"),
         ),
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
+        RouteError::GitHubOnly(t) => ApiError::new(
+            403,
+            "github_only",
+            format!("`{t}` events come from GitHub's webhook only: the person decides on GitHub"),
+        ),
     }
 }
 
