@@ -164,12 +164,35 @@ fn repository() -> Value {
     json!({"full_name": REPO, "name": "hello", "owner": {"login": "octo"}, "default_branch": BRANCH})
 }
 
+/// The approval branch's head now, as GitHub reports it in the event.
+fn notes_head(rig: &Rig) -> String {
+    let key = (REPO.to_owned(), "sluice/release-notes/v1.1.0".to_owned());
+    rig.github
+        .st
+        .borrow()
+        .heads
+        .get(&key)
+        .cloned()
+        .unwrap_or_else(|| sha('9'))
+}
+
 fn pull_closed(rig: &Rig, insts: &[&Inst], number: u64, merged: bool, by: &str) -> u32 {
+    pull_closed_at(rig, insts, number, merged, by, &notes_head(rig))
+}
+
+fn pull_closed_at(
+    rig: &Rig,
+    insts: &[&Inst],
+    number: u64,
+    merged: bool,
+    by: &str,
+    head: &str,
+) -> u32 {
     rig.github.close_pull_as_person(number, merged);
     let body = json!({
         "action": "closed", "number": number,
         "pull_request": {"number": number, "merged": merged,
-            "head": {"sha": sha('9'), "ref": "sluice/release-notes/v1.1.0"},
+            "head": {"sha": head, "ref": "sluice/release-notes/v1.1.0"},
             "base": {"sha": sha('a'), "ref": BRANCH}},
         "repository": repository(),
         "sender": {"login": by, "type": "User"},
@@ -675,5 +698,63 @@ fn the_sweep_purges_decided_approvals_past_the_retention_and_keeps_waiting_ones(
     assert!(
         block_on(releases::get(db, &waiting.id)).unwrap().is_some(),
         "a waiting approval is its instance's index"
+    );
+}
+
+/// The notes were approved for the commit the tag named: a tag moved to
+/// another commit meanwhile publishes nothing.
+#[test]
+fn a_tag_moved_while_it_waited_is_not_released() {
+    let rig = release_rig(&toml("", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    // Someone re-points the tag at other code.
+    rig.github.commit(REPO, &sha('9'), &[]);
+    rig.github
+        .rel
+        .borrow_mut()
+        .tags
+        .insert(REPO.into(), vec![("v1.1.0".into(), sha('9'))]);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "maint"), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert!(
+        rig.github.releases().is_empty(),
+        "no release of unapproved code"
+    );
+    let check = check_of(&rig, &i);
+    assert_eq!(check["conclusion"], "failure", "{check}");
+    assert!(
+        check["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("now names")),
+        "{check}"
+    );
+}
+
+/// A merge approves only the notes as proposed: a pull request someone
+/// pushed to after Sluice proposed it publishes nothing when merged, and
+/// the decider is told to press Approve instead.
+#[test]
+fn merging_a_pull_request_changed_after_the_proposal_publishes_nothing() {
+    let rig = release_rig(&toml("", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    let pr = pr_of(&rig, "v1.1.0");
+    // Someone pushed other code to the approval branch; the approver merges.
+    let pushed = sha('7');
+    assert_eq!(pull_closed_at(&rig, &[&i], pr, true, "maint", &pushed), 1);
+    // The instance answers, then waits on (to its window's end here).
+    assert_eq!(rig.run_to_end(&i), Status::Skipped);
+    assert!(
+        rig.github.releases().is_empty(),
+        "a changed merge published nothing"
+    );
+    assert_eq!(rig.row(&i).reason.as_deref(), Some("confirmation_timeout"));
+    let told = rig.github.comments_on(pr);
+    assert!(
+        told.iter()
+            .any(|c| c.contains("changed after Sluice proposed")),
+        "{told:?}"
     );
 }

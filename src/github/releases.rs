@@ -267,11 +267,17 @@ impl GitHub<'_> {
         installation: u64,
         repo: &str,
         p: &NewPull<'_>,
-    ) -> Result<u64, GitHubError> {
+    ) -> Result<(u64, String), GitHubError> {
         self.ensure_branch(installation, repo, p.branch, p.base_sha)
             .await?;
         self.put_file(installation, repo, p.branch, p.path, p.content, p.title)
             .await?;
+        // What a merge must merge to approve these notes: the branch as
+        // Sluice left it (a push to it after this changes what is merged).
+        let head = self
+            .branch_head(installation, repo, p.branch)
+            .await?
+            .ok_or_else(|| GitHubError::permanent(format!("branch {} vanished", p.branch)))?;
         let owner = repo.split_once('/').map_or(repo, |(o, _)| o);
         let auth = self.release_auth(installation, repo).await?;
         let list = format!(
@@ -288,7 +294,7 @@ impl GitHub<'_> {
             let body = json!({ "title": p.title, "body": p.body });
             self.release_call(installation, repo, "PATCH", &path, body)
                 .await?;
-            return Ok(pull.number);
+            return Ok((pull.number, head));
         }
         let path = format!("/repos/{}/pulls", segs(repo));
         let body = json!({ "title": p.title, "head": p.branch, "base": p.base, "body": p.body });
@@ -296,7 +302,7 @@ impl GitHub<'_> {
             .release_call(installation, repo, "POST", &path, body)
             .await?;
         let created: PullAnswer = Self::decode(&text, "pull request")?;
-        Ok(created.number)
+        Ok((created.number, head))
     }
 
     /// Creates `branch` at `sha` unless it exists.
@@ -416,13 +422,37 @@ impl GitHub<'_> {
             .map(|_| ())
     }
 
+    /// What `tag` names now (`GET /repos/{o}/{r}/git/ref/tags/{tag}`: the
+    /// object a push's `after` named too), or None when it is gone.
+    pub async fn tag_target(
+        &self,
+        installation: u64,
+        repo: &str,
+        tag: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        #[derive(Deserialize)]
+        struct Object {
+            sha: String,
+        }
+        #[derive(Deserialize)]
+        struct Ref {
+            object: Object,
+        }
+        let auth = self.release_auth(installation, repo).await?;
+        let path = format!("/repos/{}/git/ref/tags/{}", segs(repo), seg(tag));
+        let found = self.get_with::<Ref>(&auth, &path, "tag ref").await?;
+        Ok(found.map(|r| r.object.sha))
+    }
+
     /// The release of `tag`, found before one is created: its id and
-    /// whether this call created it.
+    /// whether this call created it. A tag that was deleted meanwhile is
+    /// made again at `sha` (`target_commitish`), the commit approved.
     pub async fn ensure_release(
         &self,
         installation: u64,
         repo: &str,
         tag: &str,
+        sha: &str,
         body: &str,
     ) -> Result<(u64, bool), GitHubError> {
         let auth = self.release_auth(installation, repo).await?;
@@ -431,7 +461,7 @@ impl GitHub<'_> {
             return Ok((found.id, false));
         }
         let path = format!("/repos/{}/releases", segs(repo));
-        let create = json!({ "tag_name": tag, "name": tag, "body": body });
+        let create = json!({ "tag_name": tag, "name": tag, "body": body, "target_commitish": sha });
         let (_, text) = self
             .release_call(installation, repo, "POST", &path, create)
             .await?;

@@ -44,8 +44,33 @@ pub fn glob_match(glob: &str, name: &str) -> bool {
 }
 
 /// Tags in version order: runs of digits compare as numbers (`v1.10` after
-/// `v1.9`), everything else as text; equal versions by their text.
+/// `v1.9`), everything else as text; a pre-release (`-rc1` after the
+/// version's digits) comes before its release, as semver orders them;
+/// equal versions by their text.
 pub fn tag_cmp(a: &str, b: &str) -> Ordering {
+    let ((ca, pre_a), (cb, pre_b)) = (split_pre(a), split_pre(b));
+    parts_cmp(ca, cb)
+        .then_with(|| match (pre_a, pre_b) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(x), Some(y)) => parts_cmp(x, y),
+        })
+        .then_with(|| a.cmp(b))
+}
+
+/// The version and its pre-release: split at the first `-` after a digit.
+fn split_pre(s: &str) -> (&str, Option<&str>) {
+    let Some(first_digit) = s.find(|c: char| c.is_ascii_digit()) else {
+        return (s, None);
+    };
+    match s[first_digit..].find('-') {
+        Some(i) => (&s[..first_digit + i], Some(&s[first_digit + i + 1..])),
+        None => (s, None),
+    }
+}
+
+fn parts_cmp(a: &str, b: &str) -> Ordering {
     let (pa, pb) = (parts(a), parts(b));
     for (x, y) in pa.iter().zip(pb.iter()) {
         let o = match (x, y) {
@@ -58,7 +83,7 @@ pub fn tag_cmp(a: &str, b: &str) -> Ordering {
             return o;
         }
     }
-    pa.len().cmp(&pb.len()).then_with(|| a.cmp(b))
+    pa.len().cmp(&pb.len())
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -153,7 +178,8 @@ pub fn render(n: &NotesInput<'_>) -> String {
         out.push_str(&format!("\n### {label}\n\n"));
         for p in pulls {
             credit(&p.author);
-            out.push_str(&format!("- {} (#{}){}\n", p.title, p.number, by(&p.author)));
+            let title = clip(&p.title);
+            out.push_str(&format!("- {title} (#{}){}\n", p.number, by(&p.author)));
         }
     }
     let loose: Vec<&CommitInfo> = n
@@ -165,7 +191,7 @@ pub fn render(n: &NotesInput<'_>) -> String {
         out.push_str("\n### Commits\n\n");
         for c in loose {
             credit(&c.author);
-            let subject = c.message.lines().next().unwrap_or_default();
+            let subject = clip(c.message.lines().next().unwrap_or_default());
             let short = c.sha.get(..SHORT_SHA_CHARS).unwrap_or(&c.sha);
             out.push_str(&format!("- {short} {subject}{}\n", by(&c.author)));
         }
@@ -181,7 +207,34 @@ pub fn render(n: &NotesInput<'_>) -> String {
         Some(p) => out.push_str(&format!("\n**Full changelog:** {p}...{}\n", n.tag)),
         None => out.push_str("\nThe first release.\n"),
     }
-    out
+    capped(out)
+}
+
+/// One line of the notes (a title, a subject) is at most this many
+/// characters: one long subject must not crowd out the rest.
+const LINE_CHARS_MAX: usize = 300;
+/// The notes in all: under GitHub's 65,536-character pull request body
+/// (which adds a footer) and 125,000-character release body.
+pub const NOTES_CHARS_MAX: usize = 60_000;
+
+fn clip(line: &str) -> String {
+    if line.chars().count() <= LINE_CHARS_MAX {
+        return line.to_owned();
+    }
+    let kept: String = line.chars().take(LINE_CHARS_MAX).collect();
+    format!("{kept}…")
+}
+
+fn capped(notes: String) -> String {
+    if notes.chars().count() <= NOTES_CHARS_MAX {
+        return notes;
+    }
+    let mut kept: String = notes.chars().take(NOTES_CHARS_MAX).collect();
+    if let Some(cut) = kept.rfind('\n') {
+        kept.truncate(cut + 1);
+    }
+    kept.push_str("\n…and more: the notes were cut at 60,000 characters.\n");
+    kept
 }
 
 fn by(author: &Option<String>) -> String {
@@ -208,10 +261,25 @@ mod tests {
     }
 
     #[test]
+    fn notes_are_capped_per_line_and_in_all() {
+        let long = "x".repeat(LINE_CHARS_MAX + 50);
+        assert_eq!(clip(&long).chars().count(), LINE_CHARS_MAX + 1);
+        let big = "line\n".repeat(NOTES_CHARS_MAX);
+        let cut = capped(big);
+        assert!(cut.chars().count() < NOTES_CHARS_MAX + 100);
+        assert!(cut.ends_with("cut at 60,000 characters.\n"));
+    }
+
+    #[test]
     fn tags_order_as_versions() {
         assert_eq!(tag_cmp("v1.10.0", "v1.9.0"), Ordering::Greater);
         assert_eq!(tag_cmp("v2", "v10"), Ordering::Less);
         assert_eq!(tag_cmp("v1.2", "v1.2.1"), Ordering::Less);
+        // A pre-release comes before its release, and after the one before.
+        assert_eq!(tag_cmp("v2.0.0-rc1", "v2.0.0"), Ordering::Less);
+        assert_eq!(tag_cmp("v2.0.0-rc2", "v2.0.0-rc10"), Ordering::Less);
+        assert_eq!(tag_cmp("v2.0.0-rc1", "v1.9.9"), Ordering::Greater);
+        assert_eq!(tag_cmp("release-2", "release-10"), Ordering::Less);
         assert_eq!(
             tag_cmp("v01", "v1"),
             Ordering::Less,

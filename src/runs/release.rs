@@ -92,6 +92,10 @@ pub enum Decision {
         number: u64,
         merged: bool,
         sender: String,
+        /// The pull request's head when it closed: a merge approves only
+        /// the notes as Sluice proposed them.
+        #[serde(default)]
+        head_sha: Option<String>,
     },
     /// Re-run on the check run: regenerate the notes, restart the window.
     Replan { check_run_id: u64, sender: String },
@@ -286,6 +290,8 @@ struct Release<'a> {
 struct Waiting {
     notes: String,
     pr: u64,
+    /// The branch's head as proposed: what a merge must have merged.
+    head: String,
     /// The check run asking for this window's decision.
     check_id: u64,
     /// Windows so far (1, then one more per replan): names the asking
@@ -353,7 +359,12 @@ async fn decide(
             number,
             merged,
             sender,
+            head_sha,
         } if *number == w.pr => match merged {
+            true if !same_sha(head_sha.as_deref(), &w.head) => {
+                answer_changed_merge(ctx, env, r, w, sender).await?;
+                return Ok(None);
+            }
             true => (sender, Some(true), "merged the pull request"),
             false => (sender, Some(false), "closed the pull request"),
         },
@@ -381,10 +392,11 @@ async fn decide(
 /// started yet.
 async fn prepare(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<Waiting, RunError> {
     let notes = compose(ctx, env, r).await?;
-    let pr = propose(ctx, env, r, &notes).await?;
+    let (pr, head) = propose(ctx, env, r, &notes).await?;
     Ok(Waiting {
         notes,
         pr,
+        head,
         check_id: 0,
         window: 0,
         deadline_ms: 0,
@@ -435,7 +447,7 @@ async fn propose(
     env: &RunEnv<'_>,
     r: &Release<'_>,
     notes: &str,
-) -> Result<u64, RunError> {
+) -> Result<(u64, String), RunError> {
     let (inst, repo, tag) = (
         r.input.installation_id,
         r.input.repo.as_str(),
@@ -669,11 +681,29 @@ async fn publish(
         r.input.repo.as_str(),
         r.input.tag.as_str(),
     );
+    // The notes were approved for this commit: a tag moved since names
+    // code nobody approved (a deleted one is made again at the commit).
+    let sha = r.input.sha.as_str();
+    let now_names: Option<String> = ctx
+        .step("read tag", github_step(), |_| async {
+            env.github
+                .tag_target(inst, repo, tag)
+                .await
+                .map_err(github_failure)
+        })
+        .await?;
+    if let Some(moved) = now_names.filter(|t| !t.eq_ignore_ascii_case(sha)) {
+        return Ok(Verdict::Failed {
+            summary: format!(
+                "Not released: `{tag}` now names {moved}, not {sha}, the commit these notes were approved for. Push the tag again to ask again."
+            ),
+        });
+    }
     let id: u64 = ctx
         .step("publish release", github_step(), |_| async {
             let (id, _) = env
                 .github
-                .ensure_release(inst, repo, tag, &w.notes)
+                .ensure_release(inst, repo, tag, sha, &w.notes)
                 .await
                 .map_err(github_failure)?;
             Ok(id)
@@ -805,6 +835,34 @@ async fn close(
 
 /// Someone who may not decide acted: say so on the pull request; the
 /// instance waits on.
+fn same_sha(given: Option<&str>, proposed: &str) -> bool {
+    given.is_some_and(|g| g.eq_ignore_ascii_case(proposed))
+}
+
+/// A merge of a pull request someone changed after Sluice proposed it
+/// approves nothing: what was merged is not the notes a decider read.
+async fn answer_changed_merge(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    sender: &str,
+) -> Result<(), RunError> {
+    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+    let marker = format!("sluice:{}:changed:{}", ctx.instance_id(), w.round);
+    let text = format!(
+        "@{sender} merged this pull request, but it was changed after Sluice proposed the          notes (its head is no longer {}): the merge published nothing. Press **Approve** on          the `sluice/release-notes` check run to publish `{}` with the notes as proposed.",
+        w.head, r.input.tag
+    );
+    ctx.step("answer changed merge", github_step(), |_| async {
+        env.github
+            .comment_once(inst, repo, w.pr, &marker, &text)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+}
+
 async fn answer_outsider(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -870,6 +928,7 @@ async fn replan(
     let fresh = prepare(ctx, env, r).await?;
     w.notes = fresh.notes;
     w.pr = fresh.pr;
+    w.head = fresh.head;
     start_window(ctx, env, r, w).await
 }
 

@@ -310,6 +310,7 @@ fn plan_release_pull(pr: &PullRequestEvent) -> Plan {
         number: pr.number,
         merged: pr.pull_request.merged,
         sender: pr.sender.login.clone(),
+        head_sha: Some(pr.pull_request.head.sha.clone()),
     };
     Plan::Route(vec![RoutedEvent {
         repo: pr.repository.full_name.clone(),
@@ -753,7 +754,8 @@ mod tests {
         assert_eq!(routes[0].event_type, RELEASE_EVENT);
         assert_eq!(
             routes[0].payload,
-            json!({"kind": "pull_closed", "number": 12, "merged": true, "sender": "maint"})
+            json!({"kind": "pull_closed", "number": 12, "merged": true, "sender": "maint",
+                   "head_sha": "0123456789abcdef0123456789abcdef01234567"})
         );
         assert!(matches!(closed("feature", true), Plan::Ignore(_)));
         let check_run = |action: &str| {

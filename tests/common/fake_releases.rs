@@ -155,9 +155,27 @@ impl FakeGitHub {
 
     // --- serving ---
 
+    /// `GET /repos/{o}/{r}/git/ref/tags/{tag}`.
+    fn tag_ref(&self, repo: &str, tag: &str) -> HttpResponse {
+        let st = self.rel.borrow();
+        let found = st
+            .tags
+            .get(repo)
+            .and_then(|tags| tags.iter().find(|(name, _)| name == tag))
+            .map(|(_, sha)| sha.clone());
+        match found {
+            Some(sha) => reply(
+                200,
+                json!({ "ref": format!("refs/tags/{tag}"), "object": { "sha": sha, "type": "commit" } }),
+            ),
+            None => not_found(),
+        }
+    }
+
     pub fn release_route(method: &str, s: &[&str]) -> Option<&'static str> {
         Some(match (method, s) {
             ("GET", ["repos", _, _, "tags"]) => "tags",
+            ("GET", ["repos", _, _, "git", "ref", "tags", _]) => "tag-ref",
             ("GET", ["repos", _, _, "pulls"]) => "list-pulls",
             ("POST", ["repos", _, _, "pulls"]) => "create-pull",
             ("PATCH", ["repos", _, _, "pulls", _]) => "update-pull",
@@ -174,7 +192,7 @@ impl FakeGitHub {
     /// The permission each route needs.
     pub fn release_permission(route: &str) -> Option<(&'static str, &'static str)> {
         Some(match route {
-            "tags" | "release-by-tag" => ("contents", "read"),
+            "tags" | "tag-ref" | "release-by-tag" => ("contents", "read"),
             "create-ref" | "put-contents" | "create-release" => ("contents", "write"),
             "list-pulls" | "list-comments" => ("pull_requests", "read"),
             "create-pull" | "update-pull" | "create-comment" => ("pull_requests", "write"),
@@ -192,6 +210,7 @@ impl FakeGitHub {
     ) -> Option<HttpResponse> {
         Some(match route {
             "tags" => self.list_tags(repo, query),
+            "tag-ref" => self.tag_ref(repo, &segs[6]),
             "list-pulls" => self.list_pulls(repo, query),
             "create-pull" => self.create_pull(req, repo),
             "update-pull" => self.update_pull(req, repo, &segs[4]),

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { createServer } from 'node:http';
 import { after, before, test } from 'node:test';
-import { tagCommit } from '../../tools/github-standin/git.mjs';
+import { headSha, tagCommit } from '../../tools/github-standin/git.mjs';
 import { checkRunRequestedActionPayload, pullRequestPayload, pushPayload } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
 
@@ -137,8 +137,10 @@ releaseTest('a pushed tag waits on an approval pull request; merging it publishe
 
   // The owner merges it on GitHub; GitHub sends the closed event.
   await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/${pull.number}/close`, { merged: true });
+  // GitHub's event names the pull request's head: the branch as Sluice left it.
+  const proposed = headSha(stack.reposDir, OWNER, repo, 'sluice/release-notes/v1.1.0');
   const closed = pullRequestPayload({
-    owner: OWNER, repo, sha, action: 'closed', number: pull.number, merged: true,
+    owner: OWNER, repo, sha: proposed, action: 'closed', number: pull.number, merged: true,
     headRef: `sluice/release-notes/v1.1.0`, senderLogin: OWNER, installationId: INSTALLATION_ID,
   });
   const res = await stack.sendWebhook('pull_request', closed);
