@@ -4,6 +4,7 @@
 
 pub mod blobs;
 pub mod clock;
+pub mod cost;
 pub mod engine;
 pub mod gates;
 pub mod github;

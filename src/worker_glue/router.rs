@@ -342,6 +342,7 @@ async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: 
             json_ok(status, &answer)
         }
         Route::ListDeliveries => json_ok(200, &lists::deliveries(db, query).await?),
+        Route::Costs => json_ok(200, &lists::costs(db, query).await?),
         Route::Config => json_ok(200, &configuration(env)),
         Route::Log(instance, step) => log_page(req, env, &instance, &step, now).await,
         Route::ListGroups => json_ok(200, &lists::groups(db, query, now).await?),

@@ -1780,7 +1780,14 @@ impl Rig {
 
     /// The Worker's registry over the fakes (`RunEnvParts::registry`).
     pub fn registry(&self) -> Registry<'_> {
+        self.registry_for(None)
+    }
+
+    /// The registry counting one instance's billed calls into its meter,
+    /// as its Durable Object's pass does.
+    pub fn registry_for<'r>(&'r self, meter: Option<&'r sluice::cost::Meter>) -> Registry<'r> {
         Registry {
+            meter,
             env: RunEnv {
                 clock: &self.clock,
                 http: &self.github,
@@ -1903,7 +1910,7 @@ impl Rig {
     /// when the instance ended (`worker_glue::instance::pass_once`).
     pub fn start_pass<'r>(&'r self, i: &'r Inst) -> PendingPass<'r> {
         Box::pin(async move {
-            let reg = self.registry();
+            let reg = self.registry_for(Some(&i.world.meter));
             let r = i
                 .world
                 .engine()
@@ -1929,7 +1936,7 @@ impl Rig {
         i: &'r Inst,
     ) -> Pin<Box<dyn Future<Output = Option<PassResult>> + 'r>> {
         Box::pin(async move {
-            let reg = self.registry();
+            let reg = self.registry_for(Some(&i.world.meter));
             let r = i.world.engine().pass(&reg, &i.world.interrupt).await.ok()?;
             if r.status.is_terminal() {
                 let _ = reg.finalize(&i.run, &i.id, &i.input, r.status).await;
