@@ -326,6 +326,7 @@ impl<'a> Engine<'a> {
         interrupt: &InterruptFlag,
     ) -> Result<(Result<RunOutcome, RunError>, PassStats), RunError> {
         let now = self.clock.now_ms();
+        let unclean_history = rec.passes > rec.clean_passes;
         rec.passes += 1;
         rec.started_ms.get_or_insert(now);
         rec.status = Status::Running;
@@ -342,6 +343,9 @@ impl<'a> Engine<'a> {
             self.journal.entries()?,
             interrupt.clone(),
         );
+        if unclean_history {
+            ctx.set_unclean_history();
+        }
         let result = match serde_json::from_str::<Value>(&rec.input) {
             Ok(input) => runs.execute(&rec.run, &ctx, &input).await,
             Err(e) => Err(RunError::InvalidInput {

@@ -214,6 +214,9 @@ pub struct GitHubState {
     pub withheld: HashSet<String>,
     pub calls: Vec<Call>,
     pub faults: Vec<Fault>,
+    /// Routes whose next call is applied and answered, then never returns
+    /// to the caller: the executor dies while the call is in flight.
+    pub hang_after: Vec<&'static str>,
     pub notifications: Vec<Notification>,
     pub unexpected: Vec<String>,
 }
@@ -296,6 +299,12 @@ impl FakeGitHub {
             status,
             after_applying: false,
         });
+    }
+
+    /// The next call to `route` is applied, then the caller never sees the
+    /// answer (its pass is pending for ever: drop it to crash the pass).
+    pub fn hang_after_applying_next(&self, route: &'static str) {
+        self.st.borrow_mut().hang_after.push(route);
     }
 
     /// The next call to `route` is applied, but its answer is a 502.
@@ -953,7 +962,17 @@ impl FakeGitHub {
 #[async_trait(?Send)]
 impl Transport for FakeGitHub {
     async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
-        Ok(self.handle(req))
+        let route = self.route(&req).ok().map(|r| r.0);
+        let hang = {
+            let mut st = self.st.borrow_mut();
+            let at = st.hang_after.iter().position(|h| Some(*h) == route);
+            at.map(|i| st.hang_after.remove(i)).is_some()
+        };
+        let resp = self.handle(req);
+        if hang {
+            futures::future::pending::<()>().await;
+        }
+        Ok(resp)
     }
 }
 
