@@ -170,11 +170,11 @@ async function overhead(stack) {
     const run = runs.find((r) => r.head_sha === sha);
     const at = (status) => run.history.find((h) => h.status === status)?.at_ms;
     const own = (name) => e.steps.filter((s) => s.name.startsWith(name)).reduce((t, s) => t + (s.finished_ms - s.started_ms), 0);
-    rounds.push({ sent, inProgress: at('in_progress') - sent, completed: at('completed') - sent, work: own('checkout') + own('run check command') });
+    rounds.push({ bytes: JSON.stringify(e).length, sent, inProgress: at('in_progress') - sent, completed: at('completed') - sent, work: own('checkout') + own('run check command') });
   }
   const last = rounds.at(-1);
   const calls = await callsBeforeInProgress(stack, last.sent, last.sent + last.inProgress);
-  return { rounds, calls };
+  return { rounds, calls, bytes: last.bytes };
 }
 
 // The GitHub calls the last overhead check made from its webhook until its check run showed
@@ -187,13 +187,15 @@ async function callsBeforeInProgress(stack, sentMs, inProgressMs) {
 // Deploys alone, for their cost units.
 async function deploys(stack) {
   const repo = 'deploys';
+  let bytes = 0;
   for (let i = 0; i < DEPLOY_ROUNDS; i++) {
     const files = i === 0 ? { '.sluice.toml': '[deploy]\nbranch = "main"\ncommand = "true"\n', V: '0' } : { V: `${i}` };
     const sha = stack.commit(OWNER, repo, files);
     const payload = pushPayload({ owner: OWNER, repo, after: sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
     const res = await stack.sendWebhook('push', payload);
-    await finished(stack, res.body.instances[0].id);
+    bytes = JSON.stringify(await finished(stack, res.body.instances[0].id)).length;
   }
+  return bytes;
 }
 
 // Units and dollars per 1,000 executions of `run` in `repo` since `sinceMs` (GET /v1/costs).
@@ -224,7 +226,7 @@ export async function benchScale(stack, peer) {
   console.log('scale: overhead', JSON.stringify(o));
   const cr = await crowd(stack);
   console.log('scale: crowd', JSON.stringify(cr));
-  await deploys(stack);
+  const deployBytes = await deploys(stack);
   const checks = await costPer1000(stack, 'check', 'overhead', since);
   const deployCosts = await costPer1000(stack, 'deploy', 'deploys', since);
   const col = (k) => o.rounds.map((r) => r[k]);
@@ -240,6 +242,7 @@ export async function benchScale(stack, peer) {
     { figure: 'one check (`true`): webhook -> completed p50 / p99', sluice: `${ms(pct(col('completed'), 50))} / ${ms(pct(col('completed'), 99))}`, target: 'p50 <= 200 ms', met: pct(col('completed'), 50) <= 200 },
     { figure: "one check: Sluice's own time (completed minus checkout and command) p50 / p99", sluice: `${ms(pct(own, 50))} / ${ms(pct(own, 99))}`, target: '' },
     { figure: `one check: GitHub calls before in_progress, token cached (${o.calls.join(', ')})`, sluice: String(o.calls.length), target: '<= 2', met: o.calls.length <= 2 },
+    { figure: 'index bytes per run, as its API answer (execution + steps): check / deploy (feeds docs/capacity.md)', sluice: `${o.bytes} / ${deployBytes} B`, target: '' },
     ...costRows('check', checks),
     ...costRows('deploy', deployCosts),
   ];

@@ -32,8 +32,8 @@ mod entry {
     }
 
     #[event(fetch)]
-    async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-        crate::worker_glue::router::fetch(req, env).await
+    async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+        crate::worker_glue::router::fetch(req, env, ctx).await
     }
 
     #[event(scheduled)]

@@ -515,7 +515,12 @@ pub async fn delivery(
 }
 
 pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(), StoreError> {
-    db.run(stmt!(
+    db.run(record_delivery_stmt(row)).await?;
+    Ok(())
+}
+
+pub fn record_delivery_stmt(row: &DeliveryRow) -> Stmt {
+    stmt!(
         "INSERT OR IGNORE INTO webhook_deliveries (delivery_id, event, action, repo, \
          instance_ids_json, received_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         row.delivery_id.as_str(),
@@ -524,9 +529,39 @@ pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(),
         row.repo.clone(),
         row.instance_ids_json.as_str(),
         row.received_ms,
-    ))
-    .await?;
-    Ok(())
+    )
+}
+
+/// An instance a delivery asks for, before its object exists.
+pub struct Requested<'a> {
+    pub id: &'a str,
+    pub key: &'a str,
+    pub run: &'a str,
+    pub repo: Option<&'a str>,
+    pub entity: Option<&'a str>,
+    pub sha: Option<&'a str>,
+    pub input_json: &'a str,
+}
+
+/// The row `insert` writes, queued and due now, written on the webhook's
+/// answer path so the instance is in the index (and the sweep recreates
+/// its object if its create never arrives) before the object is asked to
+/// create it. A second insert of the id or key changes nothing (0 rows:
+/// the instance exists).
+pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64) -> Stmt {
+    stmt!(
+        "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
+         input_json, step_count, index_round_trips, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, 0, 1, ?7, ?7)",
+        r.id,
+        r.key,
+        r.run,
+        r.repo,
+        r.entity,
+        r.sha,
+        now_ms,
+        r.input_json,
+    )
 }
 
 /// Checks of `entity` (a pull request) in `repo` that have not ended, other
