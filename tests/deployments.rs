@@ -666,6 +666,8 @@ fn a_dispatched_rollback_is_a_new_deployment_of_its_revision() {
     let db = rig.deploy(&b);
     assert_eq!(rig.run_to_end(&db), Status::Complete);
 
+    // A was deployed from main: it is on the branch.
+    rig.github.set_on_branch(REPO, BRANCH, &a);
     let body = json!({"run": "deploy", "repo": REPO, "sha": a});
     let req = sluice::http::dispatch::parse(body.to_string().as_bytes()).expect("valid");
     let registry = rig.registry();

@@ -15,76 +15,105 @@ use sluice::secret::Secret;
 use sluice::store::dispatch as used;
 use sluice::store::sqlite::SqliteDb;
 
-const SECRET: &str = "dispatch-test-secret";
+const SECRET: &str = "dispatch-test-secret-of-32-chars-or-more";
+const SECRET_REPO: &str = "octo/hello";
 
 fn secret() -> Secret {
     Secret::new(SECRET.to_owned())
 }
 
-fn verify_at(
-    ts_s: i64,
+/// The repository's key: what its workflows sign with.
+fn key() -> String {
+    dispatch::repository_key(&secret(), SECRET_REPO)
+}
+
+fn verify_as(
+    secret: Option<&Secret>,
+    repo: &str,
+    ts: Option<&str>,
     signature: &str,
     body: &[u8],
-    now_ms: i64,
 ) -> Result<String, (u16, &'static str)> {
-    let ts = ts_s.to_string();
-    dispatch::verify(Some(&secret()), Some(&ts), Some(signature), body, now_ms)
-        .map_err(|e| (e.status, e.code))
+    dispatch::verify(secret, repo, ts, Some(signature), body, T0).map_err(|e| (e.status, e.code))
+}
+
+fn verify_at(ts_s: i64, signature: &str, body: &[u8]) -> Result<String, (u16, &'static str)> {
+    verify_as(
+        Some(&secret()),
+        SECRET_REPO,
+        Some(&ts_s.to_string()),
+        signature,
+        body,
+    )
 }
 
 #[test]
 fn a_signature_is_good_only_for_its_body_and_five_minutes() {
     let body = br#"{"run":"check","repo":"octo/hello","branch":"main"}"#;
     let now_s = T0 / 1000;
-    let good = sign(SECRET.as_bytes(), now_s, body);
-    assert!(verify_at(now_s, &good, body, T0).is_ok());
-    assert!(verify_at(
-        now_s,
-        &good.to_uppercase().replace("SHA256=", "sha256="),
-        body,
-        T0
-    )
-    .is_ok());
+    let k = key();
+    let good = sign(k.as_bytes(), now_s, body);
+    assert!(verify_at(now_s, &good, body).is_ok());
+    let upper = good.to_uppercase().replace("SHA256=", "sha256=");
+    assert!(verify_at(now_s, &upper, body).is_ok());
     // Within the window either way (clock skew), then not.
     let window_s = DISPATCH_WINDOW_MS / 1000;
-    let old = sign(SECRET.as_bytes(), now_s - window_s + 1, body);
-    assert!(verify_at(now_s - window_s + 1, &old, body, T0).is_ok());
-    let stale = sign(SECRET.as_bytes(), now_s - window_s - 1, body);
+    let old = sign(k.as_bytes(), now_s - window_s + 1, body);
+    assert!(verify_at(now_s - window_s + 1, &old, body).is_ok());
+    for off in [-window_s - 1, window_s + 1] {
+        let at = sign(k.as_bytes(), now_s + off, body);
+        assert_eq!(
+            verify_at(now_s + off, &at, body),
+            Err((401, "stale_signature"))
+        );
+    }
+    // The timestamp and the body are signed.
     assert_eq!(
-        verify_at(now_s - window_s - 1, &stale, body, T0),
-        Err((401, "stale_signature"))
-    );
-    let future = sign(SECRET.as_bytes(), now_s + window_s + 1, body);
-    assert_eq!(
-        verify_at(now_s + window_s + 1, &future, body, T0),
-        Err((401, "stale_signature"))
-    );
-    // The timestamp is signed: moving it breaks the signature.
-    assert_eq!(
-        verify_at(now_s + 1, &good, body, T0),
+        verify_at(now_s + 1, &good, body),
         Err((401, "bad_signature"))
     );
     let other = br#"{"run":"deploy","repo":"octo/hello"}"#;
+    assert_eq!(verify_at(now_s, &good, other), Err((401, "bad_signature")));
     assert_eq!(
-        verify_at(now_s, &good, other, T0),
+        verify_at(now_s, "sha1=abc", body),
         Err((401, "bad_signature"))
     );
     let wrong_key = sign(b"another secret", now_s, body);
     assert_eq!(
-        verify_at(now_s, &wrong_key, body, T0),
+        verify_at(now_s, &wrong_key, body),
         Err((401, "bad_signature"))
     );
+    // The operator's secret itself is no repository's key, and another
+    // repository's key signs for that repository only.
+    let raw = sign(SECRET.as_bytes(), now_s, body);
+    assert_eq!(verify_at(now_s, &raw, body), Err((401, "bad_signature")));
+    let other_key = dispatch::repository_key(&secret(), "octo/other");
+    let other_repo = sign(other_key.as_bytes(), now_s, body);
     assert_eq!(
-        verify_at(now_s, "sha1=abc", body, T0),
+        verify_at(now_s, &other_repo, body),
         Err((401, "bad_signature"))
     );
-    let unsigned = dispatch::verify(Some(&secret()), None, Some(&good), body, T0).unwrap_err();
-    assert_eq!((unsigned.status, unsigned.code), (401, "unsigned"));
-    let bad_ts =
-        dispatch::verify(Some(&secret()), Some("noon"), Some(&good), body, T0).unwrap_err();
-    assert_eq!((bad_ts.status, bad_ts.code), (401, "bad_timestamp"));
-    let off = dispatch::verify(None, Some("1"), Some(&good), body, T0).unwrap_err();
-    assert_eq!((off.status, off.code), (503, "not_configured"));
+    let ts = now_s.to_string();
+    let any_case = verify_as(Some(&secret()), "OCTO/Hello", Some(&ts), &good, body);
+    assert!(
+        any_case.is_ok(),
+        "the key is the repository's whatever its spelling"
+    );
+    let unsigned = verify_as(Some(&secret()), SECRET_REPO, None, &good, body);
+    assert_eq!(unsigned, Err((401, "unsigned")));
+    let bad_ts = verify_as(Some(&secret()), SECRET_REPO, Some("noon"), &good, body);
+    assert_eq!(bad_ts, Err((401, "bad_timestamp")));
+    assert_eq!(
+        verify_as(None, SECRET_REPO, Some(&ts), &good, body),
+        Err((503, "not_configured"))
+    );
+    let short = Secret::new("short".to_owned());
+    let weak = verify_as(Some(&short), SECRET_REPO, Some(&ts), &good, body);
+    assert_eq!(
+        weak,
+        Err((503, "not_configured")),
+        "a guessable secret is refused"
+    );
 }
 
 fn refusal(body: serde_json::Value) -> (u16, &'static str, String) {
@@ -119,12 +148,8 @@ fn bad_requests_get_4xx_errors_that_say_what_is_wrong() {
             "branch name",
         ),
         (
-            json!({"run": "check", "repo": "octo/hello"}),
-            "a branch or a sha",
-        ),
-        (
-            json!({"run": "check", "repo": "octo/hello", "branch": "main", "pull_request": 0}),
-            "start at 1",
+            json!({"run": "check", "repo": "octo/hello", "branch": "main", "pull_request": 3}),
+            "pull_request",
         ),
         (
             json!({"run": "deploy", "repo": "octo/hello", "inputs": {"lower": "x"}}),
@@ -169,6 +194,15 @@ fn an_input_carrying_a_configured_secret_is_refused() {
         "{}",
         e.message
     );
+    // Encoded, it is still the secret.
+    let encoded: DispatchRequest = dispatch::parse(
+        json!({"run": "deploy", "repo": "octo/hello", "inputs": {"B64": "Y2YtdG9rZW4tMTIzNDU2"}})
+            .to_string()
+            .as_bytes(),
+    )
+    .expect("valid");
+    let cf = [Secret::new("cf-token-123456".to_owned())];
+    assert!(dispatch::refuse_secret_values(&encoded, &cf).is_err());
     // Short values are settings, not secrets: "eu" does not refuse TARGET.
     assert!(dispatch::refuse_secret_values(&req, &[Secret::new("eu".to_owned())]).is_ok());
 }
@@ -206,7 +240,10 @@ fn planned(
 ) -> Result<sluice::engine::CreateRequest, (u16, &'static str)> {
     let req = dispatch::parse(body.to_string().as_bytes()).expect("valid");
     let registry = rig.registry();
-    block_on(dispatch::plan(&registry.env.github, &req, signature)).map_err(|e| (e.status, e.code))
+    block_on(dispatch::plan(&registry.env.github, &req, signature)).map_err(|e| {
+        eprintln!("refused: {} {}: {}", e.status, e.code, e.message);
+        (e.status, e.code)
+    })
 }
 
 #[test]
@@ -216,18 +253,29 @@ fn a_dispatch_plans_its_run_through_github_named_by_its_signature() {
     rig.github.set_head(REPO, BRANCH, &b);
     let sig = "0123456789abcdef0123456789abcdef";
 
-    // A deploy without a sha deploys the default branch's head, as a push.
-    let head = planned(&rig, json!({"run": "deploy", "repo": REPO}), sig).expect("planned");
+    // A deploy without a sha deploys the default branch's head, as a push;
+    // the repository is named as GitHub spells it, whatever the request's.
+    let asked = json!({"run": "deploy", "repo": REPO.to_uppercase()});
+    let head = planned(&rig, asked, sig).expect("planned");
     let input: DeployInput = serde_json::from_value(head.input.clone()).unwrap();
     assert_eq!(
         (input.sha.as_str(), input.branch.as_str(), input.imperative),
         (b.as_str(), BRANCH, false)
     );
-    assert!(
-        head.key.ends_with(":dispatch-0123456789abcdef"),
-        "{}",
-        head.key
+    assert_eq!(
+        (input.repo.as_str(), head.repo.as_deref()),
+        (REPO, Some(REPO))
     );
+    assert_eq!(head.key, format!("deploy:{REPO}:dispatch-0123456789abcdef"));
+
+    // A sha that is not on the branch (another branch, a fork's pull
+    // request) is refused: it would deploy, or check without approval,
+    // code nobody merged.
+    let elsewhere = planned(&rig, json!({"run": "deploy", "repo": REPO, "sha": a}), sig);
+    assert_eq!(elsewhere, Err((422, "wrong_input")));
+    let unmerged = planned(&rig, json!({"run": "check", "repo": REPO, "sha": a}), sig);
+    assert_eq!(unmerged, Err((422, "wrong_input")));
+    rig.github.set_on_branch(REPO, BRANCH, &a);
 
     // An explicit revision is imperative and carries its inputs.
     let rollback = planned(
@@ -243,10 +291,15 @@ fn a_dispatch_plans_its_run_through_github_named_by_its_signature() {
         input.inputs.get("REASON").map(String::as_str),
         Some("rollback")
     );
+    let other_sig = planned(
+        &rig,
+        json!({"run": "deploy", "repo": REPO}),
+        "fedcba9876543210",
+    );
     assert_ne!(
-        rollback.id(),
+        other_sig.unwrap().id(),
         head.id(),
-        "another revision is another instance"
+        "another request is another instance"
     );
 
     // A check of a branch reports on no pull request.
@@ -286,6 +339,7 @@ fn a_dispatched_rollback_waits_for_the_group_and_deploys_its_old_revision() {
     rig.holds_in_flight(&mut b_pass);
 
     // Roll back to A while B deploys: A waits.
+    rig.github.set_on_branch(REPO, BRANCH, &a);
     let rollback = planned(
         &rig,
         json!({"run": "deploy", "repo": REPO, "sha": a}),

@@ -2345,3 +2345,122 @@ fn a_bot_the_repository_ignores_starts_nothing() {
         Some("success")
     );
 }
+
+/// Records what `accept` asks to create.
+#[derive(Default)]
+struct RecordingCreator {
+    created: std::cell::RefCell<Vec<sluice::engine::CreateRequest>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl sluice::http::webhook::InstanceCreator for RecordingCreator {
+    async fn create(
+        &self,
+        req: &sluice::engine::CreateRequest,
+    ) -> Result<sluice::engine::Created, sluice::http::ApiError> {
+        self.created.borrow_mut().push(req.clone());
+        Ok(sluice::engine::Created {
+            id: req.id().to_string(),
+            created: true,
+            status: Status::Queued,
+        })
+    }
+    async fn send(
+        &self,
+        _: &sluice::runs::triggers::EventSend,
+    ) -> Result<bool, sluice::http::ApiError> {
+        Ok(false)
+    }
+}
+
+fn rerun_intake(
+    delivery: &str,
+    of: sluice::runs::triggers::RerunOf,
+) -> sluice::http::webhook::Intake {
+    sluice::http::webhook::Intake::Act {
+        delivery: delivery.into(),
+        event: "check_run".into(),
+        action: Some("rerequested".into()),
+        repo: Some(REPO.into()),
+        creates: Vec::new(),
+        sends: Vec::new(),
+        reruns: vec![sluice::runs::triggers::Rerun {
+            of,
+            attempt: format!("rerun-{delivery}"),
+        }],
+    }
+}
+
+/// A Re-run repeats the run its check run reported, with that run's own
+/// input (a fork's approval, its pull request), under a fresh key; a
+/// suite's Re-run all repeats each run of the commit once; a run past
+/// retention (its row purged) is re-run by nothing.
+#[test]
+fn a_rerun_is_made_from_the_run_it_repeats_and_a_purged_run_reruns_nothing() {
+    use sluice::http::webhook::accept;
+    use sluice::runs::triggers::RerunOf;
+    let s = sha('a');
+    let rig = Rig::new();
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 1, "flaky\n");
+    let first = rig.check(&s);
+    assert_eq!(rig.run_to_end(&first), Status::Complete);
+    let creator = RecordingCreator::default();
+    // The instances the answer asks their objects to create, after it.
+    let mut made = Vec::new();
+
+    let of = RerunOf::Instance(first.id.clone());
+    made.extend(
+        block_on(accept(
+            rig.index.as_ref(),
+            &creator,
+            rerun_intake("d1", of),
+            rig.now(),
+            "test",
+        ))
+        .unwrap()
+        .create_after,
+    );
+    assert!(
+        creator.created.borrow().is_empty(),
+        "no object on the answer path"
+    );
+    assert_eq!(made.len(), 1);
+    assert_eq!(
+        made[0].input, first.input,
+        "the same input, approval included"
+    );
+    assert_eq!(made[0].key, format!("check:{REPO}:{}:rerun-d1", &s[..12]));
+    assert_ne!(made[0].id().as_str(), first.id);
+
+    let commit = RerunOf::Commit {
+        repo: REPO.into(),
+        sha: s.clone(),
+    };
+    made.extend(
+        block_on(accept(
+            rig.index.as_ref(),
+            &creator,
+            rerun_intake("d2", commit),
+            rig.now(),
+            "test",
+        ))
+        .unwrap()
+        .create_after,
+    );
+    assert_eq!(made.len(), 2, "the commit's one run, once");
+
+    let gone = RerunOf::Instance("check-octo-hello-purged-1".into());
+    made.extend(
+        block_on(accept(
+            rig.index.as_ref(),
+            &creator,
+            rerun_intake("d3", gone),
+            rig.now(),
+            "test",
+        ))
+        .unwrap()
+        .create_after,
+    );
+    assert_eq!(made.len(), 2, "nothing to repeat, nothing made");
+}

@@ -295,3 +295,53 @@ fn a_push_to_the_default_branch_also_records_its_schedules() {
     assert_eq!(runs(BRANCH), ["deploy", "schedules"]);
     assert_eq!(runs("feature"), ["deploy"]);
 }
+
+#[test]
+fn a_schedule_that_fires_too_often_or_never_is_refused() {
+    let m = invalid("[[schedule]]\ncron = \"*/5 * * * *\"\nrun = \"check\"\n");
+    assert!(m.contains("more often than every 15 minutes"), "{m}");
+    let m = invalid("[[schedule]]\ncron = \"0,10 3 * * *\"\nrun = \"check\"\n");
+    assert!(m.contains("more often"), "{m}");
+    let m = invalid("[[schedule]]\ncron = \"0 0 31 2 *\"\nrun = \"check\"\n");
+    assert!(m.contains("never fires"), "{m}");
+    for fine in ["*/15 * * * *", "0 3 * * *", "30 2 * * 1", "0 0 29 2 *"] {
+        let toml = format!("[[schedule]]\ncron = \"{fine}\"\nrun = \"deploy\"\n");
+        assert!(
+            matches!(config::parse(&toml), ConfigState::Valid { .. }),
+            "{fine}"
+        );
+    }
+}
+
+/// Many slots due at once fire over a few ticks, a bounded number each, and
+/// none twice.
+#[test]
+fn many_due_slots_fire_over_several_ticks_never_twice() {
+    use sluice::runs::schedule::FIRES_PER_TICK_MAX;
+    let rig = Rig::new();
+    let repos = FIRES_PER_TICK_MAX + 10;
+    let list = json!([{ "cron": "0 * * * *", "run": "check", "branch": BRANCH }]).to_string();
+    for n in 0..repos {
+        let repo = format!("octo/r{n:03}");
+        rig.github.set_head(&repo, BRANCH, &sha('a'));
+        let row = schedules::RepoSchedules {
+            repo,
+            installation_id: i64::try_from(INSTALLATION).unwrap(),
+            default_branch: BRANCH.into(),
+            schedules_json: list.clone(),
+            error: None,
+            read_ms: T0 - MINUTE_MS,
+        };
+        block_on(schedules::record(rig.index.as_ref(), &row, false)).unwrap();
+    }
+    rig.clock.set(T0);
+    assert_eq!(fire(&rig, &rig.pokes).fired, FIRES_PER_TICK_MAX);
+    rig.clock.advance(MINUTE_MS);
+    assert_eq!(fire(&rig, &rig.pokes).fired, 10);
+    rig.clock.advance(MINUTE_MS);
+    assert_eq!(fire(&rig, &rig.pokes).fired, 0);
+    let mut poked = rig.pokes.poked.borrow().clone();
+    poked.sort();
+    poked.dedup();
+    assert_eq!(poked.len() as u32, repos, "each repository's slot once");
+}

@@ -19,7 +19,7 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use sluice::github::webhook::{parse, Event, ParseError};
-use sluice::runs::triggers::{plan, CheckInput, DeployInput, Plan};
+use sluice::runs::triggers::{plan, CheckInput, DeployInput, Plan, Rerun, RerunOf};
 use sluice_fuzz::{check_planned_create, is_lower_sha, line, plan_context, APP_ID, APP_SLUG};
 
 /// Pull request actions that mean new code to check (`runs::triggers`).
@@ -81,12 +81,13 @@ fuzz_target!(|data: &[u8]| {
             assert!(sluice::engine::InstanceId::parse(&sends[0].instance_id).is_ok());
             return;
         }
+        Plan::Rerun(reruns) => {
+            assert!(!from_own_bot(&ev), "Sluice's own action planned {p:?}");
+            check_reruns(&ev, reruns);
+            return;
+        }
     };
     assert!(!from_own_bot(&ev), "Sluice's own action planned {p:?}");
-    if let Event::CheckRun(_) | Event::CheckSuite(_) = &ev {
-        check_reruns(&ev, creates);
-        return;
-    }
     // A push to the default branch also records its schedules.
     let records_schedules = matches!(&ev, Event::Push(p)
         if p.repository.default_branch.as_deref() == p.git_ref.strip_prefix("refs/heads/"));
@@ -150,20 +151,29 @@ fn from_own_bot(ev: &Event) -> bool {
     login.eq_ignore_ascii_case(&format!("{APP_SLUG}[bot]"))
 }
 
-/// A re-run is asked for (`rerequested`) of Sluice's own App, and every
-/// attempt it starts is new: named by this delivery, never a finished id.
-fn check_reruns(ev: &Event, creates: &[sluice::engine::CreateRequest]) {
+/// A re-run is asked for (`rerequested`) of Sluice's own App; it names a
+/// valid instance (a check run's) or the suite's commit, and its attempt is
+/// this delivery's, so it is never a finished instance.
+fn check_reruns(ev: &Event, reruns: &[Rerun]) {
     let (action, app) = match ev {
         Event::CheckRun(e) => (&e.action, e.check_run.app.as_ref().map(|a| a.id)),
         Event::CheckSuite(e) => (&e.action, e.check_suite.app.as_ref().map(|a| a.id)),
-        _ => unreachable!("only check runs and suites re-run"),
+        _ => panic!("{ev:?} planned re-runs"),
     };
     assert_eq!(action, "rerequested");
     assert_eq!(app.map(|id| id.to_string()).as_deref(), Some(APP_ID));
-    assert!(!creates.is_empty());
-    for c in creates {
-        check_planned_create(c);
-        assert!(c.key.ends_with(&format!(":rerun-{DELIVERY}")), "{}", c.key);
-        assert!(c.run == "check" || c.run == "deploy", "{}", c.run);
+    assert_eq!(reruns.len(), 1);
+    let r = &reruns[0];
+    assert_eq!(r.attempt, format!("rerun-{DELIVERY}"));
+    match (&r.of, ev) {
+        (RerunOf::Instance(id), Event::CheckRun(e)) => {
+            assert_eq!(Some(id.as_str()), e.check_run.external_id.as_deref());
+            assert!(sluice::engine::InstanceId::parse(id).is_ok());
+        }
+        (RerunOf::Commit { repo, sha }, Event::CheckSuite(e)) => {
+            assert_eq!(repo, &e.repository.full_name);
+            assert!(is_lower_sha(sha), "{sha}");
+        }
+        (of, _) => panic!("{ev:?} planned a re-run of {of:?}"),
     }
 }

@@ -243,6 +243,13 @@ struct CheckRunList {
     check_runs: Vec<CheckRunAnswer>,
 }
 
+/// A repository as `GET /repos/{o}/{r}` answers it (the fields Sluice uses).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RepositoryInfo {
+    pub full_name: String,
+    pub default_branch: String,
+}
+
 #[derive(Deserialize)]
 struct ErrorAnswer {
     message: String,
@@ -507,22 +514,42 @@ impl<'a> GitHub<'a> {
             .map_err(|_| GitHubError::permanent(format!("{path} is not UTF-8 text")))
     }
 
-    /// The repository's default branch, or None for a repository GitHub
-    /// does not show this installation.
-    pub async fn default_branch(
+    /// The repository as GitHub names it (`full_name`, in its own letter
+    /// case) and its default branch; None for one this installation cannot see.
+    pub async fn repository(
         &self,
         installation: u64,
         repo: &str,
-    ) -> Result<Option<String>, GitHubError> {
-        #[derive(Deserialize)]
-        struct RepoAnswer {
-            default_branch: String,
-        }
+    ) -> Result<Option<RepositoryInfo>, GitHubError> {
         let path = format!("/repos/{}", segs(repo));
+        self.get::<RepositoryInfo>(installation, repo, &path, "repository")
+            .await
+    }
+
+    /// Whether `sha` is on `branch`: its head, or an ancestor of it
+    /// (`GET /repos/{o}/{r}/compare/{branch}...{sha}` is `identical` or
+    /// `behind`). An unknown commit (404) is not on it.
+    pub async fn is_on_branch(
+        &self,
+        installation: u64,
+        repo: &str,
+        branch: &str,
+        sha: &str,
+    ) -> Result<bool, GitHubError> {
+        #[derive(Deserialize)]
+        struct Comparison {
+            status: String,
+        }
+        let path = format!(
+            "/repos/{}/compare/{}...{}",
+            segs(repo),
+            seg(branch),
+            seg(sha)
+        );
         let found = self
-            .get::<RepoAnswer>(installation, repo, &path, "repository")
+            .get::<Comparison>(installation, repo, &path, "comparison")
             .await?;
-        Ok(found.map(|r| r.default_branch))
+        Ok(found.is_some_and(|c| c.status == "identical" || c.status == "behind"))
     }
 
     /// The commit a branch points at, or None when the branch is gone.

@@ -1,17 +1,24 @@
 //! Action-mode dispatch (`POST /v1/dispatch`): a workflow step (the
 //! composite action `action.yml`) starts a named run with inputs.
 //!
+//! Each repository has a key of its own, derived from the operator's
+//! `DISPATCH_SECRET` (`repository_key`: HMAC-SHA256 of the lowercased
+//! `owner/name`), so one repository's workflows can dispatch for it alone.
 //! The request carries `X-Sluice-Timestamp` (Unix seconds) and
-//! `X-Sluice-Signature: sha256=<hex HMAC-SHA256(DISPATCH_SECRET,
-//! "<timestamp>.<body>")>`. A request older than `DISPATCH_WINDOW_MS`, or
-//! one whose signature was already used (`dispatch_signatures`), is 401.
-//! The instance is named by the signature, so a request that raced its own
-//! replay still starts one run.
+//! `X-Sluice-Signature: sha256=<hex HMAC-SHA256(key, "<timestamp>.<body>")>`.
+//! A request older than `DISPATCH_WINDOW_MS`, or one whose signature was
+//! already used (`dispatch_signatures`), is 401. The instance is named by
+//! the signature alone, so a request that raced its own replay, or a retry
+//! after the branch moved, still starts one run.
 //!
-//! A deploy naming `sha` is imperative (a rollback, a hotfix): the queue
-//! policy neither skips it nor lets it skip others, and it deploys that
-//! revision whatever the branch's head is; it still waits for the group.
-//! Without `sha`, the branch's head is deployed as a push would.
+//! A named `sha` must be on the branch (the branch's head or an ancestor of
+//! it, by GitHub's compare): code nobody merged there (another branch, a
+//! fork's pull request) is never dispatched, so it never sees a deploy's
+//! secrets and never skips a fork's approval. A deploy naming `sha` is
+//! imperative (a rollback, a hotfix): the queue policy neither skips it nor
+//! lets it skip others, and it deploys that revision whatever the branch's
+//! head is; it still waits for the group. Without `sha`, the branch's head
+//! is run, as a push would.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +44,9 @@ pub const DISPATCH_BODY_BYTES_MAX: usize = 64 * 1024;
 pub const INPUTS_MAX: usize = 20;
 pub const INPUT_NAME_CHARS_MAX: usize = 64;
 pub const INPUT_VALUE_BYTES_MAX: usize = 1024;
+/// A shorter operator secret could be guessed offline from one captured
+/// request (its signature is an oracle): 32 characters of a random token.
+pub const DISPATCH_SECRET_CHARS_MIN: usize = 32;
 /// Git refuses longer ref names on most filesystems.
 const BRANCH_CHARS_MAX: usize = 255;
 
@@ -53,14 +63,36 @@ pub struct DispatchRequest {
     /// The branch to check or deploy (a deploy's default: the default branch).
     #[serde(default)]
     pub branch: Option<String>,
-    /// An explicit revision (40 hex digits).
+    /// An explicit revision (40 hex digits) on the branch.
     #[serde(default)]
     pub sha: Option<String>,
-    /// The pull request a check reports on, if any.
-    #[serde(default)]
-    pub pull_request: Option<u64>,
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
+}
+
+/// A repository's dispatch key: what its workflows hold (`SLUICE_DISPATCH_KEY`),
+/// never the operator's secret itself. Hex, so it is a plain string secret.
+pub fn repository_key(secret: &Secret, repo: &str) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes()) else {
+        return String::new();
+    };
+    mac.update(b"sluice-dispatch:");
+    mac.update(repo.to_ascii_lowercase().as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// The repository a request claims, to derive the key its signature must
+/// be made with (nothing else of the body is read before the signature).
+pub fn claimed_repo(body: &[u8]) -> Result<String, ApiError> {
+    #[derive(Deserialize)]
+    struct Claim {
+        repo: String,
+    }
+    serde_json::from_slice::<Claim>(body)
+        .map(|c| c.repo)
+        .map_err(|_| {
+            ApiError::bad_request("bad_json", "the body must be a JSON object naming `repo`")
+        })
 }
 
 /// `sha256=<hex>` over `<timestamp>.<body>`: what the action sends.
@@ -77,18 +109,26 @@ fn unauthorized(code: &'static str, message: &str) -> ApiError {
     ApiError::new(401, code, message)
 }
 
-/// Checks the signature and its age; the signature's hex (the request's
-/// identity) when both are good.
+/// Checks the signature, made with the claimed repository's key, and its
+/// age; the signature's hex (the request's identity) when both are good.
 pub fn verify(
     secret: Option<&Secret>,
+    repo: &str,
     timestamp: Option<&str>,
     signature: Option<&str>,
     body: &[u8],
     now_ms: i64,
 ) -> Result<String, ApiError> {
     let secret = secret
-        .filter(|s| !s.expose().is_empty())
-        .ok_or_else(|| ApiError::new(503, "not_configured", "DISPATCH_SECRET is not set"))?;
+        .filter(|s| s.expose().len() >= DISPATCH_SECRET_CHARS_MIN)
+        .ok_or_else(|| {
+            ApiError::new(
+                503,
+                "not_configured",
+                format!("DISPATCH_SECRET is not set (or shorter than {DISPATCH_SECRET_CHARS_MIN} characters)"),
+            )
+        })?;
+    let key = repository_key(secret, repo);
     let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
         return Err(unauthorized(
             "unsigned",
@@ -110,7 +150,7 @@ pub fn verify(
         .strip_prefix("sha256=")
         .and_then(|h| hex::decode(h).ok())
         .ok_or_else(|| unauthorized("bad_signature", "the signature is not sha256=<hex>"))?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes())
         .map_err(|_| unauthorized("bad_signature", "the signature does not match"))?;
     mac.update(format!("{ts}.").as_bytes());
     mac.update(body);
@@ -150,12 +190,6 @@ pub fn parse(body: &[u8]) -> Result<DispatchRequest, ApiError> {
         if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) || is_zero(sha) {
             return Err(wrong_input("sha must be a commit id (40 hex digits)"));
         }
-    }
-    if req.run == RunName::Check.as_str() && req.branch.is_none() && req.sha.is_none() {
-        return Err(wrong_input("a check needs a branch or a sha"));
-    }
-    if req.pull_request == Some(NO_PULL_REQUEST) {
-        return Err(wrong_input("pull_request numbers start at 1"));
     }
     check_inputs(&req.inputs)?;
     Ok(req)
@@ -225,14 +259,17 @@ fn check_inputs(inputs: &BTreeMap<String, String>) -> Result<(), ApiError> {
 /// input is not refused for containing one.
 const SECRET_MATCH_CHARS_MIN: usize = 8;
 
-/// Inputs are journaled and shown: one that carries a configured secret
-/// (or contains one) is refused before anything stores it.
+/// Inputs are journaled and shown: one that carries a configured secret,
+/// in any form the log scrubber knows (plain, base64, URL- or JSON-encoded,
+/// wrapped), is refused before anything stores it.
 pub fn refuse_secret_values(req: &DispatchRequest, secrets: &[Secret]) -> Result<(), ApiError> {
-    let leaked = req.inputs.iter().find(|(_, v)| {
+    let redactor = sluice_redact::Redactor::new(
         secrets
             .iter()
-            .any(|s| s.expose().len() >= SECRET_MATCH_CHARS_MIN && v.contains(s.expose()))
-    });
+            .map(|s| s.expose().as_str())
+            .filter(|s| s.len() >= SECRET_MATCH_CHARS_MIN),
+    );
+    let leaked = req.inputs.iter().find(|(_, v)| redactor.redact(v) != **v);
     match leaked {
         Some((name, _)) => Err(wrong_input(format!(
             "input {name} carries a secret: inputs are recorded and shown, secrets come from the operator's environments"
@@ -245,8 +282,9 @@ fn github_error(e: GitHubError) -> ApiError {
     ApiError::new(502, "github_unavailable", format!("GitHub: {}", e.message))
 }
 
-/// The instance a dispatch starts: the repository's installation and the
-/// revision resolved through GitHub, named by the request's signature.
+/// The instance a dispatch starts: the repository's installation, its
+/// name as GitHub spells it (group and pool keys must match a webhook's)
+/// and the revision, resolved through GitHub; named by the signature.
 pub async fn plan(
     github: &GitHub<'_>,
     req: &DispatchRequest,
@@ -257,42 +295,65 @@ pub async fn plan(
         .await
         .map_err(github_error)?
         .ok_or_else(|| ApiError::not_found(format!("the App is not installed on {}", req.repo)))?;
-    let default_branch = github
-        .default_branch(installation_id, &req.repo)
+    let found = github
+        .repository(installation_id, &req.repo)
         .await
         .map_err(github_error)?
         .ok_or_else(|| ApiError::not_found(format!("no repository {}", req.repo)))?;
-    let branch = req.branch.clone().unwrap_or_else(|| default_branch.clone());
-    let sha = match &req.sha {
-        Some(sha) => sha.to_ascii_lowercase(),
-        None => github
-            .branch_head(installation_id, &req.repo, &branch)
-            .await
-            .map_err(github_error)?
-            .ok_or_else(|| wrong_input(format!("{} has no branch {branch:?}", req.repo)))?,
-    };
+    let repo = found.full_name.as_str();
+    let branch = req
+        .branch
+        .clone()
+        .unwrap_or_else(|| found.default_branch.clone());
+    let sha = revision(github, installation_id, repo, &branch, req.sha.as_deref()).await?;
     let at = RunTarget {
-        repo: &req.repo,
-        default_branch: Some(&default_branch),
+        repo,
+        default_branch: Some(&found.default_branch),
         installation_id,
         sha: &sha,
         sender: "dispatch",
     };
-    let attempt = format!("dispatch-{}", &signature_hex[..signature_hex.len().min(16)]);
     let planned = if req.run == RunName::Deploy.as_str() {
-        deploy_create(&at, &branch, None, Some(&attempt))
+        deploy_create(&at, &branch, None, None)
     } else {
-        let pr = req.pull_request.unwrap_or(NO_PULL_REQUEST);
-        check_create(&at, pr, false, Some(&attempt)).map(|mut c| {
-            if pr == NO_PULL_REQUEST {
-                c.entity = Some(format!("branch:{branch}"));
-            }
+        check_create(&at, NO_PULL_REQUEST, false, None).map(|mut c| {
+            c.entity = Some(format!("branch:{branch}"));
             c
         })
     };
     let mut create = planned.ok_or_else(|| wrong_input(format!("{sha} is not a commit id")))?;
+    let id = &signature_hex[..signature_hex.len().min(16)];
+    create.key = format!("{}:{repo}:dispatch-{id}", create.run);
     with_dispatch_input(&mut create, req)?;
     Ok(create)
+}
+
+/// The commit to run: the branch's head, or the named sha when it is on
+/// the branch (its head or an ancestor).
+async fn revision(
+    github: &GitHub<'_>,
+    installation_id: u64,
+    repo: &str,
+    branch: &str,
+    sha: Option<&str>,
+) -> Result<String, ApiError> {
+    let Some(sha) = sha.map(str::to_ascii_lowercase) else {
+        return github
+            .branch_head(installation_id, repo, branch)
+            .await
+            .map_err(github_error)?
+            .ok_or_else(|| wrong_input(format!("{repo} has no branch {branch:?}")));
+    };
+    let on_branch = github
+        .is_on_branch(installation_id, repo, branch, &sha)
+        .await
+        .map_err(github_error)?;
+    if !on_branch {
+        return Err(wrong_input(format!(
+            "{sha} is not on {branch}: only commits merged there are dispatched"
+        )));
+    }
+    Ok(sha)
 }
 
 /// The request's inputs, and for a deploy of an explicit revision the

@@ -170,7 +170,7 @@ pub fn checks(f: &Findings) -> Vec<SetupCheck> {
         optional(
             "dispatch_secret",
             f.dispatch_secret,
-            "POST /v1/dispatch is refused (503)",
+            "(or shorter than 32 characters): POST /v1/dispatch is refused (503)",
         ),
         optional(
             "log_link_secret",

@@ -8,7 +8,7 @@ use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
 use crate::obs::{self, Kind, Subject};
-use crate::runs::triggers::{self, EventSend, Plan, PlanContext};
+use crate::runs::triggers::{self, EventSend, Plan, PlanContext, Rerun, RerunOf, RerunSource};
 use crate::store::executions::{self, DeliveryRow};
 use crate::store::Database;
 
@@ -35,6 +35,8 @@ pub enum Intake {
         creates: Vec<CreateRequest>,
         /// Events for existing instances (a pressed check-run button).
         sends: Vec<EventSend>,
+        /// Fresh attempts of existing runs, resolved in `accept`.
+        reruns: Vec<Rerun>,
     },
 }
 
@@ -132,6 +134,7 @@ pub fn intake(
             repo,
             creates,
             sends: Vec::new(),
+            reruns: Vec::new(),
         }),
         Plan::Send(sends) => Ok(Intake::Act {
             delivery: delivery.to_owned(),
@@ -140,8 +143,57 @@ pub fn intake(
             repo,
             creates: Vec::new(),
             sends,
+            reruns: Vec::new(),
+        }),
+        Plan::Rerun(reruns) => Ok(Intake::Act {
+            delivery: delivery.to_owned(),
+            event: event.to_owned(),
+            action,
+            repo,
+            creates: Vec::new(),
+            sends: Vec::new(),
+            reruns,
         }),
     }
+}
+
+/// The most runs one commit's "Re-run all" repeats: a check per pull
+/// request of the commit and its deploy lanes, far fewer in practice.
+pub const RERUNS_PER_COMMIT_MAX: u32 = 20;
+
+/// The instances re-runs ask for, made from the runs they repeat as the
+/// index records them; a run past retention (or never Sluice's) is gone,
+/// so a replayed old delivery re-runs nothing.
+async fn resolve_reruns(
+    db: &dyn Database,
+    reruns: &[Rerun],
+) -> Result<Vec<CreateRequest>, ApiError> {
+    let mut out = Vec::new();
+    for r in reruns {
+        let rows = match &r.of {
+            RerunOf::Instance(id) => executions::get(db, id).await?.into_iter().collect(),
+            RerunOf::Commit { repo, sha } => {
+                executions::runs_of_commit(db, repo, sha, RERUNS_PER_COMMIT_MAX).await?
+            }
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for row in rows.iter().rev() {
+            // The newest attempt of each run, once.
+            if !seen.insert(triggers::base_key(&row.key).to_owned()) {
+                continue;
+            }
+            let source = RerunSource {
+                key: &row.key,
+                run: &row.run,
+                input_json: &row.input_json,
+                repo: row.repo.as_deref(),
+                entity: row.entity.as_deref(),
+                sha: row.sha.as_deref(),
+            };
+            out.extend(triggers::rerun_create(&source, &r.attempt));
+        }
+    }
+    Ok(out)
 }
 
 /// What intake checks a delivery against: the operator's configuration.
@@ -269,7 +321,7 @@ pub async fn accept(
     now_ms: i64,
     request_id: &str,
 ) -> Result<Accepted, ApiError> {
-    let (delivery, event, action, repo, creates, sends) = match intake {
+    let (delivery, event, action, repo, mut creates, sends, reruns) = match intake {
         Intake::Ignored { event, reason } => {
             let body = json!({ "ignored": true, "event": event, "reason": reason });
             return Ok(Accepted {
@@ -285,7 +337,8 @@ pub async fn accept(
             repo,
             creates,
             sends,
-        } => (delivery, event, action, repo, creates, sends),
+            reruns,
+        } => (delivery, event, action, repo, creates, sends, reruns),
     };
     let received = obs::event(Kind::DeliveryReceived)
         .request(request_id)
@@ -308,6 +361,7 @@ pub async fn accept(
         .field("creates", creates.len())
         .field("sends", sends.len())
         .emit();
+    creates.extend(resolve_reruns(db, &reruns).await?);
     // Events first: the delivery is recorded only once they were sent, so
     // a redelivery after a failure sends them again.
     let mut sent = Vec::with_capacity(sends.len());

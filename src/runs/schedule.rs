@@ -41,9 +41,21 @@ pub const SCHEDULES_MAX: usize = 10;
 /// every minute, and ten cover a few lost ticks (a Worker deploy, an
 /// outage) without firing a slot long past.
 pub const SCHEDULE_LATE_MS_MAX: i64 = 10 * 60_000;
-/// Repositories with schedules read per sweep: one D1 page, far more than
-/// one installation has; a larger fleet is sharded (docs/capacity.md).
-pub const SCHEDULED_REPOS_MAX: u32 = 1_000;
+/// Repositories with schedules read per D1 page.
+pub const SCHEDULED_REPOS_PAGE: u32 = 1_000;
+/// Pages read per tick: 10,000 repositories with schedules, more than one
+/// D1 database serves well (docs/capacity.md); past it, shard.
+pub const SCHEDULED_REPO_PAGES_MAX: u32 = 10;
+/// New slots fired per tick (each a few GitHub and D1 calls, well inside
+/// one invocation's subrequest limit); the rest fire on the next ticks,
+/// so 500 slots due at once all fire within the 10-minute lateness bound.
+pub const FIRES_PER_TICK_MAX: u32 = 50;
+/// Schedules fire at most this often: a run is a check run, a container
+/// and installation rate limit; a cron every minute is a mistake or abuse.
+pub const SCHEDULE_INTERVAL_MS_MIN: i64 = 15 * 60_000;
+/// Occurrences inspected to check the interval: every gap of any cron
+/// within a day shows in the first 200 at 15-minute spacing or wider.
+const INTERVAL_SAMPLES: usize = 200;
 /// Slot records are kept this long: past the lateness bound, no tick can
 /// reach their slot again.
 pub const SLOTS_KEPT_MS: i64 = 24 * 3600 * 1000;
@@ -65,6 +77,28 @@ impl Scheduled {
     }
 }
 
+/// A cron expression (five fields, UTC) that fires at least once a year
+/// and at most every 15 minutes, or why not.
+pub fn parse_schedule_cron(expr: &str) -> Result<Cron, String> {
+    let cron = parse_cron(expr)?;
+    // A fixed start keeps validation deterministic (2026-01-01T00:00Z).
+    let start = chrono::DateTime::from_timestamp(1_767_225_600, 0).ok_or("bad reference time")?;
+    let mut it = cron.iter_after(start);
+    let Some(mut last) = it.next() else {
+        return Err(format!("cron {expr:?} never fires"));
+    };
+    for next in it.take(INTERVAL_SAMPLES) {
+        if (next - last).num_milliseconds() < SCHEDULE_INTERVAL_MS_MIN {
+            return Err(format!(
+                "cron {expr:?} fires more often than every {} minutes",
+                SCHEDULE_INTERVAL_MS_MIN / 60_000
+            ));
+        }
+        last = next;
+    }
+    Ok(cron)
+}
+
 /// A cron expression (five fields, UTC), or why not.
 pub fn parse_cron(expr: &str) -> Result<Cron, String> {
     let fields = expr.split_whitespace().count();
@@ -84,7 +118,7 @@ pub fn validate(list: &[ScheduleConfig]) -> Result<(), String> {
     }
     for (i, s) in list.iter().enumerate() {
         let at = |m: String| format!("[[schedule]] {}: {m}", i + 1);
-        parse_cron(&s.cron).map_err(at)?;
+        parse_schedule_cron(&s.cron).map_err(at)?;
         match RunName::parse(&s.run) {
             Some(RunName::Check | RunName::Deploy) => {}
             _ => {
@@ -234,39 +268,51 @@ pub struct Scheduler<'a> {
 }
 
 impl Scheduler<'_> {
-    /// Fires every recorded schedule whose slot is due at `now_ms`.
+    /// Fires every recorded schedule whose slot is due at `now_ms`, at most
+    /// `FIRES_PER_TICK_MAX` new ones (the next tick fires the rest).
     pub async fn fire(&self, now_ms: i64) -> FireReport {
         let mut report = FireReport::default();
-        let repos = match store::with_schedules(self.db, SCHEDULED_REPOS_MAX).await {
-            Ok(r) => r,
-            Err(_) => {
+        let mut after = String::new();
+        for _ in 0..SCHEDULED_REPO_PAGES_MAX {
+            let Ok(repos) = store::with_schedules(self.db, &after, SCHEDULED_REPOS_PAGE).await
+            else {
                 report.failed += 1;
-                return report;
+                break;
+            };
+            for repo in &repos {
+                self.fire_repo(repo, now_ms, &mut report).await;
             }
-        };
-        for repo in &repos {
-            let list: Vec<Scheduled> =
-                serde_json::from_str(&repo.schedules_json).unwrap_or_default();
-            for s in &list {
-                let Some(slot_ms) = parse_cron(&s.cron).ok().and_then(|c| due_slot(&c, now_ms))
-                else {
-                    continue;
-                };
-                match self.fire_slot(repo, s, slot_ms, now_ms).await {
-                    Ok(Fired::Created) => report.fired += 1,
-                    Ok(Fired::Live) => report.live += 1,
-                    Ok(Fired::Already) => {}
-                    Err(_) => report.failed += 1,
+            match repos.last() {
+                Some(last) if repos.len() == SCHEDULED_REPOS_PAGE as usize => {
+                    after = last.repo.clone()
                 }
+                _ => break,
             }
         }
-        if store::purge_slots(self.db, now_ms - SLOTS_KEPT_MS, SCHEDULED_REPOS_MAX)
-            .await
-            .is_err()
-        {
+        let purged =
+            store::purge_slots(self.db, now_ms - SLOTS_KEPT_MS, SCHEDULED_REPOS_PAGE).await;
+        if purged.is_err() {
             report.failed += 1;
         }
         report
+    }
+
+    async fn fire_repo(&self, repo: &RepoSchedules, now_ms: i64, report: &mut FireReport) {
+        let list: Vec<Scheduled> = serde_json::from_str(&repo.schedules_json).unwrap_or_default();
+        for s in &list {
+            if report.fired + report.live + report.failed >= FIRES_PER_TICK_MAX {
+                return;
+            }
+            let Some(slot_ms) = parse_cron(&s.cron).ok().and_then(|c| due_slot(&c, now_ms)) else {
+                continue;
+            };
+            match self.fire_slot(repo, s, slot_ms, now_ms).await {
+                Ok(Fired::Created) => report.fired += 1,
+                Ok(Fired::Live) => report.live += 1,
+                Ok(Fired::Already) => {}
+                Err(_) => report.failed += 1,
+            }
+        }
     }
 
     async fn fire_slot(

@@ -27,6 +27,65 @@ pub enum Plan {
     Create(Vec<CreateRequest>),
     /// Events for running instances: a button of their check run pressed.
     Send(Vec<EventSend>),
+    /// Fresh attempts of runs that exist: resolved against the index at
+    /// intake (`http::webhook::accept`), so a re-run repeats the very run
+    /// it names (its input, its approval, its branch), never what a payload
+    /// claims.
+    Rerun(Vec<Rerun>),
+}
+
+/// One re-run asked for by a `rerequested` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rerun {
+    pub of: RerunOf,
+    /// `rerun-<delivery>`: a redelivery is the same attempt, a new press another.
+    pub attempt: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RerunOf {
+    /// The instance a check run reported (its `external_id`).
+    Instance(String),
+    /// Every Sluice run of a commit (a check suite's Re-run all).
+    Commit { repo: String, sha: String },
+}
+
+/// What a re-run is made from: an existing instance's index row.
+pub struct RerunSource<'a> {
+    pub key: &'a str,
+    pub run: &'a str,
+    pub input_json: &'a str,
+    pub repo: Option<&'a str>,
+    pub entity: Option<&'a str>,
+    pub sha: Option<&'a str>,
+}
+
+/// The marker between a run's key and its attempt.
+const RERUN_MARK: &str = ":rerun-";
+
+/// The key a run's attempts share: its key without any attempt suffix.
+pub fn base_key(key: &str) -> &str {
+    key.find(RERUN_MARK).map_or(key, |i| &key[..i])
+}
+
+/// A fresh attempt of `source` (a check or a deploy; other runs are not
+/// re-run from GitHub): the same input under `<base key>:<attempt>`.
+pub fn rerun_create(source: &RerunSource<'_>, attempt: &str) -> Option<CreateRequest> {
+    let name = RunName::parse(source.run)?;
+    if !matches!(name, RunName::Check | RunName::Deploy) {
+        return None;
+    }
+    let input: serde_json::Value = serde_json::from_str(source.input_json).ok()?;
+    Some(CreateRequest {
+        key: format!("{}:{attempt}", base_key(source.key)),
+        run: name.as_str().into(),
+        input,
+        repo: source.repo.map(str::to_owned),
+        entity: source.entity.map(str::to_owned),
+        sha: source.sha.map(str::to_owned),
+        max_steps: None,
+        max_duration_ms: None,
+    })
 }
 
 /// An event for an instance, decided at the edge.
@@ -209,38 +268,29 @@ fn rerun_suffix(cx: &PlanContext<'_>) -> String {
 }
 
 /// `check_run` `rerequested` (the Re-run button): a fresh attempt of the
-/// check or deploy it reported, as a new instance.
+/// instance its Sluice check run reported.
 fn plan_rerun(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
-    let head_sha = run.check_run.head_sha.as_deref().unwrap_or_default();
-    let suite = run.check_run.check_suite.as_ref();
-    let prs: Vec<u64> = run
-        .check_run
-        .pull_requests
-        .iter()
-        .map(|p| p.number)
-        .collect();
-    let at = RunTarget::of(&run.repository, run.installation.id, head_sha, &run.sender);
-    let creates = match run.check_run.name.as_deref() {
-        Some(super::check::CHECK_RUN_NAME) => prs
-            .iter()
-            .filter_map(|n| check_create(&at, *n, false, Some(&rerun_suffix(cx))))
-            .collect(),
-        Some(super::deploy::DEPLOY_CHECK_NAME) => suite
-            .and_then(|s| s.head_branch.as_deref())
-            .and_then(|b| deploy_create(&at, b, None, Some(&rerun_suffix(cx))))
-            .into_iter()
-            .collect(),
+    match run.check_run.name.as_deref() {
+        Some(super::check::CHECK_RUN_NAME | super::deploy::DEPLOY_CHECK_NAME) => {}
         other => return Plan::Ignore(format!("check run {other:?} is not Sluice's")),
-    };
-    nonempty(
-        creates,
-        "the check run names no pull request or branch to re-run",
-    )
+    }
+    match run
+        .check_run
+        .external_id
+        .as_deref()
+        .filter(|id| InstanceId::parse(id).is_ok())
+    {
+        Some(id) => Plan::Rerun(vec![Rerun {
+            of: RerunOf::Instance(id.to_owned()),
+            attempt: rerun_suffix(cx),
+        }]),
+        None => Plan::Ignore("the check run names no Sluice instance".into()),
+    }
 }
 
 /// `check_suite`: `requested` (a new suite after a push) starts nothing,
 /// since `pull_request` and `push` start the runs; `rerequested` (Re-run
-/// all) re-runs the suite's check for each pull request and its deploy.
+/// all) re-runs every Sluice run of the suite's commit.
 fn plan_check_suite(suite: &CheckSuiteEvent, cx: &PlanContext<'_>) -> Plan {
     if !is_ours(suite.check_suite.app.as_ref().map(|a| a.id), cx) {
         return Plan::Ignore("a check suite of another App".into());
@@ -251,36 +301,22 @@ fn plan_check_suite(suite: &CheckSuiteEvent, cx: &PlanContext<'_>) -> Plan {
             suite.action
         ));
     }
-    let s = &suite.check_suite;
-    let at = RunTarget::of(
-        &suite.repository,
-        suite.installation.id,
-        s.head_sha.as_deref().unwrap_or_default(),
-        &suite.sender,
-    );
-    let suffix = rerun_suffix(cx);
-    let mut creates: Vec<CreateRequest> = s
-        .pull_requests
-        .iter()
-        .filter_map(|p| check_create(&at, p.number, false, Some(&suffix)))
-        .collect();
-    creates.extend(
-        s.head_branch
-            .as_deref()
-            .and_then(|b| deploy_create(&at, b, None, Some(&suffix))),
-    );
-    nonempty(
-        creates,
-        "the suite names no pull request or branch to re-run",
-    )
-}
-
-fn nonempty(creates: Vec<CreateRequest>, why: &str) -> Plan {
-    if creates.is_empty() {
-        Plan::Ignore(why.into())
-    } else {
-        Plan::Create(creates)
+    let sha = suite
+        .check_suite
+        .head_sha
+        .as_deref()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if !valid_sha(&sha) {
+        return Plan::Ignore("the suite names no commit".into());
     }
+    Plan::Rerun(vec![Rerun {
+        of: RerunOf::Commit {
+            repo: suite.repository.full_name.clone(),
+            sha,
+        },
+        attempt: rerun_suffix(cx),
+    }])
 }
 
 /// What every planned run is about.
@@ -670,43 +706,30 @@ mod tests {
     }
 
     #[test]
-    fn a_rerequested_check_run_is_a_new_attempt_named_by_its_delivery() {
+    fn a_rerequested_check_run_is_a_new_attempt_of_the_instance_it_reported() {
         let cx = PlanContext {
             app_id: Some("77"),
             ..CX
         };
-        let Plan::Create(reqs) = plan(&rerequested("sluice/check", 77, &[7]), &cx) else {
+        let Plan::Rerun(r) = plan(&rerequested("sluice/check", 77, &[7]), &cx) else {
             panic!()
         };
-        assert_eq!(reqs.len(), 1);
-        assert_eq!(
-            reqs[0].key,
-            format!("check:octo/hello:0123456789ab:rerun-{}", CX.delivery)
-        );
-        assert_ne!(
-            reqs[0].id().as_str(),
-            "check-octo-hello-aa-1",
-            "never the finished instance"
-        );
-        assert_eq!(reqs[0].input["pr_number"], 7);
+        let want = Rerun {
+            of: RerunOf::Instance("check-octo-hello-aa-1".into()),
+            attempt: format!("rerun-{}", CX.delivery),
+        };
+        assert_eq!(r, [want.clone()]);
         let again = PlanContext {
             delivery: "another-delivery",
             ..cx
         };
-        let Plan::Create(other) = plan(&rerequested("sluice/check", 77, &[7]), &again) else {
+        let Plan::Rerun(other) = plan(&rerequested("sluice/deploy", 77, &[]), &again) else {
             panic!()
         };
         assert_ne!(
-            other[0].key, reqs[0].key,
+            other[0].attempt, want.attempt,
             "a second press is a third attempt"
         );
-        // A deploy's re-run is a new arrival at the gate for its branch.
-        let Plan::Create(d) = plan(&rerequested("sluice/deploy", 77, &[]), &cx) else {
-            panic!()
-        };
-        assert_eq!(d[0].run, "deploy");
-        assert_eq!(d[0].input["branch"], "main");
-        assert!(d[0].key.ends_with(&format!(":rerun-{}", CX.delivery)));
         // Another App's check run, or one that is not Sluice's, starts nothing.
         assert!(matches!(
             plan(&rerequested("sluice/check", 99, &[7]), &cx),
@@ -719,11 +742,43 @@ mod tests {
     }
 
     #[test]
-    fn check_suites_rerun_everything_on_rerequest_and_nothing_on_request() {
+    fn a_rerun_repeats_the_runs_own_input_under_a_fresh_key() {
+        let input = json!({"repo": "octo/hello", "sha": "a".repeat(40), "installation_id": 42,
+                           "pr_number": 7, "needs_approval": true, "sender": "ana"});
+        let text = input.to_string();
+        let source = RerunSource {
+            key: "check:octo/hello:aaaaaaaaaaaa:rerun-d1",
+            run: "check",
+            input_json: &text,
+            repo: Some("octo/hello"),
+            entity: Some("pr:7"),
+            sha: Some("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+        };
+        let c = rerun_create(&source, "rerun-d2").expect("a check re-runs");
+        assert_eq!(
+            c.key, "check:octo/hello:aaaaaaaaaaaa:rerun-d2",
+            "attempts do not nest"
+        );
+        assert_eq!(c.input, input, "its approval, PR and commit, as they were");
+        assert_eq!(c.entity.as_deref(), Some("pr:7"));
+        let probe = RerunSource {
+            run: "probe",
+            ..source
+        };
+        assert!(rerun_create(&probe, "rerun-d2").is_none());
+        let schedules = RerunSource {
+            run: "schedules",
+            ..probe
+        };
+        assert!(rerun_create(&schedules, "rerun-d2").is_none());
+    }
+
+    #[test]
+    fn check_suites_rerun_the_commits_runs_on_rerequest_and_nothing_on_request() {
         let suite = |action: &str| {
             let body = json!({
                 "action": action,
-                "check_suite": {"id": 5, "head_branch": "feature", "head_sha": "0123456789abcdef0123456789abcdef01234567",
+                "check_suite": {"id": 5, "head_branch": "feature", "head_sha": "0123456789ABCDEF0123456789abcdef01234567",
                                 "app": {"id": 77}, "pull_requests": [{"number": 7}, {"number": 8}]},
                 "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
                                "default_branch": "main"},
@@ -737,20 +792,16 @@ mod tests {
             ..CX
         };
         assert!(matches!(plan(&suite("requested"), &cx), Plan::Ignore(_)));
-        let Plan::Create(reqs) = plan(&suite("rerequested"), &cx) else {
+        let Plan::Rerun(r) = plan(&suite("rerequested"), &cx) else {
             panic!()
         };
-        let runs: Vec<(&str, Option<&str>)> = reqs
-            .iter()
-            .map(|r| (r.run.as_str(), r.entity.as_deref()))
-            .collect();
+        let of = RerunOf::Commit {
+            repo: "octo/hello".into(),
+            sha: "0123456789abcdef0123456789abcdef01234567".into(),
+        };
         assert_eq!(
-            runs,
-            [
-                ("check", Some("pr:7")),
-                ("check", Some("pr:8")),
-                ("deploy", Some("branch:feature"))
-            ]
+            r[0].of, of,
+            "the payload's pull requests and branch decide nothing"
         );
     }
 }

@@ -564,6 +564,21 @@ pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64) -> Stmt {
     )
 }
 
+/// The check and deploy runs of a commit, oldest first, at most `limit`:
+/// what a check suite's "Re-run all" repeats.
+pub async fn runs_of_commit(
+    db: &dyn Database,
+    repo: &str,
+    sha: &str,
+    limit: u32,
+) -> Result<Vec<ExecutionRow>, StoreError> {
+    let sql = format!(
+        "SELECT {EXECUTION_COLUMNS} FROM executions WHERE repo = ?1 AND sha = ?2 \
+         AND run IN ('check','deploy') ORDER BY created_ms LIMIT ?3"
+    );
+    decode(db.all(stmt!(sql, repo, sha, limit)).await?)
+}
+
 /// Checks of `entity` (a pull request) in `repo` that have not ended, other
 /// than those of `sha`: what a newer head supersedes.
 pub async fn live_checks_of(

@@ -47,15 +47,18 @@ pub async fn record(
     .map(|_| ())
 }
 
-/// Repositories with at least one schedule, at most `limit`.
+/// Repositories with at least one schedule, in name order after `after`,
+/// at most `limit` (a page).
 pub async fn with_schedules(
     db: &dyn Database,
+    after: &str,
     limit: u32,
 ) -> Result<Vec<RepoSchedules>, StoreError> {
     decode(
         db.all(stmt!(
             "SELECT repo, installation_id, default_branch, schedules_json, error, read_ms \
-             FROM repo_schedules WHERE schedules_json <> '[]' ORDER BY repo LIMIT ?1",
+             FROM repo_schedules WHERE schedules_json <> '[]' AND repo > ?1 ORDER BY repo LIMIT ?2",
+            after,
             limit,
         ))
         .await?,
@@ -126,11 +129,12 @@ pub async fn mark_created(db: &dyn Database, slot_key: &str) -> Result<(), Store
 }
 
 /// Forgets slots fired before `before_ms`: only the last few minutes' can
-/// still be reached (`runs::schedule::SCHEDULE_LATE_MS_MAX`).
+/// still be reached (`runs::schedule::SCHEDULE_LATE_MS_MAX`), so a claim
+/// that old will never be created either.
 pub async fn purge_slots(db: &dyn Database, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
     db.run(stmt!(
         "DELETE FROM schedule_slots WHERE slot_key IN (SELECT slot_key FROM schedule_slots \
-         WHERE fired_ms < ?1 AND state <> 'claimed' ORDER BY fired_ms LIMIT ?2)",
+         WHERE fired_ms < ?1 ORDER BY fired_ms LIMIT ?2)",
         before_ms,
         limit,
     ))

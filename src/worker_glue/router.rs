@@ -733,8 +733,10 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
         .stream()
         .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
     let body = read_capped(chunks, dispatch::DISPATCH_BODY_BYTES_MAX).await?;
+    let repo = dispatch::claimed_repo(&body)?;
     let signature = dispatch::verify(
         bindings::secret(env, bindings::DISPATCH_SECRET).as_ref(),
+        &repo,
         header(req, dispatch::TIMESTAMP_HEADER).as_deref(),
         header(req, dispatch::SIGNATURE_HEADER).as_deref(),
         &body,

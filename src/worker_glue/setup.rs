@@ -45,7 +45,8 @@ pub async fn report(env: &Env, db: &D1) -> Value {
         r2: r2(env).await,
         sandbox_backend: text(env, bindings::SANDBOX_BACKEND).unwrap_or_else(|| "agent".into()),
         sandbox: sandbox(env).await,
-        dispatch_secret: text(env, bindings::DISPATCH_SECRET).is_some(),
+        dispatch_secret: text(env, bindings::DISPATCH_SECRET)
+            .is_some_and(|s| s.len() >= crate::http::dispatch::DISPATCH_SECRET_CHARS_MIN),
         log_link_secret: text(env, bindings::LOG_LINK_SECRET).is_some(),
         public_url: text(env, bindings::PUBLIC_URL),
         environments_error: Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref())

@@ -200,6 +200,8 @@ pub struct GitHubState {
     /// Files per (repo, commit).
     pub commits: HashMap<(String, String), HashMap<String, String>>,
     pub heads: HashMap<(String, String), String>,
+    /// Commits that are ancestors of a branch's head, by (repo, branch).
+    pub ancestors: HashSet<(String, String, String)>,
     /// Pull request heads by (repo, number).
     pub pulls: HashMap<(String, u64), String>,
     /// Repository permissions by (repo, login).
@@ -283,6 +285,14 @@ impl FakeGitHub {
             .borrow_mut()
             .permissions
             .insert((repo.into(), login.into()), permission.into());
+    }
+
+    /// `sha` is an ancestor of `branch`'s head (compare answers `behind`).
+    pub fn set_on_branch(&self, repo: &str, branch: &str, sha: &str) {
+        self.st
+            .borrow_mut()
+            .ancestors
+            .insert((repo.into(), branch.into(), sha.into()));
     }
 
     pub fn set_head(&self, repo: &str, branch: &str, sha: &str) {
@@ -430,6 +440,7 @@ impl FakeGitHub {
             ("GET", ["repos", _, _, "git", "ref", "heads", rest @ ..]) if !rest.is_empty() => "ref",
             ("GET", ["repos", _, _, "commits", _, "check-runs"]) => "list-check-runs",
             ("GET", ["repos", _, _, "pulls", _]) => "pull",
+            ("GET", ["repos", _, _, "compare", _]) => "compare",
             ("GET", ["repos", _, _, "collaborators", _, "permission"]) => "permission",
             ("POST", ["repos", _, _, "check-runs"]) => "create-check-run",
             ("PATCH", ["repos", _, _, "check-runs", _]) => "update-check-run",
@@ -557,7 +568,7 @@ impl FakeGitHub {
             return not_found();
         }
         let (permission, level) = match route {
-            "contents" | "ref" => ("contents", "read"),
+            "contents" | "ref" | "compare" => ("contents", "read"),
             "repo" => ("metadata", "read"),
             "pull" => ("pull_requests", "read"),
             "permission" => ("metadata", "read"),
@@ -585,6 +596,7 @@ impl FakeGitHub {
                 }
             }
             "list-check-runs" => self.list_check_runs(&repo, &segs[4], query),
+            "compare" => self.compare(&repo, &segs[4]),
             "pull" => {
                 let number = segs[4].parse::<u64>().unwrap_or(0);
                 match self.st.borrow().pulls.get(&(repo, number)) {
@@ -605,10 +617,24 @@ impl FakeGitHub {
                     json!({ "permission": permission.unwrap_or_else(|| "none".into()), "user": { "login": login } }),
                 )
             }
-            "repo" => reply(
-                200,
-                json!({ "full_name": repo, "default_branch": BRANCH, "private": false }),
-            ),
+            "repo" => {
+                // GitHub answers in the repository's own letter case.
+                let st = self.st.borrow();
+                let known = st
+                    .commits
+                    .keys()
+                    .map(|(r, _)| r)
+                    .chain(st.heads.keys().map(|(r, _)| r));
+                let full_name = known
+                    .into_iter()
+                    .find(|r| r.eq_ignore_ascii_case(&repo))
+                    .cloned()
+                    .unwrap_or(repo);
+                reply(
+                    200,
+                    json!({ "full_name": full_name, "default_branch": BRANCH, "private": false }),
+                )
+            }
             "create-check-run" => self.create_check_run(req, &repo),
             "update-check-run" => self.update_check_run(req, &repo, &segs[4]),
             "list-deployments" => self.list_deployments(&repo, query),
@@ -619,6 +645,35 @@ impl FakeGitHub {
         }
     }
 
+    /// `GET /repos/{o}/{r}/compare/{branch}...{sha}`, as far as the rig
+    /// knows ancestry (`set_on_branch`).
+    fn compare(&self, repo: &str, basehead: &str) -> HttpResponse {
+        let Some((branch, sha)) = basehead.split_once("...") else {
+            return not_found();
+        };
+        let st = self.st.borrow();
+        let Some(head) = st.heads.get(&(repo.to_owned(), branch.to_owned())) else {
+            return not_found();
+        };
+        if !st.commits.contains_key(&(repo.to_owned(), sha.to_owned())) && head != sha {
+            return not_found();
+        }
+        let status = if head == sha {
+            "identical"
+        } else if st
+            .ancestors
+            .contains(&(repo.to_owned(), branch.to_owned(), sha.to_owned()))
+        {
+            "behind"
+        } else {
+            "diverged"
+        };
+        reply(
+            200,
+            json!({ "status": status, "base_commit": { "sha": head } }),
+        )
+    }
+
     /// `GET /repos/{o}/{r}/installation` (App JWT): the installation, for a
     /// repository the rig knows (a commit or a branch head of it).
     pub fn repo_installation(&self, req: &HttpRequest, auth: &str, repo: &str) -> HttpResponse {
@@ -626,8 +681,9 @@ impl FakeGitHub {
             return refused;
         }
         let st = self.st.borrow();
-        let known =
-            st.commits.keys().any(|(r, _)| r == repo) || st.heads.keys().any(|(r, _)| r == repo);
+        // GitHub finds a repository whatever the letter case of its name.
+        let known = st.commits.keys().any(|(r, _)| r.eq_ignore_ascii_case(repo))
+            || st.heads.keys().any(|(r, _)| r.eq_ignore_ascii_case(repo));
         if !known {
             return not_found();
         }

@@ -293,7 +293,7 @@ sluiceTest('valid events Sluice does not act on are ignored and write nothing', 
     ['issues event', 'issues', issue],
     ['pull_request closed', 'pull_request', prPayload(repo, sha, { action: 'closed' })],
     ['draft pull_request', 'pull_request', prPayload(repo, sha, { draft: true })],
-    ['pull_request from a bot', 'pull_request', prPayload(repo, sha, { senderLogin: 'dependabot[bot]', senderType: 'Bot' })],
+    ["pull_request caused by Sluice's own App", 'pull_request', prPayload(repo, sha, { senderLogin: 'sluice[bot]', senderType: 'Bot' })],
   ];
   for (const [label, event, payload] of cases) {
     const res = await stack.sendWebhook(event, payload);

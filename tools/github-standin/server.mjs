@@ -82,6 +82,7 @@ const DOCS = {
   createStatus: 'https://docs.github.com/rest/deployments/statuses#create-a-deployment-status',
   listStatuses: 'https://docs.github.com/rest/deployments/statuses#list-deployment-statuses',
   repoInstallation: 'https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app',
+  compare: 'https://docs.github.com/rest/commits/commits#compare-two-commits',
   app: 'https://docs.github.com/rest/apps/apps#get-the-authenticated-app',
 };
 
@@ -562,6 +563,35 @@ export async function startStandin({
       node_id: `REF_${Buffer.from(`${repoId(owner, repo)}:refs/${ref}`).toString('base64url')}`,
       url: `${urls.api}/git/refs/${ref}`,
       object: { sha, type, url: `${urls.api}/git/${type}s/${sha}` },
+    });
+  }
+
+  // GET /repos/{o}/{r}/compare/{base}...{head}: how head relates to base (`identical`, `ahead`,
+  // `behind`, `diverged`), with the counts and the commits base lacks (oldest first, at most 250
+  // as GitHub lists); 404 when either side is unknown.
+  async function compareCommits(ctx, owner, repo, rawBasehead) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.compare);
+    const basehead = decodeSegment(rawBasehead);
+    const parts = basehead.split('...');
+    if (parts.length !== 2) throw notFound(DOCS.compare);
+    const [base, head] = await Promise.all(parts.map((p) => resolveCommit(dir, p)));
+    if (!base || !head) throw notFound(DOCS.compare);
+    const count = async (range) => Number((await readGit(dir, ['rev-list', '--count', range])).toString().trim());
+    const [aheadBy, behindBy] = [await count(`${base}..${head}`), await count(`${head}..${base}`)];
+    const status = aheadBy === 0 && behindBy === 0 ? 'identical' : behindBy === 0 ? 'ahead' : aheadBy === 0 ? 'behind' : 'diverged';
+    const mergeBase = (await tryGit(dir, ['merge-base', base, head]))?.toString().trim() ?? null;
+    const listed = aheadBy === 0 ? [] : (await readGit(dir, ['rev-list', '--reverse', '--max-count=250', `${base}..${head}`])).toString().trim().split('\n');
+    const urls = repoUrls(owner, repo);
+    sendJson(ctx.res, 200, {
+      url: `${urls.api}/compare/${basehead}`,
+      status,
+      ahead_by: aheadBy,
+      behind_by: behindBy,
+      total_commits: aheadBy,
+      base_commit: { sha: base },
+      merge_base_commit: { sha: mergeBase },
+      commits: listed.filter(Boolean).map((sha) => ({ sha, url: `${urls.api}/commits/${sha}` })),
     });
   }
 
@@ -1132,6 +1162,7 @@ export async function startStandin({
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/contents(?:/(.*))?$`), handler: getContents, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/ref/(.+)$`), handler: getRef, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/compare/([^/]+)$`), handler: compareCommits, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/branches/(.+)$`), handler: getBranch, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/check-runs$`), handler: createCheckRun, auth: true },
     { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/check-runs/${R}$`), handler: updateCheckRun, auth: true },

@@ -183,6 +183,22 @@ test('access token: a valid JWT gets a ghs_ token with GitHub-shaped fields', as
   assert.equal(res.json.repository_selection, 'all');
 });
 
+test('compare: how a commit relates to a branch (identical, behind, ahead or diverged), 404 for unknowns', async () => {
+  const token = await issueToken();
+  const auth = `token ${token}`;
+  const cmp = (basehead) => request('GET', `/repos/${OWNER}/${REPO}/compare/${encodeURIComponent(basehead)}`, { auth });
+  const same = await cmp(`main...${mainSha}`);
+  assert.equal(same.status, 200, same.text);
+  assert.deepEqual([same.json.status, same.json.ahead_by, same.json.behind_by], ['identical', 0, 0]);
+  const older = await cmp(`main...${firstSha}`);
+  assert.deepEqual([older.json.status, older.json.behind_by], ['behind', 1]);
+  const feature = await cmp(`main...${featureSha}`);
+  assert.ok(['ahead', 'diverged'].includes(feature.json.status), feature.text);
+  assert.ok(feature.json.commits.some((c) => c.sha === featureSha));
+  assert.equal((await cmp(`main...${'f'.repeat(40)}`)).status, 404);
+  assert.equal((await cmp('main')).status, 404);
+});
+
 test('app JWT: GET /repos/{o}/{r}/installation finds the installation, 404 elsewhere; GET /app names the App', async () => {
   const auth = `Bearer ${makeJwt(keys.privateKey)}`;
   const found = await request('GET', `/repos/${OWNER}/${REPO}/installation`, { auth });

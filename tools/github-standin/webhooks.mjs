@@ -181,3 +181,76 @@ export function checkRunRequestedActionPayload({ owner, repo, checkRun, identifi
     installation: installation(installationId),
   };
 }
+
+// A pull request as a check run or check suite names it (GitHub's `pull_requests` items: number,
+// head and base refs with their shas and repository).
+function pullRef({ owner, repo, number, headRef, headSha, baseRef = 'main', baseSha }) {
+  const repoObj = { id: repoId(owner, repo), url: `https://api.github.com/repos/${owner}/${repo}`, name: repo };
+  return {
+    url: `https://api.github.com/repos/${owner}/${repo}/pulls/${number}`,
+    id: stableId('pull', `${owner}/${repo}#${number}`),
+    number,
+    head: { ref: headRef, sha: headSha, repo: repoObj },
+    base: { ref: baseRef, sha: baseSha ?? headSha, repo: repoObj },
+  };
+}
+
+function app(appId) {
+  return { id: appId, slug: 'sluice', node_id: nodeId('A', appId), name: 'Sluice', owner: account('octo', 'Organization') };
+}
+
+function suite({ owner, repo, headSha, headBranch, pullRequests, appId, status = 'completed' }) {
+  const id = stableId('suite', `${owner}/${repo}@${headSha}`);
+  return {
+    id,
+    node_id: nodeId('CS', id),
+    head_branch: headBranch,
+    head_sha: headSha,
+    status,
+    conclusion: null,
+    url: `https://api.github.com/repos/${owner}/${repo}/check-suites/${id}`,
+    before: ZERO_SHA,
+    after: headSha,
+    pull_requests: pullRequests,
+    app: app(appId),
+    created_at: isoNow(),
+    updated_at: isoNow(),
+    rerequestable: true,
+    runs_rerequestable: true,
+  };
+}
+
+// `check_run` `rerequested`: someone pressed Re-run on a check run. `checkRun` is the run as the
+// REST API returns it (the stand-in's record); the event adds what GitHub's payload carries
+// beside it: the pull requests it belongs to and its check suite with the head branch.
+export function checkRunRerequestedPayload({
+  owner, repo, checkRun, pullNumber, headBranch = 'feature', appId, senderLogin = 'octocat', installationId = 42,
+}) {
+  const pullRequests = pullNumber ? [pullRef({ owner, repo, number: pullNumber, headRef: headBranch, headSha: checkRun.head_sha })] : [];
+  return {
+    action: 'rerequested',
+    check_run: {
+      ...checkRun,
+      app: checkRun.app ?? app(appId),
+      pull_requests: pullRequests,
+      check_suite: suite({ owner, repo, headSha: checkRun.head_sha, headBranch, pullRequests, appId }),
+    },
+    repository: repository(owner, repo),
+    sender: account(senderLogin, 'User'),
+    installation: installation(installationId),
+  };
+}
+
+// `check_suite` `requested` (GitHub made a suite for a push) or `rerequested` (Re-run all checks).
+export function checkSuitePayload({
+  action, owner, repo, headSha, headBranch, pullNumbers = [], appId, senderLogin = 'octocat', installationId = 42,
+}) {
+  const pullRequests = pullNumbers.map((number) => pullRef({ owner, repo, number, headRef: headBranch, headSha }));
+  return {
+    action,
+    check_suite: suite({ owner, repo, headSha, headBranch, pullRequests, appId, status: action === 'requested' ? 'queued' : 'completed' }),
+    repository: repository(owner, repo),
+    sender: account(senderLogin, 'User'),
+    installation: installation(installationId),
+  };
+}
