@@ -564,7 +564,8 @@ fn a_restart_is_a_new_deployment_and_retires_the_earlier_one() {
     );
     assert_eq!(of_b[1].states(), ["queued"]);
 
-    // From inside the gate, the same deployment goes on.
+    // From inside the gate too, the generation that queues again records
+    // its own (the earlier one may already be terminal: never posted over).
     rig.command(
         &db,
         Command::Restart {
@@ -572,7 +573,40 @@ fn a_restart_is_a_new_deployment_and_retires_the_earlier_one() {
         },
     );
     assert_eq!(rig.pass(&db).status, Status::Waiting);
-    assert_eq!(rig.github.deployments_on(&b).len(), 2, "no third");
+    let of_b = rig.github.deployments_on(&b);
+    assert_eq!(of_b.len(), 3, "one per generation: {of_b:#?}");
+    assert_eq!(of_b[1].states(), ["queued", "inactive"]);
+    assert_eq!(of_b[2].states(), ["queued"]);
+}
+
+/// A restart of a deploy that succeeded, from inside its gates, while a
+/// newer one failed: the live success is never marked inactive by the new
+/// generation's skip (its own deployment gets the skip).
+#[test]
+fn a_restart_from_the_gates_never_retires_a_live_success() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = deploy_rig(&[&a, &b], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    rig.github.set_head(REPO, BRANCH, &b);
+    let restart = Command::Restart {
+        from_step: Some("gate: enter".into()),
+    };
+    rig.command(&da, restart);
+    assert_eq!(
+        rig.run_to_end(&da),
+        Status::Skipped,
+        "A is no longer the head"
+    );
+    let of_a = rig.github.deployments_on(&a);
+    assert_eq!(of_a.len(), 2, "{of_a:#?}");
+    assert_eq!(
+        of_a[0].states(),
+        ["queued", "in_progress", "success"],
+        "the live success stays"
+    );
+    assert_eq!(of_a[1].latest().map(|s| s.state.as_str()), Some("inactive"));
 }
 
 /// A restart whose configuration no longer deploys: what the earlier

@@ -207,6 +207,7 @@ fn exec(id: &str, repo: Option<&str>, entity: Option<&str>, status: &str) -> Exe
         created_ms: NOW - 10 * MIN,
         updated_ms: NOW - MIN,
         finished_ms: Some(NOW - 7 * MIN),
+        waiting_for: None,
     }
 }
 

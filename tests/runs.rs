@@ -2384,6 +2384,7 @@ fn rerun_intake(
         repo: Some(REPO.into()),
         creates: Vec::new(),
         sends: Vec::new(),
+        routes: Vec::new(),
         reruns: vec![sluice::runs::triggers::Rerun {
             of,
             attempt: format!("rerun-{delivery}"),
@@ -2463,4 +2464,46 @@ fn a_rerun_is_made_from_the_run_it_repeats_and_a_purged_run_reruns_nothing() {
         .create_after,
     );
     assert_eq!(made.len(), 2, "nothing to repeat, nothing made");
+}
+
+/// A restart's new process writes a log of its own: what the killed
+/// generation printed is neither spliced into it nor shown as its log.
+#[test]
+fn a_restarted_commands_log_is_its_own_processs() {
+    let a = sha('a');
+    let rig = Rig::new();
+    rig.github
+        .commit(REPO, &a, &[(".sluice.toml", DEPLOY_TOML)]);
+    rig.sandbox.script_streaming(
+        "./deploy.sh",
+        "first generation says hi\n",
+        "first generation says hi\nand more\n",
+        100,
+    );
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    assert_eq!(rig.pass(&da).status, Status::Waiting, "its command runs on");
+    let step_key = sluice::engine::InstanceId::from_key("run deploy command");
+    let key = sluice::runs::loglink::log_key(&da.id, step_key.as_str());
+    let streamed = block_on(sluice::runs::log::read(&rig.blobs, &key)).unwrap();
+    assert!(
+        streamed.is_some_and(|l| l.contains("first generation")),
+        "the first process streamed"
+    );
+    assert_eq!(rig.command(&da, Command::Pause), Status::Paused);
+    rig.sandbox.st.borrow_mut().scripts.clear();
+    rig.sandbox.script("./deploy.sh", 0, "second generation\n");
+    assert_eq!(
+        rig.command(&da, Command::Restart { from_step: None }),
+        Status::Queued
+    );
+    assert_eq!(block_on(rig.drive(&da, 0)), Status::Complete);
+    let log = block_on(sluice::runs::log::read(&rig.blobs, &key))
+        .unwrap()
+        .expect("sealed");
+    assert!(log.contains("second generation"), "{log}");
+    assert!(
+        !log.contains("first generation"),
+        "no splice of the killed process: {log}"
+    );
 }

@@ -105,6 +105,7 @@ fn a_slug_that_is_not_the_apps_is_a_gap() {
 fn the_app_manifest_asks_for_exactly_what_sluice_uses() {
     use sluice::github::client::{API_PERMISSIONS, CHECKOUT_PERMISSIONS};
     use sluice::github::deployments::DEPLOYMENTS_PERMISSIONS;
+    use sluice::github::releases::RELEASE_PERMISSIONS;
     use sluice::github::webhook::{parse, EVENTS_ACTED_ON};
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -112,12 +113,22 @@ fn the_app_manifest_asks_for_exactly_what_sluice_uses() {
     ))
     .expect("github-app-manifest.json");
     let manifest: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let mut used: std::collections::BTreeMap<String, String> = API_PERMISSIONS
+    // Each permission at the highest level any token asks for it (a
+    // checkout's contents:read is within the release token's write).
+    let mut used: std::collections::BTreeMap<String, String> = Default::default();
+    for (k, v) in API_PERMISSIONS
         .iter()
         .chain(CHECKOUT_PERMISSIONS)
         .chain(DEPLOYMENTS_PERMISSIONS)
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+        .chain(RELEASE_PERMISSIONS)
+    {
+        let level = used
+            .entry((*k).to_owned())
+            .or_insert_with(|| (*v).to_owned());
+        if *v == "write" {
+            *level = "write".to_owned();
+        }
+    }
     // Every App has metadata:read; the manifest names it as GitHub shows it.
     used.insert("metadata".into(), "read".into());
     let asked: std::collections::BTreeMap<String, String> =

@@ -166,6 +166,11 @@ fuzz_target!(|data: &[u8]| {
                     assert!(creates.is_empty());
                     assert_eq!(sends, &planned, "a pressed button is sent as planned");
                 }
+                (Intake::Act { creates, sends, routes, .. }, Plan::Route(planned)) => {
+                    assert!(creates.is_empty(), "a decision starts no instance");
+                    assert!(sends.is_empty());
+                    assert_eq!(routes, &planned, "a decision is routed as planned");
+                }
                 (Intake::Act { creates, sends, reruns, .. }, Plan::Rerun(planned)) => {
                     assert!(creates.is_empty() && sends.is_empty());
                     assert_eq!(reruns, &planned, "re-runs are resolved as planned");

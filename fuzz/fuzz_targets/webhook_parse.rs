@@ -19,7 +19,8 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use sluice::github::webhook::{parse, Event, ParseError};
-use sluice::runs::triggers::{plan, CheckInput, DeployInput, Plan, Rerun, RerunOf};
+use sluice::runs::release::{Decision, ReleaseInput};
+use sluice::runs::triggers::{plan, CheckInput, DeployInput, Plan, RouteKey, Rerun, RerunOf};
 use sluice_fuzz::{check_planned_create, is_lower_sha, line, plan_context, APP_ID, APP_SLUG};
 
 /// Pull request actions that mean new code to check (`runs::triggers`).
@@ -81,6 +82,30 @@ fuzz_target!(|data: &[u8]| {
             assert!(sluice::engine::InstanceId::parse(&sends[0].instance_id).is_ok());
             return;
         }
+        Plan::Route(routes) => {
+            assert!(!from_own_bot(&ev), "Sluice's own action planned {p:?}");
+            // Only a release's decision: its pull request closed, or a
+            // button or re-run of its check run; routed, never created.
+            assert_eq!(routes.len(), 1);
+            let r = &routes[0];
+            assert_eq!(r.event_type, sluice::runs::release::RELEASE_EVENT);
+            let decision: sluice::runs::release::Decision =
+                serde_json::from_value(r.payload.clone()).expect("a decision decodes");
+            match (&ev, r.by, decision) {
+                (Event::PullRequest(pr), RouteKey::Pull(n), Decision::PullClosed { number, .. }) => {
+                    assert_eq!(pr.action, "closed");
+                    assert!(pr.pull_request.head.name.starts_with("sluice/release-notes/"));
+                    assert_eq!((n, number), (pr.number, pr.number));
+                }
+                (Event::CheckRun(run), RouteKey::CheckRun(id), _) => {
+                    assert_eq!(id, run.check_run.id);
+                    assert_eq!(run.check_run.name.as_deref(), Some("sluice/release-notes"));
+                }
+                other => panic!("{other:?} routed"),
+            }
+            assert_eq!(r.repo, repo_of(&ev));
+            return;
+        }
         Plan::Rerun(reruns) => {
             assert!(!from_own_bot(&ev), "Sluice's own action planned {p:?}");
             check_reruns(&ev, reruns);
@@ -117,6 +142,14 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(input.installation_id, pr.installation.id);
             assert_eq!(input.pr_number, pr.number);
         }
+        Event::Push(push) if push.git_ref.starts_with("refs/tags/") => {
+            assert!(!push.deleted);
+            let input: ReleaseInput = serde_json::from_value(c.input.clone()).expect("decoded");
+            assert_eq!(c.run, "release-notes");
+            assert_eq!(Some(input.tag.as_str()), push.git_ref.strip_prefix("refs/tags/"));
+            assert_eq!(input.repo, push.repository.full_name);
+            assert_eq!(Some(&input.default_branch), push.repository.default_branch.as_ref());
+        }
         Event::Push(push) => {
             let branch = push
                 .git_ref
@@ -136,6 +169,17 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The repository an event names.
+fn repo_of(ev: &Event) -> String {
+    match ev {
+        Event::PullRequest(e) => e.repository.full_name.clone(),
+        Event::Push(e) => e.repository.full_name.clone(),
+        Event::CheckRun(e) => e.repository.full_name.clone(),
+        Event::CheckSuite(e) => e.repository.full_name.clone(),
+        Event::Ping | Event::Other(_) => String::new(),
+    }
+}
 
 /// The delivery every input arrives as: a re-run's identity.
 const DELIVERY: &str = "72d3162e-cc78-11e3-81ab-4c9367dc0958";

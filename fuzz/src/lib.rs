@@ -194,6 +194,15 @@ pub fn check_planned_create(c: &CreateRequest) {
             assert_eq!(c.entity, Some(format!("branch:{}", input.default_branch)));
             assert!(c.key.starts_with(&format!("schedules:{}:{sha_key}:", input.repo)), "{}", c.key);
         }
+        "release-notes" => {
+            let input: sluice::runs::release::ReleaseInput =
+                serde_json::from_value(c.input.clone()).expect("release input decodes");
+            assert_eq!(input.sha, sha);
+            assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
+            assert_eq!(c.entity, Some(format!("tag:{}", input.tag)));
+            let key = format!("release-notes:{}:{}:{sha_key}", input.repo, input.tag);
+            assert_eq!(c.key, key);
+        }
         other => panic!("the plan created an unknown run {other:?}"),
     }
     assert_eq!(c.max_steps, None, "webhooks never set limits");

@@ -41,14 +41,18 @@ pub enum SkipReason {
     /// Nobody confirmed in time (enforced by the engine's wait, recorded by
     /// the caller; the serial queue itself never sets it).
     ConfirmationTimeout,
+    /// A person with the say answered no (a release rejected); the serial
+    /// queue never sets it.
+    Rejected,
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 4] = [
+    pub const ALL: [SkipReason; 5] = [
         SkipReason::Superseded,
         SkipReason::NotCurrent,
         SkipReason::QueuedTimeout,
         SkipReason::ConfirmationTimeout,
+        SkipReason::Rejected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -57,6 +61,7 @@ impl SkipReason {
             SkipReason::NotCurrent => "not_current",
             SkipReason::QueuedTimeout => "queued_timeout",
             SkipReason::ConfirmationTimeout => "confirmation_timeout",
+            SkipReason::Rejected => "rejected",
         }
     }
 

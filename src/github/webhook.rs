@@ -99,6 +99,9 @@ pub struct PullRequest {
     /// `FIRST_TIMER` and `NONE` are who has never contributed.
     #[serde(default)]
     pub author_association: Option<String>,
+    /// Whether a closed pull request was merged (`closed` events).
+    #[serde(default)]
+    pub merged: bool,
 }
 
 /// `check_run`: Sluice acts on `requested_action` (a button of its check
@@ -189,9 +192,17 @@ pub struct PushEvent {
     pub after: String,
     #[serde(default)]
     pub deleted: bool,
+    /// The commit pushed (for a tag, the commit it names).
+    #[serde(default)]
+    pub head_commit: Option<HeadCommit>,
     pub repository: Repository,
     pub sender: Account,
     pub installation: Installation,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HeadCommit {
+    pub id: String,
 }
 
 /// A decoded event Sluice may act on.

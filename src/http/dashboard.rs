@@ -222,6 +222,14 @@ fn decided_by(mut view: ApprovalView, decider: Decider) -> ApprovalView {
             ));
             view.approve_here = false;
         }
+        Decider::ReleaseApprovers => {
+            let repo = view.repo.as_deref().unwrap_or("the repository");
+            view.decider = Some(format!(
+                "a release approver of {repo}, by merging or closing the release-notes pull \
+                 request or with Approve or Reject on GitHub"
+            ));
+            view.approve_here = false;
+        }
     }
     view
 }

@@ -13,7 +13,11 @@ use crate::cost::{prices, CostUnits};
 use crate::engine::{InstanceId, Status};
 use crate::gates::serial::{self, GroupFilter};
 use crate::limits::{EXECUTIONS_LISTED_MAX, GROUPS_LISTED_MAX, STEPS_LISTED_MAX};
-use crate::store::executions::{self, Cursor, DeliveryFilter, ListFilter};
+use crate::runs::approval::{human_wait_of, Decider};
+use crate::store::executions::{
+    self, Cursor, DeliveryFilter, ExecutionRow, ListFilter, WaitingFor,
+};
+use crate::store::releases;
 use crate::store::Database;
 
 use super::error::ApiError;
@@ -148,8 +152,53 @@ pub fn executions_query(query: &str) -> Result<(ListFilter, Option<Cursor>, u32)
 /// `GET /v1/executions`: one page, newest first.
 pub async fn executions(db: &dyn Database, query: &str) -> Result<Value, ApiError> {
     let (filter, after, limit) = executions_query(query)?;
-    let page = executions::list_page(db, &filter, after.as_ref(), limit).await?;
+    let mut page = executions::list_page(db, &filter, after.as_ref(), limit).await?;
+    with_waits(db, &mut page.items).await?;
     Ok(json!({ "executions": page.items, "next_cursor": page.next_cursor }))
+}
+
+/// Fills `waiting_for` of every row waiting on a person: the wait, who
+/// decides (a release's approvers from its approval row) and its window.
+/// Two statements for a page, whatever its size.
+async fn with_waits(db: &dyn Database, rows: &mut [ExecutionRow]) -> Result<(), ApiError> {
+    let waiting: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.status == Status::Waiting.as_str())
+        .map(|r| r.id.as_str())
+        .collect();
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    let waits = executions::human_waits_of(db, &waiting).await?;
+    let approvers = releases::deciders_of(db, &waiting).await?;
+    for row in rows.iter_mut() {
+        let Some(w) = waits.iter().find(|w| w.execution.id == row.id) else {
+            continue;
+        };
+        let Some(kind) = human_wait_of(&w.wait_name) else {
+            continue;
+        };
+        let repo = row.repo.as_deref().unwrap_or("the repository");
+        let decider = match kind.decider {
+            Decider::Operator => {
+                "an operator (POST /v1/executions/{id}/events/deploy-confirm)".to_owned()
+            }
+            Decider::GitHubWriteAccess => format!("someone with write access to {repo}"),
+            Decider::ReleaseApprovers => {
+                approvers.iter().find(|(id, _)| *id == row.id).map_or_else(
+                    || format!("a release approver of {repo}"),
+                    |(_, d)| d.clone(),
+                )
+            }
+        };
+        row.waiting_for = Some(WaitingFor {
+            wait: w.wait_name.clone(),
+            decider,
+            since_ms: w.wait_started_ms,
+            until_ms: w.wait_deadline_ms,
+        });
+    }
+    Ok(())
 }
 
 /// `GET /v1/executions/{id}`: the execution and a page of its steps
@@ -164,6 +213,9 @@ pub async fn execution(db: &dyn Database, id: &InstanceId, query: &str) -> Resul
     let (row, units) = executions::get_with_costs(db, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
+    let mut rows = [row];
+    with_waits(db, &mut rows).await?;
+    let [row] = rows;
     let steps = executions::steps_page(db, id.as_str(), after, limit).await?;
     let priced = priced(&units, 1, row.step_count.max(0) as u64);
     Ok(json!({

@@ -117,6 +117,9 @@ pub enum RouteError {
     NotFound,
     MethodNotAllowed,
     BadId(String),
+    /// An event only GitHub's webhook may send (a press, a merge): one sent
+    /// through the API would decide for a person the instance never asked.
+    GitHubOnly(String),
 }
 
 /// Event types are path segments: same alphabet as ids.
@@ -198,6 +201,9 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
                 return Err(RouteError::BadId(format!(
                     "event type {ty:?} must be [A-Za-z0-9_.-]{{1,100}}"
                 )));
+            }
+            if crate::runs::approval::github_only(ty) {
+                return Err(RouteError::GitHubOnly((*ty).to_owned()));
             }
             only("POST", Route::SendEvent(id(raw)?, (*ty).to_owned()))
         }
@@ -341,6 +347,16 @@ mod tests {
         assert!(
             matches!(route("POST", "/v1/executions/x/events/approve"), Ok(Route::SendEvent(_, t)) if t == "approve")
         );
+        for github_only in ["release-decision", "check-run-action"] {
+            assert!(matches!(
+                route("POST", &format!("/v1/executions/x/events/{github_only}")),
+                Err(RouteError::GitHubOnly(_))
+            ));
+        }
+        assert!(matches!(
+            route("POST", "/v1/executions/x/events/deploy-confirm"),
+            Ok(Route::SendEvent(..))
+        ));
         assert!(matches!(
             route("POST", "/v1/executions/x/pause"),
             Ok(Route::Command(_, Command::Pause))

@@ -8,8 +8,11 @@ use crate::engine::{CreateRequest, Created};
 use crate::github::webhook::{self, Event, ParseError, SignatureError};
 use crate::limits::WEBHOOK_BODY_BYTES_MAX;
 use crate::obs::{self, Kind, Subject};
-use crate::runs::triggers::{self, EventSend, Plan, PlanContext, Rerun, RerunOf, RerunSource};
+use crate::runs::triggers::{
+    self, EventSend, Plan, PlanContext, Rerun, RerunOf, RerunSource, RouteKey, RoutedEvent,
+};
 use crate::store::executions::{self, DeliveryRow};
+use crate::store::releases;
 use crate::store::Database;
 
 use super::error::ApiError;
@@ -35,6 +38,8 @@ pub enum Intake {
         creates: Vec<CreateRequest>,
         /// Events for existing instances (a pressed check-run button).
         sends: Vec<EventSend>,
+        /// Events for the instance an index names (a release's decision).
+        routes: Vec<RoutedEvent>,
         /// Fresh attempts of existing runs, resolved in `accept`.
         reruns: Vec<Rerun>,
     },
@@ -134,6 +139,7 @@ pub fn intake(
             repo,
             creates,
             sends: Vec::new(),
+            routes: Vec::new(),
             reruns: Vec::new(),
         }),
         Plan::Send(sends) => Ok(Intake::Act {
@@ -143,6 +149,17 @@ pub fn intake(
             repo,
             creates: Vec::new(),
             sends,
+            routes: Vec::new(),
+            reruns: Vec::new(),
+        }),
+        Plan::Route(routes) => Ok(Intake::Act {
+            delivery: delivery.to_owned(),
+            event: event.to_owned(),
+            action,
+            repo,
+            creates: Vec::new(),
+            sends: Vec::new(),
+            routes,
             reruns: Vec::new(),
         }),
         Plan::Rerun(reruns) => Ok(Intake::Act {
@@ -152,6 +169,7 @@ pub fn intake(
             repo,
             creates: Vec::new(),
             sends: Vec::new(),
+            routes: Vec::new(),
             reruns,
         }),
     }
@@ -321,7 +339,7 @@ pub async fn accept(
     now_ms: i64,
     request_id: &str,
 ) -> Result<Accepted, ApiError> {
-    let (delivery, event, action, repo, mut creates, sends, reruns) = match intake {
+    let (delivery, event, action, repo, mut creates, mut sends, routes, reruns) = match intake {
         Intake::Ignored { event, reason } => {
             let body = json!({ "ignored": true, "event": event, "reason": reason });
             return Ok(Accepted {
@@ -337,8 +355,11 @@ pub async fn accept(
             repo,
             creates,
             sends,
+            routes,
             reruns,
-        } => (delivery, event, action, repo, creates, sends, reruns),
+        } => (
+            delivery, event, action, repo, creates, sends, routes, reruns,
+        ),
     };
     let received = obs::event(Kind::DeliveryReceived)
         .request(request_id)
@@ -356,6 +377,9 @@ pub async fn accept(
             create_after: Vec::new(),
         });
     }
+    // A decision's instance is looked up in the index, never scanned for;
+    // one nobody waits on (decided already, not Sluice's) is dropped.
+    sends.extend(routed(db, &routes).await?);
     received
         .field("duplicate", false)
         .field("creates", creates.len())
@@ -448,6 +472,23 @@ async fn record(
         instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
     }
     Ok(instances)
+}
+
+/// The sends that routed events resolve to: the instance each waits on.
+async fn routed(db: &dyn Database, routes: &[RoutedEvent]) -> Result<Vec<EventSend>, ApiError> {
+    let mut sends = Vec::with_capacity(routes.len());
+    for r in routes {
+        let found = match r.by {
+            RouteKey::Pull(n) => releases::waiting_on_pull(db, &r.repo, n).await?,
+            RouteKey::CheckRun(id) => releases::waiting_on_check_run(db, &r.repo, id).await?,
+        };
+        sends.extend(found.map(|instance_id| EventSend {
+            instance_id,
+            event_type: r.event_type.clone(),
+            payload: r.payload.clone(),
+        }));
+    }
+    Ok(sends)
 }
 
 /// The line of an instance a request created (an existing id creates

@@ -139,6 +139,38 @@ async fn show(
     .await
 }
 
+/// Who may decide a bounded human wait on GitHub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deciders {
+    /// Anyone with write access to the repository, asked of GitHub.
+    WriteAccess,
+    /// Exactly these GitHub logins (compared as GitHub does, ignoring case).
+    Named(Vec<String>),
+}
+
+impl Deciders {
+    /// Named approvers, or write access when none are named.
+    pub fn of(approvers: &[String]) -> Deciders {
+        if approvers.is_empty() {
+            Deciders::WriteAccess
+        } else {
+            Deciders::Named(approvers.to_vec())
+        }
+    }
+
+    /// Who they are, in words (a check run's text, the waiting list).
+    pub fn describe(&self, repo: &str) -> String {
+        match self {
+            Deciders::WriteAccess => format!("someone with write access to {repo}"),
+            Deciders::Named(names) => names
+                .iter()
+                .map(|n| format!("@{n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 /// Whether `login` has write access to the repository, asked of GitHub
 /// (journaled: the answer at the press is the answer).
 async fn may_decide(
@@ -147,7 +179,22 @@ async fn may_decide(
     target: &CheckTarget<'_>,
     login: &str,
 ) -> Result<bool, RunError> {
+    may_decide_as(ctx, env, target, login, &Deciders::WriteAccess).await
+}
+
+/// Whether `login` is one of `deciders`: a named approver, or (none
+/// named) someone GitHub says has write access. Journaled as one step.
+pub async fn may_decide_as(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    login: &str,
+    deciders: &Deciders,
+) -> Result<bool, RunError> {
     ctx.step("check decider", github_step(), |_| async {
+        if let Deciders::Named(names) = deciders {
+            return Ok(names.iter().any(|n| n.eq_ignore_ascii_case(login)));
+        }
         let permission = env
             .github
             .permission_of(target.installation_id, target.repo, login)
@@ -168,6 +215,11 @@ pub enum Decider {
     /// instance asks GitHub who pressed it; an event sent any other way is
     /// not a press of its check run and decides nothing).
     GitHubWriteAccess,
+    /// A release's approvers (`[release_notes] approvers`, or write access
+    /// when none are named), on the approval pull request or the check
+    /// run's buttons; who exactly is the approval's row
+    /// (`store::releases`).
+    ReleaseApprovers,
 }
 
 /// A wait a person decides: the wait's step name, the event that ends it
@@ -181,7 +233,7 @@ pub struct HumanWait {
 
 /// Every wait of every run that a person decides: what the dashboard lists
 /// as waiting approvals. A run that adds one adds it here.
-pub const HUMAN_WAITS: [HumanWait; 2] = [
+pub const HUMAN_WAITS: [HumanWait; 3] = [
     HumanWait {
         wait: super::deploy::CONFIRM_WAIT,
         event_type: super::deploy::CONFIRM_EVENT,
@@ -192,7 +244,21 @@ pub const HUMAN_WAITS: [HumanWait; 2] = [
         event_type: CHECK_ACTION_EVENT,
         decider: Decider::GitHubWriteAccess,
     },
+    HumanWait {
+        wait: super::release::RELEASE_WAIT,
+        event_type: super::release::RELEASE_EVENT,
+        decider: Decider::ReleaseApprovers,
+    },
 ];
+
+/// Whether events of `event_type` may come only from GitHub's webhook
+/// (a wait a person decides on GitHub): the API refuses to send them, so
+/// an operator cannot press a button in a decider's name.
+pub fn github_only(event_type: &str) -> bool {
+    HUMAN_WAITS
+        .iter()
+        .any(|w| w.event_type == event_type && w.decider != Decider::Operator)
+}
 
 /// The name of the approval wait (each round after the first is
 /// `approval#2`, ...).

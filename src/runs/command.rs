@@ -101,7 +101,12 @@ pub fn environment_url_of(log: &str) -> Option<String> {
         .rev()
         .find_map(|l| l.strip_prefix(ENVIRONMENT_URL_MARKER))?;
     let url = reported.trim();
-    publishable_url(url).then(|| url.to_owned())
+    // What the command prints is partly what the deployed code prints:
+    // only https is shown to everyone who can read the repository.
+    let https = url
+        .get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case("https://"));
+    (https && publishable_url(url)).then(|| url.to_owned())
 }
 
 /// An absolute http(s) URL of printable ASCII with a host and no
@@ -251,10 +256,20 @@ async fn command_round(
             .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?
         {
             Some(state) => state,
-            None => match start_fenced(env, spec, ids).await? {
-                Some(state) => state,
-                None => return Ok(Progress::Blocked),
-            },
+            None => {
+                // No process of this generation yet: what the log holds is
+                // an earlier process's (a restart, a lost container).
+                if log.at > 0 {
+                    log::reset(env.blobs, ids.log_key)
+                        .await
+                        .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?;
+                    log.at = 0;
+                }
+                match start_fenced(env, spec, ids).await? {
+                    Some(state) => state,
+                    None => return Ok(Progress::Blocked),
+                }
+            }
         };
         let interrupted = || ctx.interrupted();
         let waited = wait_for_exit(env, sandbox, ids.pid, state, &mut log, &interrupted).await?;
@@ -549,6 +564,11 @@ mod tests {
             assert!(!publishable_url(bad), "{bad:?}");
         }
         assert!(publishable_url("HTTP://localhost:8080/x#y"));
+        assert_eq!(
+            environment_url_of("SLUICE_ENVIRONMENT_URL=http://shop.example.com/\n"),
+            None,
+            "an environment URL is https"
+        );
         assert!(!publishable_url(&format!(
             "https://example.com/{}",
             "a".repeat(ENVIRONMENT_URL_CHARS_MAX)

@@ -67,6 +67,25 @@ pub struct RepoConfig {
     /// `[[schedule]]`, read on the default branch (`runs::schedule`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedule: Vec<ScheduleConfig>,
+    /// `[release_notes]`, read on the default branch (`runs::release`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_notes: Option<ReleaseNotesConfig>,
+}
+
+/// `[release_notes]`: which pushed tags get notes and a release, who
+/// approves them and how long they wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseNotesConfig {
+    /// A glob over tag names (`*` any run of characters, `?` one): `"v*"`.
+    pub tags: String,
+    /// GitHub logins who may approve or reject; none named: anyone with
+    /// write access.
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    /// Go-style duration; default 72 h (`runs::release`).
+    #[serde(default)]
+    pub confirmation_timeout: Option<String>,
 }
 
 /// One `[[schedule]]`: a run fired on a cron, on a branch.
@@ -164,6 +183,9 @@ pub fn parse(text: &str) -> ConfigState {
 
 fn validate(c: &RepoConfig) -> Result<(), String> {
     super::schedule::validate(&c.schedule)?;
+    if let Some(r) = &c.release_notes {
+        super::release::validate(r)?;
+    }
     if let Some(check) = &c.check {
         if check.command.trim().is_empty() {
             return Err("[check] command is empty".into());

@@ -293,6 +293,7 @@ async fn notify_auto_skip(
         revision: &input.sha,
         reason: r.as_str(),
         newer_revision: newer,
+        tag: None,
         at_ms: ctx.now_ms(),
     };
     notify::auto_skipped(ctx, env, &n).await?;
@@ -511,5 +512,17 @@ async fn prepare_restart(env: &RunEnv<'_>, req: &RestartRequest<'_>) -> Result<u
         _ => req.from_seq,
     };
     let adjusted = RestartRequest { from_seq, ..*req };
-    gate::prepare_restart(env, &adjusted).await
+    let from_seq = gate::prepare_restart(env, &adjusted).await?;
+    // A generation that queues again records a deployment of its own: the
+    // previous one may already be terminal (a success still live on
+    // GitHub), and posting this generation's statuses over it would lie.
+    let created_at = req
+        .entries
+        .iter()
+        .find(|e| e.name == deployment::CREATE_STEP)
+        .map(|e| e.seq);
+    match created_at {
+        Some(c) if c < from_seq && !gate::is_past_gates(req.entries, from_seq) => Ok(c),
+        _ => Ok(from_seq),
+    }
 }

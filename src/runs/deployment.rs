@@ -33,7 +33,7 @@ use super::tags::FailureTag;
 use super::triggers::DeployInput;
 use super::RunEnv;
 
-const CREATE_STEP: &str = "create deployment";
+pub const CREATE_STEP: &str = "create deployment";
 const QUEUED_STEP: &str = "deployment: queued";
 const IN_PROGRESS_STEP: &str = "deployment: in progress";
 const CONCLUDE_STEP: &str = "deployment: conclude";

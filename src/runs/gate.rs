@@ -988,6 +988,12 @@ impl GateRegion {
     }
 }
 
+/// Whether a restart from `from_seq` skips the gates (a point past them):
+/// only then does the new generation keep what the old one acquired.
+pub fn is_past_gates(entries: &[crate::journal::Entry], from_seq: u32) -> bool {
+    GateRegion::of(entries).is_some_and(|r| from_seq > r.last)
+}
+
 /// A restart re-enters the gates: from the top, before them or inside them,
 /// the previous generation's process is killed (its end confirmed) and every
 /// row it held released, and the new generation queues as a new arrival

@@ -100,6 +100,16 @@ pub async fn joined(blobs: &dyn Blobs, log_key: &str) -> Result<String, String> 
     Ok(text)
 }
 
+/// Forgets a log before a fresh process writes it (a restart's new
+/// generation, a process lost with its container): what an earlier process
+/// printed is never spliced into the new one's, nor shown as its log.
+pub async fn reset(blobs: &dyn Blobs, log_key: &str) -> Result<(), String> {
+    for (_, _, key) in parts(blobs, log_key).await? {
+        blobs.delete(&key).await?;
+    }
+    blobs.delete(log_key).await
+}
+
 /// Joins the parts, scrubs the whole, stores it as the log and removes the
 /// parts: the log as the run keeps it.
 pub async fn seal(blobs: &dyn Blobs, log_key: &str, redactor: &Redactor) -> Result<String, String> {

@@ -1,5 +1,6 @@
 //! Announcing automatic skips: a signed JSON POST to `NOTIFY_URL`, as the
-//! queue-policy seed's `deployment_auto_skipped` notification. An
+//! queue-policy seed's `deployment_auto_skipped` notification (and a
+//! release's `release_auto_skipped`). An
 //! operator's explicit skip is silent and never comes here.
 
 use serde::Serialize;
@@ -26,6 +27,9 @@ pub struct AutoSkipped<'a> {
     pub revision: &'a str,
     pub reason: &'a str,
     pub newer_revision: Option<&'a str>,
+    /// The tag a release's skip is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<&'a str>,
     pub at_ms: i64,
 }
 
@@ -47,6 +51,7 @@ pub async fn auto_skipped(
     let cfg = StepConfig::default()
         .retries(NOTIFY_RETRIES, NOTIFY_RETRY_DELAY_MS, Backoff::Exponential)
         .timeout_ms(NOTIFY_TIMEOUT_MS);
+    let event = n.event;
     let sent = ctx
         .step("notify", cfg, |_| {
             let (target, body) = (target.clone(), body.clone());
@@ -54,10 +59,7 @@ pub async fn auto_skipped(
                 let mut headers = vec![
                     ("Content-Type".to_owned(), "application/json".to_owned()),
                     ("User-Agent".to_owned(), "sluice".to_owned()),
-                    (
-                        "X-Sluice-Event".to_owned(),
-                        "deployment_auto_skipped".to_owned(),
-                    ),
+                    ("X-Sluice-Event".to_owned(), event.to_owned()),
                 ];
                 if let Some(secret) = &target.secret {
                     headers.push((

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
 
 use super::metered::Metered;
-use super::{check, deploy, gate, probe, report, schedule, RunEnv};
+use super::{check, deploy, gate, probe, release, report, schedule, RunEnv};
 
 /// The runs Sluice has, by the name instances are created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,14 +24,18 @@ pub enum RunName {
     Probe,
     /// Records the default branch's `[[schedule]]` (`runs::schedule`).
     Schedules,
+    /// A pushed tag's notes and release, approved by a person
+    /// (`runs::release`).
+    ReleaseNotes,
 }
 
 impl RunName {
-    pub const ALL: [RunName; 4] = [
+    pub const ALL: [RunName; 5] = [
         RunName::Check,
         RunName::Deploy,
         RunName::Probe,
         RunName::Schedules,
+        RunName::ReleaseNotes,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -40,6 +44,7 @@ impl RunName {
             RunName::Deploy => "deploy",
             RunName::Probe => "probe",
             RunName::Schedules => "schedules",
+            RunName::ReleaseNotes => "release-notes",
         }
     }
 
@@ -220,6 +225,7 @@ fn run_of(name: RunName) -> &'static dyn AnyRun {
         RunName::Deploy => &Erased(deploy::DeployRun),
         RunName::Probe => &Erased(probe::ProbeRun),
         RunName::Schedules => &Erased(schedule::SchedulesRun),
+        RunName::ReleaseNotes => &Erased(release::ReleaseNotesRun),
     }
 }
 

@@ -183,5 +183,9 @@ impl Sweep<'_> {
             Ok(n) => report.purged += u32::try_from(n).unwrap_or(u32::MAX),
             Err(_) => report.failed += 1,
         }
+        match crate::store::releases::purge_decided(self.db, before, PURGE_BATCH_MAX).await {
+            Ok(n) => report.purged += u32::try_from(n).unwrap_or(u32::MAX),
+            Err(_) => report.failed += 1,
+        }
     }
 }

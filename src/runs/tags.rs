@@ -22,6 +22,8 @@ pub enum FailureTag {
     LogUploadFailed,
     /// A gate's D1 statement failed, or answered what it never should.
     Gate,
+    /// A statement of another index table (a release's approval) failed.
+    Index,
     /// The sandbox is leased to another execution.
     LeaseBusy,
     /// The fence refused a spawn: the execution no longer holds its group.
@@ -42,6 +44,7 @@ impl FailureTag {
             FailureTag::ProcessWedged => "ProcessWedged",
             FailureTag::LogUploadFailed => "LogUploadFailed",
             FailureTag::Gate => "Gate",
+            FailureTag::Index => "Index",
             FailureTag::LeaseBusy => "LeaseBusy",
             FailureTag::GroupLost => "GroupLost",
             FailureTag::WakeFailed => "WakeFailed",

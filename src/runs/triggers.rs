@@ -12,6 +12,7 @@ use crate::github::webhook::{
     Account, CheckRunEvent, CheckSuiteEvent, Event, PullRequestEvent, PushEvent, Repository,
 };
 
+use super::release::{Decision, ReleaseInput, BRANCH_PREFIX, RELEASE_EVENT};
 use super::RunName;
 
 /// Pull request actions that mean "there is new code to check".
@@ -27,11 +28,32 @@ pub enum Plan {
     Create(Vec<CreateRequest>),
     /// Events for running instances: a button of their check run pressed.
     Send(Vec<EventSend>),
+    /// Events for the instance an index names (`store::releases`): a
+    /// release's decision, found by its pull request or check run. The
+    /// webhook looks the instance up and starts none (ADR-0001 rule 4).
+    Route(Vec<RoutedEvent>),
     /// Fresh attempts of runs that exist: resolved against the index at
     /// intake (`http::webhook::accept`), so a re-run repeats the very run
     /// it names (its input, its approval, its branch), never what a payload
     /// claims.
     Rerun(Vec<Rerun>),
+}
+
+/// Which index entry finds a routed event's instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteKey {
+    Pull(u64),
+    CheckRun(u64),
+}
+
+/// An event for whichever instance waits on `by` in `repo`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoutedEvent {
+    pub repo: String,
+    pub by: RouteKey,
+    pub event_type: String,
+    pub payload: serde_json::Value,
 }
 
 /// One re-run asked for by a `rerequested` event.
@@ -225,6 +247,9 @@ fn plan_check_run(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
     if !is_ours(run.check_run.app.as_ref().map(|a| a.id), cx) {
         return Plan::Ignore("a check run of another App".into());
     }
+    if run.check_run.name.as_deref() == Some(super::release::RELEASE_CHECK_NAME) {
+        return plan_release_check_run(run);
+    }
     if run.action == "rerequested" {
         return plan_rerun(run, cx);
     }
@@ -248,6 +273,49 @@ fn plan_check_run(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
         instance_id: instance.as_str().to_owned(),
         event_type: CHECK_ACTION_EVENT.into(),
         payload: json!(payload),
+    }])
+}
+
+/// A button or Re-run of a release's check run: a decision for the
+/// instance waiting on that check run.
+fn plan_release_check_run(run: &CheckRunEvent) -> Plan {
+    let sender = run.sender.login.clone();
+    let check_run_id = run.check_run.id;
+    let decision = match (run.action.as_str(), &run.requested_action) {
+        ("requested_action", Some(a)) => Decision::Button {
+            check_run_id,
+            identifier: a.identifier.clone(),
+            sender,
+        },
+        ("rerequested", _) => Decision::Replan {
+            check_run_id,
+            sender,
+        },
+        (other, _) => {
+            return Plan::Ignore(format!("check_run action {other:?} decides no release"))
+        }
+    };
+    Plan::Route(vec![RoutedEvent {
+        repo: run.repository.full_name.clone(),
+        by: RouteKey::CheckRun(check_run_id),
+        event_type: RELEASE_EVENT.into(),
+        payload: json!(decision),
+    }])
+}
+
+/// A release's approval pull request closed (merged or not): a decision
+/// for the instance waiting on it.
+fn plan_release_pull(pr: &PullRequestEvent) -> Plan {
+    let decision = Decision::PullClosed {
+        number: pr.number,
+        merged: pr.pull_request.merged,
+        sender: pr.sender.login.clone(),
+    };
+    Plan::Route(vec![RoutedEvent {
+        repo: pr.repository.full_name.clone(),
+        by: RouteKey::Pull(pr.number),
+        event_type: RELEASE_EVENT.into(),
+        payload: json!(decision),
     }])
 }
 
@@ -430,6 +498,9 @@ fn valid_sha(sha: &str) -> bool {
 }
 
 fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
+    if pr.action == "closed" && pr.pull_request.head.name.starts_with(BRANCH_PREFIX) {
+        return plan_release_pull(pr);
+    }
     if !CHECK_ACTIONS.contains(&pr.action.as_str()) {
         return Plan::Ignore(format!("pull_request action {:?} starts no run", pr.action));
     }
@@ -458,8 +529,11 @@ fn short(sha: &str) -> &str {
 }
 
 fn plan_push(push: &PushEvent) -> Plan {
+    if let Some(tag) = push.git_ref.strip_prefix("refs/tags/") {
+        return plan_tag(push, tag);
+    }
     let Some(branch) = push.git_ref.strip_prefix("refs/heads/") else {
-        return Plan::Ignore(format!("push to {} (not a branch)", push.git_ref));
+        return Plan::Ignore(format!("push to {} (not a branch or a tag)", push.git_ref));
     };
     if push.deleted {
         return Plan::Ignore(format!("branch {branch} was deleted"));
@@ -485,6 +559,46 @@ fn plan_push(push: &PushEvent) -> Plan {
         creates.extend(schedules_create(&at, &push.before));
     }
     Plan::Create(creates)
+}
+
+/// A pushed tag: a `release-notes` instance, which reads whether the tag
+/// is one `[release_notes] tags` selects on the default branch. The commit
+/// is the push's `head_commit` (an annotated tag's `after` is the tag
+/// object).
+fn plan_tag(push: &PushEvent, tag: &str) -> Plan {
+    if push.deleted {
+        return Plan::Ignore(format!("tag {tag} was deleted"));
+    }
+    let Some(default_branch) = push.repository.default_branch.clone() else {
+        return Plan::Ignore("push without repository.default_branch".into());
+    };
+    let sha = push
+        .head_commit
+        .as_ref()
+        .map_or(push.after.as_str(), |c| c.id.as_str())
+        .to_ascii_lowercase();
+    if !valid_sha(&sha) || tag.is_empty() {
+        return Plan::Ignore(format!("tag {tag:?} names no commit id"));
+    }
+    let repo = push.repository.full_name.clone();
+    let input = ReleaseInput {
+        repo: repo.clone(),
+        tag: tag.to_owned(),
+        sha: sha.clone(),
+        installation_id: push.installation.id,
+        default_branch,
+        sender: push.sender.login.clone(),
+    };
+    Plan::Create(vec![CreateRequest {
+        key: format!("release-notes:{repo}:{tag}:{}", &sha[..KEY_SHA_CHARS]),
+        run: RunName::ReleaseNotes.as_str().into(),
+        input: json!(input),
+        repo: Some(repo),
+        entity: Some(format!("tag:{tag}")),
+        sha: Some(sha),
+        max_steps: None,
+        max_duration_ms: None,
+    }])
 }
 
 /// The `schedules` run of a push to the default branch.
@@ -598,14 +712,77 @@ mod tests {
             reqs[0].input.get("clone_url").is_none(),
             "a payload's clone_url is never carried into a run"
         );
+        let Plan::Create(tag) = plan(&push("refs/tags/v1", sha, false), &CX) else {
+            panic!("a tag push plans its release notes")
+        };
+        assert_eq!(tag.len(), 1, "a tag deploys nothing");
+        assert_eq!(tag[0].run, "release-notes");
+        assert_eq!(tag[0].key, "release-notes:octo/hello:v1:89abcdef0123");
+        assert_eq!(tag[0].input["default_branch"], "main");
         assert!(matches!(
-            plan(&push("refs/tags/v1", sha, false), &CX),
+            plan(&push("refs/tags/v1", &"0".repeat(40), true), &CX),
             Plan::Ignore(_)
         ));
         assert!(matches!(
             plan(&push("refs/heads/main", &"0".repeat(40), true), &CX),
             Plan::Ignore(_)
         ));
+    }
+
+    #[test]
+    fn a_release_decision_is_routed_by_its_pull_request_or_check_run() {
+        let closed = |head_ref: &str, merged: bool| {
+            let body = json!({
+                "action": "closed", "number": 12,
+                "pull_request": {"number": 12, "merged": merged,
+                    "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": head_ref},
+                    "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main"}},
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+                "sender": {"login": "maint", "type": "User"},
+                "installation": {"id": 42}
+            });
+            plan(
+                &parse("pull_request", body.to_string().as_bytes()).unwrap(),
+                &CX,
+            )
+        };
+        let Plan::Route(routes) = closed("sluice/release-notes/v1.2.0", true) else {
+            panic!()
+        };
+        assert_eq!(routes[0].by, RouteKey::Pull(12));
+        assert_eq!(routes[0].event_type, RELEASE_EVENT);
+        assert_eq!(
+            routes[0].payload,
+            json!({"kind": "pull_closed", "number": 12, "merged": true, "sender": "maint"})
+        );
+        assert!(matches!(closed("feature", true), Plan::Ignore(_)));
+        let check_run = |action: &str| {
+            let body = json!({
+                "action": action,
+                "check_run": {"id": 99, "name": "sluice/release-notes", "external_id": "x:ask:1"},
+                "requested_action": {"identifier": "release-approve"},
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+                "sender": {"login": "maint", "type": "User"},
+                "installation": {"id": 42}
+            });
+            plan(
+                &parse("check_run", body.to_string().as_bytes()).unwrap(),
+                &CX,
+            )
+        };
+        let Plan::Route(r) = check_run("requested_action") else {
+            panic!()
+        };
+        assert_eq!(r[0].by, RouteKey::CheckRun(99));
+        assert_eq!(r[0].payload["kind"], "button");
+        let Plan::Route(r) = check_run("rerequested") else {
+            panic!()
+        };
+        assert_eq!(
+            r[0].payload["kind"], "replan",
+            "a re-run replans, it starts no instance"
+        );
+        assert!(matches!(check_run("completed"), Plan::Ignore(_)));
     }
 
     fn fork_pr(head_repo: &str, association: &str) -> Event {

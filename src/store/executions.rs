@@ -33,6 +33,22 @@ pub struct ExecutionRow {
     pub created_ms: i64,
     pub updated_ms: i64,
     pub finished_ms: Option<i64>,
+    /// For an execution waiting on a person: who and until when (filled by
+    /// the `/v1/` lists, `http::lists`; never a column).
+    #[serde(default)]
+    pub waiting_for: Option<WaitingFor>,
+}
+
+/// Who a waiting execution waits for, and until when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitingFor {
+    /// The wait's step name ("release approval", "confirmation#2").
+    pub wait: String,
+    /// Who may end it, in words.
+    pub decider: String,
+    /// When the current window started and ends, ms since the epoch.
+    pub since_ms: i64,
+    pub until_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -426,6 +442,29 @@ pub async fn human_waits(
     );
     let mut params = vec![Param::from(limit)];
     params.extend(names.iter().map(|n| Param::from(*n)));
+    decode(db.all(Stmt::new(sql, params)).await?)
+}
+
+/// The human waits `ids` are in (at most one each: an instance waits in
+/// one step at a time).
+pub async fn human_waits_of(db: &dyn Database, ids: &[&str]) -> Result<Vec<HumanWait>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (1..=ids.len()).map(|n| format!("?{n}")).collect();
+    let columns: String = EXECUTION_COLUMNS
+        .split(", ")
+        .map(|c| format!("e.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT {columns}, s.name AS wait_name, s.started_ms AS wait_started_ms, \
+         s.wake_at_ms AS wait_deadline_ms FROM executions e JOIN execution_steps s \
+         ON s.execution_id = e.id WHERE e.status = 'waiting' AND s.kind = 'wait' \
+         AND s.state = 'waiting' AND e.id IN ({})",
+        marks.join(", ")
+    );
+    let params = ids.iter().map(|id| Param::from(*id)).collect();
     decode(db.all(Stmt::new(sql, params)).await?)
 }
 

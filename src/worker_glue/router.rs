@@ -100,6 +100,11 @@ fn route_error(e: RouteError, method: &str, path: &str) -> ApiError {
             format!("{method} is not allowed here"),
         ),
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
+        RouteError::GitHubOnly(t) => ApiError::new(
+            403,
+            "github_only",
+            format!("`{t}` events come from GitHub's webhook only: the person decides on GitHub"),
+        ),
     }
 }
 
@@ -238,7 +243,8 @@ async fn authorize(
     let principal = match r.access() {
         Access::Open => None,
         Access::SignIn => {
-            if *r == Route::LoginSubmit {
+            // A cross-site form must neither sign an operator in nor out.
+            if matches!(r, Route::LoginSubmit | Route::Logout) {
                 check_same_origin(req)?;
             }
             None
@@ -392,7 +398,19 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
         Route::LoginSubmit => {
             let body = read_form(req).await?;
             let admin = text(env, bindings::ADMIN_TOKEN);
-            dashboard::login(&body, admin.as_deref(), is_https(req), now)
+            let reply = dashboard::login(&body, admin.as_deref(), is_https(req), now);
+            // Every sign-in is an event: failures are how guessing shows.
+            let kind = if reply.status < 400 {
+                Kind::OperatorAction
+            } else {
+                Kind::AuthRefused
+            };
+            obs::event(kind)
+                .field("path", req.path())
+                .field("action", "sign_in")
+                .field("status", reply.status)
+                .emit();
+            reply
         }
         Route::Logout => dashboard::logout(is_https(req)),
         other => return Err(ApiError::internal(format!("{other:?} is not a page"))),

@@ -46,6 +46,7 @@ use sluice::store::Database;
 use sluice::store::Stmt;
 
 use super::fake_deployments::Deployment;
+use super::fake_releases::ReleaseState;
 use super::{block_on, CountingDb, ManualClock, MemoryBlobs, World, T0};
 
 pub const REPO: &str = "octo/hello";
@@ -209,6 +210,9 @@ pub struct GitHubState {
     /// Issued installation tokens and what each may do.
     pub tokens: HashMap<String, Grant>,
     pub check_runs: Vec<CheckRun>,
+    /// Completed check runs whose status or conclusion was changed again
+    /// (GitHub does not allow it).
+    pub reopened_check_runs: Vec<u64>,
     /// Deployments with their statuses (`fake_deployments`).
     pub deployments: Vec<Deployment>,
     /// Permissions the installation has not granted: a token asking for
@@ -227,6 +231,8 @@ pub struct FakeGitHub {
     pub api_url: String,
     pub clock: ManualClock,
     pub st: RefCell<GitHubState>,
+    /// Tags, comparisons, full pull requests, releases (`fake_releases`).
+    pub rel: RefCell<ReleaseState>,
 }
 
 pub fn reply(status: u16, body: Value) -> HttpResponse {
@@ -257,6 +263,7 @@ impl FakeGitHub {
             api_url: format!("https://api.github.test/rig{n}"),
             clock,
             st: RefCell::default(),
+            rel: RefCell::default(),
         }
     }
 
@@ -448,7 +455,10 @@ impl FakeGitHub {
             ("POST", ["repos", _, _, "deployments"]) => "create-deployment",
             ("GET", ["repos", _, _, "deployments", _, "statuses"]) => "list-deployment-statuses",
             ("POST", ["repos", _, _, "deployments", _, "statuses"]) => "create-deployment-status",
-            _ => return Err("no such endpoint".into()),
+            (m, path) => match Self::release_route(m, path) {
+                Some(r) => r,
+                None => return Err("no such endpoint".into()),
+            },
         };
         Ok((route, segs, query))
     }
@@ -568,6 +578,9 @@ impl FakeGitHub {
             return not_found();
         }
         let (permission, level) = match route {
+            r if Self::release_permission(r).is_some() => {
+                Self::release_permission(r).unwrap_or(("contents", "write"))
+            }
             "contents" | "ref" | "compare" => ("contents", "read"),
             "repo" => ("metadata", "read"),
             "pull" => ("pull_requests", "read"),
@@ -599,6 +612,9 @@ impl FakeGitHub {
             "compare" => self.compare(&repo, &segs[4]),
             "pull" => {
                 let number = segs[4].parse::<u64>().unwrap_or(0);
+                if let Some(full) = self.full_pull(&repo, number) {
+                    return full;
+                }
                 match self.st.borrow().pulls.get(&(repo, number)) {
                     Some(sha) => reply(200, json!({ "number": number, "head": { "sha": sha } })),
                     None => not_found(),
@@ -641,13 +657,20 @@ impl FakeGitHub {
             "create-deployment" => self.create_deployment(req, &repo),
             "list-deployment-statuses" => self.list_deployment_statuses(&repo, &segs[4], query),
             "create-deployment-status" => self.create_deployment_status(req, &repo, &segs[4]),
-            other => self.refuse(req, 599, &format!("route {other} has no handler")),
+            other => match self.serve_release(other, req, &repo, segs, query) {
+                Some(resp) => resp,
+                None => self.refuse(req, 599, &format!("route {other} has no handler")),
+            },
         }
     }
 
     /// `GET /repos/{o}/{r}/compare/{branch}...{sha}`, as far as the rig
     /// knows ancestry (`set_on_branch`).
     fn compare(&self, repo: &str, basehead: &str) -> HttpResponse {
+        // A comparison the test set up for release notes (`set_compare`).
+        if let Some(resp) = self.release_compare(repo, basehead) {
+            return resp;
+        }
         let Some((branch, sha)) = basehead.split_once("...") else {
             return not_found();
         };
@@ -825,7 +848,8 @@ impl FakeGitHub {
             .collect();
         reply(
             200,
-            json!({ "type": "file", "encoding": "base64", "name": path, "path": path, "size": text.len(), "content": wrapped }),
+            json!({ "type": "file", "encoding": "base64", "name": path, "path": path, "size": text.len(),
+                    "sha": super::fake_releases::blob_sha(text), "content": wrapped }),
         )
     }
 
@@ -947,6 +971,13 @@ impl FakeGitHub {
         };
         let status = body["status"].as_str();
         let conclusion = body["conclusion"].as_str();
+        // GitHub: once a check run completed, its status and conclusion
+        // do not change again (a re-run is a new check run). Recorded, not
+        // refused: an operator's restart of a finished check or deploy
+        // reopens its check run today.
+        let completed = run.statuses.last().map(String::as_str) == Some("completed");
+        let reopened = completed && (status.is_some() || conclusion.is_some());
+        let run_id = run.id;
         if status.is_some_and(|s| !["queued", "in_progress", "completed"].contains(&s)) {
             return reply(
                 422,
@@ -993,6 +1024,7 @@ impl FakeGitHub {
         if let Some(c) = conclusion {
             run.conclusion = Some(c.to_owned());
         }
+
         if let Some(actions) = body["actions"].as_array() {
             // GitHub's limits: 3 buttons, 20-character labels and ids.
             let fits = |a: &Value, k: &str, max: usize| {
@@ -1011,7 +1043,11 @@ impl FakeGitHub {
                 .filter_map(|a| a["identifier"].as_str().map(str::to_owned))
                 .collect();
         }
-        reply(200, run.to_json())
+        let answer = run.to_json();
+        if reopened {
+            st.reopened_check_runs.push(run_id);
+        }
+        reply(200, answer)
     }
 }
 

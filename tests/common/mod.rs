@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_deployments;
+pub mod fake_releases;
 pub mod fakes;
 
 use std::cell::{Cell, RefCell};

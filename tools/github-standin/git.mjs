@@ -134,3 +134,9 @@ export function commitFiles(reposDir, owner, repo, { branch = 'main', files = {}
     rmSync(tmp, { recursive: true, force: true });
   }
 }
+
+// Points tag `name` at commit `sha` (a lightweight tag, as `git tag name sha`).
+export function tagCommit(reposDir, owner, repo, name, sha) {
+  const dir = repoPath(reposDir, owner, repo);
+  gitSync(dir, ['update-ref', `refs/tags/${name}`, sha]);
+}

@@ -44,7 +44,14 @@ const MAX_LIVE_TOKENS = 10_000;
 const DEFAULT_PER_PAGE = 30;
 const MAX_PER_PAGE = 100;
 
-const APP_PERMISSIONS = { checks: 'write', contents: 'read', deployments: 'write', metadata: 'read', pull_requests: 'read' };
+const APP_PERMISSIONS = { checks: 'write', contents: 'write', deployments: 'write', metadata: 'read', pull_requests: 'write' };
+// GitHub's cap on the commits one comparison lists.
+const MAX_COMPARE_COMMITS = 250;
+// Issue comments and releases kept in memory are bounded like check runs.
+const MAX_COMMENTS = 100_000;
+const MAX_RELEASES = 100_000;
+// Pull request numbers the stand-in allocates start above those tests register by hand.
+const FIRST_PULL_NUMBER = 1000;
 // GitHub's limits on check run buttons (`actions`).
 const ACTIONS_MAX = 3;
 const ACTION_LIMITS = { label: 20, identifier: 20, description: 40 };
@@ -84,6 +91,15 @@ const DOCS = {
   repoInstallation: 'https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app',
   compare: 'https://docs.github.com/rest/commits/commits#compare-two-commits',
   app: 'https://docs.github.com/rest/apps/apps#get-the-authenticated-app',
+  tags: 'https://docs.github.com/rest/repos/repos#list-repository-tags',
+  listPulls: 'https://docs.github.com/rest/pulls/pulls#list-pull-requests',
+  createPull: 'https://docs.github.com/rest/pulls/pulls#create-a-pull-request',
+  updatePull: 'https://docs.github.com/rest/pulls/pulls#update-a-pull-request',
+  createRef: 'https://docs.github.com/rest/git/refs#create-a-reference',
+  putContents: 'https://docs.github.com/rest/repos/contents#create-or-update-file-contents',
+  comments: 'https://docs.github.com/rest/issues/comments#create-an-issue-comment',
+  releaseByTag: 'https://docs.github.com/rest/releases/releases#get-a-release-by-tag-name',
+  createRelease: 'https://docs.github.com/rest/releases/releases#create-a-release',
 };
 
 class ApiError extends Error {
@@ -341,7 +357,12 @@ export async function startStandin({
     checkRuns: new Map(), // id -> { repo: 'owner/name', run, history }
     checkSuites: new Map(), // 'owner/name@sha' -> suite id
     tokens: new Map(), // token -> { installationId, expiresAtMs, permissions, repositories }
-    pulls: new Map(), // 'owner/repo#n' -> { head_sha, head_ref, head_repo, author_association }
+    pulls: new Map(), // 'owner/repo#n' -> { head_sha, head_ref, head_repo, author_association, title, ... }
+    comments: new Map(), // 'owner/repo#n' -> [{ id, body, user }]
+    releases: new Map(), // 'owner/repo@tag' -> release
+    nextPullNumber: FIRST_PULL_NUMBER,
+    nextCommentId: 7_000_000_001,
+    nextReleaseId: 8_000_000_001,
     permissions: new Map(), // 'owner/repo:login' -> admin | write | read | none
     deployments: new Map(), // id -> { repo: 'owner/name', deployment, statuses: [oldest first] }
     nextCallSeq: 1,
@@ -591,8 +612,22 @@ export async function startStandin({
       total_commits: aheadBy,
       base_commit: { sha: base },
       merge_base_commit: { sha: mergeBase },
-      commits: listed.filter(Boolean).map((sha) => ({ sha, url: `${urls.api}/commits/${sha}` })),
+      commits: await Promise.all(listed.filter(Boolean).map((sha) => commitObject(dir, urls, sha))),
     });
+  }
+
+  // A commit as a comparison lists it: its message and signatures, and its `author` the GitHub
+  // user of a noreply address (`<login>@users.noreply.github.com`), else null.
+  async function commitObject(dir, urls, sha) {
+    const c = await readCommit(dir, sha);
+    const login = /^([^@]+)@users\.noreply\.github\.com$/.exec(c.author?.email ?? '')?.[1];
+    return {
+      sha,
+      url: `${urls.api}/commits/${sha}`,
+      commit: { message: c.message, author: c.author, committer: c.committer },
+      author: login ? { login, type: 'User' } : null,
+      parents: c.parents.map((p) => ({ sha: p })),
+    };
   }
 
   async function getBranch(ctx, owner, repo, rawBranch) {
@@ -1046,18 +1081,200 @@ export async function startStandin({
   // GET /repos/{o}/{r}/pulls/{n}: the pull requests the test registered (`_standin/.../pulls/{n}`).
   function getPull(ctx, owner, repo, rawNumber) {
     requirePermission(ctx.token, 'pull_requests', 'read');
-    requireRepo(owner, repo, DOCS.pull);
+    const dir = requireRepo(owner, repo, DOCS.pull);
     const pull = state.pulls.get(`${owner}/${repo}#${rawNumber}`);
     if (!pull) throw notFound(DOCS.pull);
+    return pullObject(dir, owner, repo, Number(rawNumber), pull).then((p) => sendJson(ctx.res, 200, p));
+  }
+
+  // A pull request in GitHub's shape; the head sha of one the stand-in opened is its branch's.
+  async function pullObject(dir, owner, repo, number, pull) {
     const urls = repoUrls(owner, repo);
-    sendJson(ctx.res, 200, {
-      url: `${urls.api}/pulls/${rawNumber}`,
-      number: Number(rawNumber),
-      state: 'open',
-      head: { ref: pull.head_ref, sha: pull.head_sha, repo: { full_name: pull.head_repo } },
-      base: { ref: 'main', repo: { full_name: `${owner}/${repo}` } },
-      author_association: pull.author_association,
+    const headSha = pull.head_sha ?? (await revParse(dir, `refs/heads/${pull.head_ref}^{commit}`));
+    return {
+      url: `${urls.api}/pulls/${number}`,
+      html_url: `${urls.html}/pull/${number}`,
+      number,
+      state: pull.state ?? 'open',
+      title: pull.title ?? `Pull request #${number}`,
+      body: pull.body ?? null,
+      user: { login: pull.user ?? owner, type: 'User' },
+      labels: (pull.labels ?? []).map((name) => ({ name })),
+      merged: Boolean(pull.merged),
+      merged_at: pull.merged ? (pull.merged_at ?? isoSeconds(Date.now())) : null,
+      head: { ref: pull.head_ref, sha: headSha, repo: { full_name: pull.head_repo ?? `${owner}/${repo}` } },
+      base: { ref: pull.base_ref ?? 'main', repo: { full_name: `${owner}/${repo}` } },
+      author_association: pull.author_association ?? 'OWNER',
+    };
+  }
+
+  // GET /repos/{o}/{r}/pulls?head=owner:branch&state=open|closed|all
+  async function listPulls(ctx, owner, repo) {
+    requirePermission(ctx.token, 'pull_requests', 'read');
+    const dir = requireRepo(owner, repo, DOCS.listPulls);
+    const want = ctx.query.get('state') ?? 'open';
+    if (!['open', 'closed', 'all'].includes(want)) throw invalidRequest('state must be open, closed or all.', DOCS.listPulls);
+    const head = ctx.query.get('head');
+    const out = [];
+    for (const [key, pull] of state.pulls) {
+      const [repoKey, number] = key.split('#');
+      if (repoKey !== `${owner}/${repo}`) continue;
+      if (want !== 'all' && (pull.state ?? 'open') !== want) continue;
+      if (head && head !== `${(pull.head_repo ?? repoKey).split('/')[0]}:${pull.head_ref}`) continue;
+      out.push(await pullObject(dir, owner, repo, Number(number), pull));
+    }
+    out.sort((a, b) => b.number - a.number);
+    const { start, end } = pageParams(ctx.query);
+    sendJson(ctx.res, 200, out.slice(start, end));
+  }
+
+  // POST /repos/{o}/{r}/pulls {title, head, base, body}: 422 when the head branch is missing or
+  // an open pull request from it exists, as GitHub answers.
+  async function createPull(ctx, owner, repo) {
+    requirePermission(ctx.token, 'pull_requests', 'write');
+    const dir = requireRepo(owner, repo, DOCS.createPull);
+    const body = requireObjectBody(ctx);
+    for (const key of ['title', 'head', 'base']) {
+      if (typeof body[key] !== 'string' || !body[key]) throw invalidRequest(`"${key}" wasn't supplied.`, DOCS.createPull);
+    }
+    optionalString(body, 'body', DOCS.createPull);
+    const head = body.head.includes(':') ? body.head.split(':')[1] : body.head;
+    const headSha = REF_RE.test(head) ? await revParse(dir, `refs/heads/${head}^{commit}`) : null;
+    const baseSha = REF_RE.test(body.base) ? await revParse(dir, `refs/heads/${body.base}^{commit}`) : null;
+    if (!headSha || !baseSha) {
+      throw new ApiError(422, 'Validation Failed', DOCS.createPull, { errors: [{ resource: 'PullRequest', field: headSha ? 'base' : 'head', code: 'invalid' }] });
+    }
+    for (const [key, p] of state.pulls) {
+      if (key.startsWith(`${owner}/${repo}#`) && p.head_ref === head && (p.state ?? 'open') === 'open') {
+        throw new ApiError(422, 'Validation Failed', DOCS.createPull, { errors: [{ resource: 'PullRequest', code: 'custom', message: `A pull request already exists for ${owner}:${head}.` }] });
+      }
+    }
+    const number = state.nextPullNumber++;
+    const pull = { head_ref: head, base_ref: body.base, title: body.title, body: body.body ?? null, state: 'open', merged: false, user: 'sluice[bot]', labels: [] };
+    state.pulls.set(`${owner}/${repo}#${number}`, pull);
+    sendJson(ctx.res, 201, await pullObject(dir, owner, repo, number, pull));
+  }
+
+  // PATCH /repos/{o}/{r}/pulls/{n} {title, body, state}: a merged pull request cannot reopen.
+  async function updatePull(ctx, owner, repo, rawNumber) {
+    requirePermission(ctx.token, 'pull_requests', 'write');
+    const dir = requireRepo(owner, repo, DOCS.updatePull);
+    const pull = state.pulls.get(`${owner}/${repo}#${rawNumber}`);
+    if (!pull) throw notFound(DOCS.updatePull);
+    const body = requireObjectBody(ctx);
+    optionalString(body, 'title', DOCS.updatePull);
+    optionalString(body, 'body', DOCS.updatePull);
+    optionalEnum(body, 'state', ['open', 'closed'], DOCS.updatePull);
+    if (body.state === 'open' && pull.merged) throw invalidRequest('A merged pull request cannot be reopened.', DOCS.updatePull);
+    for (const key of ['title', 'body', 'state']) if (typeof body[key] === 'string') pull[key] = body[key];
+    sendJson(ctx.res, 200, await pullObject(dir, owner, repo, Number(rawNumber), pull));
+  }
+
+  // GET /repos/{o}/{r}/tags: newest first (by the tagged commit's time), each with its commit.
+  async function listTags(ctx, owner, repo) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.tags);
+    const out = await readGit(dir, ['for-each-ref', '--sort=-creatordate', '--format=%(refname:short)%00%(objectname)%00%(*objectname)', 'refs/tags']);
+    const urls = repoUrls(owner, repo);
+    const tags = out.toString('utf8').split('\n').filter(Boolean).map((line) => {
+      const [name, object, peeled] = line.split('\0');
+      const sha = peeled || object;
+      return { name, commit: { sha, url: `${urls.api}/commits/${sha}` }, zipball_url: `${urls.api}/zipball/refs/tags/${name}`, tarball_url: `${urls.api}/tarball/refs/tags/${name}`, node_id: `REF_${Buffer.from(name).toString('base64url')}` };
     });
+    const { start, end } = pageParams(ctx.query);
+    sendJson(ctx.res, 200, tags.slice(start, end));
+  }
+
+  // POST /repos/{o}/{r}/git/refs {ref, sha}: 422 when it exists or the sha is no object.
+  async function createRef(ctx, owner, repo) {
+    requirePermission(ctx.token, 'contents', 'write');
+    const dir = requireRepo(owner, repo, DOCS.createRef);
+    const body = requireObjectBody(ctx);
+    const name = typeof body.ref === 'string' ? body.ref.replace(/^refs\//, '') : '';
+    if (!/^(heads|tags)\//.test(name) || !REF_RE.test(name) || !SHA_RE.test(body.sha ?? '')) {
+      throw invalidRequest('Reference name is invalid or sha is not a full commit id.', DOCS.createRef);
+    }
+    if (!(await revParse(dir, `${body.sha}^{commit}`))) throw new ApiError(422, 'Object does not exist', DOCS.createRef);
+    if (await revParse(dir, `refs/${name}`)) throw new ApiError(422, 'Reference already exists', DOCS.createRef);
+    await readGit(dir, ['update-ref', `refs/${name}`, body.sha, '0'.repeat(40)]);
+    const urls = repoUrls(owner, repo);
+    sendJson(ctx.res, 201, { ref: `refs/${name}`, url: `${urls.api}/git/refs/${name}`, object: { sha: body.sha, type: 'commit' } });
+  }
+
+  // PUT /repos/{o}/{r}/contents/{path} {message, content, branch, sha}: a commit on the branch.
+  // Updating an existing file needs its blob sha (422 without, 409 on a stale one), as on GitHub.
+  async function putContents(ctx, owner, repo, rawPath) {
+    requirePermission(ctx.token, 'contents', 'write');
+    const dir = requireRepo(owner, repo, DOCS.putContents);
+    const path = contentPath(rawPath);
+    const body = requireObjectBody(ctx);
+    for (const key of ['message', 'content']) {
+      if (typeof body[key] !== 'string') throw invalidRequest(`"${key}" wasn't supplied.`, DOCS.putContents);
+    }
+    const branch = body.branch ?? (await defaultBranch(dir));
+    const head = REF_RE.test(branch) ? await revParse(dir, `refs/heads/${branch}^{commit}`) : null;
+    if (!head || !path) throw new ApiError(404, `Branch ${branch} not found`, DOCS.putContents);
+    const [entry] = parseLsTree(await readGit(dir, ['ls-tree', '-z', '-l', head, '--', path]));
+    const existing = entry && entry.path === path ? entry.sha : null;
+    if (existing && !body.sha) throw invalidRequest('"sha" wasn\'t supplied.', DOCS.putContents);
+    if ((body.sha ?? null) !== existing) throw new ApiError(409, `${path} does not match ${body.sha}`, DOCS.putContents);
+    const content = Buffer.from(body.content, 'base64');
+    const sha = commitFiles(root, owner, repo, { branch, files: { [path]: content }, message: body.message });
+    const [written] = parseLsTree(await readGit(dir, ['ls-tree', '-z', '-l', sha, '--', path]));
+    sendJson(ctx.res, existing ? 200 : 201, { content: { name: path.split('/').pop(), path, sha: written.sha, size: written.size }, commit: { sha, message: body.message } });
+  }
+
+  // GET and POST /repos/{o}/{r}/issues/{n}/comments (a pull request is an issue).
+  function listComments(ctx, owner, repo, rawNumber) {
+    requirePermission(ctx.token, 'pull_requests', 'read');
+    requireRepo(owner, repo, DOCS.comments);
+    if (!state.pulls.has(`${owner}/${repo}#${rawNumber}`)) throw notFound(DOCS.comments);
+    const { start, end } = pageParams(ctx.query);
+    sendJson(ctx.res, 200, (state.comments.get(`${owner}/${repo}#${rawNumber}`) ?? []).slice(start, end));
+  }
+
+  function createComment(ctx, owner, repo, rawNumber) {
+    requirePermission(ctx.token, 'pull_requests', 'write');
+    requireRepo(owner, repo, DOCS.comments);
+    const key = `${owner}/${repo}#${rawNumber}`;
+    if (!state.pulls.has(key)) throw notFound(DOCS.comments);
+    const body = requireObjectBody(ctx);
+    if (typeof body.body !== 'string' || !body.body) throw invalidRequest('"body" wasn\'t supplied.', DOCS.comments);
+    const total = [...state.comments.values()].reduce((n, list) => n + list.length, 0);
+    if (total >= MAX_COMMENTS) throw new ApiError(403, 'Comment limit of the stand-in reached', DOCS.comments);
+    const comment = { id: state.nextCommentId++, body: body.body, user: { login: 'sluice[bot]', type: 'Bot' }, created_at: isoSeconds(Date.now()) };
+    state.comments.set(key, [...(state.comments.get(key) ?? []), comment]);
+    sendJson(ctx.res, 201, comment);
+  }
+
+  // GET /repos/{o}/{r}/releases/tags/{tag} and POST /repos/{o}/{r}/releases: one release per tag
+  // (422 already_exists for a second), the tag must exist.
+  function getReleaseByTag(ctx, owner, repo, rawTag) {
+    requirePermission(ctx.token, 'contents', 'read');
+    requireRepo(owner, repo, DOCS.releaseByTag);
+    const release = state.releases.get(`${owner}/${repo}@${decodeSegment(rawTag)}`);
+    if (!release) throw notFound(DOCS.releaseByTag);
+    sendJson(ctx.res, 200, release);
+  }
+
+  async function createRelease(ctx, owner, repo) {
+    requirePermission(ctx.token, 'contents', 'write');
+    const dir = requireRepo(owner, repo, DOCS.createRelease);
+    const body = requireObjectBody(ctx);
+    if (typeof body.tag_name !== 'string' || !REF_RE.test(body.tag_name)) throw invalidRequest('"tag_name" wasn\'t supplied.', DOCS.createRelease);
+    optionalString(body, 'name', DOCS.createRelease);
+    optionalString(body, 'body', DOCS.createRelease);
+    const key = `${owner}/${repo}@${body.tag_name}`;
+    if (state.releases.has(key)) {
+      throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'already_exists', field: 'tag_name' }] });
+    }
+    if (!(await revParse(dir, `refs/tags/${body.tag_name}`))) throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'invalid', field: 'tag_name' }] });
+    if (state.releases.size >= MAX_RELEASES) throw new ApiError(403, 'Release limit of the stand-in reached', DOCS.createRelease);
+    const urls = repoUrls(owner, repo);
+    const id = state.nextReleaseId++;
+    const release = { id, url: `${urls.api}/releases/${id}`, html_url: `${urls.html}/releases/tag/${body.tag_name}`, tag_name: body.tag_name, name: body.name ?? body.tag_name, body: body.body ?? null, draft: false, prerelease: false, created_at: isoSeconds(Date.now()), author: { login: 'sluice[bot]', type: 'Bot' } };
+    state.releases.set(key, release);
+    sendJson(ctx.res, 201, release);
   }
 
   // GET /repos/{o}/{r}/collaborators/{u}/permission: the owner is admin; others as registered,
@@ -1078,8 +1295,45 @@ export async function startStandin({
     state.pulls.set(`${owner}/${repo}#${rawNumber}`, {
       head_sha: body.head_sha, head_ref: body.head_ref ?? 'feature', head_repo: body.head_repo ?? `${owner}/${repo}`,
       author_association: body.author_association ?? 'OWNER',
+      // What a merged pull request's notes read: its title, author, labels and state.
+      title: body.title, user: body.user, labels: Array.isArray(body.labels) ? body.labels : [],
+      state: body.merged ? 'closed' : 'open', merged: Boolean(body.merged),
     });
     sendJson(ctx.res, 201, { ok: true });
+  }
+
+  // POST /_standin/repos/{o}/{r}/pulls/{n}/close {merged}: a person merges (fast-forwarding the
+  // base branch when it can) or closes a pull request on GitHub.
+  async function controlClosePull(ctx, owner, repo, rawNumber) {
+    const pull = state.pulls.get(`${owner}/${repo}#${rawNumber}`);
+    if (!pull) throw notFound();
+    const { merged = false } = requireObjectBody(ctx);
+    if (merged && !pull.merged) {
+      const dir = requireRepo(owner, repo, DOCS.root);
+      const head = await revParse(dir, `refs/heads/${pull.head_ref}^{commit}`);
+      const base = await revParse(dir, `refs/heads/${pull.base_ref ?? 'main'}^{commit}`);
+      if (head && base && (await tryGit(dir, ['merge-base', '--is-ancestor', base, head])) !== null) {
+        await readGit(dir, ['update-ref', `refs/heads/${pull.base_ref ?? 'main'}`, head, base]);
+      }
+      pull.merged = true;
+      pull.merged_at = isoSeconds(Date.now());
+    }
+    pull.state = 'closed';
+    sendJson(ctx.res, 200, { ok: true });
+  }
+
+  function controlPulls(ctx) {
+    const repo = ctx.query.get('repo');
+    const pulls = [...state.pulls.entries()]
+      .filter(([key]) => !repo || key.startsWith(`${repo}#`))
+      .map(([key, p]) => ({ ...p, repository: key.split('#')[0], number: Number(key.split('#')[1]), comments: state.comments.get(key) ?? [] }));
+    sendJson(ctx.res, 200, { pulls });
+  }
+
+  function controlReleases(ctx) {
+    const repo = ctx.query.get('repo');
+    const releases = [...state.releases.entries()].filter(([key]) => !repo || key.startsWith(`${repo}@`)).map(([key, r]) => ({ ...r, repository: key.split('@')[0] }));
+    sendJson(ctx.res, 200, { releases });
   }
 
   function controlPermission(ctx, owner, repo, rawUser) {
@@ -1138,6 +1392,8 @@ export async function startStandin({
     state.deployments.clear();
     state.pulls.clear();
     state.permissions.clear();
+    state.comments.clear();
+    state.releases.clear();
     sendJson(ctx.res, 200, { ok: true });
   }
 
@@ -1153,6 +1409,19 @@ export async function startStandin({
     { method: 'POST', re: /^\/_standin\/reset$/, handler: controlReset },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}$`), handler: controlPull },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/collaborators/${R}$`), handler: controlPermission },
+    { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}/close$`), handler: controlClosePull },
+    { method: 'GET', re: /^\/_standin\/pulls$/, handler: controlPulls },
+    { method: 'GET', re: /^\/_standin\/releases$/, handler: controlReleases },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/pulls$`), handler: listPulls, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/pulls$`), handler: createPull, auth: true },
+    { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), handler: updatePull, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/tags$`), handler: listTags, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/git/refs$`), handler: createRef, auth: true },
+    { method: 'PUT', re: new RegExp(`^/repos/${R}/${R}/contents/(.+)$`), handler: putContents, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), handler: listComments, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), handler: createComment, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/releases/tags/${R}$`), handler: getReleaseByTag, auth: true },
+    { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/releases$`), handler: createRelease, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), handler: getPull, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/collaborators/${R}/permission$`), handler: getPermission, auth: true },
     { method: 'POST', re: new RegExp(`^/app/installations/${R}/access_tokens$`), handler: createAccessToken },

@@ -12,7 +12,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
-import { commitFiles, createRepo, headSha } from './git.mjs';
+import { commitFiles, createRepo, headSha, tagCommit } from './git.mjs';
 import { startStandin } from './server.mjs';
 import { checkRunRequestedActionPayload, pullRequestPayload, pushPayload, repoId, sendWebhook, signBody } from './webhooks.mjs';
 
@@ -179,7 +179,7 @@ test('access token: a valid JWT gets a ghs_ token with GitHub-shaped fields', as
   assert.match(res.json.expires_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
   const expires = Date.parse(res.json.expires_at);
   assert.ok(Math.abs(expires - (before + 3600_000)) < 5_000, `expires_at ${res.json.expires_at}`);
-  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'read', deployments: 'write', metadata: 'read', pull_requests: 'read' });
+  assert.deepEqual(res.json.permissions, { checks: 'write', contents: 'write', deployments: 'write', metadata: 'read', pull_requests: 'write' });
   assert.equal(res.json.repository_selection, 'all');
 });
 
@@ -275,7 +275,7 @@ test('access token: unknown installation is 404, bad body is 400', async () => {
 
 test('access token: requested permissions narrow the token and cannot exceed the app\'s', async () => {
   const auth = `Bearer ${makeJwt(keys.privateKey)}`;
-  const tooMuch = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth, body: { permissions: { contents: 'write' } } });
+  const tooMuch = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth, body: { permissions: { administration: 'write' } } });
   assert.equal(tooMuch.status, 422);
   const narrow = await request('POST', `/app/installations/${INSTALLATION}/access_tokens`, { auth, body: { permissions: { checks: 'read' } } });
   assert.equal(narrow.status, 201);
@@ -1143,4 +1143,97 @@ test('deployments: need the deployments permission (403), stay within the token\
   assert.deepEqual(json.calls[6].body, { ...SLUICE_DEPLOYMENT, ref: mainSha, environment: 'main' });
   await request('POST', '/_standin/reset');
   assert.deepEqual((await request('GET', '/_standin/deployments')).json, { deployments: [] });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Releases: tags, compare, pulls, refs, contents writes, comments, releases
+
+test('tags and compare: tags newest first with their commits; compare lists head\'s commits since base', async () => {
+  const repo = 'notes';
+  const v1 = commitFiles(reposDir, OWNER, repo, { files: { 'a.txt': 'a\n' }, message: 'first' });
+  tagCommit(reposDir, OWNER, repo, 'v1.0.0', v1);
+  const c2 = commitFiles(reposDir, OWNER, repo, { files: { 'b.txt': 'b\n' }, message: 'Merge pull request #7 from ana/b\n\nAdd b' });
+  const c3 = commitFiles(reposDir, OWNER, repo, { files: { 'c.txt': 'c\n' }, message: 'Add c (#8)' });
+  tagCommit(reposDir, OWNER, repo, 'v1.1.0', c3);
+  const auth = `token ${await issueToken()}`;
+  const tags = await request('GET', `/repos/${OWNER}/${repo}/tags?per_page=100`, { auth });
+  assert.equal(tags.status, 200);
+  assert.deepEqual(new Set(tags.json.map((t) => `${t.name}@${t.commit.sha}`)), new Set([`v1.0.0@${v1}`, `v1.1.0@${c3}`]));
+  const cmp = await request('GET', `/repos/${OWNER}/${repo}/compare/v1.0.0...${c3}`, { auth });
+  assert.equal(cmp.status, 200, cmp.text);
+  assert.equal(cmp.json.status, 'ahead');
+  assert.deepEqual(cmp.json.commits.map((c) => c.sha), [c2, c3], 'oldest first');
+  assert.match(cmp.json.commits[0].commit.message, /^Merge pull request #7/);
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/compare/nope...${c3}`, { auth })).status, 404);
+  const noContents = await issueToken({}, { permissions: { checks: 'read' } });
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/tags`, { auth: `token ${noContents}` })).status, 403);
+});
+
+test('approval pull request: a branch, a file committed through contents, a pull request, comments, a merge', async () => {
+  const repo = 'notes2';
+  const base = commitFiles(reposDir, OWNER, repo, { files: { 'README.md': 'hi\n' }, message: 'init' });
+  const auth = `token ${await issueToken()}`;
+  const ref = (body) => request('POST', `/repos/${OWNER}/${repo}/git/refs`, { auth, body });
+  assert.equal((await ref({ ref: 'refs/heads/sluice/release-notes/v1', sha: base })).status, 201);
+  const again = await ref({ ref: 'refs/heads/sluice/release-notes/v1', sha: base });
+  assert.equal(again.status, 422);
+  assert.equal(again.json.message, 'Reference already exists');
+  assert.equal((await ref({ ref: 'refs/heads/x', sha: 'f'.repeat(40) })).status, 422);
+  const put = (body) => request('PUT', `/repos/${OWNER}/${repo}/contents/release-notes/v1.md`, { auth, body });
+  const created = await put({ message: 'notes', content: Buffer.from('# v1\n').toString('base64'), branch: 'sluice/release-notes/v1' });
+  assert.equal(created.status, 201, created.text);
+  assert.equal(created.json.content.sha, gitHashObject('# v1\n'));
+  const stale = await put({ message: 'notes', content: Buffer.from('# v1 again\n').toString('base64'), branch: 'sluice/release-notes/v1' });
+  assert.equal(stale.status, 422, 'an update names the blob it replaces');
+  const updated = await put({ message: 'notes', content: Buffer.from('# v1 again\n').toString('base64'), branch: 'sluice/release-notes/v1', sha: created.json.content.sha });
+  assert.equal(updated.status, 200, updated.text);
+  const read = await request('GET', `/repos/${OWNER}/${repo}/contents/release-notes/v1.md?ref=sluice/release-notes/v1`, { auth });
+  assert.equal(Buffer.from(read.json.content, 'base64').toString(), '# v1 again\n');
+  assert.equal(headSha(reposDir, OWNER, repo, 'main'), base, 'main is untouched');
+
+  const pr = await request('POST', `/repos/${OWNER}/${repo}/pulls`, { auth, body: { title: 'Release notes for v1', head: 'sluice/release-notes/v1', base: 'main', body: 'notes' } });
+  assert.equal(pr.status, 201, pr.text);
+  assert.equal(pr.json.state, 'open');
+  assert.equal(pr.json.head.sha, updated.json.commit.sha);
+  const dup = await request('POST', `/repos/${OWNER}/${repo}/pulls`, { auth, body: { title: 't', head: 'sluice/release-notes/v1', base: 'main' } });
+  assert.equal(dup.status, 422);
+  assert.equal((await request('POST', `/repos/${OWNER}/${repo}/pulls`, { auth, body: { title: 't', head: 'missing', base: 'main' } })).status, 422);
+  const listed = await request('GET', `/repos/${OWNER}/${repo}/pulls?head=${OWNER}:sluice/release-notes/v1&state=open`, { auth });
+  assert.deepEqual(listed.json.map((p) => p.number), [pr.json.number]);
+  const n = pr.json.number;
+  const patched = await request('PATCH', `/repos/${OWNER}/${repo}/pulls/${n}`, { auth, body: { body: 'new notes' } });
+  assert.equal(patched.json.body, 'new notes');
+  const comment = await request('POST', `/repos/${OWNER}/${repo}/issues/${n}/comments`, { auth, body: { body: 'hello <!-- m -->' } });
+  assert.equal(comment.status, 201);
+  const comments = await request('GET', `/repos/${OWNER}/${repo}/issues/${n}/comments`, { auth });
+  assert.deepEqual(comments.json.map((c) => c.body), ['hello <!-- m -->']);
+  assert.equal((await request('POST', `/repos/${OWNER}/${repo}/issues/99999/comments`, { auth, body: { body: 'x' } })).status, 404);
+  // A person merges it: the base fast-forwards, the pull request is closed and merged.
+  assert.equal((await request('POST', `/_standin/repos/${OWNER}/${repo}/pulls/${n}/close`, { body: { merged: true } })).status, 200);
+  const merged = await request('GET', `/repos/${OWNER}/${repo}/pulls/${n}`, { auth });
+  assert.equal(merged.json.merged, true);
+  assert.equal(merged.json.state, 'closed');
+  assert.equal(headSha(reposDir, OWNER, repo, 'main'), updated.json.commit.sha);
+  assert.equal((await request('PATCH', `/repos/${OWNER}/${repo}/pulls/${n}`, { auth, body: { state: 'open' } })).status, 422);
+  const readOnly = await issueToken({}, { permissions: { contents: 'read', pull_requests: 'read' } });
+  assert.equal((await request('POST', `/repos/${OWNER}/${repo}/issues/${n}/comments`, { auth: `token ${readOnly}`, body: { body: 'x' } })).status, 403);
+});
+
+test('releases: one per existing tag (422 already_exists for a second), found by its tag', async () => {
+  const repo = 'notes3';
+  const sha = commitFiles(reposDir, OWNER, repo, { files: { 'a.txt': 'a\n' }, message: 'init' });
+  tagCommit(reposDir, OWNER, repo, 'v2.0.0', sha);
+  const auth = `token ${await issueToken()}`;
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/tags/v2.0.0`, { auth })).status, 404);
+  const created = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v2.0.0', name: 'v2.0.0', body: '## v2.0.0' } });
+  assert.equal(created.status, 201, created.text);
+  const found = await request('GET', `/repos/${OWNER}/${repo}/releases/tags/v2.0.0`, { auth });
+  assert.equal(found.json.id, created.json.id);
+  assert.equal(found.json.body, '## v2.0.0');
+  const second = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v2.0.0' } });
+  assert.equal(second.status, 422);
+  assert.equal(second.json.errors[0].code, 'already_exists');
+  assert.equal((await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v9' } })).status, 422, 'no such tag');
+  const listed = await request('GET', `/_standin/releases?repo=${OWNER}/${repo}`);
+  assert.equal(listed.json.releases.length, 1);
 });

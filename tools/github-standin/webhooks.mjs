@@ -57,7 +57,7 @@ function installation(installationId) {
 export function pullRequestPayload({
   owner, repo, sha, action = 'opened', number = 1, draft = false, senderLogin = 'octocat', senderType = 'User',
   installationId = 42, cloneUrl, baseRef = 'main', headRef = 'feature', baseSha = sha,
-  headOwner = owner, authorAssociation = 'OWNER',
+  headOwner = owner, authorAssociation = 'OWNER', merged = false,
 }) {
   const repoObj = repository(owner, repo, cloneUrl);
   const user = account(senderLogin, senderType);
@@ -81,7 +81,7 @@ export function pullRequestPayload({
       created_at: now,
       updated_at: now,
       closed_at: closed ? now : null,
-      merged_at: null,
+      merged_at: closed && merged ? now : null,
       merge_commit_sha: null,
       draft,
       // A fork's head lives in the fork (headOwner/repo).
@@ -91,7 +91,7 @@ export function pullRequestPayload({
       },
       base: { label: `${owner}:${baseRef}`, ref: baseRef, sha: baseSha, user: repoObj.owner, repo: repoObj },
       author_association: authorAssociation,
-      merged: false,
+      merged: closed && merged,
       mergeable: null,
     },
     repository: repoObj,

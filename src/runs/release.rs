@@ -1,0 +1,908 @@
+//! The `release-notes` run: on a pushed tag that `[release_notes] tags` on
+//! the default branch selects, compose notes from the commits since the
+//! previous matching tag, propose them in an approval pull request, ask a
+//! named decider on check run `sluice/release-notes` (`action_required`,
+//! Approve and Reject), and wait, bounded, for the decision (ADR-0001 rule
+//! 3: the decider is `[release_notes] approvers`, or anyone with write
+//! access when none are named; the timeout is `confirmation_timeout`).
+//!
+//! The run reads as its steps: read config, set its ceiling, then inside
+//! its check run: compose notes, open the pull request, enter waiting
+//! (deadline, the approval's index row, the buttons, supersede older
+//! waiting tags), then wait for a decision: merge or Approve publishes the
+//! release, close or Reject ends it `rejected`, Re-run regenerates the
+//! notes and restarts the window, and the window's end skips it
+//! `confirmation_timeout`. Every change of the approval's state is one
+//! conditional statement (`store::releases`), so a decision and a
+//! supersession never both win.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Ctx, RunError, RunOutcome, Status, StepConfig};
+use crate::gates::policy::SkipReason;
+use crate::github::releases::{NewPull, PullInfo, Tag};
+use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
+use crate::limits::RUN_DURATION_MS_MAX;
+use crate::store::releases::{self, Approval};
+
+use super::approval::{may_decide_as, Deciders};
+use super::config::{parse_duration_ms, ReleaseNotesConfig, RepoConfig};
+use super::notes::{self, NotesInput};
+use super::notify::{self, AutoSkipped};
+use super::registry::{CheckRunOf, Run, RunName};
+use super::report::{details_url, github_failure, github_step, reported, CheckTarget, Verdict};
+use super::tags::{FailureTag, SkipTag};
+use super::{configured_at, unless_ignored, Configured, RunEnv};
+
+pub const RELEASE_CHECK_NAME: &str = "sluice/release-notes";
+/// The event every decision about a release arrives as (a merge, a close,
+/// a button, a re-run; a wake with no payload asks it to read its row).
+pub const RELEASE_EVENT: &str = "release-decision";
+/// The wait for it (each round after the first is `release approval#2`).
+pub const RELEASE_WAIT: &str = "release approval";
+/// Where approval pull requests live: `sluice/release-notes/<tag>`.
+pub const BRANCH_PREFIX: &str = "sluice/release-notes/";
+/// The file an approval pull request adds: `release-notes/<tag>.md`.
+const NOTES_DIR: &str = "release-notes";
+/// A release nobody answers is bounded (ADR-0001's reference: 72 h).
+const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = 72 * 3600 * 1000;
+/// What a release may take besides its wait: composing notes, opening the
+/// pull request, publishing.
+const RELEASE_BUDGET_MS: i64 = 3600 * 1000;
+/// The longest window a repository may ask for: a replan restarts it, and
+/// the ceiling (run start + waits + budget) must still fit.
+const CONFIRMATION_TIMEOUT_MS_MAX: i64 = 5 * 24 * 3600 * 1000;
+/// Events one instance takes before it stops listening: a decision that
+/// never comes ends at the window, a flood of outsiders' presses here.
+const ROUNDS_MAX: u32 = 50;
+/// Pull requests read for one release's notes: beyond it the rest are
+/// listed by their commits.
+const PULLS_READ_MAX: usize = 100;
+
+const _: () = assert!(CONFIRMATION_TIMEOUT_MS_MAX + RELEASE_BUDGET_MS <= RUN_DURATION_MS_MAX);
+const _: () = assert!(CONFIRMATION_TIMEOUT_MS_DEFAULT <= CONFIRMATION_TIMEOUT_MS_MAX);
+
+/// What a `release-notes` instance needs, decided at the edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseInput {
+    pub repo: String,
+    pub tag: String,
+    /// The commit the tag names.
+    pub sha: String,
+    pub installation_id: u64,
+    /// Where `[release_notes]` is read and the pull request is based.
+    pub default_branch: String,
+    #[serde(default)]
+    pub sender: String,
+}
+
+/// What a decision says, as the instance receives it (`runs::triggers`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Decision {
+    /// Approve or Reject on the check run.
+    Button {
+        check_run_id: u64,
+        identifier: String,
+        sender: String,
+    },
+    /// The approval pull request was closed, merged or not.
+    PullClosed {
+        number: u64,
+        merged: bool,
+        sender: String,
+    },
+    /// Re-run on the check run: regenerate the notes, restart the window.
+    Replan { check_run_id: u64, sender: String },
+}
+
+pub const APPROVE: Button = Button {
+    label: "Approve",
+    description: "Publish the release with these notes",
+    identifier: "release-approve",
+};
+pub const REJECT: Button = Button {
+    label: "Reject",
+    description: "Do not publish this release",
+    identifier: "release-reject",
+};
+
+/// The window `[release_notes] confirmation_timeout` asks for.
+pub fn window_ms(cfg: &ReleaseNotesConfig) -> Result<i64, String> {
+    let ms = match cfg.confirmation_timeout.as_deref() {
+        None => return Ok(CONFIRMATION_TIMEOUT_MS_DEFAULT),
+        Some(v) => parse_duration_ms(v)?,
+    };
+    if !(1..=CONFIRMATION_TIMEOUT_MS_MAX).contains(&ms) {
+        return Err(format!(
+            "{ms} ms is outside 1 ms to {} hours",
+            CONFIRMATION_TIMEOUT_MS_MAX / 3_600_000
+        ));
+    }
+    Ok(ms)
+}
+
+/// `[release_notes]` as `config::parse` checks it.
+pub fn validate(cfg: &ReleaseNotesConfig) -> Result<(), String> {
+    if cfg.tags.trim().is_empty() {
+        return Err("[release_notes] tags is empty".into());
+    }
+    if cfg.approvers.iter().any(|a| a.trim().is_empty()) {
+        return Err("[release_notes] approvers names an empty login".into());
+    }
+    window_ms(cfg)
+        .map(|_| ())
+        .map_err(|e| format!("[release_notes] confirmation_timeout: {e}"))
+}
+
+/// The `release-notes` run.
+pub struct ReleaseNotesRun;
+
+#[async_trait(?Send)]
+impl Run for ReleaseNotesRun {
+    const NAME: RunName = RunName::ReleaseNotes;
+    const GATED: bool = false;
+    type Input = ReleaseInput;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &ReleaseInput,
+    ) -> Result<RunOutcome, RunError> {
+        run(ctx, env, input).await
+    }
+
+    fn check_run(&self, input: &ReleaseInput) -> Option<CheckRunOf> {
+        Some(CheckRunOf {
+            name: RELEASE_CHECK_NAME,
+            installation_id: input.installation_id,
+            repo: input.repo.clone(),
+            sha: input.sha.clone(),
+        })
+    }
+
+    /// Ended from outside while it waited: its row leaves the index, its
+    /// pull request is closed with a comment, and a check run says so (the
+    /// asking one is completed and cannot change). Best effort.
+    async fn abandoned(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &ReleaseInput,
+        status: Status,
+    ) {
+        let now = env.clock.now_ms();
+        let Ok(Some(row)) = releases::get(env.db, instance_id).await else {
+            return;
+        };
+        if !matches!(
+            releases::claim(env.db, instance_id, "ended", now).await,
+            Ok(true)
+        ) {
+            return;
+        }
+        let (inst, repo) = (input.installation_id, input.repo.as_str());
+        let why = format!(
+            "The release run of `{}` ended {} before anyone decided: nothing was released.",
+            input.tag,
+            status.as_str()
+        );
+        let pr = u64::try_from(row.pr_number).unwrap_or_default();
+        let marker = format!("sluice:{instance_id}:ended");
+        let _ = env.github.comment_once(inst, repo, pr, &marker, &why).await;
+        let _ = env.github.close_pull(inst, repo, pr).await;
+        let details = details_url(env, instance_id);
+        let Ok(id) = env
+            .github
+            .ensure_check_run(
+                inst,
+                repo,
+                &input.sha,
+                RELEASE_CHECK_NAME,
+                instance_id,
+                &details,
+            )
+            .await
+        else {
+            return;
+        };
+        let update = CheckRunUpdate {
+            status: Some("completed"),
+            conclusion: Some(CheckConclusion::Cancelled),
+            output: Some(CheckOutput {
+                title: "Sluice could not run this".into(),
+                summary: why,
+            }),
+            ..CheckRunUpdate::default()
+        };
+        let _ = env.github.update_check_run(inst, repo, id, &update).await;
+    }
+}
+
+async fn run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &ReleaseInput,
+) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget {
+        name: RELEASE_CHECK_NAME,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
+    let tag = input.tag.as_str();
+    let pick = |c: RepoConfig| {
+        unless_ignored(c, &input.sender, |c| {
+            c.release_notes.filter(|r| notes::glob_match(&r.tags, tag))
+        })
+    };
+    // The release policy is the default branch's: whoever may push a tag
+    // cannot write it.
+    let place = format!("on the default branch `{}`", input.default_branch);
+    let reference = input.default_branch.as_str();
+    let cfg = match configured_at(ctx, env, &target, reference, &place, pick).await? {
+        Configured::Run(cfg) => cfg,
+        Configured::Done(outcome) => return Ok(outcome),
+    };
+    let window = window_ms(&cfg).map_err(|m| RunError::InvalidInput { message: m })?;
+    ctx.set_ceiling("run ceiling", window + RELEASE_BUDGET_MS)
+        .await?;
+    let release = Release {
+        input,
+        target: &target,
+        cfg: &cfg,
+        deciders: Deciders::of(&cfg.approvers),
+        window_ms: window,
+    };
+    // The wait asks on check runs of its own (a completed check run cannot
+    // change on GitHub); the verdict is a fresh check run, the commit's
+    // latest `sluice/release-notes`, opened once the decision is known.
+    let decided = match decided(ctx, env, &release).await {
+        Err(e) if e.is_suspension() => return Err(e),
+        other => other,
+    };
+    let newer = match &decided {
+        Ok(Verdict::Skipped { newer, .. }) => newer.clone(),
+        _ => None,
+    };
+    let outcome = reported(ctx, env, &target, |_| async move { decided }).await?;
+    notify_auto_skip(ctx, env, input, &outcome, newer.as_deref()).await?;
+    Ok(outcome)
+}
+
+/// One release's fixed facts.
+struct Release<'a> {
+    input: &'a ReleaseInput,
+    target: &'a CheckTarget<'a>,
+    cfg: &'a ReleaseNotesConfig,
+    deciders: Deciders,
+    window_ms: i64,
+}
+
+/// What one window of waiting is about: the notes, their pull request and
+/// when the window ends.
+struct Waiting {
+    notes: String,
+    pr: u64,
+    /// The check run asking for this window's decision.
+    check_id: u64,
+    /// Windows so far (1, then one more per replan): names the asking
+    /// check run.
+    window: u32,
+    deadline_ms: i64,
+    /// The wait's round: names each answer's comment, so a replay finds it.
+    round: u32,
+}
+
+/// Composes the notes, opens the pull request, enters waiting and waits
+/// for the decision.
+async fn decided(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<Verdict, RunError> {
+    let mut w = prepare(ctx, env, r).await?;
+    if let Some(newer) = enter_waiting(ctx, env, r, &mut w).await? {
+        return superseded(ctx, env, r, &w, &newer).await;
+    }
+    for round in 0..ROUNDS_MAX {
+        w.round = round;
+        // Every round is a journaled wait, even one left with no time (it
+        // times out at once): a replay takes the same rounds.
+        let left_ms = (w.deadline_ms - ctx.now_ms()).max(0);
+        let payload = match ctx
+            .wait_for_event(RELEASE_WAIT, RELEASE_EVENT, left_ms)
+            .await
+        {
+            Ok(p) => p,
+            Err(RunError::EventTimedOut { .. }) => return timed_out(ctx, env, r, &w).await,
+            Err(e) => return Err(e),
+        };
+        let Ok(decision) = serde_json::from_value::<Decision>(payload) else {
+            // A wake: a newer tag may have superseded this one.
+            match superseded_by(ctx, env).await? {
+                Some(newer) => return superseded(ctx, env, r, &w, &newer).await,
+                None => continue,
+            }
+        };
+        if let Some(v) = decide(ctx, env, r, &mut w, &decision).await? {
+            return Ok(v);
+        }
+    }
+    timed_out(ctx, env, r, &w).await
+}
+
+/// Acts on one decision: a verdict when it ends the wait, None when the
+/// instance waits on (an outsider answered, a replan, not about it).
+async fn decide(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &mut Waiting,
+    d: &Decision,
+) -> Result<Option<Verdict>, RunError> {
+    let (sender, approve, how) = match d {
+        Decision::Button {
+            check_run_id,
+            identifier,
+            sender,
+        } if *check_run_id == w.check_id => match identifier.as_str() {
+            i if i == APPROVE.identifier => (sender, Some(true), "pressed Approve"),
+            i if i == REJECT.identifier => (sender, Some(false), "pressed Reject"),
+            _ => return Ok(None),
+        },
+        Decision::PullClosed {
+            number,
+            merged,
+            sender,
+        } if *number == w.pr => match merged {
+            true => (sender, Some(true), "merged the pull request"),
+            false => (sender, Some(false), "closed the pull request"),
+        },
+        Decision::Replan {
+            check_run_id,
+            sender,
+        } if *check_run_id == w.check_id => (sender, None, "re-ran the check"),
+        _ => return Ok(None),
+    };
+    if !may_decide_as(ctx, env, r.target, sender, &r.deciders).await? {
+        answer_outsider(ctx, env, r, w, sender, how).await?;
+        return Ok(None);
+    }
+    match approve {
+        Some(true) => publish(ctx, env, r, w, sender, how).await.map(Some),
+        Some(false) => rejected(ctx, env, r, w, sender, how).await.map(Some),
+        None => {
+            replan(ctx, env, r, w, sender).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Notes composed and proposed in the pull request; the window not
+/// started yet.
+async fn prepare(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<Waiting, RunError> {
+    let notes = compose(ctx, env, r).await?;
+    let pr = propose(ctx, env, r, &notes).await?;
+    Ok(Waiting {
+        notes,
+        pr,
+        check_id: 0,
+        window: 0,
+        deadline_ms: 0,
+        round: 0,
+    })
+}
+
+/// The notes, from the commits since the previous matching tag.
+async fn compose(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<String, RunError> {
+    let (inst, repo, tag) = (
+        r.input.installation_id,
+        r.input.repo.as_str(),
+        r.input.tag.as_str(),
+    );
+    ctx.step("compose notes", github_step(), |_| async {
+        let gh = &env.github;
+        let tags: Vec<Tag> = gh.tags(inst, repo).await.map_err(github_failure)?;
+        let previous = notes::previous_tag(&tags, &r.cfg.tags, tag);
+        let commits = match previous {
+            Some(p) => gh
+                .compare(inst, repo, &p.sha, &r.input.sha)
+                .await
+                .map_err(github_failure)?,
+            None => Vec::new(),
+        };
+        let mut numbers: Vec<u64> = commits
+            .iter()
+            .filter_map(|c| notes::pull_of(&c.message))
+            .collect();
+        numbers.dedup();
+        let mut pulls: Vec<PullInfo> = Vec::new();
+        for n in numbers.into_iter().take(PULLS_READ_MAX) {
+            pulls.extend(gh.pull(inst, repo, n).await.map_err(github_failure)?);
+        }
+        Ok(notes::render(&NotesInput {
+            tag,
+            previous: previous.map(|p| p.name.as_str()),
+            commits: &commits,
+            pulls: &pulls,
+        }))
+    })
+    .await
+}
+
+/// Opens (or, on a replan, updates) the approval pull request.
+async fn propose(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    notes: &str,
+) -> Result<u64, RunError> {
+    let (inst, repo, tag) = (
+        r.input.installation_id,
+        r.input.repo.as_str(),
+        r.input.tag.as_str(),
+    );
+    let branch = format!("{BRANCH_PREFIX}{tag}");
+    let path = format!("{NOTES_DIR}/{}.md", tag.replace('/', "-"));
+    let title = format!("Release notes for {tag}");
+    let body = format!(
+        "{notes}\n---\nMerge this pull request (or press **Approve** on the `{RELEASE_CHECK_NAME}` \
+         check) to publish the release of `{tag}`; close it (or press **Reject**) to publish \
+         nothing. Who decides: {}.",
+        r.deciders.describe(repo)
+    );
+    ctx.step("open approval pull request", github_step(), |_| async {
+        let base_sha = env
+            .github
+            .branch_head(inst, repo, &r.input.default_branch)
+            .await
+            .map_err(github_failure)?
+            .ok_or_else(|| {
+                FailureTag::GitHubApi.fatal(format!("no branch {}", r.input.default_branch))
+            })?;
+        let p = NewPull {
+            branch: &branch,
+            base: &r.input.default_branch,
+            base_sha: &base_sha,
+            path: &path,
+            content: notes,
+            title: &title,
+            body: &body,
+        };
+        env.github
+            .open_pull(inst, repo, &p)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+}
+
+/// Starts the window: its deadline, the index row the decision's webhook
+/// finds this instance by, the buttons; then supersedes older waiting tags.
+/// Some(newer tag) when a newer one already waits (this one is superseded).
+async fn enter_waiting(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &mut Waiting,
+) -> Result<Option<String>, RunError> {
+    start_window(ctx, env, r, w).await?;
+    supersede_older(ctx, env, r).await
+}
+
+/// The window's deadline, then the check run asking for the decision with
+/// the index row the decision's webhook finds this instance by.
+async fn start_window(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &mut Waiting,
+) -> Result<(), RunError> {
+    let (since_ms, deadline_ms): (i64, i64) = ctx
+        .step("approval deadline", StepConfig::once(), |_| async {
+            Ok((ctx.now_ms(), ctx.now_ms() + r.window_ms))
+        })
+        .await?;
+    w.window += 1;
+    w.deadline_ms = deadline_ms;
+    w.check_id = ask(ctx, env, r, w, since_ms).await?;
+    Ok(())
+}
+
+/// The index row of this window, for the check run `check_id`.
+fn approval_row(
+    ctx: &Ctx<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    check_id: u64,
+    since_ms: i64,
+) -> Approval {
+    Approval {
+        instance_id: ctx.instance_id().to_owned(),
+        repo: r.input.repo.clone(),
+        tag: r.input.tag.clone(),
+        pr_number: i64::try_from(w.pr).unwrap_or(i64::MAX),
+        check_run_id: i64::try_from(check_id).unwrap_or(i64::MAX),
+        state: "waiting".into(),
+        superseded_by: None,
+        deciders: r.deciders.describe(&r.input.repo),
+        waiting_since_ms: since_ms,
+        deadline_ms: w.deadline_ms,
+    }
+}
+
+/// A check run of its own for this window (found by its external id
+/// before one is created), recorded in the index, then concluded
+/// `action_required` with Approve and Reject: its buttons appear only once
+/// a press can find the instance. Returns its id.
+async fn ask(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    since_ms: i64,
+) -> Result<u64, RunError> {
+    let hours = r.window_ms as f64 / 3_600_000.0;
+    let summary = format!(
+        "The notes for `{}` are in pull request #{}. {} may approve (merge it, or press \
+         Approve) or reject (close it, or press Reject) within {hours:.1} h (until {} ms since \
+         the epoch); Re-run regenerates the notes and restarts the window.",
+        r.input.tag,
+        w.pr,
+        r.deciders.describe(&r.input.repo),
+        w.deadline_ms
+    );
+    let update = CheckRunUpdate {
+        status: Some("completed"),
+        conclusion: Some(CheckConclusion::ActionRequired),
+        output: Some(CheckOutput {
+            title: format!("Release {}: waiting for approval", r.input.tag),
+            summary,
+        }),
+        actions: Some(vec![APPROVE, REJECT]),
+        ..CheckRunUpdate::default()
+    };
+    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+    let external_id = format!("{}:ask:{}", ctx.instance_id(), w.window);
+    let details = details_url(env, ctx.instance_id());
+    ctx.step("request approval", github_step(), |_| async {
+        let gh = &env.github;
+        let id = gh
+            .ensure_check_run(
+                inst,
+                repo,
+                &r.input.sha,
+                RELEASE_CHECK_NAME,
+                &external_id,
+                &details,
+            )
+            .await
+            .map_err(github_failure)?;
+        let row = approval_row(ctx, r, w, id, since_ms);
+        releases::record(env.db, &row, ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
+        gh.update_check_run(inst, repo, id, &update)
+            .await
+            .map_err(github_failure)?;
+        Ok(id)
+    })
+    .await
+}
+
+/// Supersedes every waiting approval of an older tag of the repository and
+/// wakes its instance; Some(newer tag) when a newer tag already waits, in
+/// which case this one supersedes itself. One conditional statement per
+/// row: a row already publishing is never touched.
+async fn supersede_older(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+) -> Result<Option<String>, RunError> {
+    let (me, tag) = (ctx.instance_id(), r.input.tag.as_str());
+    let newer: Option<String> = ctx
+        .step("supersede older", StepConfig::default(), |_| async {
+            let db_err = |e: crate::store::StoreError| FailureTag::Index.retryable(e.to_string());
+            let now = ctx.now_ms();
+            let waiting = releases::waiting_in(env.db, &r.input.repo)
+                .await
+                .map_err(db_err)?;
+            let others = waiting.iter().filter(|a| a.instance_id != me);
+            if let Some(n) = others.clone().find(|a| notes::tag_cmp(&a.tag, tag).is_gt()) {
+                releases::supersede(env.db, me, &n.tag, now)
+                    .await
+                    .map_err(db_err)?;
+                return Ok(Some(n.tag.clone()));
+            }
+            for older in others {
+                if releases::supersede(env.db, &older.instance_id, tag, now)
+                    .await
+                    .map_err(db_err)?
+                {
+                    // A lost wake is recovered by the older one's own
+                    // window: its claim at the timeout finds it superseded.
+                    let _ = env.waker.wake(&older.instance_id, RELEASE_EVENT).await;
+                }
+            }
+            Ok(None)
+        })
+        .await?;
+    Ok(newer)
+}
+
+/// The newer tag that superseded this instance, if one did.
+async fn superseded_by(ctx: &Ctx<'_>, env: &RunEnv<'_>) -> Result<Option<String>, RunError> {
+    ctx.step("read approval", StepConfig::default(), |_| async {
+        let row = releases::get(env.db, ctx.instance_id())
+            .await
+            .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
+        Ok(row.and_then(|a| a.superseded_by))
+    })
+    .await
+}
+
+/// Claims the decision `state` for this instance: false when a newer tag
+/// superseded it first.
+async fn claim(ctx: &Ctx<'_>, env: &RunEnv<'_>, state: &'static str) -> Result<bool, RunError> {
+    ctx.step("claim decision", StepConfig::default(), |_| async {
+        releases::claim(env.db, ctx.instance_id(), state, ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Index.retryable(e.to_string()))
+    })
+    .await
+}
+
+/// Approved: publish the release (found by its tag first, so a replay
+/// makes none twice).
+async fn publish(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    by: &str,
+    how: &str,
+) -> Result<Verdict, RunError> {
+    if !claim(ctx, env, "publishing").await? {
+        return superseded_late(ctx, env, r, w).await;
+    }
+    let (inst, repo, tag) = (
+        r.input.installation_id,
+        r.input.repo.as_str(),
+        r.input.tag.as_str(),
+    );
+    let id: u64 = ctx
+        .step("publish release", github_step(), |_| async {
+            let (id, _) = env
+                .github
+                .ensure_release(inst, repo, tag, &w.notes)
+                .await
+                .map_err(github_failure)?;
+            Ok(id)
+        })
+        .await?;
+    let done = format!("Released `{tag}` (release {id}): @{by} {how}.");
+    // The pull request is said so on, and left for the team to merge (the
+    // notes file) or close.
+    let marker = format!("sluice:{}:released", ctx.instance_id());
+    ctx.step("announce release", github_step(), |_| async {
+        env.github
+            .comment_once(inst, repo, w.pr, &marker, &done)
+            .await
+            .map_err(github_failure)
+    })
+    .await?;
+    Ok(Verdict::Passed {
+        summary: format!("{done}\n\n{}", w.notes),
+    })
+}
+
+/// Rejected: close the pull request, publish nothing.
+async fn rejected(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    by: &str,
+    how: &str,
+) -> Result<Verdict, RunError> {
+    if !claim(ctx, env, "rejected").await? {
+        return superseded_late(ctx, env, r, w).await;
+    }
+    close(ctx, env, r, w, None).await?;
+    Ok(Verdict::Skipped {
+        reason: Some(SkipReason::Rejected),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not released: @{by} {how}; no release of `{}`.",
+            r.input.tag
+        ),
+        newer: None,
+    })
+}
+
+/// The window ended unanswered: close the pull request with a comment.
+async fn timed_out(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+) -> Result<Verdict, RunError> {
+    if !claim(ctx, env, "timed_out").await? {
+        return superseded_late(ctx, env, r, w).await;
+    }
+    let minutes = r.window_ms / 60_000;
+    let why = format!(
+        "Nobody decided on the release of `{}` within {minutes} minutes \
+         (`confirmation_timeout`): nothing was released. Push the tag again or re-run the check \
+         to ask again.",
+        r.input.tag
+    );
+    close(ctx, env, r, w, Some(&why)).await?;
+    Ok(Verdict::Skipped {
+        reason: Some(SkipReason::ConfirmationTimeout),
+        tag: SkipTag::RunSkipped,
+        summary: format!("Not released: {why}"),
+        newer: None,
+    })
+}
+
+/// A decision that lost to a supersession: end superseded by the tag the
+/// row names.
+async fn superseded_late(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+) -> Result<Verdict, RunError> {
+    let newer = superseded_by(ctx, env).await?.unwrap_or_default();
+    superseded(ctx, env, r, w, &newer).await
+}
+
+/// Superseded by the newer tag `newer`: close the pull request.
+async fn superseded(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    newer: &str,
+) -> Result<Verdict, RunError> {
+    let why = format!(
+        "Superseded by `{newer}`, a newer tag now waiting for approval: no release of `{}`.",
+        r.input.tag
+    );
+    close(ctx, env, r, w, Some(&why)).await?;
+    Ok(Verdict::Skipped {
+        reason: Some(SkipReason::Superseded),
+        tag: SkipTag::RunSkipped,
+        summary: format!("Not released: {why}"),
+        newer: Some(newer.to_owned()),
+    })
+}
+
+/// Closes the pull request, after a comment saying why when there is one.
+async fn close(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    why: Option<&str>,
+) -> Result<(), RunError> {
+    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+    let marker = format!("sluice:{}:close", ctx.instance_id());
+    ctx.step("close pull request", github_step(), |_| async {
+        if let Some(why) = why {
+            env.github
+                .comment_once(inst, repo, w.pr, &marker, why)
+                .await
+                .map_err(github_failure)?;
+        }
+        env.github
+            .close_pull(inst, repo, w.pr)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+}
+
+/// Someone who may not decide acted: say so on the pull request; the
+/// instance waits on.
+async fn answer_outsider(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    sender: &str,
+    how: &str,
+) -> Result<(), RunError> {
+    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+    let marker = format!("sluice:{}:outsider:{}", ctx.instance_id(), w.round);
+    let text = format!(
+        "@{sender} {how}, but only {} may decide on the release of `{}`: this decided \
+         nothing. The release still waits for them.",
+        r.deciders.describe(repo),
+        r.input.tag
+    );
+    ctx.step("answer outsider", github_step(), |_| async {
+        env.github
+            .comment_once(inst, repo, w.pr, &marker, &text)
+            .await
+            .map_err(github_failure)
+    })
+    .await
+}
+
+/// Re-run: regenerate the notes, update the pull request and restart the
+/// window (the queue-policy seed's replan), with the ceiling moved to cover
+/// the new window. A replan that could not fit the longest ceiling is
+/// refused on the pull request and the window runs on.
+async fn replan(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &mut Waiting,
+    sender: &str,
+) -> Result<(), RunError> {
+    // Decided once and journaled: a replay takes the same branch whatever
+    // the clock says then.
+    let ceiling: Option<i64> = ctx
+        .step("replan window", StepConfig::once(), |_| async {
+            let started_ms = ctx.ceiling_at_ms() - ctx.max_duration_ms();
+            let ceiling_ms = ctx.now_ms() - started_ms + r.window_ms + RELEASE_BUDGET_MS;
+            Ok((ceiling_ms <= RUN_DURATION_MS_MAX).then_some(ceiling_ms))
+        })
+        .await?;
+    let Some(ceiling_ms) = ceiling else {
+        let why = format!(
+            "@{sender} re-ran the check, but a new window would outlive the run's longest \
+             ceiling: the current window stands."
+        );
+        let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+        let marker = format!("sluice:{}:replan:{}", ctx.instance_id(), w.round);
+        return ctx
+            .step("refuse replan", github_step(), |_| async {
+                env.github
+                    .comment_once(inst, repo, w.pr, &marker, &why)
+                    .await
+                    .map_err(github_failure)
+            })
+            .await;
+    };
+    ctx.set_ceiling("run ceiling", ceiling_ms).await?;
+    let fresh = prepare(ctx, env, r).await?;
+    w.notes = fresh.notes;
+    w.pr = fresh.pr;
+    start_window(ctx, env, r, w).await
+}
+
+/// Every automatic skip is announced (the queue-policy seed); a rejection
+/// is a person's answer and stays silent.
+async fn notify_auto_skip(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &ReleaseInput,
+    outcome: &RunOutcome,
+    newer: Option<&str>,
+) -> Result<(), RunError> {
+    let RunOutcome::Skipped {
+        reason: Some(reason),
+        ..
+    } = outcome
+    else {
+        return Ok(());
+    };
+    let Some(r) = SkipReason::parse(reason).filter(|r| *r != SkipReason::Rejected) else {
+        return Ok(());
+    };
+    let n = AutoSkipped {
+        event: "release_auto_skipped",
+        execution_id: ctx.instance_id(),
+        repo: &input.repo,
+        branch: &input.default_branch,
+        revision: &input.sha,
+        reason: r.as_str(),
+        newer_revision: newer,
+        tag: Some(&input.tag),
+        at_ms: ctx.now_ms(),
+    };
+    notify::auto_skipped(ctx, env, &n).await?;
+    Ok(())
+}
