@@ -369,7 +369,7 @@ export async function startStandin({
     // Ids above 2^31 catch 32-bit truncation in clients; the random offset catches hard-coded ids.
     nextCheckRunId: 4_000_000_001 + randomInt(1_000_000) * 1000,
     nextCheckSuiteId: 9_000_000_001 + randomInt(1_000_000) * 1000,
-    nextDeploymentId: 2_000_000_001 + randomInt(1_000_000) * 1000,
+    nextDeploymentId: 3_000_000_001 + randomInt(1_000_000) * 1000,
     nextDeploymentStatusId: 6_000_000_001 + randomInt(1_000_000) * 1000,
   };
   const children = new Set();

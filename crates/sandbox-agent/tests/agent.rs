@@ -649,13 +649,15 @@ fn exec_timeout_kills_the_whole_process_group() {
     let agent = Agent::start();
     let path = agent.empty_workspace("w");
     // The answer itself is the signal: a 30 s command came back timed out.
-    let reply = agent.exec("w", "sleep 30 & echo $! > child.pid; sleep 30", 500);
+    // 2 s: time for the shell to write the pid even on a loaded machine.
+    let reply = agent.exec("w", "sleep 30 & echo $! > child.pid; sleep 30", 2_000);
     assert_eq!(reply["timed_out"], true, "{reply}");
     assert_eq!(reply["exit_code"], Value::Null);
     assert_eq!(reply["signal"], 9);
 
     let pid = std::fs::read_to_string(path.join("child.pid")).expect("pid file");
-    let stat = PathBuf::from(format!("/proc/{}/stat", pid.trim()));
+    let pid: u32 = pid.trim().parse().expect("the shell wrote its child's pid");
+    let stat = PathBuf::from(format!("/proc/{pid}/stat"));
     // The killed orphan is reaped by init asynchronously (or lingers as a zombie, state Z).
     let deadline = Instant::now() + Duration::from_secs(5);
     let alive = || match std::fs::read_to_string(&stat) {
@@ -670,11 +672,7 @@ fn exec_timeout_kills_the_whole_process_group() {
     while alive() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));
     }
-    assert!(
-        !alive(),
-        "background sleep {} survived the timeout",
-        pid.trim()
-    );
+    assert!(!alive(), "background sleep {pid} survived the timeout");
 }
 
 #[test]
@@ -946,12 +944,19 @@ fn kill_ends_the_whole_process_group_and_reports_it() {
     let (status, reply) = agent.post("/v1/processes", body);
     assert_eq!(status, 201, "{reply}");
     // Wait for the positive signal that the background child exists.
+    // The shell creates the file before it writes the pid: wait for a
+    // number, not for the file (an empty pid would read /proc//stat).
     let pid_file = path.join("child.pid");
+    let written = || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .filter(|p| p.trim().parse::<u32>().is_ok())
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !pid_file.exists() && Instant::now() < deadline {
+    while written().is_none() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));
     }
-    let pid = std::fs::read_to_string(&pid_file).expect("the command wrote its child's pid");
+    let pid = written().expect("the command wrote its child's pid");
 
     let (status, killed) = agent.post("/v1/processes/deploy-1/kill?wait_ms=10000", json!({}));
     assert_eq!(status, 200, "{killed}");
