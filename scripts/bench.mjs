@@ -4,7 +4,8 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N]   (builds the Worker first unless SLUICE_PREBUILT=1)
+// Usage: npm run bench [-- --rounds N] [-- --only scale]   (builds the Worker first unless
+// SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes the last soak).
 
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,6 +15,8 @@ import { startStack } from '../tests/e2e/harness.mjs';
 import { benchAgent } from './bench-agent.mjs';
 import { benchGates } from './bench-gates.mjs';
 import { benchContainers } from '../tests/e2e-containers/measure.mjs';
+import { benchScale, POOL_CAPACITY } from './bench-scale.mjs';
+import { soakSummary } from './soak.mjs';
 
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
 const ROUNDS_DEFAULT = 7;
@@ -28,7 +31,7 @@ const SETTLE_BEFORE_EVENT_MS = 100;
 const PEER_START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 5_000;
 
-const { values: args } = parseArgs({ options: { rounds: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' } } });
 const rounds = Number(args.rounds ?? ROUNDS_DEFAULT);
 
 export const median = (xs) => {
@@ -158,12 +161,17 @@ export function printTable(rows) {
 
 async function main() {
   console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
-  const stack = await startStack();
+  // The scale section's pool: POOL_CAPACITY sandboxes, all check slots open to one repository.
+  const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1) } });
   const peer = await startPeer();
   const rows = [];
   try {
     // One warm-up round on each side, not counted (first-request compilation).
     await benchEngine(stack, peer, 'warmup').catch(() => {});
+    if (args.only === 'scale') {
+      rows.push(...(await benchScale(stack, peer)), ...soakSummary());
+      return finish(rows);
+    }
     const r = await benchEngine(stack, peer, 'run');
     const sSteps = median(r.sSteps);
     const pSteps = median(r.pSteps);
@@ -174,12 +182,17 @@ async function main() {
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
+    rows.push(...(await benchScale(stack, peer)), ...soakSummary());
   } finally {
     await peer.stop();
     await stack.stop();
   }
   // Containers next to the agent process, when this machine runs Docker (else one row says why).
   rows.push(...(await benchContainers()));
+  finish(rows);
+}
+
+function finish(rows) {
   console.log('');
   printTable(rows);
 }

@@ -4,6 +4,7 @@
 
 pub mod blobs;
 pub mod clock;
+pub mod cost;
 pub mod engine;
 pub mod gates;
 pub mod github;
@@ -31,8 +32,8 @@ mod entry {
     }
 
     #[event(fetch)]
-    async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-        crate::worker_glue::router::fetch(req, env).await
+    async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+        crate::worker_glue::router::fetch(req, env, ctx).await
     }
 
     #[event(scheduled)]

@@ -130,6 +130,7 @@ impl FakeHost<'_> {
             blobs: None,
             index: self.index,
             clock: &self.world.clock,
+            meter: None,
         }
     }
     fn last_alarm(&self) -> Option<AlarmOp> {

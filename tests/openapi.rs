@@ -108,7 +108,7 @@ fn query_param<'a>(op: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn each_list_documents_exactly_the_parameters_it_accepts_and_its_cap() {
     let doc = doc();
-    let lists: [(&str, &[&str], &str, u32); 4] = [
+    let lists: [(&str, &[&str], &str, u32); 5] = [
         (
             "/v1/executions",
             lists::EXECUTIONS_PARAMS,
@@ -132,6 +132,12 @@ fn each_list_documents_exactly_the_parameters_it_accepts_and_its_cap() {
             lists::GROUPS_PARAMS,
             "limit",
             GROUPS_LISTED_MAX,
+        ),
+        (
+            "/v1/costs",
+            lists::COSTS_PARAMS,
+            "limit",
+            lists::COSTS_REPOS_LISTED_MAX,
         ),
     ];
     for (path, accepted, limit, max) in lists {
@@ -232,6 +238,13 @@ fn row_schemas_are_the_rust_types() {
         &schemas["Step"],
         &serde_json::to_value(row).unwrap(),
         "Step",
+    );
+    let costs = example("/v1/executions/{id}", "/costs/units");
+    let units: sluice::cost::CostUnits = serde_json::from_value(costs).expect("CostUnits");
+    same_fields(
+        &schemas["CostUnits"],
+        &serde_json::to_value(units).unwrap(),
+        "CostUnits",
     );
     let delivery = example("/v1/deliveries", "/deliveries/0");
     let row: DeliveryRow = serde_json::from_value(delivery).expect("a DeliveryRow");

@@ -64,7 +64,7 @@ fn a_passing_check_reports_success_with_the_log_tail_and_stores_the_log() {
     assert_eq!(rig.run_to_end(&c), Status::Complete);
 
     let run = rig.github.only_check_run(&s, "sluice/check");
-    assert_eq!(run.statuses, ["queued", "in_progress", "completed"]);
+    assert_eq!(run.statuses, ["in_progress", "completed"]);
     assert_eq!(run.conclusion.as_deref(), Some("success"));
     assert_eq!(
         run.external_id.as_deref(),
@@ -276,7 +276,7 @@ fn a_check_that_exits_3_reports_failure() {
     );
 
     let run = rig.github.only_check_run(&s, "sluice/check");
-    assert_eq!(run.statuses, ["queued", "in_progress", "completed"]);
+    assert_eq!(run.statuses, ["in_progress", "completed"]);
     assert_eq!(run.conclusion.as_deref(), Some("failure"));
     assert!(run.summary().contains("exited with code 3"));
     assert!(run.summary().contains("it_works ... FAILED"));
@@ -350,6 +350,98 @@ fn a_config_with_only_deploy_is_not_configured_for_checks() {
 // ---------------------------------------------------------------------------
 // 2. check: replay safety of the command step
 // ---------------------------------------------------------------------------
+
+/// The GitHub calls of a check until its check run shows in progress,
+/// in order, once the API token is cached: the config, then the check run
+/// created in progress (no lookup first, no separate start).
+#[test]
+fn a_check_shows_in_progress_after_two_github_calls_once_the_token_is_cached() {
+    let rig = Rig::new();
+    let (a, b) = (sha('a'), sha('b'));
+    for s in [&a, &b] {
+        rig.github.commit(REPO, s, &[(".sluice.toml", CHECK_TOML)]);
+    }
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let first = rig.check(&a);
+    assert_eq!(rig.run_to_end(&first), Status::Complete);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &b);
+    let before = rig.github.all_calls().len();
+    let second = rig.check_in(REPO, &b);
+    assert_eq!(rig.run_to_end(&second), Status::Complete);
+    let calls = rig.github.all_calls();
+    let routes: Vec<&str> = calls[before..].iter().map(|c| c.route).collect();
+    let opened = routes
+        .iter()
+        .position(|r| *r == "create-check-run")
+        .expect("a check run was created");
+    assert_eq!(&routes[..=opened], ["contents", "create-check-run"]);
+    let created = &calls[before + opened];
+    assert!(
+        created
+            .body
+            .as_deref()
+            .unwrap()
+            .contains("\"status\":\"in_progress\""),
+        "created in progress: {:?}",
+        created.body
+    );
+    assert_eq!(
+        rig.github.only_check_run(&b, "sluice/check").statuses,
+        ["in_progress", "completed"]
+    );
+}
+
+/// The executor dies after GitHub created the check run, before the step's
+/// result was journaled: the next pass looks for it first and finds it.
+#[test]
+fn a_pass_that_dies_after_creating_the_check_run_finds_it_instead_of_creating_another() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    rig.github.hang_after_applying_next("create-check-run");
+    let c = rig.check(&s);
+
+    rig.clock.freeze_timers(true);
+    let mut dying = rig.start_pass(&c);
+    assert!(dying.as_mut().now_or_never().is_none());
+    drop(dying);
+    rig.clock.freeze_timers(false);
+    assert_eq!(
+        rig.github.check_runs_on(&s).len(),
+        1,
+        "created, never journaled"
+    );
+
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    assert_eq!(
+        rig.github.calls_to("create-check-run").len(),
+        1,
+        "not created again"
+    );
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("success"));
+    assert_eq!(run.statuses, ["in_progress", "completed"]);
+}
+
+/// An operator's restart from the top runs the check again on the check run
+/// the first generation created.
+#[test]
+fn a_restarted_check_reuses_its_check_run() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    rig.command(&c, Command::Restart { from_step: None });
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    assert_eq!(rig.github.calls_to("create-check-run").len(), 1);
+    assert_eq!(
+        rig.github.only_check_run(&s, "sluice/check").statuses,
+        ["in_progress", "completed", "in_progress", "completed"]
+    );
+}
 
 #[test]
 fn a_pass_that_dies_mid_command_is_replayed_by_observing_the_process() {
@@ -465,17 +557,18 @@ fn github_blips_are_retried_and_the_check_still_completes() {
         [502],
         "not re-posted: the retry found the run"
     );
-    // The lost create's retry finds the run; the conclusion looks first
-    // whether something else concluded it.
+    // The lost create's retry finds the run, already in progress (nothing
+    // to start); the conclusion looks first whether something else
+    // concluded it, on both its attempts (its first update answered 502).
     assert_eq!(statuses("list-check-runs"), [200, 200, 200]);
-    assert_eq!(statuses("update-check-run"), [502, 200, 200]);
+    assert_eq!(statuses("update-check-run"), [502, 200]);
     assert_eq!(
         rig.entry(&c, "read config").attempts,
         4,
         "token 502, contents 502 twice, then read"
     );
     let run = rig.github.only_check_run(&s, "sluice/check");
-    assert_eq!(run.statuses, ["queued", "in_progress", "completed"]);
+    assert_eq!(run.statuses, ["in_progress", "completed"]);
     assert_eq!(run.conclusion.as_deref(), Some("success"));
 }
 
@@ -552,7 +645,7 @@ fn deploys_of_a_branch_never_overlap_and_the_release_hands_the_group_over() {
     assert!(rig.sandbox.starts_in(&db.id).is_empty());
     assert_eq!(
         rig.github.only_check_run(&b, "sluice/deploy").statuses,
-        ["queued", "in_progress"]
+        ["in_progress"]
     );
 
     // C, not the head, is skipped at once: neutral, naming the head, announced.
@@ -2314,17 +2407,25 @@ fn a_rerun_is_made_from_the_run_it_repeats_and_a_purged_run_reruns_nothing() {
     let first = rig.check(&s);
     assert_eq!(rig.run_to_end(&first), Status::Complete);
     let creator = RecordingCreator::default();
+    // The instances the answer asks their objects to create, after it.
+    let mut made = Vec::new();
 
     let of = RerunOf::Instance(first.id.clone());
-    block_on(accept(
-        rig.index.as_ref(),
-        &creator,
-        rerun_intake("d1", of),
-        rig.now(),
-        "test",
-    ))
-    .unwrap();
-    let made = creator.created.borrow().clone();
+    made.extend(
+        block_on(accept(
+            rig.index.as_ref(),
+            &creator,
+            rerun_intake("d1", of),
+            rig.now(),
+            "test",
+        ))
+        .unwrap()
+        .create_after,
+    );
+    assert!(
+        creator.created.borrow().is_empty(),
+        "no object on the answer path"
+    );
     assert_eq!(made.len(), 1);
     assert_eq!(
         made[0].input, first.input,
@@ -2337,34 +2438,32 @@ fn a_rerun_is_made_from_the_run_it_repeats_and_a_purged_run_reruns_nothing() {
         repo: REPO.into(),
         sha: s.clone(),
     };
-    block_on(accept(
-        rig.index.as_ref(),
-        &creator,
-        rerun_intake("d2", commit),
-        rig.now(),
-        "test",
-    ))
-    .unwrap();
-    assert_eq!(
-        creator.created.borrow().len(),
-        2,
-        "the commit's one run, once"
+    made.extend(
+        block_on(accept(
+            rig.index.as_ref(),
+            &creator,
+            rerun_intake("d2", commit),
+            rig.now(),
+            "test",
+        ))
+        .unwrap()
+        .create_after,
     );
+    assert_eq!(made.len(), 2, "the commit's one run, once");
 
     let gone = RerunOf::Instance("check-octo-hello-purged-1".into());
-    block_on(accept(
-        rig.index.as_ref(),
-        &creator,
-        rerun_intake("d3", gone),
-        rig.now(),
-        "test",
-    ))
-    .unwrap();
-    assert_eq!(
-        creator.created.borrow().len(),
-        2,
-        "nothing to repeat, nothing made"
+    made.extend(
+        block_on(accept(
+            rig.index.as_ref(),
+            &creator,
+            rerun_intake("d3", gone),
+            rig.now(),
+            "test",
+        ))
+        .unwrap()
+        .create_after,
     );
+    assert_eq!(made.len(), 2, "nothing to repeat, nothing made");
 }
 
 /// A restart's new process writes a log of its own: what the killed

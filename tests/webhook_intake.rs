@@ -338,3 +338,110 @@ fn the_previous_webhook_secret_is_accepted_while_rotating() {
     r.signature = Some(sign(b"some-other", &body));
     assert_eq!(status(&r).unwrap_err(), (401, "bad_signature"));
 }
+
+// ---------------------------------------------------------------------------
+// Accepting a delivery: answered from one D1 batch; objects created after
+// ---------------------------------------------------------------------------
+
+mod accepting {
+    use super::*;
+    use futures::executor::block_on;
+    use sluice::engine::{CreateRequest, Created};
+    use sluice::http::error::ApiError;
+    use sluice::http::webhook::{accept, InstanceCreator};
+    use sluice::limits::SWEEP_OVERDUE_MS;
+    use sluice::runs::triggers::EventSend;
+    use sluice::store::executions;
+    use sluice::store::sqlite::SqliteDb;
+    use std::cell::Cell;
+
+    const NOW_MS: i64 = NOT_BEFORE_MS + 60_000;
+
+    /// Counts what the answer path asks of the instances' objects.
+    #[derive(Default)]
+    struct Objects {
+        creates: Cell<u32>,
+    }
+
+    #[async_trait::async_trait(?Send)]
+    impl InstanceCreator for Objects {
+        async fn create(&self, req: &CreateRequest) -> Result<Created, ApiError> {
+            self.creates.set(self.creates.get() + 1);
+            Err(ApiError::internal(format!(
+                "not on the answer path: {}",
+                req.key
+            )))
+        }
+        async fn send(&self, _: &EventSend) -> Result<bool, ApiError> {
+            Ok(true)
+        }
+    }
+
+    fn planned() -> Intake {
+        status(&Req::signed(
+            "pull_request",
+            pr_body("opened", false, "User"),
+        ))
+        .unwrap()
+    }
+
+    /// The answer names the instance, its row and the delivery's record are
+    /// in D1, and no object was asked anything yet: the create comes after.
+    #[test]
+    fn a_delivery_is_answered_from_one_batch_and_its_object_created_after() {
+        let db = SqliteDb::with_migrations().unwrap();
+        let objects = Objects::default();
+        let a = block_on(accept(&db, &objects, planned(), NOW_MS, "req-1")).unwrap();
+        assert_eq!(a.status, 202);
+        assert_eq!(objects.creates.get(), 0, "no object on the answer path");
+        assert_eq!(a.create_after.len(), 1);
+        let id = a.create_after[0].id();
+        assert_eq!(a.body["instances"][0]["id"], id.as_str());
+        assert_eq!(a.body["instances"][0]["created"], true);
+        let row = block_on(executions::get(&db, id.as_str()))
+            .unwrap()
+            .expect("indexed");
+        assert_eq!(
+            (row.status.as_str(), row.wake_at_ms),
+            ("queued", Some(NOW_MS))
+        );
+        // Had the create after the answer never arrived, the sweep finds
+        // the instance overdue and recreates its object from this row.
+        let overdue = block_on(executions::overdue(&db, NOW_MS + SWEEP_OVERDUE_MS, 10)).unwrap();
+        assert_eq!(overdue.len(), 1);
+        assert_eq!(overdue[0].id, id.as_str());
+    }
+
+    /// A redelivery (same GUID) answers what the first created and asks
+    /// nothing; another delivery of the same commit creates no second
+    /// instance.
+    #[test]
+    fn a_redelivery_creates_nothing_and_a_second_delivery_finds_the_instance() {
+        let db = SqliteDb::with_migrations().unwrap();
+        let objects = Objects::default();
+        let first = block_on(accept(&db, &objects, planned(), NOW_MS, "req-1")).unwrap();
+        let again = block_on(accept(&db, &objects, planned(), NOW_MS + 5, "req-2")).unwrap();
+        assert_eq!(again.body["duplicate"], true);
+        assert_eq!(
+            again.body["instances"][0]["id"],
+            first.body["instances"][0]["id"]
+        );
+        assert!(again.create_after.is_empty());
+        let mut other = Req::signed("pull_request", pr_body("opened", false, "User"));
+        other.delivery = Some("0b9f0d5c-0000-4000-8000-000000000001");
+        let second = block_on(accept(
+            &db,
+            &objects,
+            status(&other).unwrap(),
+            NOW_MS + 9,
+            "req-3",
+        ))
+        .unwrap();
+        assert_eq!(second.body["duplicate"], false);
+        assert_eq!(
+            second.body["instances"][0]["created"], false,
+            "the instance exists"
+        );
+        assert_eq!(objects.creates.get(), 0);
+    }
+}

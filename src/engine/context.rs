@@ -59,6 +59,9 @@ pub struct Ctx<'a> {
     /// The instance, its run and repository (what its log lines name).
     subject: Subject,
     generation: u32,
+    /// A pass of this generation ended without finishing (the executor
+    /// died, or storage failed): any step not journaled may have run.
+    unclean_history: Cell<bool>,
     started_ms: i64,
     /// When this pass began: the pass budget counts from here.
     pass_started_ms: i64,
@@ -130,6 +133,7 @@ impl<'a> Ctx<'a> {
             clock,
             subject,
             generation,
+            unclean_history: Cell::new(false),
             started_ms,
             pass_started_ms: clock.now_ms(),
             ceiling_at_ms: Cell::new(started_ms.saturating_add(max_duration_ms)),
@@ -156,6 +160,23 @@ impl<'a> Ctx<'a> {
     /// How many times an operator restarted the instance.
     pub fn generation(&self) -> u32 {
         self.generation
+    }
+
+    /// Marks that an earlier pass of this generation died before ending
+    /// (the executor's record shows more passes started than ended).
+    pub(crate) fn set_unclean_history(&self) {
+        self.unclean_history.set(true);
+    }
+
+    /// Whether a step's body, now at `attempt`, may have run before and
+    /// left its effect: an earlier attempt failed (perhaps after its effect
+    /// applied, an answer lost), a pass of this generation died (perhaps
+    /// inside this very step, before its result was journaled), or an
+    /// earlier generation ran it. A step that acts on the world must look
+    /// for its earlier effect first exactly then; otherwise it may act at
+    /// once (ADR-0001 rule 2 without the extra round trip).
+    pub fn may_have_run(&self, attempt: u32) -> bool {
+        attempt > 1 || self.generation > 0 || self.unclean_history.get()
     }
 
     pub fn now_ms(&self) -> i64 {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::blobs::Blobs;
+use crate::cost::{CostUnits, Meter};
 use crate::limits::{
     EXECUTOR_CRASHES_MAX, RUN_DURATION_MS_DEFAULT, STEPS_PER_RUN_MAX_CEILING,
     STEPS_PER_RUN_MAX_DEFAULT, STEP_RESULT_BYTES_MAX,
@@ -169,9 +170,18 @@ pub struct Engine<'a> {
     pub blobs: Option<&'a dyn Blobs>,
     pub index: &'a dyn Database,
     pub clock: &'a dyn Clock,
+    /// The instance's cost meter, which the glue's counted services fill
+    /// (`crate::cost`); folded into the record at the end of every pass.
+    /// The engine's own D1 statements it counts itself, by what it sends.
+    pub meter: Option<&'a Meter>,
 }
 
 impl<'a> Engine<'a> {
+    /// What the meter counted since the last fold.
+    fn take_costs(&self) -> CostUnits {
+        self.meter.map(Meter::take).unwrap_or_default()
+    }
+
     /// Creates the instance, or answers with the existing one (the id is the
     /// idempotency key). D1 is written first so a create that dies half way
     /// is completed by the next attempt rather than answered "exists".
@@ -219,8 +229,14 @@ impl<'a> Engine<'a> {
             generation: 0,
             journal_writes: 0,
             index_round_trips: 1,
+            costs: self.take_costs(),
             mirror_pending: false,
         };
+        let mut rec = rec;
+        // The insert below, and the record's own row.
+        rec.costs.d1_statements += 1;
+        rec.costs.d1_rows_written += 1;
+        rec.costs.do_rows_written += 1;
         executions::insert(self.index, &rec).await?;
         self.journal.save_instance(&rec)?;
         Ok(Created {
@@ -236,6 +252,7 @@ impl<'a> Engine<'a> {
         runs: &dyn RunRegistry,
         interrupt: &InterruptFlag,
     ) -> Result<PassResult, RunError> {
+        let pass_start = self.clock.now_ms();
         let Some(mut rec) = self.journal.load_instance()? else {
             return Err(RunError::Store {
                 message: "instance does not exist".into(),
@@ -266,6 +283,8 @@ impl<'a> Engine<'a> {
         rec.clean_passes = rec.passes;
         rec.journal_writes += u64::from(stats.journal_writes);
         rec.index_round_trips += 1;
+        rec.costs.add(&self.take_costs());
+        rec.costs.do_active_ms += (now - pass_start).max(0) as u64;
         let mirror_error = self.mirror(&mut rec, now).await.err();
         rec.mirror_pending = mirror_error.is_some();
         self.journal.save_instance(&rec)?;
@@ -284,6 +303,7 @@ impl<'a> Engine<'a> {
         let mut mirror_error = None;
         if rec.mirror_pending {
             let now = self.clock.now_ms();
+            rec.costs.add(&self.take_costs());
             mirror_error = self.mirror(&mut rec, now).await.err();
             rec.mirror_pending = mirror_error.is_some();
             self.journal.save_instance(&rec)?;
@@ -306,6 +326,7 @@ impl<'a> Engine<'a> {
         interrupt: &InterruptFlag,
     ) -> Result<(Result<RunOutcome, RunError>, PassStats), RunError> {
         let now = self.clock.now_ms();
+        let unclean_history = rec.passes > rec.clean_passes;
         rec.passes += 1;
         rec.started_ms.get_or_insert(now);
         rec.status = Status::Running;
@@ -322,6 +343,9 @@ impl<'a> Engine<'a> {
             self.journal.entries()?,
             interrupt.clone(),
         );
+        if unclean_history {
+            ctx.set_unclean_history();
+        }
         let result = match serde_json::from_str::<Value>(&rec.input) {
             Ok(input) => runs.execute(&rec.run, &ctx, &input).await,
             Err(e) => Err(RunError::InvalidInput {
@@ -398,6 +422,11 @@ impl<'a> Engine<'a> {
             .entries_since(rec.mirrored_rev)
             .map_err(|e| e.to_string())?;
         let step_count = self.journal.entry_count().map_err(|e| e.to_string())?;
+        // This batch counts itself: one statement and one row per entry
+        // and one for the record (index rows D1 also bills are not seen).
+        let sent = changed.len() as u64 + 1;
+        rec.costs.d1_statements += sent;
+        rec.costs.d1_rows_written += sent;
         let stmts = executions::mirror_stmts(rec, &changed, step_count, now);
         self.index.batch(stmts).await.map_err(|e| e.to_string())?;
         if let Some(max) = changed.iter().map(|e| e.rev).max() {
@@ -492,6 +521,10 @@ impl<'a> Engine<'a> {
             }
         }
         let step_count = self.journal.entry_count()?;
+        rec.costs.add(&self.take_costs());
+        let sent = 1 + extra.len() as u64;
+        rec.costs.d1_statements += sent;
+        rec.costs.d1_rows_written += sent;
         let mut stmts = executions::mirror_stmts(&rec, &[], step_count, now);
         stmts.extend(extra);
         self.index.batch(stmts).await?;

@@ -164,6 +164,17 @@ fn repo_name(repo: &str) -> &str {
     repo.rsplit_once('/').map_or(repo, |(_, name)| name)
 }
 
+/// A check run to create: this App's, for one commit, matched again by
+/// its `external_id` (the instance id).
+pub struct NewCheckRun<'a> {
+    pub name: &'a str,
+    pub sha: &'a str,
+    pub external_id: &'a str,
+    pub details_url: &'a str,
+    /// "queued" or "in_progress".
+    pub status: &'static str,
+}
+
 pub struct GitHub<'a> {
     pub transport: &'a dyn Transport,
     pub signer: &'a dyn Rs256Signer,
@@ -663,13 +674,31 @@ impl<'a> GitHub<'a> {
         {
             return Ok(id);
         }
+        let new = NewCheckRun {
+            name,
+            sha,
+            external_id,
+            details_url,
+            status: "queued",
+        };
+        self.create_check_run(installation, repo, &new).await
+    }
+
+    /// Creates a check run, whatever exists: the caller knows it made none
+    /// (`Ctx::may_have_run`) or looked first. One call.
+    pub async fn create_check_run(
+        &self,
+        installation: u64,
+        repo: &str,
+        new: &NewCheckRun<'_>,
+    ) -> Result<u64, GitHubError> {
         let auth = self.auth(installation, repo).await?;
         let body = json!({
-            "name": name,
-            "head_sha": sha,
-            "external_id": external_id,
-            "details_url": details_url,
-            "status": "queued",
+            "name": new.name,
+            "head_sha": new.sha,
+            "external_id": new.external_id,
+            "details_url": new.details_url,
+            "status": new.status,
         });
         let resp = self
             .call(

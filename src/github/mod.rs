@@ -6,6 +6,7 @@
 pub mod app;
 pub mod client;
 pub mod deployments;
+pub mod metered;
 pub mod releases;
 pub mod webhook;
 

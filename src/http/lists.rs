@@ -9,6 +9,7 @@
 
 use serde_json::{json, Value};
 
+use crate::cost::{prices, CostUnits};
 use crate::engine::{InstanceId, Status};
 use crate::gates::serial::{self, GroupFilter};
 use crate::limits::{EXECUTIONS_LISTED_MAX, GROUPS_LISTED_MAX, STEPS_LISTED_MAX};
@@ -34,6 +35,12 @@ pub const EXECUTIONS_PARAMS: &[&str] = &[
 pub const EXECUTION_PARAMS: &[&str] = &["steps_cursor", "steps_limit"];
 pub const DELIVERIES_PARAMS: &[&str] = &["repo", "event", "since", "until", "cursor", "limit"];
 pub const GROUPS_PARAMS: &[&str] = &["repo", "cursor", "limit"];
+pub const COSTS_PARAMS: &[&str] = &["since", "run", "limit"];
+
+/// Repositories `GET /v1/costs` answers at most (and by default): one
+/// page of an installation's repositories; a larger account narrows by
+/// `since` or `run`.
+pub const COSTS_REPOS_LISTED_MAX: u32 = 1_000;
 
 /// The parameters of one query string, checked against the names a list
 /// takes.
@@ -203,17 +210,63 @@ pub async fn execution(db: &dyn Database, id: &InstanceId, query: &str) -> Resul
         Some(v) => Some(v.parse::<i64>().map_err(|_| bad_cursor())?),
     };
     let limit = p.limit("steps_limit", STEPS_LISTED_MAX)?;
-    let row = executions::get(db, id.as_str())
+    let (row, units) = executions::get_with_costs(db, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no execution {id}")))?;
     let mut rows = [row];
     with_waits(db, &mut rows).await?;
     let [row] = rows;
     let steps = executions::steps_page(db, id.as_str(), after, limit).await?;
+    let priced = priced(&units, 1, row.step_count.max(0) as u64);
     Ok(json!({
         "execution": row,
+        "costs": priced,
         "steps": steps.items,
         "next_steps_cursor": steps.next_cursor,
+    }))
+}
+
+/// Units with what they cost on Cloudflare's bill and what the same
+/// executions would cost on Workers Workflows (`cost::prices`).
+fn priced(units: &CostUnits, executions: u64, steps: u64) -> Value {
+    json!({
+        "units": units,
+        "dollars": prices::dollars(units),
+        "workflows_dollars": prices::workflows_dollars(units, executions, steps),
+        "prices_taken": prices::PRICES_TAKEN,
+    })
+}
+
+/// `GET /v1/costs`: what the executions created since `since` (the epoch
+/// by default) cost, summed per repository, with the total.
+pub async fn costs(db: &dyn Database, query: &str) -> Result<Value, ApiError> {
+    let p = Params::parse(query, COSTS_PARAMS)?;
+    let since_ms = p.time_ms("since")?.unwrap_or(0);
+    let limit = p.limit("limit", COSTS_REPOS_LISTED_MAX)?;
+    let rows = executions::costs_by_repo(db, since_ms, p.text("run").as_deref(), limit).await?;
+    let (mut total, mut executions, mut steps) = (CostUnits::default(), 0, 0);
+    let repositories: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            total.add(&r.units);
+            executions += r.executions;
+            steps += r.steps;
+            json!({
+                "repo": r.repo,
+                "executions": r.executions,
+                "steps": r.steps,
+                "costs": priced(&r.units, r.executions, r.steps),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "since_ms": since_ms,
+        "repositories": repositories,
+        "total": {
+            "executions": executions,
+            "steps": steps,
+            "costs": priced(&total, executions, steps),
+        },
     }))
 }
 

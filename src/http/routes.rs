@@ -17,6 +17,8 @@ pub enum Route {
     SendEvent(InstanceId, String),
     Command(InstanceId, Command),
     ListDeliveries,
+    /// What executions cost, per repository (`GET /v1/costs`).
+    Costs,
     /// What the operator configured, as the Worker reads it (no values).
     Config,
     /// A command's log behind a signed link (`runs::loglink`): the
@@ -184,6 +186,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
         ["webhooks", "github"] => only("POST", Route::Webhook),
         ["logs", instance, step] => only("GET", Route::Log(id(instance)?, id(step)?)),
         ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
+        ["v1", "costs"] => only("GET", Route::Costs),
         ["v1", "config"] => only("GET", Route::Config),
         ["v1", "dispatch"] => only("POST", Route::Dispatch),
         ["v1", "setup"] => only("GET", Route::Setup),
@@ -287,6 +290,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/dispatch"),
     ("GET", "/v1/setup"),
     ("GET", "/v1/deliveries"),
+    ("GET", "/v1/costs"),
     ("GET", "/v1/executions"),
     ("POST", "/v1/executions"),
     ("GET", "/v1/executions/{id}"),

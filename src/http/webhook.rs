@@ -314,24 +314,39 @@ pub trait InstanceCreator {
     async fn send(&self, event: &EventSend) -> Result<bool, ApiError>;
 }
 
+/// What `accept` answers, and the instances whose objects must still be
+/// asked to create them: after the answer (the Worker's `waitUntil`), so
+/// a burst of deliveries is acknowledged at the speed of one D1 batch.
+pub struct Accepted {
+    pub status: u16,
+    pub body: Value,
+    pub create_after: Vec<CreateRequest>,
+}
+
 /// Carries out an intake: a delivery already acted on answers with the
 /// instances it created and creates nothing (GitHub redelivers with the
-/// same GUID); otherwise every instance is created, then the delivery is
-/// recorded (only after all, so one that died half way is not mistaken for
-/// a done one). Returns the status and body of the answer.
+/// same GUID). Otherwise its instances' index rows and the delivery's
+/// record are written in ONE batch (all or none: a delivery is never
+/// recorded without its instances), events are sent, and the answer names
+/// the instances; their objects are created after it (`create_after`).
+/// An object whose create never arrives is recreated by the cron sweep
+/// from its row (due now, so overdue within `SWEEP_OVERDUE_MS`): nothing
+/// acknowledged is lost.
 pub async fn accept(
     db: &dyn Database,
     creator: &dyn InstanceCreator,
     intake: Intake,
     now_ms: i64,
     request_id: &str,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<Accepted, ApiError> {
     let (delivery, event, action, repo, mut creates, mut sends, routes, reruns) = match intake {
         Intake::Ignored { event, reason } => {
-            return Ok((
-                200,
-                json!({ "ignored": true, "event": event, "reason": reason }),
-            ))
+            let body = json!({ "ignored": true, "event": event, "reason": reason });
+            return Ok(Accepted {
+                status: 200,
+                body,
+                create_after: Vec::new(),
+            });
         }
         Intake::Act {
             delivery,
@@ -355,10 +370,12 @@ pub async fn accept(
     if let Some(prev) = executions::delivery(db, &delivery).await? {
         received.field("duplicate", true).emit();
         let instances: Value = serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
-        return Ok((
-            202,
-            json!({ "delivery": delivery, "duplicate": true, "instances": instances }),
-        ));
+        let body = json!({ "delivery": delivery, "duplicate": true, "instances": instances });
+        return Ok(Accepted {
+            status: 202,
+            body,
+            create_after: Vec::new(),
+        });
     }
     // A decision's instance is looked up in the index, never scanned for;
     // one nobody waits on (decided already, not Sluice's) is dropped.
@@ -369,34 +386,92 @@ pub async fn accept(
         .field("sends", sends.len())
         .emit();
     creates.extend(resolve_reruns(db, &reruns).await?);
+    // Events first: the delivery is recorded only once they were sent, so
+    // a redelivery after a failure sends them again.
+    let mut sent = Vec::with_capacity(sends.len());
+    for e in &sends {
+        let delivered = creator.send(e).await?;
+        sent.push(json!({ "id": e.instance_id, "event": e.event_type, "delivered": delivered }));
+    }
+    let row = delivery_row(&delivery, &event, &action, &repo, &creates, &sent, now_ms);
+    let mut instances = record(db, &creates, &row, now_ms, request_id).await?;
+    instances.extend(sent);
+    let body = json!({ "delivery": delivery, "duplicate": false, "instances": instances });
+    Ok(Accepted {
+        status: 202,
+        body,
+        create_after: creates,
+    })
+}
+
+/// The delivery's record: the instances it names, as a redelivery answers.
+fn delivery_row(
+    delivery: &str,
+    event: &str,
+    action: &Option<String>,
+    repo: &Option<String>,
+    creates: &[CreateRequest],
+    sent: &[Value],
+    now_ms: i64,
+) -> DeliveryRow {
+    let recorded: Vec<Value> = creates
+        .iter()
+        .map(|c| json!({ "id": c.id().as_str(), "run": c.run, "created": false }))
+        .chain(
+            sent.iter()
+                .map(|i| json!({ "id": i["id"], "run": Value::Null, "created": false })),
+        )
+        .collect();
+    DeliveryRow {
+        delivery_id: delivery.to_owned(),
+        event: event.to_owned(),
+        action: action.clone(),
+        repo: repo.clone(),
+        instance_ids_json: Value::Array(recorded).to_string(),
+        received_ms: now_ms,
+    }
+}
+
+/// Writes the instances' rows and the delivery's record in one batch;
+/// returns the instances as the answer names them (created: the row is new).
+async fn record(
+    db: &dyn Database,
+    creates: &[CreateRequest],
+    row: &DeliveryRow,
+    now_ms: i64,
+    request_id: &str,
+) -> Result<Vec<Value>, ApiError> {
+    let ids: Vec<_> = creates.iter().map(CreateRequest::id).collect();
+    let inputs: Vec<String> = creates.iter().map(|c| c.input.to_string()).collect();
+    let mut stmts: Vec<_> = creates
+        .iter()
+        .zip(ids.iter().zip(&inputs))
+        .map(|(c, (id, input_json))| {
+            let r = executions::Requested {
+                id: id.as_str(),
+                key: &c.key,
+                run: &c.run,
+                repo: c.repo.as_deref(),
+                entity: c.entity.as_deref(),
+                sha: c.sha.as_deref(),
+                input_json,
+            };
+            executions::insert_requested_stmt(&r, now_ms)
+        })
+        .collect();
+    stmts.push(executions::record_delivery_stmt(row));
+    let changes = db.batch(stmts).await?;
     let mut instances = Vec::with_capacity(creates.len());
-    for c in &creates {
-        let created = creator.create(c).await?;
+    for (i, c) in creates.iter().enumerate() {
+        let created = Created {
+            id: ids[i].to_string(),
+            created: changes.get(i) == Some(&1),
+            status: crate::engine::Status::Queued,
+        };
         log_created(c, &created, request_id);
         instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
     }
-    for e in &sends {
-        let delivered = creator.send(e).await?;
-        instances
-            .push(json!({ "id": e.instance_id, "event": e.event_type, "delivered": delivered }));
-    }
-    let recorded: Vec<Value> = instances
-        .iter()
-        .map(|i| json!({ "id": i["id"], "run": i["run"], "created": false }))
-        .collect();
-    let row = DeliveryRow {
-        delivery_id: delivery.clone(),
-        event,
-        action,
-        repo,
-        instance_ids_json: Value::Array(recorded).to_string(),
-        received_ms: now_ms,
-    };
-    executions::record_delivery(db, &row).await?;
-    Ok((
-        202,
-        json!({ "delivery": delivery, "duplicate": false, "instances": instances }),
-    ))
+    Ok(instances)
 }
 
 /// The sends that routed events resolve to: the instance each waits on.

@@ -3,7 +3,7 @@
 //! authoritative truth of the instance; D1 holds a mirror (see
 //! `store::executions`).
 //!
-//! Architecture invariant: a leaf. The engine (which writes it) and the
+//! Architecture invariant: above the leaves only (it uses `cost`). The engine (which writes it) and the
 //! store (which keeps it, `store::journal::JournalStore`, and mirrors it to
 //! D1) both depend on it; it depends on neither, so the store never depends
 //! on the engine.
@@ -55,6 +55,9 @@ pub struct InstanceRecord {
     pub journal_writes: u64,
     #[serde(default)]
     pub index_round_trips: u64,
+    /// Billed units across all passes (`crate::cost`), mirrored to D1.
+    #[serde(default)]
+    pub costs: crate::cost::CostUnits,
     /// The last D1 mirror failed: the next pass (or the sweep's poke of a
     /// finished instance) sends it again.
     #[serde(default)]

@@ -13,6 +13,7 @@ pub mod environment;
 pub mod gate;
 pub mod log;
 pub mod loglink;
+pub mod metered;
 pub mod notes;
 pub mod notify;
 pub mod probe;

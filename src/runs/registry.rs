@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Status};
 
+use super::metered::Metered;
 use super::{check, deploy, gate, probe, release, report, schedule, RunEnv};
 
 /// The runs Sluice has, by the name instances are created with.
@@ -231,6 +232,9 @@ fn run_of(name: RunName) -> &'static dyn AnyRun {
 /// The registered runs with the services they use: what the engine calls.
 pub struct Registry<'a> {
     pub env: RunEnv<'a>,
+    /// The instance's cost meter: with one, every D1, R2, GitHub and
+    /// sandbox call a run makes is counted into it (`runs::metered`).
+    pub meter: Option<&'a crate::cost::Meter>,
 }
 
 fn unknown(run: &str) -> RunError {
@@ -248,7 +252,15 @@ impl RunRegistry for Registry<'_> {
         input: &Value,
     ) -> Result<RunOutcome, RunError> {
         let name = RunName::parse(run).ok_or_else(|| unknown(run))?;
-        run_of(name).execute(ctx, &self.env, input).await
+        match self.meter {
+            Some(meter) => {
+                let metered = Metered::new(&self.env, meter);
+                run_of(name)
+                    .execute(ctx, &metered.env(&self.env), input)
+                    .await
+            }
+            None => run_of(name).execute(ctx, &self.env, input).await,
+        }
     }
 
     async fn finalize(
@@ -259,9 +271,19 @@ impl RunRegistry for Registry<'_> {
         status: Status,
     ) -> Result<(), String> {
         let name = RunName::parse(run).ok_or_else(|| unknown(run).to_string())?;
-        run_of(name)
-            .finalize(&self.env, instance_id, input, status)
-            .await
+        match self.meter {
+            Some(meter) => {
+                let metered = Metered::new(&self.env, meter);
+                run_of(name)
+                    .finalize(&metered.env(&self.env), instance_id, input, status)
+                    .await
+            }
+            None => {
+                run_of(name)
+                    .finalize(&self.env, instance_id, input, status)
+                    .await
+            }
+        }
     }
 
     async fn prepare_restart(&self, run: &str, req: &RestartRequest<'_>) -> Result<u32, String> {

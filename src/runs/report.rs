@@ -2,12 +2,14 @@
 //! run the body, conclude it from the body's verdict. A run reads as a
 //! short list of steps; no run repeats this.
 
+use std::cell::Cell;
 use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::engine::{Backoff, Ctx, RunError, RunOutcome, StepConfig, StepFailure};
+use crate::github::client::NewCheckRun;
 use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate, GitHubError};
 use crate::limits::CHECK_SUMMARY_CHARS_MAX;
 
@@ -154,33 +156,7 @@ where
     F: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Verdict, RunError>>,
 {
-    let details_url = details_url(env, ctx.instance_id());
-    let id: u64 = ctx
-        .step("create check run", github_step(), |_| async {
-            env.github
-                .ensure_check_run(
-                    target.installation_id,
-                    target.repo,
-                    target.sha,
-                    target.name,
-                    ctx.instance_id(),
-                    &details_url,
-                )
-                .await
-                .map_err(github_failure)
-        })
-        .await?;
-    ctx.step("start check run", github_step(), |_| async move {
-        let update = CheckRunUpdate {
-            status: Some("in_progress"),
-            ..CheckRunUpdate::default()
-        };
-        env.github
-            .update_check_run(target.installation_id, target.repo, id, &update)
-            .await
-            .map_err(github_failure)
-    })
-    .await?;
+    let id = open_check_run(ctx, env, target).await?;
     let (verdict, failure) = match body(id).await {
         Ok(v) => (v, None),
         Err(e) if e.is_suspension() => return Err(e),
@@ -213,6 +189,76 @@ where
             json!({ "check_run_id": id, "conclusion": verdict.conclusion(), "verdict": verdict }),
         )),
     }
+}
+
+/// Opens the check run in progress, in one GitHub call when nothing of it
+/// can exist yet: created directly as `in_progress`, looked up by its
+/// `external_id` first only when the step may have run before
+/// (`Ctx::may_have_run`: a failed attempt, a pass that died, a restart), so
+/// a replay never creates a second one. The start step then has nothing to
+/// do; it still starts a check run created queued (by a journal an older
+/// version wrote) or found not in progress.
+async fn open_check_run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+) -> Result<u64, RunError> {
+    let details_url = details_url(env, ctx.instance_id());
+    let in_progress = Cell::new(false);
+    let id: u64 = ctx
+        .step("create check run", github_step(), |attempt| {
+            let (in_progress, details_url) = (&in_progress, details_url.as_str());
+            async move {
+                let (installation, repo) = (target.installation_id, target.repo);
+                if ctx.may_have_run(attempt) {
+                    let found = env
+                        .github
+                        .find_check_run_state(
+                            installation,
+                            repo,
+                            target.sha,
+                            target.name,
+                            ctx.instance_id(),
+                        )
+                        .await
+                        .map_err(github_failure)?;
+                    if let Some((id, status)) = found {
+                        in_progress.set(status == "in_progress");
+                        return Ok(id);
+                    }
+                }
+                let new = NewCheckRun {
+                    name: target.name,
+                    sha: target.sha,
+                    external_id: ctx.instance_id(),
+                    details_url,
+                    status: "in_progress",
+                };
+                let id = env
+                    .github
+                    .create_check_run(installation, repo, &new)
+                    .await
+                    .map_err(github_failure)?;
+                in_progress.set(true);
+                Ok(id)
+            }
+        })
+        .await?;
+    ctx.step("start check run", github_step(), |_| async {
+        if in_progress.get() {
+            return Ok(());
+        }
+        let update = CheckRunUpdate {
+            status: Some("in_progress"),
+            ..CheckRunUpdate::default()
+        };
+        env.github
+            .update_check_run(target.installation_id, target.repo, id, &update)
+            .await
+            .map_err(github_failure)
+    })
+    .await?;
+    Ok(id)
 }
 
 /// Concludes, outside any run, a check run an instance left open when it

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod lifecycle;
+pub mod metered;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -4,10 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cost::CostUnits;
 use crate::journal::{Entry, InstanceRecord};
 use crate::stmt;
 
-use super::sql::{decode, Database, Param, Stmt, StoreError};
+use super::sql::{decode, decode_row, Database, Param, Stmt, StoreError};
 
 /// One `executions` row as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,7 +105,10 @@ pub fn mirror_stmts(
     stmts.push(stmt!(
         "UPDATE executions SET status = ?2, reason = ?3, error_tag = ?4, error_message = ?5, \
          wake_at_ms = ?6, output_json = ?7, step_count = ?8, updated_ms = ?9, finished_ms = ?10, \
-         journal_writes = ?11, index_round_trips = ?12, passes = ?13 WHERE id = ?1",
+         journal_writes = ?11, index_round_trips = ?12, passes = ?13, do_requests = ?14, \
+         do_active_ms = ?15, do_rows_read = ?16, do_rows_written = ?17, d1_statements = ?18, \
+         d1_rows_read = ?19, d1_rows_written = ?20, r2_class_a = ?21, r2_class_b = ?22, \
+         github_calls = ?23, sandbox_ms = ?24 WHERE id = ?1",
         rec.id.as_str(),
         rec.status.as_str(),
         rec.reason.clone(),
@@ -118,6 +122,17 @@ pub fn mirror_stmts(
         rec.journal_writes as i64,
         rec.index_round_trips as i64,
         rec.passes,
+        rec.costs.do_requests as i64,
+        rec.costs.do_active_ms as i64,
+        rec.costs.do_rows_read as i64,
+        rec.costs.do_rows_written as i64,
+        rec.costs.d1_statements as i64,
+        rec.costs.d1_rows_read as i64,
+        rec.costs.d1_rows_written as i64,
+        rec.costs.r2_class_a as i64,
+        rec.costs.r2_class_b as i64,
+        rec.costs.github_calls as i64,
+        rec.costs.sandbox_ms as i64,
     ));
     for e in changed {
         stmts.push(stmt!(
@@ -158,6 +173,70 @@ pub async fn get(db: &dyn Database, id: &str) -> Result<Option<ExecutionRow>, St
         ))
         .await?;
     Ok(decode(rows)?.into_iter().next())
+}
+
+/// `cost::CostUnits`'s fields, which are also the `executions` columns
+/// (migration 0008).
+const COST_COLUMNS: &str = "do_requests, do_active_ms, do_rows_read, do_rows_written, \
+     d1_statements, d1_rows_read, d1_rows_written, r2_class_a, r2_class_b, github_calls, sandbox_ms";
+
+/// An execution with what it cost so far, in one statement.
+pub async fn get_with_costs(
+    db: &dyn Database,
+    id: &str,
+) -> Result<Option<(ExecutionRow, CostUnits)>, StoreError> {
+    let rows = db
+        .all(stmt!(
+            format!("SELECT {EXECUTION_COLUMNS}, {COST_COLUMNS} FROM executions WHERE id = ?1"),
+            id
+        ))
+        .await?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(Some((decode_row(row.clone())?, decode_row(row)?)))
+}
+
+/// One repository's executions created in a period, and what they cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepoCosts {
+    /// None: executions of no repository (operators' probes).
+    pub repo: Option<String>,
+    pub executions: u64,
+    /// Durable calls journaled (steps, sleeps, waits): what Workflows bills.
+    pub steps: u64,
+    #[serde(flatten)]
+    pub units: CostUnits,
+}
+
+/// Costs summed per repository over executions created at or after
+/// `since_ms` (of one run when given), at most `limit` repositories in
+/// repository order. A scan of the period's rows: an operator's query,
+/// not a hot path.
+pub async fn costs_by_repo(
+    db: &dyn Database,
+    since_ms: i64,
+    run: Option<&str>,
+    limit: u32,
+) -> Result<Vec<RepoCosts>, StoreError> {
+    let sums: String = COST_COLUMNS
+        .split(", ")
+        .map(|c| format!("COALESCE(SUM({c}), 0) AS {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = db
+        .all(stmt!(
+            format!(
+                "SELECT repo, COUNT(*) AS executions, COALESCE(SUM(step_count), 0) AS steps, {sums} \
+                 FROM executions WHERE created_ms >= ?1 AND (?2 IS NULL OR run = ?2) \
+                 GROUP BY repo ORDER BY repo LIMIT ?3"
+            ),
+            since_ms,
+            run,
+            limit,
+        ))
+        .await?;
+    decode(rows)
 }
 
 pub async fn steps(db: &dyn Database, id: &str, limit: u32) -> Result<Vec<StepRow>, StoreError> {
@@ -475,7 +554,12 @@ pub async fn delivery(
 }
 
 pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(), StoreError> {
-    db.run(stmt!(
+    db.run(record_delivery_stmt(row)).await?;
+    Ok(())
+}
+
+pub fn record_delivery_stmt(row: &DeliveryRow) -> Stmt {
+    stmt!(
         "INSERT OR IGNORE INTO webhook_deliveries (delivery_id, event, action, repo, \
          instance_ids_json, received_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         row.delivery_id.as_str(),
@@ -484,9 +568,39 @@ pub async fn record_delivery(db: &dyn Database, row: &DeliveryRow) -> Result<(),
         row.repo.clone(),
         row.instance_ids_json.as_str(),
         row.received_ms,
-    ))
-    .await?;
-    Ok(())
+    )
+}
+
+/// An instance a delivery asks for, before its object exists.
+pub struct Requested<'a> {
+    pub id: &'a str,
+    pub key: &'a str,
+    pub run: &'a str,
+    pub repo: Option<&'a str>,
+    pub entity: Option<&'a str>,
+    pub sha: Option<&'a str>,
+    pub input_json: &'a str,
+}
+
+/// The row `insert` writes, queued and due now, written on the webhook's
+/// answer path so the instance is in the index (and the sweep recreates
+/// its object if its create never arrives) before the object is asked to
+/// create it. A second insert of the id or key changes nothing (0 rows:
+/// the instance exists).
+pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64) -> Stmt {
+    stmt!(
+        "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
+         input_json, step_count, index_round_trips, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, 0, 1, ?7, ?7)",
+        r.id,
+        r.key,
+        r.run,
+        r.repo,
+        r.entity,
+        r.sha,
+        now_ms,
+        r.input_json,
+    )
 }
 
 /// The check and deploy runs of a commit, oldest first, at most `limit`:

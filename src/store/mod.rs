@@ -9,6 +9,7 @@
 pub mod dispatch;
 pub mod executions;
 pub mod journal;
+pub mod metered;
 pub mod releases;
 pub mod schedules;
 pub mod sql;
@@ -16,4 +17,4 @@ pub mod sql;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod sqlite;
 
-pub use sql::{Database, Param, Row, Stmt, StoreError, SyncSql};
+pub use sql::{Database, Param, Row, Stmt, StoreError, SyncSql, Usage};

@@ -94,6 +94,16 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+/// Rows a statement read and wrote, as the database reports them for
+/// billing: D1's and Durable Object storage's `rows_read`/`rows_written`
+/// in the Worker (index writes and scanned rows included); natively the
+/// rows returned and the rows changed, a lower bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub rows_read: u64,
+    pub rows_written: u64,
+}
+
 /// The shared index (D1 in the Worker): asynchronous, one round trip a call.
 #[async_trait(?Send)]
 pub trait Database {
@@ -104,12 +114,65 @@ pub trait Database {
     /// Runs statements as one transaction: all apply or none do. Returns the
     /// changes of each statement.
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError>;
+
+    /// `all` with what it cost; by default the rows returned count as read.
+    async fn all_counted(&self, stmt: Stmt) -> Result<(Vec<Row>, Usage), StoreError> {
+        let rows = self.all(stmt).await?;
+        let rows_read = rows.len() as u64;
+        Ok((
+            rows,
+            Usage {
+                rows_read,
+                rows_written: 0,
+            },
+        ))
+    }
+    /// `run` with what it cost; by default the rows changed count as written.
+    async fn run_counted(&self, stmt: Stmt) -> Result<(u64, Usage), StoreError> {
+        let changes = self.run(stmt).await?;
+        Ok((
+            changes,
+            Usage {
+                rows_read: 0,
+                rows_written: changes,
+            },
+        ))
+    }
+    /// `batch` with what it cost.
+    async fn batch_counted(&self, stmts: Vec<Stmt>) -> Result<(Vec<u64>, Usage), StoreError> {
+        let changes = self.batch(stmts).await?;
+        let rows_written = changes.iter().sum();
+        Ok((
+            changes,
+            Usage {
+                rows_read: 0,
+                rows_written,
+            },
+        ))
+    }
 }
 
 /// An instance's own storage (a Durable Object's SQLite): synchronous, as
 /// `state.storage().sql()` is, and local to the executor.
 pub trait SyncSql {
     fn exec(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, StoreError>;
+
+    /// `exec` with what it cost; by default the rows returned count as
+    /// read and a statement returning none as one row written.
+    fn exec_counted(&self, sql: &str, params: &[Param]) -> Result<(Vec<Row>, Usage), StoreError> {
+        let rows = self.exec(sql, params)?;
+        let usage = match rows.len() {
+            0 => Usage {
+                rows_read: 0,
+                rows_written: 1,
+            },
+            n => Usage {
+                rows_read: n as u64,
+                rows_written: 0,
+            },
+        };
+        Ok((rows, usage))
+    }
 }
 
 /// Decodes rows into a typed shape.

@@ -136,6 +136,23 @@ impl Database for SqliteDb {
 }
 
 impl SyncSql for SqliteDb {
+    fn exec_counted(
+        &self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<(Vec<Row>, super::Usage), StoreError> {
+        let rows = self.exec(sql, params)?;
+        let rows_written = match rows.len() {
+            0 => self.conn.borrow().changes(),
+            _ => 0,
+        };
+        let usage = super::Usage {
+            rows_read: rows.len() as u64,
+            rows_written,
+        };
+        Ok((rows, usage))
+    }
+
     fn exec(&self, sql: &str, params: &[Param]) -> Result<Vec<Row>, StoreError> {
         let conn = self.conn.borrow();
         let mut st = conn.prepare_cached(sql).map_err(query_err)?;

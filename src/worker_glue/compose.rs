@@ -4,6 +4,7 @@
 use serde_json::Value;
 use worker::Env;
 
+use crate::cost::Meter;
 use crate::engine::Clock;
 use crate::github::app::private_key_pkcs8_der;
 use crate::github::GitHub;
@@ -181,12 +182,20 @@ impl RunEnvParts {
         }
     }
 
-    pub fn registry<'a>(&'a self, clock: &'a dyn Clock, db: &'a dyn Database) -> RegistryOwner<'a> {
+    /// The runs over these services; with a meter, each instance's use of
+    /// the billed ones is counted (`runs::metered`).
+    pub fn registry<'a>(
+        &'a self,
+        clock: &'a dyn Clock,
+        db: &'a dyn Database,
+        meter: Option<&'a Meter>,
+    ) -> RegistryOwner<'a> {
         RegistryOwner {
             parts: self,
             sandbox: self.sandbox(),
             clock,
             db,
+            meter,
         }
     }
 }
@@ -197,6 +206,7 @@ pub struct RegistryOwner<'a> {
     sandbox: AgentSandbox<'a>,
     clock: &'a dyn Clock,
     db: &'a dyn Database,
+    meter: Option<&'a Meter>,
 }
 
 impl RegistryOwner<'_> {
@@ -225,6 +235,7 @@ impl RegistryOwner<'_> {
                 public_url: p.public_url.clone(),
                 log_link_secret: p.log_link_secret.clone(),
             },
+            meter: self.meter,
         }
     }
 }

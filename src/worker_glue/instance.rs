@@ -10,12 +10,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, ScheduledTime, State};
 
+use crate::cost::Meter;
 use crate::engine::driver::{self, Driver, Host, OnAlarm};
 use crate::engine::{
     Clock, Command, CommandError, CreateRequest, Engine, InterruptFlag, PassResult, RunError,
     RunRegistry, Status,
 };
 use crate::store::journal::{JournalStore, SqlJournal};
+use crate::store::metered::{MeteredBlobs, MeteredSql};
 use crate::store::StoreError;
 
 use super::bindings;
@@ -31,8 +33,11 @@ pub struct RunInstance {
 pub struct Inner {
     state: State,
     env: Env,
-    journal: std::result::Result<SqlJournal<DoSql>, StoreError>,
+    journal: std::result::Result<SqlJournal<MeteredSql<DoSql>>, StoreError>,
     driver: Driver,
+    /// What this instance cost since the last pass folded it into the
+    /// record (`crate::cost`): its requests, storage rows and services.
+    meter: Rc<Meter>,
 }
 
 fn json_response(status: u16, body: &Value) -> Result<Response> {
@@ -48,18 +53,24 @@ struct EventBody {
 
 impl DurableObject for RunInstance {
     fn new(state: State, env: Env) -> Self {
-        let journal = SqlJournal::open(DoSql(state.storage().sql()));
+        let meter = Rc::new(Meter::new());
+        let journal = SqlJournal::open(MeteredSql {
+            inner: DoSql(state.storage().sql()),
+            meter: meter.clone(),
+        });
         RunInstance {
             inner: Rc::new(Inner {
                 state,
                 env,
                 journal,
                 driver: Driver::default(),
+                meter,
             }),
         }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
+        self.inner.meter.record(|u| u.do_requests += 1);
         let Some(op) = InstanceOp::parse(&req.path()) else {
             return json_response(404, &json!({ "error": "unknown instance operation" }));
         };
@@ -82,6 +93,7 @@ impl DurableObject for RunInstance {
     }
 
     async fn alarm(&self) -> Result<Response> {
+        self.inner.meter.record(|u| u.do_requests += 1);
         match self.inner.driver.on_alarm(WorkerClock.now_ms()) {
             OnAlarm::RearmWatchdog(at) => {
                 set_alarm(&self.inner.state, at).await?;
@@ -108,7 +120,7 @@ impl RunInstance {
         };
         let host = ObjectHost { inner: &self.inner };
         let created = match (host.journal(), host.index()) {
-            (Ok(journal), Ok(index)) => engine_of(journal, &index)
+            (Ok(journal), Ok(index)) => engine_of(journal, &index, &self.inner.meter)
                 .create(&create)
                 .await
                 .map_err(|e| e.to_string()),
@@ -132,9 +144,8 @@ impl RunInstance {
         };
         let host = ObjectHost { inner: &self.inner };
         let sent = match (host.journal(), host.index()) {
-            (Ok(journal), Ok(index)) => {
-                engine_of(journal, &index).send_event(&body.event_type, &body.payload)
-            }
+            (Ok(journal), Ok(index)) => engine_of(journal, &index, &self.inner.meter)
+                .send_event(&body.event_type, &body.payload),
             (Err(e), _) | (_, Err(e)) => Err(CommandError::Store(e)),
         };
         match sent {
@@ -191,13 +202,18 @@ fn command_error(e: CommandError) -> Result<Response> {
 }
 
 /// The engine over the object's journal and D1 (large results go to R2
-/// only where a pass sets `blobs`).
-fn engine_of<'a>(journal: &'a SqlJournal<DoSql>, index: &'a D1) -> Engine<'a> {
+/// only where a pass sets `blobs`), counting into the object's meter.
+fn engine_of<'a>(
+    journal: &'a SqlJournal<MeteredSql<DoSql>>,
+    index: &'a D1,
+    meter: &'a Meter,
+) -> Engine<'a> {
     Engine {
         journal,
         blobs: None,
         index,
         clock: &WorkerClock,
+        meter: Some(meter),
     }
 }
 
@@ -212,7 +228,7 @@ struct ObjectHost<'a> {
 }
 
 impl ObjectHost<'_> {
-    fn journal(&self) -> std::result::Result<&SqlJournal<DoSql>, String> {
+    fn journal(&self) -> std::result::Result<&SqlJournal<MeteredSql<DoSql>>, String> {
         self.inner.journal.as_ref().map_err(|e| e.to_string())
     }
 
@@ -269,9 +285,11 @@ impl Host for ObjectHost<'_> {
         let store = |message: String| RunError::Store { message };
         let (journal, index) = (self.journal().map_err(store)?, self.index().map_err(store)?);
         let parts = run_env_parts(&self.inner.env);
-        let mut engine = engine_of(journal, &index);
-        engine.blobs = parts.blobs();
-        let registry = parts.registry(&WorkerClock, &index);
+        let meter = &*self.inner.meter;
+        let mut engine = engine_of(journal, &index, meter);
+        let blobs = parts.blobs().map(|inner| MeteredBlobs { inner, meter });
+        engine.blobs = blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs);
+        let registry = parts.registry(&WorkerClock, &index, Some(meter));
         let result = engine.pass(&registry, interrupt).await;
         match &result {
             Ok(p) if p.status.is_terminal() => self.finalize(&registry).await,
@@ -287,9 +305,9 @@ impl Host for ObjectHost<'_> {
     async fn command(&self, cmd: &Command) -> std::result::Result<Status, CommandError> {
         let journal = self.journal().map_err(CommandError::Store)?;
         let index = self.index().map_err(CommandError::Store)?;
-        let engine = engine_of(journal, &index);
+        let engine = engine_of(journal, &index, &self.inner.meter);
         let parts = run_env_parts(&self.inner.env);
-        let registry = parts.registry(&WorkerClock, &index);
+        let registry = parts.registry(&WorkerClock, &index, Some(&self.inner.meter));
         let status = engine.command(&registry, cmd).await?;
         if status.is_terminal() {
             self.finalize(&registry).await;

@@ -17,7 +17,7 @@ use crate::blobs::Blobs;
 use crate::clock::Clock;
 use crate::github::app::Rs256Signer;
 use crate::net::{HttpRequest, HttpResponse, Transport};
-use crate::store::{Database, Param, Row, Stmt, StoreError, SyncSql};
+use crate::store::{Database, Param, Row, Stmt, StoreError, SyncSql, Usage};
 
 // --- time ---
 
@@ -77,6 +77,47 @@ impl Database for D1 {
         Ok(to_rows(result.results::<Value>().map_err(store_err)?))
     }
 
+    async fn all_counted(&self, stmt: Stmt) -> Result<(Vec<Row>, Usage), StoreError> {
+        let result = self.prepare(&stmt)?.all().await.map_err(store_err)?;
+        let usage = usage_of(&result)?;
+        Ok((
+            to_rows(result.results::<Value>().map_err(store_err)?),
+            usage,
+        ))
+    }
+
+    async fn run_counted(&self, stmt: Stmt) -> Result<(u64, Usage), StoreError> {
+        let result = self.prepare(&stmt)?.run().await.map_err(store_err)?;
+        let changes = result
+            .meta()
+            .map_err(store_err)?
+            .and_then(|m| m.changes)
+            .unwrap_or(0) as u64;
+        Ok((changes, usage_of(&result)?))
+    }
+
+    async fn batch_counted(&self, stmts: Vec<Stmt>) -> Result<(Vec<u64>, Usage), StoreError> {
+        let prepared = stmts
+            .iter()
+            .map(|s| self.prepare(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = self.0.batch(prepared).await.map_err(store_err)?;
+        let mut usage = Usage::default();
+        let mut changes = Vec::with_capacity(results.len());
+        for r in &results {
+            let u = usage_of(r)?;
+            usage.rows_read += u.rows_read;
+            usage.rows_written += u.rows_written;
+            changes.push(
+                r.meta()
+                    .map_err(store_err)?
+                    .and_then(|m| m.changes)
+                    .unwrap_or(0) as u64,
+            );
+        }
+        Ok((changes, usage))
+    }
+
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
         let result = self.prepare(&stmt)?.run().await.map_err(store_err)?;
         Ok(result
@@ -104,6 +145,15 @@ impl Database for D1 {
     }
 }
 
+/// What D1 reports a statement read and wrote (what it bills).
+fn usage_of(result: &worker::D1Result) -> Result<Usage, StoreError> {
+    let meta = result.meta().map_err(store_err)?;
+    Ok(Usage {
+        rows_read: meta.as_ref().and_then(|m| m.rows_read).unwrap_or(0) as u64,
+        rows_written: meta.as_ref().and_then(|m| m.rows_written).unwrap_or(0) as u64,
+    })
+}
+
 // --- a Durable Object's own SQLite storage ---
 
 pub struct DoSql(pub SqlStorage);
@@ -121,6 +171,28 @@ impl SyncSql for DoSql {
             .collect();
         let cursor = self.0.exec(sql, bindings).map_err(store_err)?;
         Ok(to_rows(cursor.to_array::<Value>().map_err(store_err)?))
+    }
+
+    /// The cursor's own counts, read once it is consumed (what Durable
+    /// Object storage bills).
+    fn exec_counted(&self, sql: &str, params: &[Param]) -> Result<(Vec<Row>, Usage), StoreError> {
+        let bindings: Vec<SqlStorageValue> = params.iter().map(sql_value).collect();
+        let cursor = self.0.exec(sql, bindings).map_err(store_err)?;
+        let rows = to_rows(cursor.to_array::<Value>().map_err(store_err)?);
+        let usage = Usage {
+            rows_read: cursor.rows_read() as u64,
+            rows_written: cursor.rows_written() as u64,
+        };
+        Ok((rows, usage))
+    }
+}
+
+fn sql_value(p: &Param) -> SqlStorageValue {
+    match p {
+        Param::Null => SqlStorageValue::Null,
+        Param::Int(n) => SqlStorageValue::Integer(*n),
+        Param::Real(f) => SqlStorageValue::Float(*f),
+        Param::Text(s) => SqlStorageValue::String(s.clone()),
     }
 }
 

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use worker::{Env, Request, Response, Result};
+use worker::{Context, Env, Request, Response, Result};
 
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
@@ -52,7 +52,7 @@ thread_local! {
     static ACCESS_KEYS: Rc<JwksCache> = Rc::new(JwksCache::new());
 }
 
-pub async fn fetch(req: Request, env: Env) -> Result<Response> {
+pub async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let request_id = header(&req, "cf-ray")
         .unwrap_or_else(|| format!("{:012x}", (js_sys::Math::random() * 2f64.powi(48)) as u64));
     let method = req.method().to_string();
@@ -60,7 +60,7 @@ pub async fn fetch(req: Request, env: Env) -> Result<Response> {
     let routed = route(&method, &path).map_err(|e| route_error(e, &method, &path));
     let is_page = routed.as_ref().is_ok_and(Route::is_page) || path.starts_with("/ui");
     let answer = match routed {
-        Ok(r) => dispatch(req, &env, r, &request_id).await,
+        Ok(r) => dispatch(req, &env, &ctx, r, &request_id).await,
         Err(e) => Err(e),
     };
     match answer {
@@ -288,7 +288,13 @@ impl From<ApiError> for Refused {
     }
 }
 
-async fn dispatch(mut req: Request, env: &Env, r: Route, request_id: &str) -> Answer {
+async fn dispatch(
+    mut req: Request,
+    env: &Env,
+    ctx: &Context,
+    r: Route,
+    request_id: &str,
+) -> Answer {
     let principal = match authorize(&req, env, &r, request_id).await {
         Ok(p) => p,
         Err(Refused::Api(e)) => return Err(e),
@@ -308,7 +314,7 @@ async fn dispatch(mut req: Request, env: &Env, r: Route, request_id: &str) -> An
         .unwrap_or_default();
     match r {
         Route::Health => json_ok(200, &json!({ "ok": true })),
-        Route::Webhook => webhook(&mut req, env, &db, request_id).await,
+        Route::Webhook => webhook(&mut req, env, ctx, &db, request_id).await,
         Route::Page(_)
         | Route::PageAction(..)
         | Route::Asset(_)
@@ -348,6 +354,7 @@ async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: 
             json_ok(status, &answer)
         }
         Route::ListDeliveries => json_ok(200, &lists::deliveries(db, query).await?),
+        Route::Costs => json_ok(200, &lists::costs(db, query).await?),
         Route::Config => json_ok(200, &configuration(env)),
         Route::Log(instance, step) => log_page(req, env, &instance, &step, now).await,
         Route::ListGroups => json_ok(200, &lists::groups(db, query, now).await?),
@@ -773,7 +780,7 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
     )
 }
 
-async fn webhook(req: &mut Request, env: &Env, db: &D1, request_id: &str) -> Answer {
+async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_id: &str) -> Answer {
     check_declared_length(header(req, "Content-Length").as_deref())?;
     let chunks = req
         .stream()
@@ -805,6 +812,24 @@ async fn webhook(req: &mut Request, env: &Env, db: &D1, request_id: &str) -> Ans
         app_slug: app_slug.as_deref(),
     };
     let planned = intake(&headers, &body, &cfg)?;
-    let (status, answer) = accept(db, &ObjectCreator { env }, planned, now, request_id).await?;
-    json_ok(status, &answer)
+    let accepted = accept(db, &ObjectCreator { env }, planned, now, request_id).await?;
+    create_after_answer(ctx, env, accepted.create_after);
+    json_ok(accepted.status, &accepted.body)
+}
+
+/// Asks the instances' objects to create them once the answer is sent. A
+/// create that fails here is left to the sweep, which recreates an
+/// instance whose row is overdue (`runs::sweep`).
+fn create_after_answer(ctx: &Context, env: &Env, creates: Vec<CreateRequest>) {
+    if creates.is_empty() {
+        return;
+    }
+    let env = env.clone();
+    ctx.wait_until(async move {
+        for c in &creates {
+            if let Err(e) = instances::create(&env, c).await {
+                worker::console_warn!("create of {} left for the sweep: {}", c.key, e.message);
+            }
+        }
+    });
 }

@@ -46,7 +46,7 @@ impl Finalizer for RegistryFinalizer<'_> {
         status: Status,
     ) -> Result<(), String> {
         let parts = run_env_parts(self.env);
-        let registry = parts.registry(&WorkerClock, self.db);
+        let registry = parts.registry(&WorkerClock, self.db, None);
         registry.finalize(run, instance_id, input, status).await
     }
 }

@@ -220,6 +220,9 @@ pub struct GitHubState {
     pub withheld: HashSet<String>,
     pub calls: Vec<Call>,
     pub faults: Vec<Fault>,
+    /// Routes whose next call is applied and answered, then never returns
+    /// to the caller: the executor dies while the call is in flight.
+    pub hang_after: Vec<&'static str>,
     pub notifications: Vec<Notification>,
     pub unexpected: Vec<String>,
 }
@@ -313,6 +316,12 @@ impl FakeGitHub {
             status,
             after_applying: false,
         });
+    }
+
+    /// The next call to `route` is applied, then the caller never sees the
+    /// answer (its pass is pending for ever: drop it to crash the pass).
+    pub fn hang_after_applying_next(&self, route: &'static str) {
+        self.st.borrow_mut().hang_after.push(route);
     }
 
     /// The next call to `route` is applied, but its answer is a 502.
@@ -1045,7 +1054,17 @@ impl FakeGitHub {
 #[async_trait(?Send)]
 impl Transport for FakeGitHub {
     async fn send(&self, req: HttpRequest) -> Result<HttpResponse, String> {
-        Ok(self.handle(req))
+        let route = self.route(&req).ok().map(|r| r.0);
+        let hang = {
+            let mut st = self.st.borrow_mut();
+            let at = st.hang_after.iter().position(|h| Some(*h) == route);
+            at.map(|i| st.hang_after.remove(i)).is_some()
+        };
+        let resp = self.handle(req);
+        if hang {
+            futures::future::pending::<()>().await;
+        }
+        Ok(resp)
     }
 }
 
@@ -1872,7 +1891,14 @@ impl Rig {
 
     /// The Worker's registry over the fakes (`RunEnvParts::registry`).
     pub fn registry(&self) -> Registry<'_> {
+        self.registry_for(None)
+    }
+
+    /// The registry counting one instance's billed calls into its meter,
+    /// as its Durable Object's pass does.
+    pub fn registry_for<'r>(&'r self, meter: Option<&'r sluice::cost::Meter>) -> Registry<'r> {
         Registry {
+            meter,
             env: RunEnv {
                 clock: &self.clock,
                 http: &self.github,
@@ -1995,7 +2021,7 @@ impl Rig {
     /// when the instance ended (`worker_glue::instance::pass_once`).
     pub fn start_pass<'r>(&'r self, i: &'r Inst) -> PendingPass<'r> {
         Box::pin(async move {
-            let reg = self.registry();
+            let reg = self.registry_for(Some(&i.world.meter));
             let r = i
                 .world
                 .engine()
@@ -2021,7 +2047,7 @@ impl Rig {
         i: &'r Inst,
     ) -> Pin<Box<dyn Future<Output = Option<PassResult>> + 'r>> {
         Box::pin(async move {
-            let reg = self.registry();
+            let reg = self.registry_for(Some(&i.world.meter));
             let r = i.world.engine().pass(&reg, &i.world.interrupt).await.ok()?;
             if r.status.is_terminal() {
                 let _ = reg.finalize(&i.run, &i.id, &i.input, r.status).await;

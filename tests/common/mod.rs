@@ -180,6 +180,8 @@ pub struct CountingDb {
     pub db: SqliteDb,
     pub calls: Cell<u32>,
     pub batches: Cell<u32>,
+    /// Statements received (each statement of a batch counts).
+    pub statements: Cell<u32>,
     pub fail_next_batch: Cell<bool>,
     /// Fails this many coming `run` calls (a D1 write that errors).
     pub fail_next_runs: Cell<u32>,
@@ -191,6 +193,7 @@ impl CountingDb {
             db: SqliteDb::with_migrations().expect("migrations apply"),
             calls: Cell::new(0),
             batches: Cell::new(0),
+            statements: Cell::new(0),
             fail_next_batch: Cell::new(false),
             fail_next_runs: Cell::new(0),
         }
@@ -201,10 +204,12 @@ impl CountingDb {
 impl Database for CountingDb {
     async fn all(&self, stmt: Stmt) -> Result<Vec<Row>, StoreError> {
         self.calls.set(self.calls.get() + 1);
+        self.statements.set(self.statements.get() + 1);
         self.db.all(stmt).await
     }
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
         self.calls.set(self.calls.get() + 1);
+        self.statements.set(self.statements.get() + 1);
         if self.fail_next_runs.get() > 0 {
             self.fail_next_runs.set(self.fail_next_runs.get() - 1);
             return Err(StoreError::Query("injected run failure".into()));
@@ -214,6 +219,8 @@ impl Database for CountingDb {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
         self.calls.set(self.calls.get() + 1);
         self.batches.set(self.batches.get() + 1);
+        self.statements
+            .set(self.statements.get() + stmts.len() as u32);
         if self.fail_next_batch.replace(false) {
             return Err(StoreError::Query("injected batch failure".into()));
         }
@@ -228,6 +235,8 @@ pub struct World {
     pub clock: ManualClock,
     pub interrupt: InterruptFlag,
     pub blobs: MemoryBlobs,
+    /// The instance's cost meter, as its Durable Object holds one.
+    pub meter: sluice::cost::Meter,
 }
 
 /// Object storage in memory.
@@ -277,6 +286,7 @@ impl World {
             clock: ManualClock::new(T0),
             interrupt: Rc::new(Cell::new(None)),
             blobs: MemoryBlobs::default(),
+            meter: sluice::cost::Meter::new(),
         }
     }
 
@@ -286,6 +296,7 @@ impl World {
             blobs: Some(&self.blobs),
             index: self.index.as_ref(),
             clock: &self.clock,
+            meter: Some(&self.meter),
         }
     }
 }

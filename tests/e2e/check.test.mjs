@@ -120,7 +120,7 @@ async function assertOneCompletedCheckRun(repo, sha, { conclusion, outputMarker 
   assert.equal(run.head_sha, sha);
   assert.equal(run.status, 'completed');
   assert.equal(run.conclusion, conclusion);
-  assert.deepEqual(statusPath(run.history), ['queued', 'in_progress', 'completed']);
+  assert.deepEqual(statusPath(run.history), ['in_progress', 'completed']);
   assert.equal(typeof run.output.summary, 'string', 'check run has an output summary');
   assert.ok(run.output.summary.includes(outputMarker), `summary should include ${outputMarker}: ${run.output.summary}`);
   assert.equal(typeof run.details_url, 'string', 'details_url is set');

@@ -1,0 +1,253 @@
+// Scale figures for `npm run bench`: a burst of signed pull_request deliveries, instance creation
+// throughput against the Workflows peer's `create` under the same wrangler, a crowd of trivial
+// checks through the sandbox pool, Sluice's own overhead per check (from the GitHub stand-in's
+// record of each check-run update), and what checks and deploys cost (from `GET /v1/costs`)
+// against the same runs modeled on Workflows' step billing. Timing is measured here only, never
+// asserted in tests; these machines are shared, so read the figures as noisy.
+
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhooks.mjs';
+import { pollUntil } from './lib.mjs';
+
+const OWNER = 'scale';
+// The burst: what a monorepo opening pull requests at once, or a bot, sends.
+const BURST_DELIVERIES = 500;
+const BURST_CONCURRENCY = 50;
+// Instance creation: enough creates for a steady rate at the same concurrency on both sides.
+const CREATES = 200;
+// The pool crowd: 100 trivial checks at once through POOL_CAPACITY sandboxes.
+const CROWD_CHECKS = 100;
+// Each crowd check's command: long enough to see sandboxes busy at once, short enough for 100.
+const CROWD_COMMAND_S = 0.3;
+export const POOL_CAPACITY = 8;
+// Rounds of one check alone, for Sluice's own overhead, and of one deploy alone, for its cost.
+const OVERHEAD_ROUNDS = 10;
+const DEPLOY_ROUNDS = 5;
+// Every wait for executions to finish: the crowd is 100 clones and commands on 2 cores.
+const FINISH_TIMEOUT_MS = 300_000;
+const POLL_MS = 100;
+const TERMINAL = new Set(['complete', 'skipped', 'errored', 'terminated']);
+
+export const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] : NaN;
+};
+const until = (fn, what, timeoutMs = FINISH_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
+const ms = (v) => (Number.isFinite(v) ? `${Math.round(v)} ms` : 'n/a');
+const usd = (v) => `$${v.toFixed(4)}`;
+
+// Runs fn over items with at most `concurrency` in flight; results in item order.
+export async function inPool(items, concurrency, fn) {
+  const out = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i], i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
+  return out;
+}
+
+function prPayload(stack, repo, sha, number) {
+  return pullRequestPayload({ owner: OWNER, repo, sha, number, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
+}
+
+async function finished(stack, id) {
+  return until(async () => {
+    const { body } = await stack.api(`/v1/executions/${id}`);
+    return TERMINAL.has(body.execution?.status) ? body : null;
+  }, `${id} to finish`);
+}
+
+// 500 signed deliveries, 50 in flight: ack latency, 5xx, and every delivery's instance created once.
+async function burst(stack) {
+  const repo = 'burst';
+  // No .sluice.toml: each check ends not-configured at once, so the figure is the ack path and
+  // the creation, not 500 clones. A commit each: one instance per delivery (the key is the sha).
+  const shas = Array.from({ length: BURST_DELIVERIES }, (_, i) => stack.commit(OWNER, repo, { 'README.md': `# burst ${i}\n` }));
+  const t0 = Date.now();
+  const acks = await inPool(shas, BURST_CONCURRENCY, async (sha, i) => {
+    const start = Date.now();
+    const res = await stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1)).catch((e) => ({ status: 0, error: e }));
+    const restarted = typeof res.body === 'string' && res.body.includes('restarted mid-request');
+    return { ms: Date.now() - start, status: res.status, restarted, ids: (res.body?.instances ?? []).map((x) => x.id) };
+  });
+  const wallMs = Date.now() - t0;
+  // Lost: a delivery not acknowledged with its own instance, or one whose instance is not there.
+  const ids = new Set(acks.flatMap((a) => a.ids));
+  const found = await inPool([...ids], BURST_CONCURRENCY, async (id) => (await stack.api(`/v1/executions/${id}`)).status === 200);
+  const lost = BURST_DELIVERIES - found.filter(Boolean).length;
+  return {
+    perSecond: (BURST_DELIVERIES * 1000) / wallMs,
+    p50: pct(acks.map((a) => a.ms), 50),
+    p99: pct(acks.map((a) => a.ms), 99),
+    fiveXx: acks.filter((a) => a.status >= 500 || a.status === 0).length,
+    // 5xx that `wrangler dev` itself answered: its local runtime restarted mid-request under
+    // the load (the request never reached an answer of Sluice's; GitHub would redeliver).
+    restarts: acks.filter((a) => a.restarted).length,
+    lost,
+  };
+}
+
+// Creates per second at 50 in flight: Sluice's POST /v1/executions against the peer's create.
+async function creation(stack, peer, tag) {
+  const keys = Array.from({ length: CREATES }, (_, i) => i);
+  const t0 = Date.now();
+  await inPool(keys, BURST_CONCURRENCY, async (i) => {
+    const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `scale:${tag}:${i}`, run: 'probe', input: { steps: 0 } } });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+  });
+  const sluice = (CREATES * 1000) / (Date.now() - t0);
+  const t1 = Date.now();
+  // Local Workflows answers some creates 503 under this load: counted, not retried.
+  const ok = await inPool(keys, BURST_CONCURRENCY, async (i) => {
+    const res = await fetch(`${peer.url}/create?id=scale-${tag}-${i}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
+    await res?.text();
+    return Boolean(res?.ok);
+  });
+  const created = ok.filter(Boolean).length;
+  return { sluice, peer: (created * 1000) / (Date.now() - t1), peerFailed: CREATES - created };
+}
+
+// The most intervals open at once, from [start, end] pairs.
+export function maxOverlap(intervals) {
+  const events = intervals.flatMap(([s, e]) => [[s, 1], [e, -1]]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let open = 0;
+  let most = 0;
+  for (const [, d] of events) most = Math.max(most, (open += d));
+  return most;
+}
+
+// Admissions that overtook an earlier waiter: pairs where one entered the pool's queue first
+// (its first admission attempt) and the other was admitted first (its last admission attempt).
+export function overtakes(waiters) {
+  let n = 0;
+  for (const a of waiters) {
+    for (const b of waiters) if (a.queued < b.queued && b.admitted < a.admitted) n++;
+  }
+  return n;
+}
+
+function admissionOf(e) {
+  const tries = e.steps.filter((s) => s.name.startsWith('gate: admission'));
+  return { queued: tries[0]?.finished_ms ?? Infinity, admitted: tries.at(-1)?.finished_ms ?? Infinity };
+}
+
+// 100 trivial checks at once through the pool: total time, FIFO admission, never > capacity busy.
+async function crowd(stack) {
+  const repo = 'crowd';
+  const log = stack.sharedFile('crowd.log');
+  // A command long enough that sandboxes are seen busy together.
+  const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${CROWD_COMMAND_S}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
+  const toml = `[check]\ncommand = "${cmd}"\n`;
+  const shas = Array.from({ length: CROWD_CHECKS }, (_, i) => stack.commit(OWNER, repo, i === 0 ? { '.sluice.toml': toml, V: '0' } : { V: `${i}` }));
+  const t0 = Date.now();
+  const acks = await inPool(shas, BURST_CONCURRENCY, (sha, i) => stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1)));
+  const ends = [];
+  for (const a of acks) ends.push(await finished(stack, a.body.instances[0].id));
+  const totalMs = Date.now() - t0;
+  const lines = readFileSync(log, 'utf8').trim().split('\n').map((l) => l.split(' '));
+  const starts = new Map(lines.filter((l) => l[0] === 'start').map((l) => [l[1], Number(l[2])]));
+  const stops = new Map(lines.filter((l) => l[0] === 'end').map((l) => [l[1], Number(l[2])]));
+  return {
+    totalMs,
+    ran: starts.size,
+    busyMax: maxOverlap([...starts.entries()].map(([s, t]) => [t, stops.get(s) ?? t])),
+    overtakes: overtakes(ends.map(admissionOf)),
+  };
+}
+
+// One check alone, OVERHEAD_ROUNDS times: webhook -> in_progress, and webhook -> completed minus
+// the checkout's and the command's own time, from the stand-in's record of each update.
+async function overhead(stack) {
+  const repo = 'overhead';
+  const rounds = [];
+  for (let i = 0; i < OVERHEAD_ROUNDS; i++) {
+    const sha = stack.commit(OWNER, repo, i === 0 ? { '.sluice.toml': '[check]\ncommand = "true"\n', V: '0' } : { V: `${i}` });
+    const sent = Date.now();
+    const res = await stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1));
+    const e = await finished(stack, res.body.instances[0].id);
+    const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+    const run = runs.find((r) => r.head_sha === sha);
+    const at = (status) => run.history.find((h) => h.status === status)?.at_ms;
+    const own = (name) => e.steps.filter((s) => s.name.startsWith(name)).reduce((t, s) => t + (s.finished_ms - s.started_ms), 0);
+    rounds.push({ bytes: JSON.stringify(e).length, sent, inProgress: at('in_progress') - sent, completed: at('completed') - sent, work: own('checkout') + own('run check command') });
+  }
+  const last = rounds.at(-1);
+  const calls = await callsBeforeInProgress(stack, last.sent, last.sent + last.inProgress);
+  return { rounds, calls, bytes: last.bytes };
+}
+
+// The GitHub calls the last overhead check made from its webhook until its check run showed
+// in_progress (its installation token cached by the earlier rounds), from the stand-in's call log.
+async function callsBeforeInProgress(stack, sentMs, inProgressMs) {
+  const { calls } = await stack.standinGet('/_standin/calls');
+  return calls.filter((c) => c.at_ms >= sentMs && c.at_ms <= inProgressMs).map((c) => `${c.method} ${c.path.replace(/^\/repos\/[^/]+\/[^/]+/, '')}`);
+}
+
+// Deploys alone, for their cost units.
+async function deploys(stack) {
+  const repo = 'deploys';
+  let bytes = 0;
+  for (let i = 0; i < DEPLOY_ROUNDS; i++) {
+    const files = i === 0 ? { '.sluice.toml': '[deploy]\nbranch = "main"\ncommand = "true"\n', V: '0' } : { V: `${i}` };
+    const sha = stack.commit(OWNER, repo, files);
+    const payload = pushPayload({ owner: OWNER, repo, after: sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
+    const res = await stack.sendWebhook('push', payload);
+    bytes = JSON.stringify(await finished(stack, res.body.instances[0].id)).length;
+  }
+  return bytes;
+}
+
+// Units and dollars per 1,000 executions of `run` in `repo` since `sinceMs` (GET /v1/costs).
+async function costPer1000(stack, run, repo, sinceMs) {
+  const { body } = await stack.api(`/v1/costs?since=${sinceMs}&run=${run}`);
+  const r = body.repositories.find((x) => x.repo === `${OWNER}/${repo}`);
+  const k = 1000 / r.executions;
+  return { units: r.costs.units, steps: r.steps / r.executions, per1000: r.costs.dollars.total * k, workflows1000: r.costs.workflows_dollars * k, n: r.executions };
+}
+
+function costRows(label, c) {
+  const u = c.units;
+  const per = (v) => (v / c.n).toFixed(1);
+  return [
+    { figure: `${label}: units per run (DO req / DO rows w / D1 stmts / D1 rows r,w / R2 A,B / GitHub calls / sandbox ms)`, sluice: `${per(u.do_requests)} / ${per(u.do_rows_written)} / ${per(u.d1_statements)} / ${per(u.d1_rows_read)},${per(u.d1_rows_written)} / ${per(u.r2_class_a)},${per(u.r2_class_b)} / ${per(u.github_calls)} / ${per(u.sandbox_ms)}`, peer: `${c.steps.toFixed(1)} steps`, target: 'counted, not estimated' },
+    { figure: `${label}: modeled $ per 1,000 runs (vs the same runs on Workflows step billing)`, sluice: usd(c.per1000), peer: usd(c.workflows1000), ratio: `${(c.per1000 / c.workflows1000).toFixed(2)}x`, target: '< Workflows', met: c.per1000 < c.workflows1000 },
+  ];
+}
+
+export async function benchScale(stack, peer) {
+  const since = Date.now();
+  // Each section's raw figures as they come, so a later failure loses none.
+  const b = await burst(stack);
+  console.log('scale: burst', JSON.stringify(b));
+  const c = await creation(stack, peer, since);
+  console.log('scale: creation', JSON.stringify(c));
+  const o = await overhead(stack);
+  console.log('scale: overhead', JSON.stringify(o));
+  const cr = await crowd(stack);
+  console.log('scale: crowd', JSON.stringify(cr));
+  const deployBytes = await deploys(stack);
+  const checks = await costPer1000(stack, 'check', 'overhead', since);
+  const deployCosts = await costPer1000(stack, 'deploy', 'deploys', since);
+  const col = (k) => o.rounds.map((r) => r[k]);
+  const own = o.rounds.map((r) => r.completed - r.work);
+  return [
+    { figure: `burst: ${BURST_DELIVERIES} signed pull_request deliveries at ${BURST_CONCURRENCY} concurrent, acked per second`, sluice: `${b.perSecond.toFixed(0)}/s`, target: '>= 300/s', met: b.perSecond >= 300 },
+    { figure: 'burst: ack latency p50 / p99', sluice: `${ms(b.p50)} / ${ms(b.p99)}`, target: 'p99 <= 250 ms', met: b.p99 <= 250 },
+    { figure: "burst: deliveries lost / 5xx answers (of which wrangler dev's 'worker restarted mid-request')", sluice: `${b.lost} / ${b.fiveXx} (${b.restarts})`, target: '0 / 0', met: b.lost === 0 && b.fiveXx === 0 },
+    { figure: `instance creation at ${BURST_CONCURRENCY} concurrent (Sluice POST /v1/executions vs Workflows create)`, sluice: `${c.sluice.toFixed(0)}/s`, peer: `${c.peer.toFixed(0)}/s (${c.peerFailed} of ${CREATES} answered 5xx)`, ratio: `${(c.sluice / c.peer).toFixed(2)}x`, target: '' },
+    { figure: `${CROWD_CHECKS} concurrent trivial checks through POOL_CAPACITY=${POOL_CAPACITY}: total time`, sluice: ms(cr.totalMs), target: `all ${CROWD_CHECKS} ran`, met: cr.ran === CROWD_CHECKS },
+    { figure: 'pool crowd: most commands running at once / admissions that overtook an earlier waiter', sluice: `${cr.busyMax} / ${cr.overtakes}`, target: `<= ${POOL_CAPACITY} / 0`, met: cr.busyMax <= POOL_CAPACITY && cr.overtakes === 0 },
+    { figure: 'one check: webhook -> check run in_progress p50 / p99', sluice: `${ms(pct(col('inProgress'), 50))} / ${ms(pct(col('inProgress'), 99))}`, target: 'p50 <= 60 ms', met: pct(col('inProgress'), 50) <= 60 },
+    { figure: 'one check (`true`): webhook -> completed p50 / p99', sluice: `${ms(pct(col('completed'), 50))} / ${ms(pct(col('completed'), 99))}`, target: 'p50 <= 200 ms', met: pct(col('completed'), 50) <= 200 },
+    { figure: "one check: Sluice's own time (completed minus checkout and command) p50 / p99", sluice: `${ms(pct(own, 50))} / ${ms(pct(own, 99))}`, target: '' },
+    { figure: `one check: GitHub calls before in_progress, token cached (${o.calls.join(', ')})`, sluice: String(o.calls.length), target: '<= 2', met: o.calls.length <= 2 },
+    { figure: 'index bytes per run, as its API answer (execution + steps): check / deploy (feeds docs/capacity.md)', sluice: `${o.bytes} / ${deployBytes} B`, target: '' },
+    ...costRows('check', checks),
+    ...costRows('deploy', deployCosts),
+  ];
+}

@@ -1,0 +1,205 @@
+// `npm run soak`: crash trials. Each trial starts work on the local stack — one check, or a burst
+// of pushes to one branch that deploys — then kill -9s the Worker's whole process group (workerd:
+// the Worker, its Durable Objects, D1 and R2, all on the persisted local state) at a random
+// moment, restarts it on the same state and drives the cron sweep until every instance ended.
+// Deliveries whose answer the kill cut off are redelivered with the same delivery id, as GitHub
+// does. The GitHub stand-in and the sandbox agent play GitHub and the sandbox: they are outside
+// the crash, and they are what counts the side effects — outside the engine:
+//   - every instance ends (complete, or skipped: superseded / not current), none errored;
+//   - no side effect twice: one check run created per commit, one command start per commit, one
+//     GitHub deployment per deploy execution;
+//   - never two deploys of a branch at once (their start/end lines never overlap);
+//   - the newest commit of a burst is the last one deployed.
+// Prints trials, completions and violations, and keeps them in target/soak/last.json for the bench.
+// Not part of `npm test`.
+//
+// Usage: npm run soak [-- --trials N] [-- --seed S]   (builds first unless SLUICE_PREBUILT=1)
+
+import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhooks.mjs';
+import { ROOT, delay } from './lib.mjs';
+
+const OWNER = 'soak';
+// The issue asks for at least 20 trials; 24 is 12 of each kind.
+const TRIALS_DEFAULT = 24;
+// A trial's kill lands this long after its first webhook, at random: from before the first ack
+// to well inside the command (a check runs ~1 s, a burst's deploys ~0.6 s each).
+const KILL_WINDOW_MS = 2_500;
+// Pushes per deploy burst, and how long each deploy's command runs.
+const BURST_PUSHES = 3;
+const DEPLOY_SECONDS = 0.6;
+const CHECK_SECONDS = 0.8;
+// After a restart, the sweep is driven this often (crons never fire under wrangler dev), until
+// every instance ended or the bound passes (a stuck instance is a violation, not a hang).
+const SWEEP_EVERY_MS = 1_000;
+const SETTLE_TIMEOUT_MS = 120_000;
+const TERMINAL = new Set(['complete', 'skipped', 'errored', 'terminated']);
+const RESULT_FILE = join(ROOT, 'target', 'soak', 'last.json');
+
+// A small seeded generator, so a failing trial's kill point can be replayed with --seed.
+function rng(seed) {
+  let s = seed >>> 0 || 1;
+  return () => ((s = (s * 1_103_515_245 + 12_345) >>> 0) / 2 ** 32);
+}
+
+// Sends a delivery; a kill may cut it off (then `res` is null and the trial redelivers it).
+async function deliver(stack, event, payload, deliveryId) {
+  try {
+    const res = await stack.sendWebhook(event, payload, deliveryId);
+    return res.status === 202 ? res.body.instances.map((i) => i.id) : null;
+  } catch {
+    return null;
+  }
+}
+
+// Drives the sweep until every instance is terminal; returns their statuses (null: never ended).
+async function settle(stack, ids) {
+  const statuses = new Map();
+  const deadline = Date.now() + SETTLE_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    await stack.scheduled().catch(() => {});
+    for (const id of ids) {
+      const { status, body } = await stack.api(`/v1/executions/${id}`).catch(() => ({ status: 0 }));
+      if (status === 200 && TERMINAL.has(body.execution.status)) statuses.set(id, body.execution.status);
+    }
+    if (statuses.size === ids.length) break;
+    await delay(SWEEP_EVERY_MS);
+  }
+  return ids.map((id) => statuses.get(id) ?? null);
+}
+
+// Sends the deliveries, kills the Worker at `killAfterMs`, restarts it, redelivers what the kill
+// cut off, and returns every instance id the deliveries named.
+async function crashDuring(stack, deliveries, killAfterMs) {
+  const t0 = Date.now();
+  const sending = (async () => {
+    const out = [];
+    for (const d of deliveries) out.push(await deliver(stack, d.event, d.payload, d.id));
+    return out;
+  })();
+  await delay(Math.max(0, killAfterMs - (Date.now() - t0)));
+  await stack.killWorker();
+  const first = await sending;
+  await stack.restartWorker();
+  const ids = [];
+  for (const [i, d] of deliveries.entries()) {
+    const got = first[i] ?? (await deliver(stack, d.event, d.payload, d.id));
+    if (got) ids.push(...got);
+    else ids.push(`lost:${d.id}`);
+  }
+  return [...new Set(ids)];
+}
+
+function lines(path) {
+  return readFileSync(path, 'utf8').split('\n').filter(Boolean).map((l) => l.split(' '));
+}
+
+// One check, killed somewhere between its webhook and its conclusion.
+async function checkTrial(stack, i, killAfterMs) {
+  const repo = `check-${i}`;
+  const log = stack.sharedFile(`${repo}.log`);
+  const toml = `[check]\ncommand = "echo start $SLUICE_SHA >> ${log}; sleep ${CHECK_SECONDS}"\n`;
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': toml });
+  const payload = pullRequestPayload({ owner: OWNER, repo, sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
+  const ids = await crashDuring(stack, [{ event: 'pull_request', payload, id: randomUUID() }], killAfterMs);
+  const statuses = await settle(stack, ids.filter((id) => !id.startsWith('lost:')));
+  const violations = [];
+  if (ids.some((id) => id.startsWith('lost:'))) violations.push('a delivery was never acknowledged');
+  const { calls } = await stack.standinGet(`/_standin/calls?method=POST&path_prefix=/repos/${OWNER}/${repo}/check-runs`);
+  if (calls.filter((c) => c.status < 300).length !== 1) violations.push(`${calls.length} check runs created`);
+  const starts = lines(log).filter((l) => l[0] === 'start').length;
+  if (starts !== 1) violations.push(`the command started ${starts} times`);
+  return { ids, statuses, violations };
+}
+
+// A burst of pushes to one branch, killed somewhere inside it.
+async function deployTrial(stack, i, killAfterMs) {
+  const repo = `deploy-${i}`;
+  const log = stack.sharedFile(`${repo}.log`);
+  const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${DEPLOY_SECONDS}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
+  const toml = `[deploy]\nbranch = "main"\ncommand = "${cmd}"\n`;
+  const shas = Array.from({ length: BURST_PUSHES }, (_, k) => stack.commit(OWNER, repo, k === 0 ? { '.sluice.toml': toml, V: '0' } : { V: `${k}` }));
+  const deliveries = shas.map((sha) => ({
+    event: 'push', id: randomUUID(),
+    payload: pushPayload({ owner: OWNER, repo, after: sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) }),
+  }));
+  const ids = await crashDuring(stack, deliveries, killAfterMs);
+  const statuses = await settle(stack, ids.filter((id) => !id.startsWith('lost:')));
+  const violations = deployViolations(lines(log), shas, ids);
+  const { deployments } = await stack.standinGet(`/_standin/deployments?repo=${OWNER}/${repo}`);
+  for (const sha of shas) {
+    const n = deployments.filter((d) => d.sha === sha).length;
+    if (n > 1) violations.push(`${n} GitHub deployments of ${sha.slice(0, 7)}`);
+  }
+  return { ids, statuses, violations };
+}
+
+export function deployViolations(logLines, shas, ids) {
+  const violations = [];
+  if (ids.some((id) => id.startsWith('lost:'))) violations.push('a delivery was never acknowledged');
+  const starts = logLines.filter((l) => l[0] === 'start');
+  const ends = new Map(logLines.filter((l) => l[0] === 'end').map((l) => [l[1], Number(l[2])]));
+  const seen = new Map();
+  for (const [, sha] of starts) seen.set(sha, (seen.get(sha) ?? 0) + 1);
+  for (const [sha, n] of seen) if (n > 1) violations.push(`${sha.slice(0, 7)} deployed ${n} times`);
+  const spans = starts.map(([, sha, t]) => [Number(t), ends.get(sha) ?? Infinity]).sort((a, b) => a[0] - b[0]);
+  for (let k = 1; k < spans.length; k++) if (spans[k][0] < spans[k - 1][1]) violations.push('two deploys at once');
+  if (starts.at(-1)?.[1] !== shas.at(-1)) violations.push('the newest commit was not deployed last');
+  return violations;
+}
+
+async function trial(stack, i, random) {
+  const killAfterMs = Math.floor(random() * KILL_WINDOW_MS);
+  const kind = i % 2 === 0 ? 'check' : 'deploy burst';
+  const r = kind === 'check' ? await checkTrial(stack, i, killAfterMs) : await deployTrial(stack, i, killAfterMs);
+  const ended = r.statuses.filter((s) => s === 'complete' || s === 'skipped').length;
+  const violations = [...r.violations];
+  const unfinished = r.statuses.filter((s) => s !== 'complete' && s !== 'skipped');
+  if (unfinished.length) violations.push(`instances ended ${unfinished.map((s) => s ?? 'never').join(', ')}`);
+  console.log(`soak: trial ${i + 1} (${kind}, kill at ${killAfterMs} ms): ${ended}/${r.statuses.length} ended` + (violations.length ? `; VIOLATIONS: ${violations.join('; ')}` : ''));
+  return { kind, killAfterMs, instances: r.statuses.length, completed: ended, violations };
+}
+
+// The last soak's figures as bench rows (the bench quotes them; it does not re-run the soak).
+export function soakSummary() {
+  if (!existsSync(RESULT_FILE)) return [{ figure: 'crash soak (npm run soak)', sluice: 'not run yet', target: '>= 20 trials, 0 violations' }];
+  const s = JSON.parse(readFileSync(RESULT_FILE, 'utf8'));
+  return [{
+    figure: `crash soak (npm run soak, ${s.finished_at}): trials / instances completed / violations`,
+    sluice: `${s.trials} / ${s.completed} of ${s.instances} / ${s.violations}`,
+    target: '>= 20 / all / 0',
+    met: s.trials >= 20 && s.completed === s.instances && s.violations === 0,
+  }];
+}
+
+async function main() {
+  const { values } = parseArgs({ options: { trials: { type: 'string' }, seed: { type: 'string' } } });
+  const trials = Number(values.trials ?? TRIALS_DEFAULT);
+  const seed = Number(values.seed ?? Date.now() % 1_000_000);
+  const { startStack } = await import('../tests/e2e/harness.mjs');
+  console.log(`soak: ${trials} trials, seed ${seed}; starting the stack...`);
+  const stack = await startStack();
+  const random = rng(seed);
+  const results = [];
+  try {
+    for (let i = 0; i < trials; i++) results.push(await trial(stack, i, random));
+  } finally {
+    await stack.stop();
+  }
+  const sum = (k) => results.reduce((t, r) => t + (typeof r[k] === 'number' ? r[k] : r[k].length), 0);
+  const summary = { trials: results.length, instances: sum('instances'), completed: sum('completed'), violations: sum('violations'), seed, finished_at: new Date().toISOString().slice(0, 16) + 'Z', results };
+  mkdirSync(join(ROOT, 'target', 'soak'), { recursive: true });
+  writeFileSync(RESULT_FILE, JSON.stringify(summary, null, 2));
+  console.log(`\nsoak: trials ${summary.trials}, instances ${summary.instances}, completed ${summary.completed}, violations ${summary.violations} (seed ${seed})`);
+  if (summary.violations > 0 || summary.completed !== summary.instances) process.exit(1);
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop())) {
+  main().catch((err) => {
+    console.error(err);
+    process.exit(1);
+  });
+}
