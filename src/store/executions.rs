@@ -176,7 +176,7 @@ pub async fn get(db: &dyn Database, id: &str) -> Result<Option<ExecutionRow>, St
 }
 
 /// `cost::CostUnits`'s fields, which are also the `executions` columns
-/// (migration 0008).
+/// (migration 0009).
 const COST_COLUMNS: &str = "do_requests, do_active_ms, do_rows_read, do_rows_written, \
      d1_statements, d1_rows_read, d1_rows_written, r2_class_a, r2_class_b, github_calls, sandbox_ms";
 

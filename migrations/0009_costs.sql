@@ -1,4 +1,4 @@
--- 0008 costs: what each execution cost, in billed units
+-- 0009 costs: what each execution cost, in billed units
 --
 -- Why: operators and `npm run bench` need what a run costs on Cloudflare's
 -- bill, counted as the work happened (src/cost): requests to and busy time
