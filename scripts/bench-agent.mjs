@@ -29,8 +29,10 @@ async function call(stack, method, path, body) {
 
 async function round(stack, i, sha) {
   const ws = `bench-agent-${i}`;
-  // Any checkout will do for these commands; only a checkout gives a workspace its user.
-  await call(stack, 'POST', '/v1/workspaces', { workspace: ws, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha });
+  // Any checkout will do for these commands; only a checkout gives a workspace its user. The
+  // stand-in's git wants a token, as GitHub's does for a private repository.
+  const token = await stack.installationToken(BENCH_REPO);
+  await call(stack, 'POST', '/v1/workspaces', { workspace: ws, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha, token });
   const id = `bench-poll-${i}-${Date.now()}`;
   const t0 = Date.now();
   await call(stack, 'POST', '/v1/processes', { id, workspace: ws, command: `sleep ${EXIT_AFTER_MS / 1000}`, timeout_ms: 10_000 });

@@ -8,6 +8,7 @@
 // shows the Worker's recent log when a test fails.
 
 import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createSign } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -388,6 +389,9 @@ function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, 
     rawRequest: (method, path, init) => rawRequest(url, method, path, init),
     standinGet,
     standinPost,
+    // An installation token for one repository (contents:read), as the Worker mints them: for
+    // callers of the agent itself (the bench), whose checkouts the stand-in's git authenticates.
+    installationToken: (repoName) => mintInstallationToken(standin.url, keys.privateKey, repoName),
     waitFor,
     scheduled: async (cron = '* * * * *') => {
       const res = await fetch(`${url}/__scheduled?cron=${cron.replaceAll(' ', '+')}`, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
@@ -411,4 +415,20 @@ function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, 
       }
     },
   };
+}
+
+// Signs an App JWT (RS256, GitHub's claims) and trades it for a repository-scoped token.
+async function mintInstallationToken(standinUrl, privateKeyPem, repoName) {
+  const now = Math.floor(Date.now() / 1000);
+  const part = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const unsigned = `${part({ alg: 'RS256', typ: 'JWT' })}.${part({ iat: now - 60, exp: now + 540, iss: String(APP_ID) })}`;
+  const signature = createSign('RSA-SHA256').update(unsigned).sign(privateKeyPem).toString('base64url');
+  const res = await fetch(`${standinUrl}/app/installations/${INSTALLATION_ID}/access_tokens`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${unsigned}.${signature}`, Accept: 'application/vnd.github+json', 'Content-Type': 'application/json' },
+    body: JSON.stringify({ repositories: [repoName], permissions: { contents: 'read' } }),
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+  });
+  if (res.status !== 201) throw new Error(`installation token: HTTP ${res.status} ${await res.text()}`);
+  return (await res.json()).token;
 }
