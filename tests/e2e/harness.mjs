@@ -317,7 +317,7 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups });
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups, appKey: keys.privateKey });
   lastStack = stack;
   return stack;
 }
@@ -326,7 +326,7 @@ function spawnWorker(args, env, logFd) {
   return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
 }
 
-function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups }) {
+function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups, appKey }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -391,7 +391,7 @@ function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, 
     standinPost,
     // An installation token for one repository (contents:read), as the Worker mints them: for
     // callers of the agent itself (the bench), whose checkouts the stand-in's git authenticates.
-    installationToken: (repoName) => mintInstallationToken(standin.url, keys.privateKey, repoName),
+    installationToken: (repoName) => mintInstallationToken(standin.url, appKey, repoName),
     waitFor,
     scheduled: async (cron = '* * * * *') => {
       const res = await fetch(`${url}/__scheduled?cron=${cron.replaceAll(' ', '+')}`, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
