@@ -15,7 +15,7 @@
 // - sizes: the agent image, and the release agent binary the image holds (the process backend
 //   runs the debug build of the same agent: target/debug, as `npm start` does).
 
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -143,7 +143,14 @@ async function agentColdStarts() {
 
 async function agentRoundTrips(stack) {
   const ws = 'measure-warm';
-  mkdirSync(join(stack.sandboxRoot, 'workspaces', ws), { recursive: true });
+  // The isolated agent knows a workspace from its checkout (which gives it its user); the
+  // stand-in's git wants a token.
+  const sha = stack.commit('bench', 'measure', { 'README.md': '# measure\n' });
+  const checkout = JSON.stringify({
+    workspace: ws, repo_url: stack.cloneUrl('bench', 'measure'), sha, token: await stack.installationToken('measure'),
+  });
+  const made = await agentCall(stack.agentUrl, stack.agentToken, 'POST', '/v1/workspaces', checkout);
+  if (made >= 300) throw new Error(`POST /v1/workspaces: HTTP ${made}`);
   const body = JSON.stringify({ workspace: ws, command: 'true', timeout_ms: 10_000 });
   const out = [];
   for (let i = 0; i < ROUND_TRIPS; i += 1) {
