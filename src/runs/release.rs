@@ -712,14 +712,7 @@ async fn publish(
     let done = format!("Released `{tag}` (release {id}): @{by} {how}.");
     // The pull request is said so on, and left for the team to merge (the
     // notes file) or close.
-    let marker = format!("sluice:{}:released", ctx.instance_id());
-    ctx.step("announce release", github_step(), |_| async {
-        env.github
-            .comment_once(inst, repo, w.pr, &marker, &done)
-            .await
-            .map_err(github_failure)
-    })
-    .await?;
+    say_once(ctx, env, r, w, "announce release", "released", &done).await?;
     Ok(Verdict::Passed {
         summary: format!("{done}\n\n{}", w.notes),
     })
@@ -848,15 +841,30 @@ async fn answer_changed_merge(
     w: &Waiting,
     sender: &str,
 ) -> Result<(), RunError> {
-    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
-    let marker = format!("sluice:{}:changed:{}", ctx.instance_id(), w.round);
+    let marker = format!("changed:{}", w.round);
     let text = format!(
         "@{sender} merged this pull request, but it was changed after Sluice proposed the          notes (its head is no longer {}): the merge published nothing. Press **Approve** on          the `sluice/release-notes` check run to publish `{}` with the notes as proposed.",
         w.head, r.input.tag
     );
-    ctx.step("answer changed merge", github_step(), |_| async {
+    say_once(ctx, env, r, w, "answer changed merge", &marker, &text).await
+}
+
+/// Says `text` once on the approval pull request, as the step `step`; the
+/// marker (under the instance's id) lets a replay find the comment.
+async fn say_once(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    step: &str,
+    marker: &str,
+    text: &str,
+) -> Result<(), RunError> {
+    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+    let marker = format!("sluice:{}:{marker}", ctx.instance_id());
+    ctx.step(step, github_step(), |_| async {
         env.github
-            .comment_once(inst, repo, w.pr, &marker, &text)
+            .comment_once(inst, repo, w.pr, &marker, text)
             .await
             .map_err(github_failure)
     })
@@ -871,21 +879,14 @@ async fn answer_outsider(
     sender: &str,
     how: &str,
 ) -> Result<(), RunError> {
-    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
-    let marker = format!("sluice:{}:outsider:{}", ctx.instance_id(), w.round);
+    let marker = format!("outsider:{}", w.round);
     let text = format!(
         "@{sender} {how}, but only {} may decide on the release of `{}`: this decided \
          nothing. The release still waits for them.",
-        r.deciders.describe(repo),
+        r.deciders.describe(&r.input.repo),
         r.input.tag
     );
-    ctx.step("answer outsider", github_step(), |_| async {
-        env.github
-            .comment_once(inst, repo, w.pr, &marker, &text)
-            .await
-            .map_err(github_failure)
-    })
-    .await
+    say_once(ctx, env, r, w, "answer outsider", &marker, &text).await
 }
 
 /// Re-run: regenerate the notes, update the pull request and restart the
@@ -913,16 +914,8 @@ async fn replan(
             "@{sender} re-ran the check, but a new window would outlive the run's longest \
              ceiling: the current window stands."
         );
-        let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
-        let marker = format!("sluice:{}:replan:{}", ctx.instance_id(), w.round);
-        return ctx
-            .step("refuse replan", github_step(), |_| async {
-                env.github
-                    .comment_once(inst, repo, w.pr, &marker, &why)
-                    .await
-                    .map_err(github_failure)
-            })
-            .await;
+        let marker = format!("replan:{}", w.round);
+        return say_once(ctx, env, r, w, "refuse replan", &marker, &why).await;
     };
     ctx.set_ceiling("run ceiling", ceiling_ms).await?;
     let fresh = prepare(ctx, env, r).await?;

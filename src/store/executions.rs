@@ -428,21 +428,30 @@ pub async fn human_waits(
     let matches: Vec<String> = (0..names.len())
         .map(|i| format!("s.name = ?{n} OR s.name LIKE ?{n} || '#%'", n = i + 2))
         .collect();
-    let columns: String = EXECUTION_COLUMNS
-        .split(", ")
-        .map(|c| format!("e.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ");
     let sql = format!(
-        "SELECT {columns}, s.name AS wait_name, s.started_ms AS wait_started_ms, \
-         s.wake_at_ms AS wait_deadline_ms FROM executions e JOIN execution_steps s \
-         ON s.execution_id = e.id WHERE e.status = 'waiting' AND s.kind = 'wait' \
-         AND s.state = 'waiting' AND ({}) ORDER BY s.wake_at_ms, e.id LIMIT ?1",
+        "{} AND ({}) ORDER BY s.wake_at_ms, e.id LIMIT ?1",
+        waiting_select(),
         matches.join(" OR ")
     );
     let mut params = vec![Param::from(limit)];
     params.extend(names.iter().map(|n| Param::from(*n)));
     decode(db.all(Stmt::new(sql, params)).await?)
+}
+
+/// Waiting executions joined to the wait step they are in (a human wait's
+/// name, start and deadline): the head both human-wait queries filter.
+fn waiting_select() -> String {
+    let columns: String = EXECUTION_COLUMNS
+        .split(", ")
+        .map(|c| format!("e.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "SELECT {columns}, s.name AS wait_name, s.started_ms AS wait_started_ms, \
+         s.wake_at_ms AS wait_deadline_ms FROM executions e JOIN execution_steps s \
+         ON s.execution_id = e.id WHERE e.status = 'waiting' AND s.kind = 'wait' \
+         AND s.state = 'waiting'"
+    )
 }
 
 /// The human waits `ids` are in (at most one each: an instance waits in
@@ -452,18 +461,7 @@ pub async fn human_waits_of(db: &dyn Database, ids: &[&str]) -> Result<Vec<Human
         return Ok(Vec::new());
     }
     let marks: Vec<String> = (1..=ids.len()).map(|n| format!("?{n}")).collect();
-    let columns: String = EXECUTION_COLUMNS
-        .split(", ")
-        .map(|c| format!("e.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!(
-        "SELECT {columns}, s.name AS wait_name, s.started_ms AS wait_started_ms, \
-         s.wake_at_ms AS wait_deadline_ms FROM executions e JOIN execution_steps s \
-         ON s.execution_id = e.id WHERE e.status = 'waiting' AND s.kind = 'wait' \
-         AND s.state = 'waiting' AND e.id IN ({})",
-        marks.join(", ")
-    );
+    let sql = format!("{} AND e.id IN ({})", waiting_select(), marks.join(", "));
     let params = ids.iter().map(|id| Param::from(*id)).collect();
     decode(db.all(Stmt::new(sql, params)).await?)
 }
