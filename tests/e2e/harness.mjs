@@ -7,7 +7,7 @@
 // same state (killWorker / restartWorker). Child output goes to files in the temp dir; logTail()
 // shows the Worker's recent log when a test fails.
 
-import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createSign } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -29,6 +29,12 @@ export const INSTALLATION_ID = 42;
 const BUILD_TIMEOUT_MS = 15 * 60_000;
 // `wrangler d1 migrations apply --local` takes ~2 s.
 const MIGRATIONS_TIMEOUT_MS = 60_000;
+// Wrangler 4.86's local apply has once failed on CI with a bare `false == true` (an assertion
+// inside wrangler, before any migration ran). Each migration file applies in one D1 batch and is
+// recorded in `d1_migrations` with it, so another attempt resumes where the last one stopped;
+// three attempts cover a transient failure and still end a real one (a broken migration fails
+// every attempt, with wrangler's own message).
+const MIGRATIONS_ATTEMPTS = 3;
 // `wrangler dev` answers ~1.5 s after start with a prebuilt Worker; a loaded 2-core CI machine
 // running other suites can be many times slower.
 const WORKER_START_TIMEOUT_MS = 60_000;
@@ -260,11 +266,7 @@ async function buildStack(opts, paths, cleanups) {
   const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), SLUICE_SKIP_BUILD: '1', ...layer?.env };
   const config = layer ? layer.config : opts.config;
   const configArgs = config ? ['--config', config] : [];
-  const migrationsOutput = await runBounded(
-    WRANGLER_BIN,
-    ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', paths.state, ...configArgs],
-    { label: 'wrangler d1 migrations apply', timeoutMs: MIGRATIONS_TIMEOUT_MS, env: { ...env, CI: 'true' }, stdio: 'pipe' },
-  );
+  const migrationsOutput = await applyMigrations(paths, configArgs, env);
   writeFileSync(paths.migrationsLog, migrationsOutput);
 
   const devArgs = [
@@ -320,6 +322,31 @@ async function buildStack(opts, paths, cleanups) {
   const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups, appKey: keys.privateKey });
   lastStack = stack;
   return stack;
+}
+
+// Applies the migrations to the stack's local D1, again after a failed attempt (see
+// MIGRATIONS_ATTEMPTS). A failure that stays names every attempt's error and the stack trace from
+// wrangler's own debug log, which its console output leaves out.
+async function applyMigrations(paths, configArgs, env) {
+  const args = ['d1', 'migrations', 'apply', 'DB', '--local', '--persist-to', paths.state, ...configArgs];
+  const failures = [];
+  for (let attempt = 1; attempt <= MIGRATIONS_ATTEMPTS; attempt++) {
+    try {
+      return await runBounded(WRANGLER_BIN, args, {
+        label: `wrangler d1 migrations apply (attempt ${attempt})`, timeoutMs: MIGRATIONS_TIMEOUT_MS, env: { ...env, CI: 'true' }, stdio: 'pipe',
+      });
+    } catch (e) {
+      failures.push(e.message);
+      console.error(`# ${e.message.split('\n')[0]}; ${attempt < MIGRATIONS_ATTEMPTS ? 'trying again' : 'giving up'}`);
+    }
+  }
+  throw new Error(`${failures.join('\n\n')}\n\n--- wrangler debug log tail ---\n${wranglerLogTail(env.WRANGLER_LOG_PATH)}`);
+}
+
+// The newest wrangler debug log's last lines (its errors carry the stack trace there).
+function wranglerLogTail(dir) {
+  const logs = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.log')).sort() : [];
+  return logs.length ? tailLines(join(dir, logs[logs.length - 1]), 60) : `(no wrangler log in ${dir})`;
 }
 
 function spawnWorker(args, env, logFd) {
