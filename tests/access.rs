@@ -655,6 +655,28 @@ fn the_team_is_normalized_and_checked() {
 }
 
 #[test]
+fn keys_come_from_the_team_or_a_loopback_server_and_nowhere_else() {
+    let cfg = AccessConfig::new("acme", AUD).unwrap();
+    let local = cfg
+        .clone()
+        .with_certs_url("http://127.0.0.1:8788/certs")
+        .unwrap();
+    assert_eq!(local.certs_url(), "http://127.0.0.1:8788/certs");
+    assert_eq!(local.issuer(), ISSUER, "the issuer stays the team's");
+    for url in [
+        "https://evil.example/certs",
+        "http://evil.example/certs",
+        "http://127.0.0.1.evil.example/certs",
+        "http://localhost.evil.example:80/x",
+        "ftp://127.0.0.1:21/certs",
+        "http://127.0.0.1:1/a b",
+    ] {
+        let e = cfg.clone().with_certs_url(url).unwrap_err();
+        assert!(e.contains("loopback"), "{url}: {e}");
+    }
+}
+
+#[test]
 fn errors_have_stable_tags_messages_and_statuses() {
     let cases = [
         (AccessError::Missing, "missing", 401),

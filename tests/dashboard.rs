@@ -96,6 +96,27 @@ fn the_bearer_token_or_a_session_passes_and_nothing_else_does() {
     );
     assert_eq!(r.unwrap(), Principal::Session);
     assert!(Principal::Session.must_be_same_origin());
+    // Over https only the `__Host-` cookie counts: a plain one (what a
+    // sibling subdomain could plant) is not a session.
+    let r = authenticate(
+        Presented {
+            cookie: Some(&cookie),
+            https: true,
+            ..Presented::default()
+        },
+        &cfg,
+    );
+    assert_eq!(r.unwrap_err().status, 401);
+    let host = format!("{}={session}", auth::SESSION_COOKIE_HTTPS);
+    let r = authenticate(
+        Presented {
+            cookie: Some(&host),
+            https: true,
+            ..Presented::default()
+        },
+        &cfg,
+    );
+    assert_eq!(r.unwrap(), Principal::Session);
     let r = authenticate(Presented::default(), &cfg);
     assert_eq!(r.unwrap_err().status, 401);
     // An Access header without Access configured is not a credential.
@@ -161,7 +182,14 @@ fn sessions_expire_are_bound_to_the_token_and_cannot_be_forged() {
     for attr in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/"] {
         assert!(cookie.contains(attr), "{cookie}");
     }
-    assert!(!auth::session_cookie(&s, false).contains("Secure"));
+    assert!(
+        cookie.starts_with("__Host-sluice_session="),
+        "over https a sibling subdomain cannot toss one: {cookie}"
+    );
+    assert!(!cookie.contains("Domain"), "{cookie}");
+    let plain = auth::session_cookie(&s, false);
+    assert!(!plain.contains("Secure") && plain.starts_with("sluice_session="));
+    assert!(auth::session_cookie_cleared(true).starts_with("__Host-sluice_session=;"));
     assert_eq!(
         auth::cookie_value(&format!("a=1; {SESSION_COOKIE}=v; b=2"), SESSION_COOKIE),
         Some("v")
@@ -188,7 +216,11 @@ fn sign_in_sets_a_session_only_for_the_token_and_never_redirects_off_the_dashboa
         .find(|(k, _)| *k == "Set-Cookie")
         .unwrap()
         .1;
-    let value = auth::cookie_value(cookie.split(';').next().unwrap(), SESSION_COOKIE).unwrap();
+    let value = auth::cookie_value(
+        cookie.split(';').next().unwrap(),
+        auth::session_cookie_name(true),
+    )
+    .unwrap();
     assert!(auth::session_valid(value, TOKEN, NOW_S));
     assert!(!cookie.contains(TOKEN), "the cookie is not the token");
 

@@ -311,6 +311,7 @@ fn a_pushed_tag_opens_an_approval_pull_request_and_asks_on_its_check_run() {
         rig.index.as_ref(),
         REPO,
         p.number,
+        rig.now(),
     ))
     .unwrap();
     assert_eq!(found.as_deref(), Some(i.id.as_str()));
@@ -349,6 +350,11 @@ fn merging_the_pull_request_publishes_the_release() {
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].tag, "v1.1.0");
     assert!(releases[0].body.contains("Fix the crash (#3) by @ana"));
+    assert_eq!(
+        releases[0].make_latest.as_deref(),
+        Some("true"),
+        "the newest tag"
+    );
     let check = check_of(&rig, &i);
     assert_eq!(check["conclusion"], "success", "{check}");
     assert!(
@@ -493,6 +499,50 @@ fn an_unanswered_release_times_out_closes_its_pull_request_and_is_announced() {
     assert!(n[0].signature_is_valid());
     assert!(rig.github.releases().is_empty());
     assert_clean(&rig);
+}
+
+#[test]
+fn a_decision_arriving_after_the_deadline_decides_nothing() {
+    let rig = release_rig(&toml("", "30m"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    let entered_ms = rig.now();
+    to_waiting(&rig, &i);
+    // The window has ended but no pass has timed the wait out yet: a merge
+    // and an Approve then reach no instance.
+    rig.clock.set(entered_ms + 30 * MINUTE_MS + 1);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(
+        check_run_event(
+            &rig,
+            &[&i],
+            "requested_action",
+            Some("release-approve"),
+            "maint"
+        ),
+        0
+    );
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "maint"), 0);
+    assert_eq!(rig.run_to_end(&i), Status::Skipped);
+    assert_eq!(rig.row(&i).reason.as_deref(), Some("confirmation_timeout"));
+    assert!(rig.github.releases().is_empty());
+}
+
+#[test]
+fn an_older_version_released_after_a_newer_tag_does_not_become_latest() {
+    let rig = release_rig(&toml("", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    // v1.10.0 is tagged while v1.1.0 waits (its own instance aside): the
+    // older one, approved now, is released without taking "Latest".
+    rig.github.commit(REPO, &sha('7'), &[]);
+    rig.github.add_tag(REPO, "v1.10.0", &sha('7'));
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "maint"), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    let releases = rig.github.releases();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].tag, "v1.1.0");
+    assert_eq!(releases[0].make_latest.as_deref(), Some("false"));
 }
 
 #[test]

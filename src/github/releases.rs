@@ -447,6 +447,8 @@ impl GitHub<'_> {
     /// The release of `tag`, found before one is created: its id and
     /// whether this call created it. A tag that was deleted meanwhile is
     /// made again at `sha` (`target_commitish`), the commit approved.
+    /// `latest` says whether it becomes the repository's "Latest"
+    /// (`make_latest`; GitHub's default would make any new one so).
     pub async fn ensure_release(
         &self,
         installation: u64,
@@ -454,6 +456,7 @@ impl GitHub<'_> {
         tag: &str,
         sha: &str,
         body: &str,
+        latest: bool,
     ) -> Result<(u64, bool), GitHubError> {
         let auth = self.release_auth(installation, repo).await?;
         let by_tag = format!("/repos/{}/releases/tags/{}", segs(repo), seg(tag));
@@ -461,7 +464,10 @@ impl GitHub<'_> {
             return Ok((found.id, false));
         }
         let path = format!("/repos/{}/releases", segs(repo));
-        let create = json!({ "tag_name": tag, "name": tag, "body": body, "target_commitish": sha });
+        let create = json!({
+            "tag_name": tag, "name": tag, "body": body, "target_commitish": sha,
+            "make_latest": if latest { "true" } else { "false" },
+        });
         let (_, text) = self
             .release_call(installation, repo, "POST", &path, create)
             .await?;

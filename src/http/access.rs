@@ -266,12 +266,23 @@ impl AccessConfig {
 
     /// Fetches the keys from `url` instead of the team's certs URL
     /// (`ACCESS_CERTS_URL`: the end-to-end tests serve keys they made). The
-    /// issuer is still the team's. Refuses anything but an http(s) URL.
+    /// issuer is still the team's. Only a loopback URL is taken: whoever
+    /// serves the keys decides who signs in, so a deployed Worker can take
+    /// them from nowhere but its team (a loopback fetch reaches nothing
+    /// there), and a mistyped or planted variable fails loudly.
     pub fn with_certs_url(mut self, url: &str) -> Result<AccessConfig, String> {
         let url = url.trim();
-        let web = url.starts_with("https://") || url.starts_with("http://");
-        if !web || url.len() > TEAM_DOMAIN_CHARS_MAX * 4 || url.chars().any(char::is_whitespace) {
-            return Err(format!("ACCESS_CERTS_URL {url:?} is not an http(s) URL"));
+        let loopback = ["http://127.0.0.1:", "http://localhost:", "http://[::1]:"]
+            .iter()
+            .any(|p| url.starts_with(p));
+        if !loopback
+            || url.len() > TEAM_DOMAIN_CHARS_MAX * 4
+            || url.chars().any(char::is_whitespace)
+        {
+            return Err(format!(
+                "ACCESS_CERTS_URL {url:?} is not a loopback http URL (it exists for local tests; \
+                 unset it to use the team's keys)"
+            ));
         }
         self.certs_url = Some(url.to_owned());
         Ok(self)

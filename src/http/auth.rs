@@ -20,8 +20,22 @@ use super::access::{self, AccessConfig, AccessIdentity, JwksCache, JwksFetch, Rs
 use super::check_admin;
 use super::error::ApiError;
 
-/// The dashboard session's cookie.
+/// The dashboard session's cookie over plain http (local development).
 pub const SESSION_COOKIE: &str = "sluice_session";
+/// The session cookie's name over https: `__Host-` makes the browser keep
+/// it only if it was set `Secure`, `Path=/` and without `Domain`, so a
+/// sibling subdomain cannot plant (toss) one that shadows the operator's.
+pub const SESSION_COOKIE_HTTPS: &str = "__Host-sluice_session";
+
+/// The session cookie's name for a dashboard served over https or not
+/// (`__Host-` needs `Secure`, which plain-http local development lacks).
+pub fn session_cookie_name(https: bool) -> &'static str {
+    if https {
+        SESSION_COOKIE_HTTPS
+    } else {
+        SESSION_COOKIE
+    }
+}
 /// A session lasts a working day; then the operator signs in again (with
 /// the token `npm start` printed, or their password manager's).
 pub const SESSION_TTL_S: i64 = 12 * 3_600;
@@ -41,6 +55,8 @@ pub struct Presented<'a> {
     pub access_jwt: Option<&'a str>,
     /// `Cookie`.
     pub cookie: Option<&'a str>,
+    /// Whether the request came over https: which session cookie counts.
+    pub https: bool,
 }
 
 /// What the operator configured.
@@ -147,7 +163,7 @@ pub async fn authenticate(
     }
     let session = presented
         .cookie
-        .and_then(|c| cookie_value(c, SESSION_COOKIE));
+        .and_then(|c| cookie_value(c, session_cookie_name(presented.https)));
     if let (Some(token), Some(value)) = (admin, session) {
         if session_valid(value, token, now_s) {
             return Ok(Principal::Session);
@@ -222,7 +238,8 @@ pub fn session_valid(value: &str, admin_token: &str, now_s: i64) -> bool {
 /// request carries it).
 pub fn session_cookie(value: &str, https: bool) -> String {
     format!(
-        "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_TTL_S}{}",
+        "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_TTL_S}{}",
+        session_cookie_name(https),
         if https { "; Secure" } else { "" }
     )
 }
@@ -230,7 +247,8 @@ pub fn session_cookie(value: &str, https: bool) -> String {
 /// The `Set-Cookie` value that ends the session.
 pub fn session_cookie_cleared(https: bool) -> String {
     format!(
-        "{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        session_cookie_name(https),
         if https { "; Secure" } else { "" }
     )
 }

@@ -379,7 +379,7 @@ pub async fn accept(
     }
     // A decision's instance is looked up in the index, never scanned for;
     // one nobody waits on (decided already, not Sluice's) is dropped.
-    sends.extend(routed(db, &routes).await?);
+    sends.extend(routed(db, &routes, now_ms).await?);
     received
         .field("duplicate", false)
         .field("creates", creates.len())
@@ -475,12 +475,20 @@ async fn record(
 }
 
 /// The sends that routed events resolve to: the instance each waits on.
-async fn routed(db: &dyn Database, routes: &[RoutedEvent]) -> Result<Vec<EventSend>, ApiError> {
+async fn routed(
+    db: &dyn Database,
+    routes: &[RoutedEvent],
+    now_ms: i64,
+) -> Result<Vec<EventSend>, ApiError> {
     let mut sends = Vec::with_capacity(routes.len());
     for r in routes {
+        // Only a wait still open takes a decision: one that arrives after
+        // the deadline decides nothing, even before the timeout pass ran.
         let found = match r.by {
-            RouteKey::Pull(n) => releases::waiting_on_pull(db, &r.repo, n).await?,
-            RouteKey::CheckRun(id) => releases::waiting_on_check_run(db, &r.repo, id).await?,
+            RouteKey::Pull(n) => releases::waiting_on_pull(db, &r.repo, n, now_ms).await?,
+            RouteKey::CheckRun(id) => {
+                releases::waiting_on_check_run(db, &r.repo, id, now_ms).await?
+            }
         };
         sends.extend(found.map(|instance_id| EventSend {
             instance_id,

@@ -125,6 +125,15 @@ pub fn previous_tag<'t>(tags: &'t [Tag], glob: &str, tag: &str) -> Option<&'t Ta
         .max_by(|a, b| tag_cmp(&a.name, &b.name))
 }
 
+/// Whether `tag` is the newest tag matching `glob`: no other orders after
+/// it. An older version released late must not become GitHub's "Latest".
+pub fn is_newest(tags: &[Tag], glob: &str, tag: &str) -> bool {
+    !tags
+        .iter()
+        .filter(|t| t.name != tag && glob_match(glob, &t.name))
+        .any(|t| tag_cmp(&t.name, tag) == Ordering::Greater)
+}
+
 /// The pull request a commit merged, from its message as GitHub writes
 /// it: a merge commit's `Merge pull request #12 from ...`, a squash's
 /// subject ending in `(#12)`.

@@ -701,9 +701,11 @@ async fn publish(
     }
     let id: u64 = ctx
         .step("publish release", github_step(), |_| async {
-            let (id, _) = env
-                .github
-                .ensure_release(inst, repo, tag, sha, &w.notes)
+            let gh = &env.github;
+            let tags: Vec<Tag> = gh.tags(inst, repo).await.map_err(github_failure)?;
+            let latest = notes::is_newest(&tags, &r.cfg.tags, tag);
+            let (id, _) = gh
+                .ensure_release(inst, repo, tag, sha, &w.notes, latest)
                 .await
                 .map_err(github_failure)?;
             Ok(id)

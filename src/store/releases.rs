@@ -56,39 +56,45 @@ pub async fn record(db: &dyn Database, a: &Approval, now_ms: i64) -> Result<(), 
     .map(|_| ())
 }
 
-/// The instance waiting on pull request `number` of `repo`, if one does.
+/// The instance waiting on pull request `number` of `repo` whose window is
+/// still open at `now_ms`, if one does.
 pub async fn waiting_on_pull(
     db: &dyn Database,
     repo: &str,
     number: u64,
+    now_ms: i64,
 ) -> Result<Option<String>, StoreError> {
     let n = i64::try_from(number).unwrap_or(i64::MAX);
     one_id(
         db,
         stmt!(
             "SELECT instance_id FROM release_approvals WHERE repo = ?1 AND pr_number = ?2 \
-             AND state = 'waiting' ORDER BY waiting_since_ms DESC LIMIT 1",
+             AND state = 'waiting' AND deadline_ms > ?3 ORDER BY waiting_since_ms DESC LIMIT 1",
             repo,
             n,
+            now_ms,
         ),
     )
     .await
 }
 
-/// The instance waiting on check run `id` of `repo`, if one does.
+/// The instance waiting on check run `id` of `repo` whose window is still
+/// open at `now_ms`, if one does.
 pub async fn waiting_on_check_run(
     db: &dyn Database,
     repo: &str,
     id: u64,
+    now_ms: i64,
 ) -> Result<Option<String>, StoreError> {
     let id = i64::try_from(id).unwrap_or(i64::MAX);
     one_id(
         db,
         stmt!(
             "SELECT instance_id FROM release_approvals WHERE repo = ?1 AND check_run_id = ?2 \
-             AND state = 'waiting' ORDER BY waiting_since_ms DESC LIMIT 1",
+             AND state = 'waiting' AND deadline_ms > ?3 ORDER BY waiting_since_ms DESC LIMIT 1",
             repo,
             id,
+            now_ms,
         ),
     )
     .await

@@ -180,6 +180,7 @@ async fn authenticate(req: &Request, env: &Env) -> std::result::Result<Principal
         authorization: authorization.as_deref(),
         access_jwt: access_jwt.as_deref(),
         cookie: cookie.as_deref(),
+        https: is_https(req),
     };
     let cache = ACCESS_KEYS.with(Rc::clone);
     let keys = AccessKeys {

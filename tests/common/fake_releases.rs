@@ -36,6 +36,8 @@ pub struct FakeRelease {
     pub repo: String,
     pub tag: String,
     pub body: String,
+    /// `make_latest` as sent (GitHub takes "true", "false" or "legacy").
+    pub make_latest: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -513,8 +515,19 @@ impl FakeGitHub {
                 json!({ "message": "Validation Failed", "errors": [{ "resource": "Release", "code": "already_exists", "field": "tag_name" }] }),
             );
         }
+        let make_latest = b["make_latest"].as_str().map(str::to_owned);
+        if !matches!(
+            make_latest.as_deref(),
+            None | Some("true" | "false" | "legacy")
+        ) {
+            return reply(
+                422,
+                json!({ "message": "Validation Failed", "errors": [{ "resource": "Release", "code": "invalid", "field": "make_latest" }] }),
+            );
+        }
         let id = 5000 + st.releases.len() as u64 + 1;
         st.releases.push(FakeRelease {
+            make_latest,
             id,
             repo: repo.into(),
             tag: tag.into(),

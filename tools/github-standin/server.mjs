@@ -100,6 +100,7 @@ const DOCS = {
   comments: 'https://docs.github.com/rest/issues/comments#create-an-issue-comment',
   releaseByTag: 'https://docs.github.com/rest/releases/releases#get-a-release-by-tag-name',
   createRelease: 'https://docs.github.com/rest/releases/releases#create-a-release',
+  latestRelease: 'https://docs.github.com/rest/releases/releases#get-the-latest-release',
 };
 
 class ApiError extends Error {
@@ -360,6 +361,7 @@ export async function startStandin({
     pulls: new Map(), // 'owner/repo#n' -> { head_sha, head_ref, head_repo, author_association, title, ... }
     comments: new Map(), // 'owner/repo#n' -> [{ id, body, user }]
     releases: new Map(), // 'owner/repo@tag' -> release
+    latestReleases: new Map(), // 'owner/repo' -> tag of the release marked Latest
     nextPullNumber: FIRST_PULL_NUMBER,
     nextCommentId: 7_000_000_001,
     nextReleaseId: 8_000_000_001,
@@ -1264,6 +1266,11 @@ export async function startStandin({
     if (typeof body.tag_name !== 'string' || !REF_RE.test(body.tag_name)) throw invalidRequest('"tag_name" wasn\'t supplied.', DOCS.createRelease);
     optionalString(body, 'name', DOCS.createRelease);
     optionalString(body, 'body', DOCS.createRelease);
+    // make_latest: "true" (the default for a published release), "false" or "legacy" (newest by
+    // creation date, which for a release made now is this one).
+    if (body.make_latest !== undefined && !['true', 'false', 'legacy'].includes(body.make_latest)) {
+      throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'invalid', field: 'make_latest' }] });
+    }
     const key = `${owner}/${repo}@${body.tag_name}`;
     if (state.releases.has(key)) {
       throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'already_exists', field: 'tag_name' }] });
@@ -1274,7 +1281,18 @@ export async function startStandin({
     const id = state.nextReleaseId++;
     const release = { id, url: `${urls.api}/releases/${id}`, html_url: `${urls.html}/releases/tag/${body.tag_name}`, tag_name: body.tag_name, name: body.name ?? body.tag_name, body: body.body ?? null, draft: false, prerelease: false, created_at: isoSeconds(Date.now()), author: { login: 'sluice[bot]', type: 'Bot' } };
     state.releases.set(key, release);
+    if (body.make_latest !== 'false') state.latestReleases.set(`${owner}/${repo}`, body.tag_name);
     sendJson(ctx.res, 201, release);
+  }
+
+  // GET /repos/{o}/{r}/releases/latest: the release marked Latest (404 when none is).
+  function getLatestRelease(ctx, owner, repo) {
+    requirePermission(ctx.token, 'contents', 'read');
+    requireRepo(owner, repo, DOCS.latestRelease);
+    const tag = state.latestReleases.get(`${owner}/${repo}`);
+    const release = tag && state.releases.get(`${owner}/${repo}@${tag}`);
+    if (!release) throw notFound(DOCS.latestRelease);
+    sendJson(ctx.res, 200, release);
   }
 
   // GET /repos/{o}/{r}/collaborators/{u}/permission: the owner is admin; others as registered,
@@ -1394,6 +1412,7 @@ export async function startStandin({
     state.permissions.clear();
     state.comments.clear();
     state.releases.clear();
+    state.latestReleases.clear();
     sendJson(ctx.res, 200, { ok: true });
   }
 
@@ -1421,6 +1440,7 @@ export async function startStandin({
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), handler: listComments, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), handler: createComment, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/releases/tags/${R}$`), handler: getReleaseByTag, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/releases/latest$`), handler: getLatestRelease, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/releases$`), handler: createRelease, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), handler: getPull, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/collaborators/${R}/permission$`), handler: getPermission, auth: true },

@@ -1236,4 +1236,13 @@ test('releases: one per existing tag (422 already_exists for a second), found by
   assert.equal((await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v9' } })).status, 422, 'no such tag');
   const listed = await request('GET', `/_standin/releases?repo=${OWNER}/${repo}`);
   assert.equal(listed.json.releases.length, 1);
+  // make_latest: the default marks the new release Latest; "false" leaves Latest where it was.
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/latest`, { auth })).json.tag_name, 'v2.0.0');
+  tagCommit(reposDir, OWNER, repo, 'v1.9.0', sha);
+  const bad = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v1.9.0', make_latest: 'yes' } });
+  assert.equal(bad.status, 422);
+  assert.equal(bad.json.errors[0].field, 'make_latest');
+  const older = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v1.9.0', make_latest: 'false' } });
+  assert.equal(older.status, 201, older.text);
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/latest`, { auth })).json.tag_name, 'v2.0.0');
 });
