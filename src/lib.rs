@@ -38,6 +38,7 @@ mod entry {
 
     #[event(scheduled)]
     async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+        crate::worker_glue::bindings::apply_log_level(&env);
         let report = crate::worker_glue::scheduled::sweep(&env).await;
         worker::console_log!(
             "sweep: resumed {}, woke {}, finalized {}, purged {}, failed {}",

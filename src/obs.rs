@@ -14,7 +14,7 @@
 //! Architecture invariant: no `worker` types; a leaf (uses nothing of the
 //! crate), so every layer may log.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use serde_json::{Map, Value};
@@ -66,7 +66,8 @@ impl Kind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A line's severity, least first (the order `LOG_LEVEL` filters by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     Info,
     Warn,
@@ -81,6 +82,13 @@ impl Level {
             Level::Error => "error",
         }
     }
+
+    /// `LOG_LEVEL`'s value: `info`, `warn` or `error`, any case.
+    pub fn parse(s: &str) -> Option<Level> {
+        [Level::Info, Level::Warn, Level::Error]
+            .into_iter()
+            .find(|l| s.trim().eq_ignore_ascii_case(l.as_str()))
+    }
 }
 
 /// Where lines go.
@@ -92,6 +100,15 @@ thread_local! {
     // One sink per thread: the Worker has one; each native test thread
     // installs its own, so parallel tests do not see each other's lines.
     static SINK: RefCell<Option<Rc<dyn LogSink>>> = const { RefCell::new(None) };
+    // The least severe level written: every line by default.
+    static MIN_LEVEL: Cell<Level> = const { Cell::new(Level::Info) };
+}
+
+/// Writes only lines of `level` or more severe from now on, on this thread
+/// (the Worker's `LOG_LEVEL`: Workers Logs bills per line, and a busy
+/// installation may keep only warnings and errors).
+pub fn set_min_level(level: Level) {
+    MIN_LEVEL.with(|m| m.set(level));
 }
 
 /// Installs the sink every later event on this thread is written to.
@@ -169,6 +186,9 @@ impl Event {
 
     /// Writes the line to the installed sink, if any.
     pub fn emit(self) {
+        if self.kind.level() < MIN_LEVEL.with(Cell::get) {
+            return;
+        }
         let sink = SINK.with(|s| s.borrow().clone());
         if let Some(sink) = sink {
             sink.write(self.kind.level(), &self.line());
@@ -254,5 +274,27 @@ mod tests {
         assert!(!e.contains_key("absent"));
         let error = e["error"].as_str().unwrap_or_default();
         assert_eq!(error.chars().count(), MESSAGE_CHARS_MAX + 1);
+    }
+
+    #[test]
+    fn log_level_keeps_only_lines_at_least_as_severe() {
+        let rec = Recorder::install();
+        assert_eq!(Level::parse(" WARN "), Some(Level::Warn));
+        assert_eq!(Level::parse("debug"), None);
+        set_min_level(Level::Warn);
+        event(Kind::Pass).emit();
+        event(Kind::StepFailed).emit();
+        event(Kind::ServerError).emit();
+        set_min_level(Level::Error);
+        event(Kind::StepFailed).emit();
+        event(Kind::ServerError).emit();
+        set_min_level(Level::Info);
+        event(Kind::Pass).emit();
+        let levels: Vec<String> = rec
+            .events()
+            .iter()
+            .map(|e| e["level"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(levels, ["warn", "error", "error", "info"]);
     }
 }

@@ -40,6 +40,7 @@ pub const RESERVED_SECRET_NAMES: &[&str] = &[
     "ACCESS_AUD",
     "ACCESS_CERTS_URL",
     "LOG_LINK_SECRET",
+    "LOG_LEVEL",
 ];
 
 /// Whether a deploy may read this Worker secret.

@@ -52,6 +52,9 @@ pub const ACCESS_AUD: &str = "ACCESS_AUD";
 /// Where Access keys are fetched instead of the team's certs URL: only the
 /// end-to-end tests set it (a local server of keys they made).
 pub const ACCESS_CERTS_URL: &str = "ACCESS_CERTS_URL";
+/// The least severe structured log line written: `info` (default), `warn`
+/// or `error` (`crate::obs`).
+pub const LOG_LEVEL: &str = "LOG_LEVEL";
 
 /// Containers the sandbox pool admits at once when `POOL_CAPACITY` is
 /// unset: a small account's concurrent container quota.
@@ -91,3 +94,10 @@ pub fn retention_ms(env: &Env) -> i64 {
 
 /// A longer retention is a typo: a year of instances is more than D1 holds.
 const RETENTION_DAYS_MAX: i64 = 366;
+
+/// Applies `LOG_LEVEL` to this isolate's structured logs (an unknown value
+/// keeps every line: losing logs to a typo is worse than keeping them).
+pub fn apply_log_level(env: &Env) {
+    let level = text(env, LOG_LEVEL).and_then(|v| crate::obs::Level::parse(&v));
+    crate::obs::set_min_level(level.unwrap_or(crate::obs::Level::Info));
+}

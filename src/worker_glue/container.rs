@@ -143,6 +143,7 @@ enum Bounded<T> {
 
 impl DurableObject for SandboxContainer {
     fn new(state: State, env: Env) -> Self {
+        bindings::apply_log_level(&env);
         SandboxContainer {
             state,
             env,

@@ -53,6 +53,7 @@ struct EventBody {
 
 impl DurableObject for RunInstance {
     fn new(state: State, env: Env) -> Self {
+        bindings::apply_log_level(&env);
         let meter = Rc::new(Meter::new());
         let journal = SqlJournal::open(MeteredSql {
             inner: DoSql(state.storage().sql()),

@@ -53,6 +53,7 @@ thread_local! {
 }
 
 pub async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+    bindings::apply_log_level(&env);
     let request_id = header(&req, "cf-ray")
         .unwrap_or_else(|| format!("{:012x}", (js_sys::Math::random() * 2f64.powi(48)) as u64));
     let method = req.method().to_string();
