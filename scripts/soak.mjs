@@ -1,14 +1,17 @@
 // `npm run soak`: crash trials. Each trial starts work on the local stack — one check, or a burst
-// of pushes to one branch that deploys — then kill -9s the Worker's whole process group (workerd:
-// the Worker, its Durable Objects, D1 and R2, all on the persisted local state) at a random
-// moment, restarts it on the same state and drives the cron sweep until every instance ended.
-// Deliveries whose answer the kill cut off are redelivered with the same delivery id, as GitHub
-// does. The GitHub stand-in and the sandbox agent play GitHub and the sandbox: they are outside
-// the crash, and they are what counts the side effects — outside the engine:
+// of pushes to one branch that deploys — then, at a random moment, kill -9s the Worker's whole
+// process group (workerd: the Worker, its Durable Objects, D1 and R2, all on the persisted local
+// state) and, in every other pair of trials, the sandbox agent's too (the whole stack but the
+// GitHub stand-in, which plays GitHub); it restarts them on the same state and drives the cron
+// sweep until every instance ended. Deliveries whose answer the kill cut off are redelivered with
+// the same delivery id, as GitHub does. Side effects are counted outside the engine (the
+// stand-in's records, and lines the commands append to a file outside the sandbox):
 //   - every instance ends (complete, or skipped: superseded / not current), none errored;
-//   - no side effect twice: one check run created per commit, one command start per commit, one
-//     GitHub deployment per deploy execution;
-//   - never two deploys of a branch at once (their start/end lines never overlap);
+//   - no side effect twice: one check run created per commit, one finished command per commit
+//     (a command the agent's crash killed may run again; a finished one never), one GitHub
+//     deployment per deploy execution;
+//   - never two deploys of a branch at once (their start/end lines never overlap; a command
+//     killed with the agent ends when the new agent starts, which kills what the old one left);
 //   - the newest commit of a burst is the last one deployed.
 // Prints trials, completions and violations, and keeps them in target/soak/last.json for the bench.
 // Not part of `npm test`.
@@ -73,7 +76,9 @@ async function settle(stack, ids) {
 
 // Sends the deliveries, kills the Worker at `killAfterMs`, restarts it, redelivers what the kill
 // cut off, and returns every instance id the deliveries named.
-async function crashDuring(stack, deliveries, killAfterMs) {
+// With `agentToo`, the agent is killed and restarted as well; `crash.agentBackMs` is when the new
+// agent was up (every process of the old one is dead by then).
+async function crashDuring(stack, deliveries, killAfterMs, agentToo, crash = {}) {
   const t0 = Date.now();
   const sending = (async () => {
     const out = [];
@@ -82,6 +87,10 @@ async function crashDuring(stack, deliveries, killAfterMs) {
   })();
   await delay(Math.max(0, killAfterMs - (Date.now() - t0)));
   await stack.killWorker();
+  if (agentToo) {
+    await stack.restartAgent();
+    crash.agentBackMs = Date.now();
+  }
   const first = await sending;
   await stack.restartWorker();
   const ids = [];
@@ -98,25 +107,50 @@ function lines(path) {
 }
 
 // One check, killed somewhere between its webhook and its conclusion.
-async function checkTrial(stack, i, killAfterMs) {
+async function checkTrial(stack, i, killAfterMs, agentToo) {
   const repo = `check-${i}`;
   const log = stack.sharedFile(`${repo}.log`);
-  const toml = `[check]\ncommand = "echo start $SLUICE_SHA >> ${log}; sleep ${CHECK_SECONDS}"\n`;
+  const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${CHECK_SECONDS}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
+  const toml = `[check]\ncommand = "${cmd}"\n`;
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': toml });
   const payload = pullRequestPayload({ owner: OWNER, repo, sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
-  const ids = await crashDuring(stack, [{ event: 'pull_request', payload, id: randomUUID() }], killAfterMs);
+  const crash = {};
+  const ids = await crashDuring(stack, [{ event: 'pull_request', payload, id: randomUUID() }], killAfterMs, agentToo, crash);
   const statuses = await settle(stack, ids.filter((id) => !id.startsWith('lost:')));
   const violations = [];
   if (ids.some((id) => id.startsWith('lost:'))) violations.push('a delivery was never acknowledged');
   const { calls } = await stack.standinGet(`/_standin/calls?method=POST&path_prefix=/repos/${OWNER}/${repo}/check-runs`);
   if (calls.filter((c) => c.status < 300).length !== 1) violations.push(`${calls.length} check runs created`);
-  const starts = lines(log).filter((l) => l[0] === 'start').length;
-  if (starts !== 1) violations.push(`the command started ${starts} times`);
-  return { ids, statuses, violations };
+  violations.push(...commandViolations(lines(log), [sha], crash.agentBackMs, [sha]));
+  return { ids, statuses, violations, killedCommands: killedCommands(lines(log)) };
+}
+
+// Commands that started and never finished: the agent's crash killed them (so the trial shows
+// that its kill landed inside a command, not only that nothing broke).
+function killedCommands(logLines) {
+  return logLines.filter((l) => l[0] === 'start').length - logLines.filter((l) => l[0] === 'end').length;
+}
+
+// No commit's command finished twice, and each of `mustFinish` finished once; a start without its
+// end is allowed only for a command the agent's crash killed (started before the new agent was up).
+export function commandViolations(logLines, shas, agentBackMs, mustFinish = []) {
+  const violations = [];
+  for (const sha of new Set([...shas, ...mustFinish])) {
+    const mine = logLines.filter((l) => l[1] === sha);
+    const ends = mine.filter((l) => l[0] === 'end').length;
+    const starts = mine.filter((l) => l[0] === 'start');
+    const killed = starts.length - ends;
+    if (ends > 1) violations.push(`${sha.slice(0, 7)}'s command finished ${ends} times`);
+    if (ends === 0 && mustFinish.includes(sha)) violations.push(`${sha.slice(0, 7)}'s command never finished`);
+    if (killed > 0 && !(agentBackMs && starts.slice(0, killed).every((l) => Number(l[2]) < agentBackMs))) {
+      violations.push(`${sha.slice(0, 7)}'s command started ${starts.length} times, finished ${ends}`);
+    }
+  }
+  return violations;
 }
 
 // A burst of pushes to one branch, killed somewhere inside it.
-async function deployTrial(stack, i, killAfterMs) {
+async function deployTrial(stack, i, killAfterMs, agentToo) {
   const repo = `deploy-${i}`;
   const log = stack.sharedFile(`${repo}.log`);
   const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${DEPLOY_SECONDS}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
@@ -126,26 +160,35 @@ async function deployTrial(stack, i, killAfterMs) {
     event: 'push', id: randomUUID(),
     payload: pushPayload({ owner: OWNER, repo, after: sha, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) }),
   }));
-  const ids = await crashDuring(stack, deliveries, killAfterMs);
+  const crash = {};
+  const ids = await crashDuring(stack, deliveries, killAfterMs, agentToo, crash);
   const statuses = await settle(stack, ids.filter((id) => !id.startsWith('lost:')));
-  const violations = deployViolations(lines(log), shas, ids);
+  const violations = deployViolations(lines(log), shas, ids, crash.agentBackMs);
+  const killedCmds = killedCommands(lines(log));
   const { deployments } = await stack.standinGet(`/_standin/deployments?repo=${OWNER}/${repo}`);
   for (const sha of shas) {
     const n = deployments.filter((d) => d.sha === sha).length;
     if (n > 1) violations.push(`${n} GitHub deployments of ${sha.slice(0, 7)}`);
   }
-  return { ids, statuses, violations };
+  return { ids, statuses, violations, killedCommands: killedCmds };
 }
 
-export function deployViolations(logLines, shas, ids) {
+// A start's end: its sha's first end line after it; a start the agent's crash killed (no end
+// after it, started before the new agent was up) ended when the new agent was up.
+function spanOf(start, logLines, agentBackMs) {
+  const t = Number(start[2]);
+  const end = logLines.find((l) => l[0] === 'end' && l[1] === start[1] && Number(l[2]) >= t);
+  const killedAt = agentBackMs && t < agentBackMs ? agentBackMs : Infinity;
+  return [t, Math.min(end ? Number(end[2]) : Infinity, killedAt)];
+}
+
+export function deployViolations(logLines, shas, ids, agentBackMs) {
   const violations = [];
   if (ids.some((id) => id.startsWith('lost:'))) violations.push('a delivery was never acknowledged');
   const starts = logLines.filter((l) => l[0] === 'start');
-  const ends = new Map(logLines.filter((l) => l[0] === 'end').map((l) => [l[1], Number(l[2])]));
-  const seen = new Map();
-  for (const [, sha] of starts) seen.set(sha, (seen.get(sha) ?? 0) + 1);
-  for (const [sha, n] of seen) if (n > 1) violations.push(`${sha.slice(0, 7)} deployed ${n} times`);
-  const spans = starts.map(([, sha, t]) => [Number(t), ends.get(sha) ?? Infinity]).sort((a, b) => a[0] - b[0]);
+  // The newest commit's deploy must have run to its end; older ones may be superseded.
+  violations.push(...commandViolations(logLines, starts.map((l) => l[1]), agentBackMs, [shas.at(-1)]));
+  const spans = starts.map((l) => spanOf(l, logLines, agentBackMs)).sort((a, b) => a[0] - b[0]);
   for (let k = 1; k < spans.length; k++) if (spans[k][0] < spans[k - 1][1]) violations.push('two deploys at once');
   if (starts.at(-1)?.[1] !== shas.at(-1)) violations.push('the newest commit was not deployed last');
   return violations;
@@ -154,13 +197,17 @@ export function deployViolations(logLines, shas, ids) {
 async function trial(stack, i, random) {
   const killAfterMs = Math.floor(random() * KILL_WINDOW_MS);
   const kind = i % 2 === 0 ? 'check' : 'deploy burst';
-  const r = kind === 'check' ? await checkTrial(stack, i, killAfterMs) : await deployTrial(stack, i, killAfterMs);
+  // Trials 3-4, 7-8, ... kill the agent too: half of each kind.
+  const agentToo = Math.floor(i / 2) % 2 === 1;
+  const r = kind === 'check' ? await checkTrial(stack, i, killAfterMs, agentToo) : await deployTrial(stack, i, killAfterMs, agentToo);
   const ended = r.statuses.filter((s) => s === 'complete' || s === 'skipped').length;
   const violations = [...r.violations];
   const unfinished = r.statuses.filter((s) => s !== 'complete' && s !== 'skipped');
   if (unfinished.length) violations.push(`instances ended ${unfinished.map((s) => s ?? 'never').join(', ')}`);
-  console.log(`soak: trial ${i + 1} (${kind}, kill at ${killAfterMs} ms): ${ended}/${r.statuses.length} ended` + (violations.length ? `; VIOLATIONS: ${violations.join('; ')}` : ''));
-  return { kind, killAfterMs, instances: r.statuses.length, completed: ended, violations };
+  const killed = agentToo ? 'Worker and agent' : 'Worker';
+  const cut = r.killedCommands ? `, ${r.killedCommands} command(s) killed mid-run and run again` : '';
+  console.log(`soak: trial ${i + 1} (${kind}, ${killed} killed at ${killAfterMs} ms): ${ended}/${r.statuses.length} ended${cut}` + (violations.length ? `; VIOLATIONS: ${violations.join('; ')}` : ''));
+  return { kind, killed, killAfterMs, instances: r.statuses.length, completed: ended, killedCommands: r.killedCommands, violations };
 }
 
 // The last soak's figures as bench rows (the bench quotes them; it does not re-run the soak).
@@ -190,10 +237,10 @@ async function main() {
     await stack.stop();
   }
   const sum = (k) => results.reduce((t, r) => t + (typeof r[k] === 'number' ? r[k] : r[k].length), 0);
-  const summary = { trials: results.length, instances: sum('instances'), completed: sum('completed'), violations: sum('violations'), seed, finished_at: new Date().toISOString().slice(0, 16) + 'Z', results };
+  const summary = { trials: results.length, instances: sum('instances'), completed: sum('completed'), violations: sum('violations'), killed_commands: sum('killedCommands'), seed, finished_at: new Date().toISOString().slice(0, 16) + 'Z', results };
   mkdirSync(join(ROOT, 'target', 'soak'), { recursive: true });
   writeFileSync(RESULT_FILE, JSON.stringify(summary, null, 2));
-  console.log(`\nsoak: trials ${summary.trials}, instances ${summary.instances}, completed ${summary.completed}, violations ${summary.violations} (seed ${seed})`);
+  console.log(`\nsoak: trials ${summary.trials}, instances ${summary.instances}, completed ${summary.completed}, violations ${summary.violations}, commands killed with the agent and run again ${summary.killed_commands} (seed ${seed})`);
   if (summary.violations > 0 || summary.completed !== summary.instances) process.exit(1);
 }
 

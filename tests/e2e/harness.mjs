@@ -224,17 +224,30 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(() => standin.close());
 
   let agent = null;
+  let restartAgent = null;
   if (!layer) {
     const agentLog = createWriteStream(paths.agentLog, { flags: 'a' });
-    agent = await startAgent({
-      listen: '127.0.0.1:0',
+    const agentOpts = {
       root: paths.sandbox,
       token: agentToken,
       // Checkouts clone from the stand-in only (the agent refuses any other URL).
       gitUrlPrefixes: [`${standin.url}/`],
       onOutput: (chunk) => agentLog.write(chunk),
-    });
+    };
+    agent = await startAgent({ listen: '127.0.0.1:0', ...agentOpts });
     liveGroups.add(agent.child);
+    // kill -9 of the agent's group, then a new agent on the same port and sandbox root (the
+    // Worker's SANDBOX_URL stays right): what a crash of the sandbox host looks like.
+    const agentPort = Number(new URL(agent.url).port);
+    restartAgent = async () => {
+      const old = agent.child;
+      killGroup(old, 'SIGKILL');
+      await old.exited;
+      liveGroups.delete(old);
+      await waitPortFree(agentPort, PORT_RELEASE_TIMEOUT_MS);
+      agent.child = (await startAgent({ listen: `127.0.0.1:${agentPort}`, ...agentOpts })).child;
+      liveGroups.add(agent.child);
+    };
     cleanups.push(async () => {
       await stopGroup(agent.child, STOP_GRACE_MS);
       liveGroups.delete(agent.child);
@@ -319,7 +332,7 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups, appKey: keys.privateKey });
+  const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, restartAgent, cleanups, appKey: keys.privateKey });
   lastStack = stack;
   return stack;
 }
@@ -353,7 +366,7 @@ function spawnWorker(args, env, logFd) {
   return spawnGroup(WRANGLER_BIN, args, { env, stdio: ['ignore', logFd, logFd] });
 }
 
-function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, cleanups, appKey }) {
+function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, restartAgent, cleanups, appKey }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -388,7 +401,8 @@ function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, 
     reposDir: paths.repos,
     tmpDir: paths.tmp,
     agentUrl: agent?.url ?? null,
-    agentPid: agent?.child.pid ?? null,
+    // A getter: restartAgent() replaces the process.
+    get agentPid() { return agent?.child.pid ?? null; },
     agentToken,
     sandboxRoot: paths.sandbox,
     // The Worker's vars file, 0600 in the stack's 0700 directory: what .dev.vars is to `npm start`.
@@ -431,6 +445,8 @@ function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, 
       await killWorker();
       await startWorker();
     },
+    // Null with containers (the sandbox is Docker's there).
+    restartAgent,
     logTail: (n = LOG_TAIL_LINES) => tailLines(paths.workerLog, n),
     agentLogTail: (n = LOG_TAIL_LINES) => tailLines(paths.agentLog, n),
     async stop() {
