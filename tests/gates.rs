@@ -1757,6 +1757,51 @@ fn slots(db: &CountingDb) -> Vec<Slot> {
 }
 
 #[test]
+fn releasing_everywhere_frees_every_pool_in_one_statement_and_names_each_next() {
+    let db = fresh();
+    let take = |pool: &str, holder: &str, now: i64| {
+        block_on(admission::acquire(&db, pool, holder, 1, now)).expect("acquire")
+    };
+    assert_eq!(take("checks", "h1", T0), AdmissionOutcome::Admitted);
+    assert_eq!(take("sandbox", "h1", T0), AdmissionOutcome::Admitted);
+    assert_eq!(
+        take("sandbox", "h2", T0 + 1),
+        AdmissionOutcome::Queued { position: 1 }
+    );
+    assert_eq!(
+        take("sandbox", "h3", T0 + 2),
+        AdmissionOutcome::Queued { position: 2 }
+    );
+    assert_eq!(
+        take("checks", "h3", T0 + 3),
+        AdmissionOutcome::Queued { position: 1 }
+    );
+    let (released, n) = trips(&db, || {
+        block_on(admission::release_everywhere(&db, "h1")).expect("release")
+    });
+    assert_eq!(n, 1, "one statement whatever the pools");
+    assert_eq!(
+        released,
+        [
+            ("checks".to_owned(), Some("h3".to_owned())),
+            ("sandbox".to_owned(), Some("h2".to_owned())),
+        ],
+        "each pool's first waiter, by pool"
+    );
+    assert!(slots(&db).iter().all(|s| s.holder != "h1"));
+    assert_eq!(take("sandbox", "h2", T0 + 4), AdmissionOutcome::Admitted);
+    // A replay releases nothing and names nobody; a lone waiter leaving
+    // names nobody either (it is the only one in line).
+    assert!(block_on(admission::release_everywhere(&db, "h1"))
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        block_on(admission::release_everywhere(&db, "h3")).unwrap(),
+        [("checks".to_owned(), None), ("sandbox".to_owned(), None)]
+    );
+}
+
+#[test]
 fn admission_respects_capacity_in_arrival_order() {
     let db = fresh();
     let (out, n) = trips(&db, || acquire(&db, "h1", 2, T0));

@@ -120,25 +120,35 @@ pub fn heartbeat_stmt(pool: &str, holder: &str, now_ms: i64) -> Stmt {
     )
 }
 
-/// Gives the slot (or the place in line) back. Returns the oldest holder
-/// still queued for the pool, to wake now (a push handoff; its own poll is
-/// the fallback). A replay deletes nothing and names nobody.
-/// The pools `holder` has a slot or a place in line in.
-pub async fn pools_of(db: &dyn Database, holder: &str) -> Result<Vec<String>, StoreError> {
+/// Releases `holder`'s slot (or place in line) in every pool, in one
+/// statement (a finalize after a crash knows only the instance), with the
+/// first other waiter of each pool to wake: `(pool, next)` by pool name.
+pub async fn release_everywhere(
+    db: &dyn Database,
+    holder: &str,
+) -> Result<Vec<(String, Option<String>)>, StoreError> {
     #[derive(Deserialize)]
     struct Row {
         pool: String,
+        next: Option<String>,
     }
-    let rows: Vec<Row> = decode(
+    let mut rows: Vec<Row> = decode(
         db.all(stmt!(
-            "SELECT DISTINCT pool FROM pool_slots WHERE holder = ?1 ORDER BY pool",
+            "DELETE FROM pool_slots WHERE holder = ?1 \
+             RETURNING pool, (SELECT q.holder FROM pool_slots q WHERE q.pool = pool_slots.pool \
+               AND q.state = 'queued' AND q.holder <> ?1 ORDER BY q.seq LIMIT 1) AS next",
             holder
         ))
         .await?,
     )?;
-    Ok(rows.into_iter().map(|r| r.pool).collect())
+    rows.sort_by(|a, b| a.pool.cmp(&b.pool));
+    rows.dedup_by(|a, b| a.pool == b.pool);
+    Ok(rows.into_iter().map(|r| (r.pool, r.next)).collect())
 }
 
+/// Gives the slot (or the place in line) back. Returns the oldest holder
+/// still queued for the pool, to wake now (a push handoff; its own poll is
+/// the fallback). A replay deletes nothing and names nobody.
 pub async fn release(
     db: &dyn Database,
     pool: &str,

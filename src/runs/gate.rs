@@ -866,19 +866,14 @@ pub async fn release_all(
     }
     // Every pool it has a slot (or a place in line) in, whatever the
     // journal says: a finalize after a crash knows only the instance.
-    for pool in admission::pools_of(env.db, instance_id)
+    for (_, next) in admission::release_everywhere(env.db, instance_id)
         .await
         .map_err(gate_failure)?
     {
-        if let Some(next) = admission::release(env.db, &pool, instance_id)
-            .await
-            .map_err(gate_failure)?
-        {
-            wake.push(Wake {
-                instance_id: next,
-                event: SLOT_EVENT.into(),
-            });
-        }
+        wake.extend(next.map(|instance_id| Wake {
+            instance_id,
+            event: SLOT_EVENT.into(),
+        }));
     }
     lease::release_sandbox(env.db, instance_id)
         .await
