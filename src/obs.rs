@@ -130,6 +130,7 @@ pub const MESSAGE_CHARS_MAX: usize = 300;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     kind: Kind,
+    level: Level,
     fields: Map<String, Value>,
 }
 
@@ -138,7 +139,11 @@ pub fn event(kind: Kind) -> Event {
     let mut fields = Map::new();
     fields.insert("event".into(), Value::from(kind.as_str()));
     fields.insert("level".into(), Value::from(kind.level().as_str()));
-    Event { kind, fields }
+    Event {
+        kind,
+        level: kind.level(),
+        fields,
+    }
 }
 
 /// What an instance event is about.
@@ -184,14 +189,27 @@ impl Event {
         Value::Object(self.fields.clone()).to_string()
     }
 
-    /// Writes the line to the installed sink, if any.
+    /// Raises the line's level to at least `level` (a pass whose index
+    /// write failed is a warning, whatever a pass usually is).
+    pub fn at_least(mut self, level: Level) -> Event {
+        if level > self.level {
+            self.level = level;
+            self.fields
+                .insert("level".into(), Value::from(level.as_str()));
+        }
+        self
+    }
+
+    /// Writes the line to the installed sink, if any. `LOG_LEVEL` drops
+    /// lines below it, never an operator's action (the audit trail).
     pub fn emit(self) {
-        if self.kind.level() < MIN_LEVEL.with(Cell::get) {
+        let audit = self.kind == Kind::OperatorAction;
+        if self.level < MIN_LEVEL.with(Cell::get) && !audit {
             return;
         }
         let sink = SINK.with(|s| s.borrow().clone());
         if let Some(sink) = sink {
-            sink.write(self.kind.level(), &self.line());
+            sink.write(self.level, &self.line());
         }
     }
 }
@@ -288,6 +306,11 @@ mod tests {
         set_min_level(Level::Error);
         event(Kind::StepFailed).emit();
         event(Kind::ServerError).emit();
+        // An operator's action is the audit trail: kept at any level; a
+        // raised line is filtered by its raised level.
+        event(Kind::OperatorAction).emit();
+        event(Kind::Pass).at_least(Level::Error).emit();
+        event(Kind::Pass).at_least(Level::Warn).emit();
         set_min_level(Level::Info);
         event(Kind::Pass).emit();
         let levels: Vec<String> = rec
@@ -295,6 +318,6 @@ mod tests {
             .iter()
             .map(|e| e["level"].as_str().unwrap_or_default().to_owned())
             .collect();
-        assert_eq!(levels, ["warn", "error", "error", "info"]);
+        assert_eq!(levels, ["warn", "error", "error", "info", "error", "info"]);
     }
 }

@@ -663,6 +663,9 @@ fn keys_come_from_the_team_or_a_loopback_server_and_nowhere_else() {
         .unwrap();
     assert_eq!(local.certs_url(), "http://127.0.0.1:8788/certs");
     assert_eq!(local.issuer(), ISSUER, "the issuer stays the team's");
+    for ok in ["http://localhost:9/k", "http://[::1]:9/k"] {
+        assert!(cfg.clone().with_certs_url(ok).is_ok(), "{ok}");
+    }
     for url in [
         "https://evil.example/certs",
         "http://evil.example/certs",
@@ -670,6 +673,10 @@ fn keys_come_from_the_team_or_a_loopback_server_and_nowhere_else() {
         "http://localhost.evil.example:80/x",
         "ftp://127.0.0.1:21/certs",
         "http://127.0.0.1:1/a b",
+        "http://127.0.0.1:@evil.example/certs",
+        "http://localhost:x@evil.example/certs",
+        "http://[::1]:@evil.example:8080/certs",
+        "http://user@127.0.0.1:8788/certs",
     ] {
         let e = cfg.clone().with_certs_url(url).unwrap_err();
         assert!(e.contains("loopback"), "{url}: {e}");

@@ -532,17 +532,19 @@ fn an_older_version_released_after_a_newer_tag_does_not_become_latest() {
     let rig = release_rig(&toml("", "72h"));
     let i = push_tag(&rig, "v1.1.0", '1');
     to_waiting(&rig, &i);
-    // v1.10.0 is tagged while v1.1.0 waits (its own instance aside): the
-    // older one, approved now, is released without taking "Latest".
+    // v1.10.0 was released while v1.1.0 waited (its own approval aside):
+    // the older one, approved now, is released without taking "Latest".
     rig.github.commit(REPO, &sha('7'), &[]);
     rig.github.add_tag(REPO, "v1.10.0", &sha('7'));
+    rig.github.add_release(REPO, "v1.10.0");
     let pr = pr_of(&rig, "v1.1.0");
     assert_eq!(pull_closed(&rig, &[&i], pr, true, "maint"), 1);
     assert_eq!(rig.run_to_end(&i), Status::Complete);
     let releases = rig.github.releases();
-    assert_eq!(releases.len(), 1);
-    assert_eq!(releases[0].tag, "v1.1.0");
-    assert_eq!(releases[0].make_latest.as_deref(), Some("false"));
+    assert_eq!(releases.len(), 2);
+    assert_eq!(releases[1].tag, "v1.1.0");
+    assert_eq!(releases[1].make_latest.as_deref(), Some("false"));
+    assert!(!releases[1].prerelease);
 }
 
 #[test]

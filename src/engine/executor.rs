@@ -635,7 +635,10 @@ fn log_pass(rec: &InstanceRecord, stats: &PassStats, mirror_error: Option<&str>)
         .field("journal_writes", stats.journal_writes)
         .field("error_tag", rec.error_tag.clone());
     if let Some(e) = mirror_error {
-        line = line.message("mirror_error", e);
+        line = line.message("mirror_error", e).at_least(obs::Level::Warn);
+    }
+    if rec.status == Status::Errored {
+        line = line.at_least(obs::Level::Warn);
     }
     line.emit();
     if rec.status == Status::Skipped {

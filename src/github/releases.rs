@@ -140,6 +140,14 @@ struct FileAnswer {
     content: Option<String>,
 }
 
+/// How a release is published: as a pre-release, and whether it takes
+/// "Latest" from the one GitHub shows now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleaseKind {
+    pub prerelease: bool,
+    pub latest: bool,
+}
+
 #[derive(Deserialize)]
 struct IdAnswer {
     id: u64,
@@ -444,11 +452,31 @@ impl GitHub<'_> {
         Ok(found.map(|r| r.object.sha))
     }
 
+    /// The tag of the release GitHub shows as "Latest", None when there is
+    /// none (`GET /releases/latest` answers 404).
+    pub async fn latest_release_tag(
+        &self,
+        installation: u64,
+        repo: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        #[derive(Deserialize)]
+        struct Latest {
+            tag_name: String,
+        }
+        let auth = self.release_auth(installation, repo).await?;
+        let path = format!("/repos/{}/releases/latest", segs(repo));
+        let found = self
+            .get_with::<Latest>(&auth, &path, "latest release")
+            .await?;
+        Ok(found.map(|l| l.tag_name))
+    }
+
     /// The release of `tag`, found before one is created: its id and
     /// whether this call created it. A tag that was deleted meanwhile is
     /// made again at `sha` (`target_commitish`), the commit approved.
-    /// `latest` says whether it becomes the repository's "Latest"
-    /// (`make_latest`; GitHub's default would make any new one so).
+    /// `kind` says whether it is a pre-release and whether it becomes the
+    /// repository's "Latest" (`make_latest`; GitHub's default would make
+    /// any new one so).
     pub async fn ensure_release(
         &self,
         installation: u64,
@@ -456,7 +484,7 @@ impl GitHub<'_> {
         tag: &str,
         sha: &str,
         body: &str,
-        latest: bool,
+        kind: ReleaseKind,
     ) -> Result<(u64, bool), GitHubError> {
         let auth = self.release_auth(installation, repo).await?;
         let by_tag = format!("/repos/{}/releases/tags/{}", segs(repo), seg(tag));
@@ -466,7 +494,8 @@ impl GitHub<'_> {
         let path = format!("/repos/{}/releases", segs(repo));
         let create = json!({
             "tag_name": tag, "name": tag, "body": body, "target_commitish": sha,
-            "make_latest": if latest { "true" } else { "false" },
+            "prerelease": kind.prerelease,
+            "make_latest": if kind.latest { "true" } else { "false" },
         });
         let (_, text) = self
             .release_call(installation, repo, "POST", &path, create)

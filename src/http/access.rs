@@ -272,9 +272,17 @@ impl AccessConfig {
     /// there), and a mistyped or planted variable fails loudly.
     pub fn with_certs_url(mut self, url: &str) -> Result<AccessConfig, String> {
         let url = url.trim();
-        let loopback = ["http://127.0.0.1:", "http://localhost:", "http://[::1]:"]
-            .iter()
-            .any(|p| url.starts_with(p));
+        // Parsed, not matched by prefix: `http://127.0.0.1:@evil.example/`
+        // names evil.example (the rest is a user name).
+        let loopback = url::Url::parse(url).is_ok_and(|u| {
+            let host = matches!(
+                u.host(),
+                Some(url::Host::Domain("localhost"))
+                    | Some(url::Host::Ipv4(std::net::Ipv4Addr::LOCALHOST))
+                    | Some(url::Host::Ipv6(std::net::Ipv6Addr::LOCALHOST))
+            );
+            u.scheme() == "http" && host && u.username().is_empty() && u.password().is_none()
+        });
         if !loopback
             || url.len() > TEAM_DOMAIN_CHARS_MAX * 4
             || url.chars().any(char::is_whitespace)

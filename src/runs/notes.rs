@@ -6,7 +6,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::github::releases::{CommitInfo, PullInfo, Tag};
+use crate::github::releases::{CommitInfo, PullInfo, ReleaseKind, Tag};
 
 /// Characters of a commit id the notes show.
 const SHORT_SHA_CHARS: usize = 7;
@@ -125,13 +125,29 @@ pub fn previous_tag<'t>(tags: &'t [Tag], glob: &str, tag: &str) -> Option<&'t Ta
         .max_by(|a, b| tag_cmp(&a.name, &b.name))
 }
 
-/// Whether `tag` is the newest tag matching `glob`: no other orders after
-/// it. An older version released late must not become GitHub's "Latest".
-pub fn is_newest(tags: &[Tag], glob: &str, tag: &str) -> bool {
-    !tags
-        .iter()
-        .filter(|t| t.name != tag && glob_match(glob, &t.name))
-        .any(|t| tag_cmp(&t.name, tag) == Ordering::Greater)
+/// Whether `tag` names a pre-release: a `-` part after its version that
+/// carries a letter (`v2.0.0-rc1`, `v1.0.0-beta.2`), not a date's
+/// (`release-2024-01`).
+pub fn is_prerelease(tag: &str) -> bool {
+    split_pre(tag)
+        .1
+        .is_some_and(|p| p.chars().any(|c| c.is_ascii_alphabetic()))
+}
+
+/// How `tag` is published, given the tag of GitHub's "Latest" release now:
+/// a pre-release never takes it; a release takes it unless the one shown
+/// is a later version of the same line (a release of another `glob` line
+/// is not compared). An older version released late must not become
+/// "Latest".
+pub fn release_kind(tag: &str, latest_now: Option<&str>, glob: &str) -> ReleaseKind {
+    let prerelease = is_prerelease(tag);
+    let behind = latest_now
+        .filter(|l| glob_match(glob, l))
+        .is_some_and(|l| tag_cmp(tag, l) == Ordering::Less);
+    ReleaseKind {
+        prerelease,
+        latest: !prerelease && !behind,
+    }
 }
 
 /// The pull request a commit merged, from its message as GitHub writes
@@ -371,5 +387,32 @@ mod tests {
             "{notes}"
         );
         assert!(notes.contains("v1.0.0...v1.1.0"), "{notes}");
+    }
+
+    #[test]
+    fn a_release_takes_latest_unless_it_is_a_prerelease_or_behind_the_one_shown() {
+        let kind = |tag, now| release_kind(tag, now, "v*");
+        assert!(kind("v1.2.0", None).latest, "the first release");
+        assert!(kind("v1.10.0", Some("v1.9.0")).latest);
+        assert!(kind("v1.9.1", Some("v1.9.0")).latest);
+        assert!(
+            !kind("v1.9.1", Some("v1.10.0")).latest,
+            "a hotfix of an older line"
+        );
+        let rc = kind("v2.0.0-rc1", Some("v1.9.0"));
+        assert!(
+            rc.prerelease && !rc.latest,
+            "a pre-release never takes Latest"
+        );
+        // After a pre-release, its line's next release still does.
+        assert!(kind("v1.9.2", Some("v1.9.1")).latest);
+        // Another line's release is not compared.
+        assert!(kind("v1.0.0", Some("tools-9.0")).latest);
+        assert!(
+            !is_prerelease("release-2024-01"),
+            "a date is not a pre-release"
+        );
+        assert!(is_prerelease("v1.0.0-beta.2"));
+        assert!(!is_prerelease("v1.0.0"));
     }
 }

@@ -702,10 +702,13 @@ async fn publish(
     let id: u64 = ctx
         .step("publish release", github_step(), |_| async {
             let gh = &env.github;
-            let tags: Vec<Tag> = gh.tags(inst, repo).await.map_err(github_failure)?;
-            let latest = notes::is_newest(&tags, &r.cfg.tags, tag);
+            let latest_now = gh
+                .latest_release_tag(inst, repo)
+                .await
+                .map_err(github_failure)?;
+            let kind = notes::release_kind(tag, latest_now.as_deref(), &r.cfg.tags);
             let (id, _) = gh
-                .ensure_release(inst, repo, tag, sha, &w.notes, latest)
+                .ensure_release(inst, repo, tag, sha, &w.notes, kind)
                 .await
                 .map_err(github_failure)?;
             Ok(id)

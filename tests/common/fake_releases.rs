@@ -38,6 +38,7 @@ pub struct FakeRelease {
     pub body: String,
     /// `make_latest` as sent (GitHub takes "true", "false" or "legacy").
     pub make_latest: Option<String>,
+    pub prerelease: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +132,20 @@ impl FakeGitHub {
         self.rel.borrow().releases.clone()
     }
 
+    /// A release made outside Sluice (by hand, or by another approval).
+    pub fn add_release(&self, repo: &str, tag: &str) {
+        let mut st = self.rel.borrow_mut();
+        let id = 5000 + st.releases.len() as u64 + 1;
+        st.releases.push(FakeRelease {
+            id,
+            repo: repo.into(),
+            tag: tag.into(),
+            body: String::new(),
+            make_latest: None,
+            prerelease: false,
+        });
+    }
+
     pub fn comments_on(&self, number: u64) -> Vec<String> {
         self.rel
             .borrow()
@@ -186,6 +201,7 @@ impl FakeGitHub {
             ("GET", ["repos", _, _, "issues", _, "comments"]) => "list-comments",
             ("POST", ["repos", _, _, "issues", _, "comments"]) => "create-comment",
             ("GET", ["repos", _, _, "releases", "tags", _]) => "release-by-tag",
+            ("GET", ["repos", _, _, "releases", "latest"]) => "latest-release",
             ("POST", ["repos", _, _, "releases"]) => "create-release",
             _ => return None,
         })
@@ -194,7 +210,7 @@ impl FakeGitHub {
     /// The permission each route needs.
     pub fn release_permission(route: &str) -> Option<(&'static str, &'static str)> {
         Some(match route {
-            "tags" | "tag-ref" | "release-by-tag" => ("contents", "read"),
+            "tags" | "tag-ref" | "release-by-tag" | "latest-release" => ("contents", "read"),
             "create-ref" | "put-contents" | "create-release" => ("contents", "write"),
             "list-pulls" | "list-comments" => ("pull_requests", "read"),
             "create-pull" | "update-pull" | "create-comment" => ("pull_requests", "write"),
@@ -221,6 +237,7 @@ impl FakeGitHub {
             "list-comments" => self.list_comments(repo, &segs[4]),
             "create-comment" => self.create_comment(req, repo, &segs[4]),
             "release-by-tag" => self.release_by_tag(repo, &segs[5]),
+            "latest-release" => self.latest_release(repo),
             "create-release" => self.create_release(req, repo),
             _ => return None,
         })
@@ -501,6 +518,20 @@ impl FakeGitHub {
         }
     }
 
+    /// GitHub's "Latest": the last release made without `make_latest:
+    /// "false"` and not a pre-release.
+    fn latest_release(&self, repo: &str) -> HttpResponse {
+        let st = self.rel.borrow();
+        let latest =
+            st.releases.iter().rev().find(|r| {
+                r.repo == repo && !r.prerelease && r.make_latest.as_deref() != Some("false")
+            });
+        match latest {
+            Some(r) => reply(200, json!({ "id": r.id, "tag_name": r.tag })),
+            None => not_found(),
+        }
+    }
+
     fn create_release(&self, req: &HttpRequest, repo: &str) -> HttpResponse {
         let Some(b) = body_of(req) else {
             return self.refuse(req, 400, "Problems parsing JSON");
@@ -528,6 +559,7 @@ impl FakeGitHub {
         let id = 5000 + st.releases.len() as u64 + 1;
         st.releases.push(FakeRelease {
             make_latest,
+            prerelease: b["prerelease"].as_bool().unwrap_or(false),
             id,
             repo: repo.into(),
             tag: tag.into(),

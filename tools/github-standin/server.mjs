@@ -1266,6 +1266,7 @@ export async function startStandin({
     if (typeof body.tag_name !== 'string' || !REF_RE.test(body.tag_name)) throw invalidRequest('"tag_name" wasn\'t supplied.', DOCS.createRelease);
     optionalString(body, 'name', DOCS.createRelease);
     optionalString(body, 'body', DOCS.createRelease);
+    if (body.prerelease !== undefined && typeof body.prerelease !== 'boolean') throw invalidRequest('"prerelease" is not a boolean.', DOCS.createRelease);
     // make_latest: "true" (the default for a published release), "false" or "legacy" (newest by
     // creation date, which for a release made now is this one).
     if (body.make_latest !== undefined && !['true', 'false', 'legacy'].includes(body.make_latest)) {
@@ -1279,9 +1280,10 @@ export async function startStandin({
     if (state.releases.size >= MAX_RELEASES) throw new ApiError(403, 'Release limit of the stand-in reached', DOCS.createRelease);
     const urls = repoUrls(owner, repo);
     const id = state.nextReleaseId++;
-    const release = { id, url: `${urls.api}/releases/${id}`, html_url: `${urls.html}/releases/tag/${body.tag_name}`, tag_name: body.tag_name, name: body.name ?? body.tag_name, body: body.body ?? null, draft: false, prerelease: false, created_at: isoSeconds(Date.now()), author: { login: 'sluice[bot]', type: 'Bot' } };
+    const release = { id, url: `${urls.api}/releases/${id}`, html_url: `${urls.html}/releases/tag/${body.tag_name}`, tag_name: body.tag_name, name: body.name ?? body.tag_name, body: body.body ?? null, draft: false, prerelease: body.prerelease === true, created_at: isoSeconds(Date.now()), author: { login: 'sluice[bot]', type: 'Bot' } };
     state.releases.set(key, release);
-    if (body.make_latest !== 'false') state.latestReleases.set(`${owner}/${repo}`, body.tag_name);
+    // Drafts and pre-releases never become Latest, as GitHub documents.
+    if (body.make_latest !== 'false' && !release.prerelease) state.latestReleases.set(`${owner}/${repo}`, body.tag_name);
     sendJson(ctx.res, 201, release);
   }
 

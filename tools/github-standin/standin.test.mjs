@@ -1245,4 +1245,8 @@ test('releases: one per existing tag (422 already_exists for a second), found by
   const older = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v1.9.0', make_latest: 'false' } });
   assert.equal(older.status, 201, older.text);
   assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/latest`, { auth })).json.tag_name, 'v2.0.0');
+  tagCommit(reposDir, OWNER, repo, 'v3.0.0-rc1', sha);
+  const rc = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v3.0.0-rc1', prerelease: true } });
+  assert.equal(rc.json.prerelease, true);
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/latest`, { auth })).json.tag_name, 'v2.0.0', 'a pre-release is never Latest');
 });
