@@ -73,7 +73,11 @@ async function burst(stack) {
     const start = Date.now();
     const res = await stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1)).catch((e) => ({ status: 0, error: e }));
     const restarted = typeof res.body === 'string' && res.body.includes('restarted mid-request');
-    return { ms: Date.now() - start, status: res.status, restarted, ids: (res.body?.instances ?? []).map((x) => x.id) };
+    // What a failed answer said (or why there was none), so a 5xx in the table can be traced.
+    const said = res.status >= 500 || res.status === 0
+      ? `${res.status} ${res.error?.message ?? (typeof res.body === 'string' ? res.body : JSON.stringify(res.body))}`.slice(0, 200)
+      : null;
+    return { ms: Date.now() - start, status: res.status, restarted, said, ids: (res.body?.instances ?? []).map((x) => x.id) };
   });
   const wallMs = Date.now() - t0;
   // Lost: a delivery not acknowledged with its own instance, or one whose instance is not there.
@@ -88,6 +92,7 @@ async function burst(stack) {
     // 5xx that `wrangler dev` itself answered: its local runtime restarted mid-request under
     // the load (the request never reached an answer of Sluice's; GitHub would redeliver).
     restarts: acks.filter((a) => a.restarted).length,
+    failures: acks.filter((a) => a.said).slice(0, 3).map((a) => a.said),
     lost,
   };
 }
