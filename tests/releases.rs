@@ -809,4 +809,10 @@ fn merging_a_pull_request_changed_after_the_proposal_publishes_nothing() {
             .any(|c| c.contains("changed after Sluice proposed")),
         "{told:?}"
     );
+    assert!(
+        told.iter()
+            .any(|c| c.contains("proposed the notes (its head")
+                && c.contains("published nothing. Press **Approve** on the")),
+        "one sentence, no runs of spaces: {told:?}"
+    );
 }

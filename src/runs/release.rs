@@ -848,7 +848,9 @@ async fn answer_changed_merge(
 ) -> Result<(), RunError> {
     let marker = format!("changed:{}", w.round);
     let text = format!(
-        "@{sender} merged this pull request, but it was changed after Sluice proposed the          notes (its head is no longer {}): the merge published nothing. Press **Approve** on          the `sluice/release-notes` check run to publish `{}` with the notes as proposed.",
+        "@{sender} merged this pull request, but it was changed after Sluice proposed the \
+         notes (its head is no longer {}): the merge published nothing. Press **Approve** on \
+         the `sluice/release-notes` check run to publish `{}` with the notes as proposed.",
         w.head, r.input.tag
     );
     say_once(ctx, env, r, w, "answer changed merge", &marker, &text).await
