@@ -10,7 +10,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ROOT, WRANGLER_BIN, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
+import { NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
 import { startStack } from '../tests/e2e/harness.mjs';
 import { benchAgent } from './bench-agent.mjs';
 import { benchGates } from './bench-gates.mjs';
@@ -53,7 +53,7 @@ async function startPeer() {
   const child = spawnGroup(WRANGLER_BIN, [
     'dev', '--config', join(ROOT, 'bench', 'workflows-peer', 'wrangler.toml'), '--port', String(port), '--ip', '127.0.0.1',
     '--inspector-port', String(await freePort()), '--persist-to', join(tmp, 'state'), '--show-interactive-dev-session=false',
-  ], { env: wranglerEnv(tmp), stdio: 'ignore' });
+  ], { env: { ...wranglerEnv(tmp), ...NO_INSPECTOR_ENV }, stdio: 'ignore' });
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/status?id=warmup`, { timeoutMs: PEER_START_TIMEOUT_MS }).catch(() => {});
   await until(async () => (await fetch(`${url}/nope`).catch(() => null))?.status === 404, 'peer to answer', PEER_START_TIMEOUT_MS);

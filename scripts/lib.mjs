@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as util from 'node:util';
@@ -39,6 +39,16 @@ export function wranglerEnv(dir = join(ROOT, '.wrangler')) {
   mkdirSync(env.WRANGLER_LOG_PATH, { recursive: true });
   return env;
 }
+
+// Test and bench stacks run without wrangler's devtools inspector. With it on, wrangler 4.86's
+// InspectorProxyWorker relays every runtime inspector event (each console line, each subrequest's
+// network events: ~50 per delivered webhook) to wrangler's node process as an HTTP request, which
+// appends it to the debug log file: under a 500-delivery burst that was 80% of node's CPU and 90%
+// of the proxy runtime's, on a 2-core machine the Worker needs. Wrangler has no flag for it; it
+// turns the proxy off when a VS Code debug terminal owns the inspector, which this variable says
+// (with no bootloader in NODE_OPTIONS nothing attaches). `npm start` keeps the inspector for people.
+// The harness checks the inspector port stays closed, so an upgrade that changes this is seen.
+export const NO_INSPECTOR_ENV = { VSCODE_INSPECTOR_OPTIONS: '{}' };
 
 export function randomToken(bytes = 24) {
   return randomBytes(bytes).toString('hex');
@@ -262,6 +272,17 @@ export async function waitPortFree(port, timeoutMs) {
     if (Date.now() > deadline) throw new Error(`port ${port} still in use after ${timeoutMs} ms`);
     await delay(PROBE_INTERVAL_MS);
   }
+}
+
+// Whether something accepts connections on 127.0.0.1:`port` now (one bounded probe).
+export function portListens(port) {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1' });
+    const done = (v) => { socket.destroy(); resolve(v); };
+    socket.setTimeout(PROBE_TIMEOUT_MS, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
 }
 
 // Layout of the local development setup (`npm start`, scripts/send-sample-webhook.mjs).

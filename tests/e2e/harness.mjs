@@ -16,8 +16,9 @@ import { commitFiles } from '../../tools/github-standin/git.mjs';
 import { startStandin } from '../../tools/github-standin/server.mjs';
 import { sendWebhook as postWebhook } from '../../tools/github-standin/webhooks.mjs';
 import {
-  ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup, randomToken,
-  runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree, wranglerEnv,
+  NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup,
+  portListens, randomToken, runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree,
+  wranglerEnv,
 } from '../../scripts/lib.mjs';
 import { checkPoolCapacity, containerLogs, prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
 
@@ -276,7 +277,7 @@ async function buildStack(opts, paths, cleanups) {
   }), { mode: 0o600 });
 
   // Built once up front, so wrangler's [build] command is skipped (SLUICE_SKIP_BUILD).
-  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), SLUICE_SKIP_BUILD: '1', ...layer?.env };
+  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), ...NO_INSPECTOR_ENV, SLUICE_SKIP_BUILD: '1', ...layer?.env };
   const config = layer ? layer.config : opts.config;
   const configArgs = config ? ['--config', config] : [];
   const migrationsOutput = await applyMigrations(paths, configArgs, env);
@@ -303,6 +304,10 @@ async function buildStack(opts, paths, cleanups) {
       timeoutMs: layer ? CONTAINERS_WORKER_START_TIMEOUT_MS : WORKER_START_TIMEOUT_MS,
       alive: () => current.exitCode === null && current.signalCode === null,
     });
+    // The port wrangler is given stays closed: its inspector is off (NO_INSPECTOR_ENV).
+    if (await portListens(inspectorPort)) {
+      throw new Error(`wrangler opened its inspector on ${inspectorPort} although NO_INSPECTOR_ENV asks it not to: see scripts/lib.mjs`);
+    }
   }
 
   async function killWorker() {
