@@ -351,8 +351,10 @@ mod accepting {
     use sluice::http::webhook::{accept, InstanceCreator};
     use sluice::limits::SWEEP_OVERDUE_MS;
     use sluice::runs::triggers::EventSend;
+    use sluice::stmt;
     use sluice::store::executions;
     use sluice::store::sqlite::SqliteDb;
+    use sluice::store::{Database, Row, Stmt, StoreError};
     use std::cell::Cell;
 
     const NOW_MS: i64 = NOT_BEFORE_MS + 60_000;
@@ -443,5 +445,75 @@ mod accepting {
             "the instance exists"
         );
         assert_eq!(objects.creates.get(), 0);
+    }
+
+    /// Counts the D1 round trips the answer path makes.
+    struct Counted<'a> {
+        db: &'a SqliteDb,
+        trips: Cell<u32>,
+    }
+
+    #[async_trait::async_trait(?Send)]
+    impl Database for Counted<'_> {
+        async fn all(&self, stmt: Stmt) -> Result<Vec<Row>, StoreError> {
+            self.trips.set(self.trips.get() + 1);
+            self.db.all(stmt).await
+        }
+        async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
+            self.trips.set(self.trips.get() + 1);
+            self.db.run(stmt).await
+        }
+        async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
+            self.trips.set(self.trips.get() + 1);
+            self.db.batch(stmts).await
+        }
+    }
+
+    /// A delivery that only creates is answered from one D1 round trip; its
+    /// redelivery from two (the batch that writes nothing, then the first
+    /// arrival's record) and still creates nothing.
+    #[test]
+    fn a_creating_delivery_costs_one_round_trip_and_its_redelivery_two() {
+        let db = SqliteDb::with_migrations().unwrap();
+        let counted = Counted {
+            db: &db,
+            trips: Cell::new(0),
+        };
+        let objects = Objects::default();
+        let first = block_on(accept(&counted, &objects, planned(), NOW_MS, "req-1")).unwrap();
+        assert_eq!(
+            (first.body["duplicate"].clone(), counted.trips.get()),
+            (false.into(), 1)
+        );
+        let again = block_on(accept(&counted, &objects, planned(), NOW_MS + 5, "req-2")).unwrap();
+        assert_eq!(
+            (again.body["duplicate"].clone(), counted.trips.get()),
+            (true.into(), 3)
+        );
+        assert_eq!(
+            again.body["instances"][0]["id"],
+            first.body["instances"][0]["id"]
+        );
+        assert!(again.create_after.is_empty());
+    }
+
+    /// A redelivery of a delivery whose run was purged first (its row gone,
+    /// the delivery's record kept) writes no row back: the sweep would
+    /// otherwise recreate the purged run from it.
+    #[test]
+    fn a_redelivery_never_brings_a_purged_run_back() {
+        let db = SqliteDb::with_migrations().unwrap();
+        let objects = Objects::default();
+        let first = block_on(accept(&db, &objects, planned(), NOW_MS, "req-1")).unwrap();
+        let id = first.create_after[0].id();
+        block_on(db.run(stmt!("DELETE FROM executions WHERE id = ?1", id.as_str()))).unwrap();
+        let again = block_on(accept(&db, &objects, planned(), NOW_MS + 5, "req-2")).unwrap();
+        assert_eq!(again.body["duplicate"], true);
+        assert!(again.create_after.is_empty());
+        assert!(block_on(executions::get(&db, id.as_str()))
+            .unwrap()
+            .is_none());
+        let overdue = block_on(executions::overdue(&db, NOW_MS + SWEEP_OVERDUE_MS, 10)).unwrap();
+        assert!(overdue.is_empty(), "nothing for the sweep to recreate");
     }
 }

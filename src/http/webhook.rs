@@ -367,24 +367,19 @@ pub async fn accept(
         .field("github_event", event.as_str())
         .field("action", action.clone())
         .field("repo", repo.clone());
-    if let Some(prev) = executions::delivery(db, &delivery).await? {
-        received.field("duplicate", true).emit();
-        let instances: Value = serde_json::from_str(&prev.instance_ids_json).unwrap_or(Value::Null);
-        let body = json!({ "delivery": delivery, "duplicate": true, "instances": instances });
-        return Ok(Accepted {
-            status: 202,
-            body,
-            create_after: Vec::new(),
-        });
+    // A delivery that only creates needs no lookup first: its record batch
+    // inserts nothing when the delivery is known (one D1 round trip on the
+    // ack path). One that sends events looks first, so a redelivery never
+    // sends them again.
+    let creates_only = sends.is_empty() && routes.is_empty() && reruns.is_empty();
+    if !creates_only {
+        if let Some(prev) = executions::delivery(db, &delivery).await? {
+            return Ok(duplicate(received, &delivery, Some(prev)));
+        }
     }
     // A decision's instance is looked up in the index, never scanned for;
     // one nobody waits on (decided already, not Sluice's) is dropped.
     sends.extend(routed(db, &routes, now_ms).await?);
-    received
-        .field("duplicate", false)
-        .field("creates", creates.len())
-        .field("sends", sends.len())
-        .emit();
     creates.extend(resolve_reruns(db, &reruns).await?);
     // Events first: the delivery is recorded only once they were sent, so
     // a redelivery after a failure sends them again.
@@ -394,7 +389,16 @@ pub async fn accept(
         sent.push(json!({ "id": e.instance_id, "event": e.event_type, "delivered": delivered }));
     }
     let row = delivery_row(&delivery, &event, &action, &repo, &creates, &sent, now_ms);
-    let mut instances = record(db, &creates, &row, now_ms, request_id).await?;
+    let Some(mut instances) = record(db, &creates, &row, now_ms, request_id).await? else {
+        // Recorded meanwhile (a redelivery racing this one): it created.
+        let prev = executions::delivery(db, &delivery).await?;
+        return Ok(duplicate(received, &delivery, prev));
+    };
+    received
+        .field("duplicate", false)
+        .field("creates", creates.len())
+        .field("sends", sends.len())
+        .emit();
     instances.extend(sent);
     let body = json!({ "delivery": delivery, "duplicate": false, "instances": instances });
     Ok(Accepted {
@@ -402,6 +406,21 @@ pub async fn accept(
         body,
         create_after: creates,
     })
+}
+
+/// The answer to a delivery acted on already: the instances its first
+/// arrival named (GitHub redelivers with the same GUID); nothing created.
+fn duplicate(received: obs::Event, delivery: &str, prev: Option<DeliveryRow>) -> Accepted {
+    received.field("duplicate", true).emit();
+    let instances: Value = prev
+        .and_then(|p| serde_json::from_str(&p.instance_ids_json).ok())
+        .unwrap_or(Value::Null);
+    let body = json!({ "delivery": delivery, "duplicate": true, "instances": instances });
+    Accepted {
+        status: 202,
+        body,
+        create_after: Vec::new(),
+    }
 }
 
 /// The delivery's record: the instances it names, as a redelivery answers.
@@ -433,14 +452,15 @@ fn delivery_row(
 }
 
 /// Writes the instances' rows and the delivery's record in one batch;
-/// returns the instances as the answer names them (created: the row is new).
+/// returns the instances as the answer names them (created: the row is
+/// new), or None when the delivery was recorded already (nothing written).
 async fn record(
     db: &dyn Database,
     creates: &[CreateRequest],
     row: &DeliveryRow,
     now_ms: i64,
     request_id: &str,
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<Option<Vec<Value>>, ApiError> {
     let ids: Vec<_> = creates.iter().map(CreateRequest::id).collect();
     let inputs: Vec<String> = creates.iter().map(|c| c.input.to_string()).collect();
     let mut stmts: Vec<_> = creates
@@ -456,11 +476,14 @@ async fn record(
                 sha: c.sha.as_deref(),
                 input_json,
             };
-            executions::insert_requested_stmt(&r, now_ms)
+            executions::insert_requested_stmt(&r, now_ms, &row.delivery_id)
         })
         .collect();
     stmts.push(executions::record_delivery_stmt(row));
     let changes = db.batch(stmts).await?;
+    if changes.last() != Some(&1) {
+        return Ok(None);
+    }
     let mut instances = Vec::with_capacity(creates.len());
     for (i, c) in creates.iter().enumerate() {
         let created = Created {
@@ -471,7 +494,7 @@ async fn record(
         log_created(c, &created, request_id);
         instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
     }
-    Ok(instances)
+    Ok(Some(instances))
 }
 
 /// The sends that routed events resolve to: the instance each waits on.

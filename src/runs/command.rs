@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::future::join;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Backoff, Ctx, InstanceId, RunError, StepConfig, StepFailure};
@@ -432,10 +433,21 @@ async fn spawn(
         env: all_env,
         redact,
     };
-    env.sandbox
-        .start(sandbox, &p)
-        .await
-        .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))
+    let start = env.sandbox.start(sandbox, &p);
+    // The checkout's token is revoked beside the start, not before it: git
+    // is done with it, and against GitHub the call costs 100-300 ms that
+    // the command need not wait for.
+    let started = match &checkout_token {
+        Some(token) => join(start, revoke(env, token)).await.0,
+        None => start.await,
+    };
+    started.map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))
+}
+
+/// Best effort: a token whose revocation fails still expires within the
+/// hour GitHub gives it, and only the agent's git ever held it.
+async fn revoke(env: &RunEnv<'_>, token: &Secret) {
+    let _ = env.github.revoke_token(token).await;
 }
 
 /// Checks out the commit unless the workspace already holds it (a retried
@@ -469,11 +481,11 @@ async fn ensure_workspace(
         sha: spec.sha,
         token: Some(&token),
     };
-    let checked_out = env.sandbox.checkout(sandbox, &checkout).await;
-    // Best effort: a token whose revocation fails still expires within the
-    // hour GitHub gives it, and only the agent's git ever held it.
-    let _ = env.github.revoke_token(&token).await;
-    checked_out.map_err(|e| sandbox_failure(FailureTag::CheckoutFailed, e))?;
+    if let Err(e) = env.sandbox.checkout(sandbox, &checkout).await {
+        revoke(env, &token).await;
+        return Err(sandbox_failure(FailureTag::CheckoutFailed, e));
+    }
+    // Revoked by `spawn`, as the process starts.
     Ok(Some(token))
 }
 

@@ -585,11 +585,15 @@ pub struct Requested<'a> {
 /// its object if its create never arrives) before the object is asked to
 /// create it. A second insert of the id or key changes nothing (0 rows:
 /// the instance exists).
-pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64) -> Stmt {
+/// The row of an instance `delivery_id` asks for, unless that delivery is
+/// recorded already: a redelivery inserts nothing, even where the run's
+/// row was purged before the delivery's (it would be recreated from it).
+pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64, delivery_id: &str) -> Stmt {
     stmt!(
         "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
          input_json, step_count, index_round_trips, created_ms, updated_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, 0, 1, ?7, ?7)",
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, 0, 1, ?7, ?7 \
+         WHERE NOT EXISTS (SELECT 1 FROM webhook_deliveries WHERE delivery_id = ?9)",
         r.id,
         r.key,
         r.run,
@@ -598,6 +602,7 @@ pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64) -> Stmt {
         r.sha,
         now_ms,
         r.input_json,
+        delivery_id,
     )
 }
 
