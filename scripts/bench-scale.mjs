@@ -51,6 +51,13 @@ export async function inPool(items, concurrency, fn) {
   return out;
 }
 
+// Lets the event loop see what arrived while synchronous work (the commits, made with
+// execFileSync: seconds for hundreds) blocked it. The Worker's server closes a keep-alive
+// connection idle for 5 s; fetch drops its idle ones after 4 s, but not while the loop is
+// blocked, so without this turn the first request after the commits reuses a connection whose
+// close is already waiting unread and fails "other side closed" (a client artifact, 1 in 500).
+const settleIdleConnections = () => new Promise((resolve) => setTimeout(resolve, 50));
+
 function prPayload(stack, repo, sha, number) {
   return pullRequestPayload({ owner: OWNER, repo, sha, number, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) });
 }
@@ -68,6 +75,7 @@ async function burst(stack) {
   // No .sluice.toml: each check ends not-configured at once, so the figure is the ack path and
   // the creation, not 500 clones. A commit each: one instance per delivery (the key is the sha).
   const shas = Array.from({ length: BURST_DELIVERIES }, (_, i) => stack.commit(OWNER, repo, { 'README.md': `# burst ${i}\n` }));
+  await settleIdleConnections();
   const t0 = Date.now();
   const acks = await inPool(shas, BURST_CONCURRENCY, async (sha, i) => {
     const start = Date.now();
@@ -75,7 +83,7 @@ async function burst(stack) {
     const restarted = typeof res.body === 'string' && res.body.includes('restarted mid-request');
     // What a failed answer said (or why there was none), so a 5xx in the table can be traced.
     const said = res.status >= 500 || res.status === 0
-      ? `${res.status} ${res.error?.message ?? (typeof res.body === 'string' ? res.body : JSON.stringify(res.body))}`.slice(0, 200)
+      ? `${res.status} ${res.error ? `${res.error.message} (${res.error.cause?.code ?? ''} ${res.error.cause?.message ?? ''}) after ${Date.now() - start} ms` : (typeof res.body === 'string' ? res.body : JSON.stringify(res.body))}`.slice(0, 300)
       : null;
     return { ms: Date.now() - start, status: res.status, restarted, said, ids: (res.body?.instances ?? []).map((x) => x.id) };
   });
@@ -149,6 +157,7 @@ async function crowd(stack) {
   const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${CROWD_COMMAND_S}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
   const toml = `[check]\ncommand = "${cmd}"\n`;
   const shas = Array.from({ length: CROWD_CHECKS }, (_, i) => stack.commit(OWNER, repo, i === 0 ? { '.sluice.toml': toml, V: '0' } : { V: `${i}` }));
+  await settleIdleConnections();
   const t0 = Date.now();
   const acks = await inPool(shas, BURST_CONCURRENCY, (sha, i) => stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1)));
   const ends = [];
