@@ -1931,6 +1931,56 @@ fn pull_requests_never_take_the_sandbox_a_deploy_needs() {
     );
 }
 
+/// A check's three pools (its repository's, all checks', every sandbox's)
+/// are taken in one admission step while they have room; a check whose
+/// repository pool admits it but whose checks pool is full keeps the
+/// first and takes the rest in a later round, after a release.
+#[test]
+fn free_pools_are_taken_in_one_admission_step_and_a_full_one_in_a_later_round() {
+    let rig = Rig::new();
+    rig.sandbox
+        .script_timed("cargo test", 0, "ok\n", 10 * MINUTE_MS);
+    let mut checks = Vec::new();
+    // Two repositories, two checks each: the rig's checks pool holds 3.
+    for (repo, digits) in [(REPO, "12"), ("octo/other", "34")] {
+        for s in digits.chars().map(sha) {
+            rig.github.commit(repo, &s, &[(".sluice.toml", CHECK_TOML)]);
+            checks.push(rig.check_in(repo, &s));
+        }
+    }
+    let ends = block_on(futures::future::join_all(
+        checks.iter().map(|c| rig.drive(c, 0)),
+    ));
+    assert!(ends.iter().all(|s| *s == Status::Complete), "{ends:?}");
+    let rounds = |c: &Inst| {
+        rig.step_names(c)
+            .iter()
+            .filter(|n| n.starts_with("gate: admission"))
+            .count()
+    };
+    let (waited, at_once): (Vec<&Inst>, Vec<&Inst>) = checks.iter().partition(|c| rounds(c) > 1);
+    assert_eq!(
+        (waited.len(), at_once.len()),
+        (1, 3),
+        "the checks pool holds 3"
+    );
+    for c in &at_once {
+        let first: serde_json::Value =
+            serde_json::from_str(&rig.entry(c, "gate: admission").value.unwrap()).unwrap();
+        assert_eq!(
+            (first["admitted"].clone(), first["pools"].clone()),
+            (true.into(), 3.into())
+        );
+    }
+    let first: serde_json::Value =
+        serde_json::from_str(&rig.entry(waited[0], "gate: admission").value.unwrap()).unwrap();
+    assert_eq!(
+        (first["admitted"].clone(), first["pools"].clone()),
+        (false.into(), 1.into()),
+        "its repository's slot taken, queued for the checks pool"
+    );
+}
+
 /// Scenario 7: checks pass admission (their repository's pool bounds them:
 /// 2 at once in the rig), and the sandbox lease is held by the execution's gate id, so a restarted
 /// generation is a different holder of the same sandbox.

@@ -643,14 +643,27 @@ fn log_claim(ctx: &Ctx<'_>, group: &str, outcome: &ClaimOutcome) {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Admission {
+    /// The round's last acquire admitted (so every pool it tried did).
     admitted: bool,
     at_ms: i64,
+    /// Pools this round took, in order. A journal of an older version
+    /// has none: its rounds tried one pool each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pools: Option<usize>,
 }
 
-/// A slot in each pool, in order, FIFO: each round is one acquire (which
-/// keeps the place in line alive, and beats the slots already taken), then
-/// a wait for a release's wake-up or the poll interval. None when admitted
-/// to every pool; a verdict when capacity never came.
+impl Admission {
+    fn pools_taken(&self) -> usize {
+        self.pools.unwrap_or(usize::from(self.admitted))
+    }
+}
+
+/// A slot in each pool, in order, FIFO: each round is one step that beats
+/// the slots taken in earlier rounds and acquires the remaining pools in
+/// order while they admit (each acquire keeps the place in line alive),
+/// then, when one did not, a wait for a release's wake-up or the poll
+/// interval. None when admitted to every pool; a verdict when capacity
+/// never came.
 async fn admit(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -660,12 +673,12 @@ async fn admit(
     let mut taken = 0;
     let rounds = ADMISSION_ROUNDS_MAX as usize * held.pools.len().max(1);
     for _ in 0..rounds {
-        let Some(pool) = held.pools.get(taken) else {
+        if taken >= held.pools.len() {
             return Ok(None);
-        };
-        let a = acquire_round(ctx, env, held, taken, pool).await?;
+        }
+        let a = acquire_round(ctx, env, held, taken).await?;
+        taken += a.pools_taken();
         if a.admitted {
-            taken += 1;
             continue;
         }
         if a.at_ms - *first_ms.get_or_insert(a.at_ms) >= ADMISSION_WAIT_MS_MAX {
@@ -690,13 +703,14 @@ async fn admit(
     }))
 }
 
-/// One admission step: beat the first `taken` pools' slots, try `pool`.
+/// One admission step: beat the first `taken` pools' slots (taken in
+/// earlier rounds), then acquire the others in order until one queues. A
+/// step that dies midway acquires again: an admitted holder stays admitted.
 async fn acquire_round(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     held: &Held<'_>,
     taken: usize,
-    pool: &Pool<'_>,
 ) -> Result<Admission, RunError> {
     ctx.step(ADMISSION_STEP, StepConfig::default(), |_| async {
         let at_ms = ctx.now_ms();
@@ -707,15 +721,25 @@ async fn acquire_round(
         if !beats.is_empty() {
             env.db.batch(beats).await.map_err(gate_failure)?;
         }
-        let out = admission::acquire(env.db, pool.name, held.instance_id, pool.capacity, at_ms)
-            .await
-            .map_err(gate_failure)?;
-        if out == admission::AdmissionOutcome::Admitted {
+        let mut pools = 0;
+        for pool in &held.pools[taken..] {
+            let out = admission::acquire(env.db, pool.name, held.instance_id, pool.capacity, at_ms)
+                .await
+                .map_err(gate_failure)?;
+            if out != admission::AdmissionOutcome::Admitted {
+                return Ok(Admission {
+                    admitted: false,
+                    at_ms,
+                    pools: Some(pools),
+                });
+            }
             gate_line(ctx.subject(), "pool", pool.name, "admitted").emit();
+            pools += 1;
         }
         Ok(Admission {
-            admitted: out == admission::AdmissionOutcome::Admitted,
+            admitted: true,
             at_ms,
+            pools: Some(pools),
         })
     })
     .await
@@ -1060,4 +1084,25 @@ async fn still_holds(
     }
     let changes = env.db.batch(stmts).await.map_err(|e| e.to_string())?;
     Ok(changes.iter().all(|c| *c == 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Admission;
+
+    /// A round an older version journaled tried one pool: admitted, it took
+    /// that one; queued, none. Replayed so, an instance running across the
+    /// upgrade takes each pool once.
+    #[test]
+    fn an_older_journals_rounds_took_one_pool_each() {
+        let old = |admitted| {
+            serde_json::from_str::<Admission>(&format!(r#"{{"admitted":{admitted},"at_ms":5}}"#))
+                .unwrap()
+                .pools_taken()
+        };
+        assert_eq!((old(true), old(false)), (1, 0));
+        let new: Admission =
+            serde_json::from_str(r#"{"admitted":false,"at_ms":5,"pools":2}"#).unwrap();
+        assert_eq!(new.pools_taken(), 2);
+    }
 }
