@@ -134,8 +134,10 @@ export function maxOverlap(intervals) {
   return most;
 }
 
-// Admissions that overtook an earlier waiter: pairs where one entered the pool's queue first
-// (its first admission attempt) and the other was admitted first (its last admission attempt).
+// Admissions that overtook an earlier waiter: pairs where one entered the pools' queue first
+// (the start of its first admission round, which queues it in the first pool before anything
+// else) and the other was admitted first (the end of its last round). A round takes every pool
+// with room, so its end says nothing about when it queued.
 export function overtakes(waiters) {
   let n = 0;
   for (const a of waiters) {
@@ -146,7 +148,7 @@ export function overtakes(waiters) {
 
 function admissionOf(e) {
   const tries = e.steps.filter((s) => s.name.startsWith('gate: admission'));
-  return { queued: tries[0]?.finished_ms ?? Infinity, admitted: tries.at(-1)?.finished_ms ?? Infinity };
+  return { queued: tries[0]?.started_ms ?? Infinity, admitted: tries.at(-1)?.finished_ms ?? Infinity };
 }
 
 // 100 trivial checks at once through the pool: total time, FIFO admission, never > capacity busy.

@@ -10,7 +10,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
+import { NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, scratchRoot, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
 import { startStack } from '../tests/e2e/harness.mjs';
 import { benchAgent } from './bench-agent.mjs';
 import { benchGates } from './bench-gates.mjs';
@@ -47,7 +47,8 @@ const until = (fn, what, timeoutMs = RUN_TIMEOUT_MS) => pollUntil(fn, { what, ti
 
 async function startPeer() {
   const port = await freePort();
-  const tmp = join(ROOT, '.wrangler', 'bench-peer');
+  // On the same scratch storage as Sluice's stack, so both pay the same for their commits.
+  const tmp = join(scratchRoot(), 'sluice-bench-peer');
   // A fresh state each run: Workflows keeps instances by id across restarts.
   rmSync(join(tmp, 'state'), { recursive: true, force: true });
   const child = spawnGroup(WRANGLER_BIN, [

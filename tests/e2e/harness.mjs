@@ -10,14 +10,13 @@
 import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createSign } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { commitFiles } from '../../tools/github-standin/git.mjs';
 import { startStandin } from '../../tools/github-standin/server.mjs';
 import { sendWebhook as postWebhook } from '../../tools/github-standin/webhooks.mjs';
 import {
   NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup,
-  portListens, randomToken, runBounded, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree,
+  portListens, randomToken, runBounded, scratchRoot, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree,
   wranglerEnv,
 } from '../../scripts/lib.mjs';
 import { checkPoolCapacity, containerLogs, prepareContainerLayer, removeContainers, sandboxContainers } from '../../scripts/containers/layer.mjs';
@@ -174,14 +173,15 @@ export function logTail(n = LOG_TAIL_LINES) {
 // clone from it.
 export async function startStack(opts = {}) {
   await ensureBuilt();
-  const tmp = mkdtempSync(join(tmpdir(), 'sluice-e2e-'));
+  const scratch = scratchRoot();
+  const tmp = mkdtempSync(join(scratch, 'sluice-e2e-'));
   liveTmpDirs.add(tmp);
   // The agent's root lives apart from the stack's files: its workspace users must be able to
   // reach it, and must not reach the Worker's vars or state (tmp stays 0700).
-  const sandbox = mkdtempSync(join(tmpdir(), 'sluice-e2e-sandbox-'));
+  const sandbox = mkdtempSync(join(scratch, 'sluice-e2e-sandbox-'));
   liveTmpDirs.add(sandbox);
   // Files tests let every run's command write (sharedFile): the runs' users differ.
-  const shared = mkdtempSync(join(tmpdir(), 'sluice-e2e-shared-'));
+  const shared = mkdtempSync(join(scratch, 'sluice-e2e-shared-'));
   chmodSync(shared, 0o755);
   liveTmpDirs.add(shared);
   const paths = {
