@@ -8,7 +8,7 @@ use std::io::{self, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -255,10 +255,9 @@ pub fn spawn(mut command: Command, run_as: RunAs, redactor: Redactor) -> io::Res
         .stderr(writer);
     run_as.prepare(&mut command);
     let started = Instant::now();
-    let child = command.spawn()?;
-    // `command` holds our copies of the pipe's write end; the reader sees EOF only once every
-    // copy is closed, so close ours now. (On the error paths above, dropping does the same.)
-    drop(command);
+    // The spawner drops `command`, which holds our copies of the pipe's write end: the reader
+    // sees EOF only once every copy is closed. (On the error paths above, dropping does the same.)
+    let child = spawn_from_lifelong_thread(command)?;
     Ok(Running {
         child,
         run_as,
@@ -267,6 +266,35 @@ pub fn spawn(mut command: Command, run_as: RunAs, redactor: Redactor) -> io::Res
         started,
         reaped: false,
     })
+}
+
+type SpawnJob = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Forks every command from one thread that lives as long as the agent. A child dies with the
+/// agent (`RunAs::prepare` sets its parent-death signal), but Linux sends that signal when the
+/// *thread* that forked it exits, and requests run on short-lived threads: forked there, a
+/// detached process would be killed as its request thread ended.
+fn spawn_from_lifelong_thread(command: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, queue) = mpsc::channel::<SpawnJob>();
+        // Bounded by the agent's life: it serves spawns until the process exits.
+        let started = thread::Builder::new()
+            .name("spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in queue {
+                    let _ = reply.send(command.spawn());
+                }
+            });
+        if let Err(e) = started {
+            eprintln!("error: cannot start the spawner thread: {e}");
+        }
+        Mutex::new(jobs)
+    });
+    let (reply, answer) = mpsc::channel();
+    let gone = || io::Error::other("the spawner thread is gone");
+    lock(spawner).send((command, reply)).map_err(|_| gone())?;
+    answer.recv().map_err(|_| gone())?
 }
 
 /// Copies the pipe into `output` until EOF, i.e. until every process holding the write end

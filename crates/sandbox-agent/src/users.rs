@@ -43,6 +43,7 @@ impl RunAs {
         // SAFETY: the hook runs in the forked child before exec and only makes system calls
         // (setsid, setgroups, setgid, setuid, umask), which are async-signal-safe, and builds
         // io::Errors from errno without allocating.
+        let agent = std::process::id();
         unsafe {
             command.pre_exec(move || {
                 check(libc::setsid())?;
@@ -50,7 +51,7 @@ impl RunAs {
                     become_user(uid)?;
                 }
                 libc::umask(0o077);
-                Ok(())
+                die_with_the_agent(agent)
             });
         }
     }
@@ -64,6 +65,22 @@ impl RunAs {
             RunAs::User(uid) => kill_user(uid),
         }
     }
+}
+
+/// In the forked child: SIGKILL when the agent dies, as a container's processes die with it,
+/// so a command never finishes unobserved after a crash of its sandbox host (the next agent
+/// would run it again). Set after the uid change, which clears it; a parent that died before
+/// it was set is seen by the parent pid changing. What the command started itself is killed by
+/// the next agent, which kills every process of its uids before it serves.
+fn die_with_the_agent(agent: u32) -> io::Result<()> {
+    // SAFETY (the caller's): prctl and getppid are async-signal-safe.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) })?;
+    if unsafe { libc::getppid() } as u32 != agent {
+        return Err(io::Error::other(
+            "the agent died while starting the command",
+        ));
+    }
+    Ok(())
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {

@@ -931,6 +931,54 @@ fn pid_alive(pid: &str) -> bool {
     }
 }
 
+/// A crash of the agent (SIGKILL) takes its commands with it, as a container's crash does: a
+/// command never finishes unobserved, to be run again by the next agent. Its detached process
+/// outlives the request that started it, though (forked from a thread as long-lived as the agent).
+#[test]
+fn a_detached_process_dies_with_the_agent_and_not_with_its_request() {
+    let mut agent = Agent::start();
+    let path = agent.empty_workspace("w");
+    let body = json!({
+        "id": "check-1",
+        "workspace": "w",
+        "command": "echo $$ > shell.pid; sleep 30; echo end > end",
+        "timeout_ms": 60_000,
+    });
+    let (status, reply) = agent.post("/v1/processes", body);
+    assert_eq!(status, 201, "{reply}");
+    let pid_file = path.join("shell.pid");
+    let written = || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .filter(|p| p.trim().parse::<u32>().is_ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while written().is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let pid = written().expect("the command wrote its shell's pid");
+    let (status, seen) = agent.get("/v1/processes/check-1");
+    assert_eq!(
+        (status, &seen["status"]),
+        (200, &json!("running")),
+        "{seen}"
+    );
+    assert!(pid_alive(&pid), "running after its request ended");
+
+    agent.child.kill().expect("SIGKILL the agent");
+    agent.child.wait().expect("the agent is gone");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pid_alive(&pid) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !pid_alive(&pid),
+        "the command's shell {} outlived the agent",
+        pid.trim()
+    );
+    assert!(!path.join("end").exists(), "the command never finished");
+}
+
 #[test]
 fn kill_ends_the_whole_process_group_and_reports_it() {
     let agent = Agent::start();
