@@ -7,7 +7,7 @@
 // Usage: npm run bench [-- --rounds N] [-- --only scale]   (builds the Worker first unless
 // SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes the last soak).
 
-import { rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, scratchRoot, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
@@ -47,10 +47,9 @@ const until = (fn, what, timeoutMs = RUN_TIMEOUT_MS) => pollUntil(fn, { what, ti
 
 async function startPeer() {
   const port = await freePort();
-  // On the same scratch storage as Sluice's stack, so both pay the same for their commits.
-  const tmp = join(scratchRoot(), 'sluice-bench-peer');
-  // A fresh state each run: Workflows keeps instances by id across restarts.
-  rmSync(join(tmp, 'state'), { recursive: true, force: true });
+  // On the same scratch storage as Sluice's stack, so both pay the same for their commits; a
+  // fresh directory each run (Workflows keeps instances by id across restarts), removed at stop.
+  const tmp = mkdtempSync(join(scratchRoot(), 'sluice-bench-peer-'));
   const child = spawnGroup(WRANGLER_BIN, [
     'dev', '--config', join(ROOT, 'bench', 'workflows-peer', 'wrangler.toml'), '--port', String(port), '--ip', '127.0.0.1',
     '--inspector-port', String(await freePort()), '--persist-to', join(tmp, 'state'), '--show-interactive-dev-session=false',
@@ -58,7 +57,13 @@ async function startPeer() {
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/status?id=warmup`, { timeoutMs: PEER_START_TIMEOUT_MS }).catch(() => {});
   await until(async () => (await fetch(`${url}/nope`).catch(() => null))?.status === 404, 'peer to answer', PEER_START_TIMEOUT_MS);
-  return { url, stop: () => stopGroup(child, STOP_GRACE_MS) };
+  return {
+    url,
+    stop: async () => {
+      await stopGroup(child, STOP_GRACE_MS);
+      rmSync(tmp, { recursive: true, force: true });
+    },
+  };
 }
 
 function peerApi(peer) {

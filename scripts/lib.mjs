@@ -51,12 +51,13 @@ export function wranglerEnv(dir = join(ROOT, '.wrangler')) {
 // The harness checks the inspector port stays closed, so an upgrade that changes this is seen.
 export const NO_INSPECTOR_ENV = { VSCODE_INSPECTOR_OPTIONS: '{}' };
 
-// Where test and bench stacks keep their throwaway files (persisted D1 and Durable Object state,
-// git repositories, workspaces): /dev/shm when it is a RAM filesystem with room, else the temp
-// dir. On a disk, each SQLite commit of the local D1 and Durable Objects waits for an fsync, and
-// the one workerd thread that runs the Worker, every object and D1 waits with it: under the
-// bench's burst that was a fifth of the throughput (44-47 vs 52-62 deliveries a second). The
-// state is deleted with the stack; a kill -9 of the stack keeps it (tmpfs outlives processes).
+// Where test and bench stacks keep their throwaway state (persisted D1 and Durable Object state,
+// the stand-in's git repositories, logs): /dev/shm when it is a RAM filesystem with room, else
+// the temp dir. On a disk, each SQLite commit of the local D1 and Durable Objects waits for an
+// fsync, and the one workerd thread that runs the Worker, every object and D1 waits with it:
+// under the bench's burst that was a third of the throughput (37-47 vs 52-62 deliveries a second
+// in alternating runs). The state is deleted with the stack; a kill -9 of the stack keeps it
+// (tmpfs outlives processes), as the soak needs.
 const SCRATCH_RAM_DIR = '/dev/shm';
 // Room a RAM scratch dir must have: a soak's stacks hold a few hundred MB at most; a container's
 // default 64 MB /dev/shm is too small and falls back to the temp dir.
@@ -64,7 +65,10 @@ const SCRATCH_RAM_FREE_MIN_BYTES = 1024 ** 3;
 // statfs(2)'s f_type of a tmpfs (linux/magic.h).
 const TMPFS_MAGIC = 0x01021994;
 
+// SLUICE_SCRATCH_DIR overrides the choice (a kill -9 of a test run leaves its files behind,
+// and in RAM they stay until removed: `rm -rf /dev/shm/sluice-*`).
 export function scratchRoot() {
+  if (process.env.SLUICE_SCRATCH_DIR) return process.env.SLUICE_SCRATCH_DIR;
   try {
     const s = statfsSync(SCRATCH_RAM_DIR);
     if (s.type === TMPFS_MAGIC && s.bavail * s.bsize >= SCRATCH_RAM_FREE_MIN_BYTES) return SCRATCH_RAM_DIR;

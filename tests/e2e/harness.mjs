@@ -11,6 +11,7 @@ import { chmodSync, closeSync, createWriteStream, existsSync, mkdtempSync, openS
 import { createSign } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { commitFiles } from '../../tools/github-standin/git.mjs';
 import { startStandin } from '../../tools/github-standin/server.mjs';
 import { sendWebhook as postWebhook } from '../../tools/github-standin/webhooks.mjs';
@@ -173,15 +174,17 @@ export function logTail(n = LOG_TAIL_LINES) {
 // clone from it.
 export async function startStack(opts = {}) {
   await ensureBuilt();
-  const scratch = scratchRoot();
-  const tmp = mkdtempSync(join(scratch, 'sluice-e2e-'));
+  // The state (D1, Durable Objects), repositories and logs in RAM where there is room; the
+  // agent's workspaces and the commands' shared files stay in the temp dir, where commands can
+  // execute what they build (a RAM /dev/shm may be mounted noexec).
+  const tmp = mkdtempSync(join(scratchRoot(), 'sluice-e2e-'));
   liveTmpDirs.add(tmp);
   // The agent's root lives apart from the stack's files: its workspace users must be able to
   // reach it, and must not reach the Worker's vars or state (tmp stays 0700).
-  const sandbox = mkdtempSync(join(scratch, 'sluice-e2e-sandbox-'));
+  const sandbox = mkdtempSync(join(tmpdir(), 'sluice-e2e-sandbox-'));
   liveTmpDirs.add(sandbox);
   // Files tests let every run's command write (sharedFile): the runs' users differ.
-  const shared = mkdtempSync(join(scratch, 'sluice-e2e-shared-'));
+  const shared = mkdtempSync(join(tmpdir(), 'sluice-e2e-shared-'));
   chmodSync(shared, 0o755);
   liveTmpDirs.add(shared);
   const paths = {
