@@ -917,6 +917,31 @@ fn detached_processes_are_capped() {
     assert_eq!(status, 200, "an existing id is still answered at the cap");
 }
 
+/// The pid a command writes to `file`, once it is there (within 10 s). The shell creates the
+/// file before it writes the pid: wait for a number, not for the file (an empty pid would read
+/// /proc//stat).
+fn written_pid(file: &Path) -> Option<String> {
+    let written = || {
+        std::fs::read_to_string(file)
+            .ok()
+            .filter(|p| p.trim().parse::<u32>().is_ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while written().is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    written()
+}
+
+/// Whether `pid` is gone (or a zombie) within `bound`.
+fn gone_within(pid: &str, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    while pid_alive(pid) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    !pid_alive(pid)
+}
+
 /// Whether a pid names a live (non-zombie) process.
 fn pid_alive(pid: &str) -> bool {
     let stat = PathBuf::from(format!("/proc/{}/stat", pid.trim()));
@@ -946,17 +971,7 @@ fn a_detached_process_dies_with_the_agent_and_not_with_its_request() {
     });
     let (status, reply) = agent.post("/v1/processes", body);
     assert_eq!(status, 201, "{reply}");
-    let pid_file = path.join("shell.pid");
-    let written = || {
-        std::fs::read_to_string(&pid_file)
-            .ok()
-            .filter(|p| p.trim().parse::<u32>().is_ok())
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while written().is_none() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let pid = written().expect("the command wrote its shell's pid");
+    let pid = written_pid(&path.join("shell.pid")).expect("the command wrote its shell's pid");
     let (status, seen) = agent.get("/v1/processes/check-1");
     assert_eq!(
         (status, &seen["status"]),
@@ -967,12 +982,8 @@ fn a_detached_process_dies_with_the_agent_and_not_with_its_request() {
 
     agent.child.kill().expect("SIGKILL the agent");
     agent.child.wait().expect("the agent is gone");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pid_alive(&pid) && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        !pid_alive(&pid),
+        gone_within(&pid, Duration::from_secs(5)),
         "the command's shell {} outlived the agent",
         pid.trim()
     );
@@ -992,31 +1003,15 @@ fn kill_ends_the_whole_process_group_and_reports_it() {
     let (status, reply) = agent.post("/v1/processes", body);
     assert_eq!(status, 201, "{reply}");
     // Wait for the positive signal that the background child exists.
-    // The shell creates the file before it writes the pid: wait for a
-    // number, not for the file (an empty pid would read /proc//stat).
-    let pid_file = path.join("child.pid");
-    let written = || {
-        std::fs::read_to_string(&pid_file)
-            .ok()
-            .filter(|p| p.trim().parse::<u32>().is_ok())
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while written().is_none() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let pid = written().expect("the command wrote its child's pid");
+    let pid = written_pid(&path.join("child.pid")).expect("the command wrote its child's pid");
 
     let (status, killed) = agent.post("/v1/processes/deploy-1/kill?wait_ms=10000", json!({}));
     assert_eq!(status, 200, "{killed}");
     assert_eq!(killed["status"], "killed", "{killed}");
     assert_eq!(killed["signal"], 9);
     // The orphaned background sleep went with the group.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pid_alive(&pid) && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        !pid_alive(&pid),
+        gone_within(&pid, Duration::from_secs(5)),
         "background sleep {} survived the kill",
         pid.trim()
     );
