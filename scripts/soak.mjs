@@ -213,8 +213,9 @@ export function deployViolations(logLines, shas, ids, agentBackMs) {
 async function trial(stack, i, random) {
   const killAfterMs = Math.floor(random() * KILL_WINDOW_MS);
   const kind = i % 2 === 0 ? 'check' : 'deploy burst';
-  // Trials 3-4, 7-8, ... kill the agent too: half of each kind. Only an isolated agent (root)
-  // kills what its predecessor left; an unisolated one's commands would outlive it.
+  // Trials 3-4, 7-8, ... kill the agent too: half of each kind. A command dies with its agent,
+  // but what it started lives on until the next agent kills it by uid, which only an isolated
+  // agent (root) can: an unisolated one's leftovers would outlive it.
   const agentToo = AGENT_ISOLATED && Math.floor(i / 2) % 2 === 1;
   const r = kind === 'check' ? await checkTrial(stack, i, killAfterMs, agentToo) : await deployTrial(stack, i, killAfterMs, agentToo);
   const ended = r.statuses.filter((s) => s === 'complete' || s === 'skipped').length;

@@ -584,10 +584,9 @@ pub struct Requested<'a> {
 /// answer path so the instance is in the index (and the sweep recreates
 /// its object if its create never arrives) before the object is asked to
 /// create it. A second insert of the id or key changes nothing (0 rows:
-/// the instance exists).
-/// The row of an instance `delivery_id` asks for, unless that delivery is
-/// recorded already: a redelivery inserts nothing, even where the run's
-/// row was purged before the delivery's (it would be recreated from it).
+/// the instance exists), and nothing is inserted for a `delivery_id`
+/// recorded already: a redelivery writes no row back even where the run's
+/// row was purged before the delivery's (the sweep would recreate it).
 pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64, delivery_id: &str) -> Stmt {
     stmt!(
         "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \

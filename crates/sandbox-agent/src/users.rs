@@ -41,8 +41,8 @@ impl RunAs {
             RunAs::User(uid) => Some(uid),
         };
         // SAFETY: the hook runs in the forked child before exec and only makes system calls
-        // (setsid, setgroups, setgid, setuid, umask), which are async-signal-safe, and builds
-        // io::Errors from errno without allocating.
+        // (setsid, setgroups, setgid, setuid, umask, prctl, getppid), which are
+        // async-signal-safe, and builds io::Errors from errno without allocating.
         let agent = std::process::id();
         unsafe {
             command.pre_exec(move || {
@@ -76,9 +76,8 @@ fn die_with_the_agent(agent: u32) -> io::Result<()> {
     // SAFETY (the caller's): prctl and getppid are async-signal-safe.
     check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) })?;
     if unsafe { libc::getppid() } as u32 != agent {
-        return Err(io::Error::other(
-            "the agent died while starting the command",
-        ));
+        // From errno, as everything in the forked child: no allocation between fork and exec.
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(())
 }
