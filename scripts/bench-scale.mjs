@@ -7,7 +7,8 @@
 
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhooks.mjs';
+import http from 'node:http';
+import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
 import { pollUntil } from './lib.mjs';
 
 const OWNER = 'scale';
@@ -69,40 +70,104 @@ async function finished(stack, id) {
   }, `${id} to finish`);
 }
 
-// 500 signed deliveries, 50 in flight: ack latency, 5xx, and every delivery's instance created once.
-async function burst(stack) {
-  const repo = 'burst';
-  // No .sluice.toml: each check ends not-configured at once, so the figure is the ack path and
-  // the creation, not 500 clones. A commit each: one instance per delivery (the key is the sha).
-  const shas = Array.from({ length: BURST_DELIVERIES }, (_, i) => stack.commit(OWNER, repo, { 'README.md': `# burst ${i}\n` }));
-  await settleIdleConnections();
-  const t0 = Date.now();
-  const acks = await inPool(shas, BURST_CONCURRENCY, async (sha, i) => {
+// A just-started `wrangler dev` compiles the Worker's wasm in tiers and opens its first
+// connections while it answers its first ~100 deliveries (their ack p50 was ~330 ms against
+// ~130 ms after, in runs of this burst). The burst meets a Worker warmed by this many deliveries
+// to another repository, as one in service is; the warm-up's own figures are printed beside.
+const BURST_WARMUP = 50;
+// One answer's bound: GitHub's own is 10 s; a loaded 2-core machine can be slower.
+const ACK_TIMEOUT_MS = 30_000;
+
+// Deliveries signed before the clock starts and posted over node's http with keep-alive, the
+// lightest sender node has: the 2 cores are shared with wrangler, and GitHub signs and sends on
+// machines of its own.
+function burstSender(stack) {
+  const url = new URL(`${stack.url}/webhooks/github`);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: BURST_CONCURRENCY });
+  const post = ({ body, headers }) => new Promise((resolve) => {
+    const req = http.request(url, { method: 'POST', agent, timeout: ACK_TIMEOUT_MS, headers: { ...headers, 'Content-Length': Buffer.byteLength(body) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+      res.on('error', (error) => resolve({ status: 0, error }));
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer in ${ACK_TIMEOUT_MS} ms`)));
+    req.on('error', (error) => resolve({ status: 0, error }));
+    req.end(body);
+  });
+  return { post, close: () => agent.destroy() };
+}
+
+function signedPrs(stack, repo, count) {
+  const shas = Array.from({ length: count }, (_, i) => stack.commit(OWNER, repo, { 'README.md': `# ${repo} ${i}\n` }));
+  return shas.map((sha, i) => signedDelivery({ secret: stack.secret, event: 'pull_request', payload: prPayload(stack, repo, sha, i + 1) }));
+}
+
+// Posts deliveries BURST_CONCURRENCY at a time: each answer's time, status and instance ids.
+async function postAll(sender, deliveries) {
+  return inPool(deliveries, BURST_CONCURRENCY, async (d) => {
     const start = Date.now();
-    const res = await stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1)).catch((e) => ({ status: 0, error: e }));
-    const restarted = typeof res.body === 'string' && res.body.includes('restarted mid-request');
+    const res = await sender.post(d);
+    let body = res.text;
+    try { body = JSON.parse(res.text); } catch { /* wrangler's own errors are text */ }
+    const restarted = typeof body === 'string' && body.includes('restarted mid-request');
     // What a failed answer said (or why there was none), so a 5xx in the table can be traced.
     const said = res.status >= 500 || res.status === 0
-      ? `${res.status} ${res.error ? `${res.error.message} (${res.error.cause?.code ?? ''} ${res.error.cause?.message ?? ''}) after ${Date.now() - start} ms` : (typeof res.body === 'string' ? res.body : JSON.stringify(res.body))}`.slice(0, 300)
+      ? `${res.status} ${res.error ? `${res.error.message} (${res.error.code ?? ''}) after ${Date.now() - start} ms` : (typeof body === 'string' ? body : JSON.stringify(body))}`.slice(0, 300)
       : null;
-    return { ms: Date.now() - start, status: res.status, restarted, said, ids: (res.body?.instances ?? []).map((x) => x.id) };
+    return { ms: Date.now() - start, status: res.status, restarted, said, ids: (body?.instances ?? []).map((x) => x.id) };
   });
-  const wallMs = Date.now() - t0;
-  // Lost: a delivery not acknowledged with its own instance, or one whose instance is not there.
-  const ids = new Set(acks.flatMap((a) => a.ids));
-  const found = await inPool([...ids], BURST_CONCURRENCY, async (id) => (await stack.api(`/v1/executions/${id}`)).status === 200);
-  const lost = BURST_DELIVERIES - found.filter(Boolean).length;
-  return {
-    perSecond: (BURST_DELIVERIES * 1000) / wallMs,
-    p50: pct(acks.map((a) => a.ms), 50),
-    p99: pct(acks.map((a) => a.ms), 99),
-    fiveXx: acks.filter((a) => a.status >= 500 || a.status === 0).length,
-    // 5xx that `wrangler dev` itself answered: its local runtime restarted mid-request under
-    // the load (the request never reached an answer of Sluice's; GitHub would redeliver).
-    restarts: acks.filter((a) => a.restarted).length,
-    failures: acks.filter((a) => a.said).slice(0, 3).map((a) => a.said),
-    lost,
-  };
+}
+
+// Instances of `ids` finished by the deadline, one at a time (early ones finish first).
+async function finishedBy(stack, ids, deadlineMs) {
+  let n = 0;
+  for (const id of ids) {
+    const left = deadlineMs - Date.now();
+    if (left <= 0) break;
+    if (await until(async () => {
+      const { status, body } = await stack.api(`/v1/executions/${id}`);
+      return status === 200 && TERMINAL.has(body.execution?.status) ? true : null;
+    }, `${id} to finish`, left).catch(() => false)) n += 1;
+  }
+  return n;
+}
+
+// 500 signed deliveries, 50 in flight: ack latency, 5xx, and every delivery's instance created
+// once and run to its end (creations wait while a burst is answered: `http::ack_first`).
+async function burst(stack) {
+  // No .sluice.toml: each check ends not-configured at once, so the figure is the ack path and
+  // the creation, not 500 clones. A commit each: one instance per delivery (the key is the sha).
+  const warm = signedPrs(stack, 'burst-warmup', BURST_WARMUP);
+  const deliveries = signedPrs(stack, 'burst', BURST_DELIVERIES);
+  await settleIdleConnections();
+  const sender = burstSender(stack);
+  try {
+    const warmAcks = await postAll(sender, warm);
+    await finishedBy(stack, warmAcks.flatMap((a) => a.ids), Date.now() + FINISH_TIMEOUT_MS);
+    const t0 = Date.now();
+    const acks = await postAll(sender, deliveries);
+    const wallMs = Date.now() - t0;
+    // Lost: a delivery not acknowledged with an instance of its own, or one that never finished.
+    const ids = [...new Set(acks.flatMap((a) => a.ids))];
+    const done = await finishedBy(stack, ids, Date.now() + FINISH_TIMEOUT_MS);
+    return {
+      perSecond: (BURST_DELIVERIES * 1000) / wallMs,
+      p50: pct(acks.map((a) => a.ms), 50),
+      p99: pct(acks.map((a) => a.ms), 99),
+      fiveXx: acks.filter((a) => a.status >= 500 || a.status === 0).length,
+      // 5xx that `wrangler dev` itself answered: its local runtime restarted mid-request under
+      // the load (the request never reached an answer of Sluice's; GitHub would redeliver).
+      restarts: acks.filter((a) => a.restarted).length,
+      failures: acks.filter((a) => a.said).slice(0, 3).map((a) => a.said),
+      lost: BURST_DELIVERIES - done,
+      settledMs: Date.now() - t0,
+      warmup: { p50: pct(warmAcks.map((a) => a.ms), 50), p99: pct(warmAcks.map((a) => a.ms), 99) },
+    };
+  } finally {
+    sender.close();
+  }
 }
 
 // Creates per second at 50 in flight: Sluice's POST /v1/executions against the peer's create.
@@ -252,9 +317,9 @@ export async function benchScale(stack, peer) {
   const col = (k) => o.rounds.map((r) => r[k]);
   const own = o.rounds.map((r) => r.completed - r.work);
   return [
-    { figure: `burst: ${BURST_DELIVERIES} signed pull_request deliveries at ${BURST_CONCURRENCY} concurrent, acked per second`, sluice: `${b.perSecond.toFixed(0)}/s`, target: '>= 300/s', met: b.perSecond >= 300 },
+    { figure: `burst: ${BURST_DELIVERIES} signed pull_request deliveries at ${BURST_CONCURRENCY} concurrent (after ${BURST_WARMUP} to warm the Worker), acked per second`, sluice: `${b.perSecond.toFixed(0)}/s`, target: '>= 300/s', met: b.perSecond >= 300 },
     { figure: 'burst: ack latency p50 / p99', sluice: `${ms(b.p50)} / ${ms(b.p99)}`, target: 'p99 <= 250 ms', met: b.p99 <= 250 },
-    { figure: "burst: deliveries lost / 5xx answers (of which wrangler dev's 'worker restarted mid-request')", sluice: `${b.lost} / ${b.fiveXx} (${b.restarts})`, target: '0 / 0', met: b.lost === 0 && b.fiveXx === 0 },
+    { figure: "burst: deliveries lost (no instance of its own, or it never finished) / 5xx answers (of which wrangler dev's 'worker restarted mid-request')", sluice: `${b.lost} / ${b.fiveXx} (${b.restarts})`, target: '0 / 0', met: b.lost === 0 && b.fiveXx === 0 },
     { figure: `instance creation at ${BURST_CONCURRENCY} concurrent (Sluice POST /v1/executions vs Workflows create)`, sluice: `${c.sluice.toFixed(0)}/s`, peer: `${c.peer.toFixed(0)}/s (${c.peerFailed} of ${CREATES} answered 5xx)`, ratio: `${(c.sluice / c.peer).toFixed(2)}x`, target: '' },
     { figure: `${CROWD_CHECKS} concurrent trivial checks through POOL_CAPACITY=${POOL_CAPACITY}: total time`, sluice: ms(cr.totalMs), target: `all ${CROWD_CHECKS} ran`, met: cr.ran === CROWD_CHECKS },
     { figure: 'pool crowd: most commands running at once / admissions that overtook an earlier waiter', sluice: `${cr.busyMax} / ${cr.overtakes}`, target: `<= ${POOL_CAPACITY} / 0`, met: cr.busyMax <= POOL_CAPACITY && cr.overtakes === 0 },

@@ -3,6 +3,7 @@
 //! carries them out against the Worker's bindings.
 
 pub mod access;
+pub mod ack_first;
 pub mod auth;
 pub mod dashboard;
 pub mod dispatch;

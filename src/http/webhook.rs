@@ -389,14 +389,22 @@ pub async fn accept(
         sent.push(json!({ "id": e.instance_id, "event": e.event_type, "delivered": delivered }));
     }
     let row = delivery_row(&delivery, &event, &action, &repo, &creates, &sent, now_ms);
-    let Some(mut instances) = record(db, &creates, &row, now_ms, request_id).await? else {
+    let Some(mut instances) = record(db, &creates, &row, now_ms).await? else {
         // Recorded meanwhile (a redelivery racing this one): it created.
         let prev = executions::delivery(db, &delivery).await?;
         return Ok(duplicate(received, &delivery, prev));
     };
+    // One line a delivery, naming the instances it created (a burst's
+    // logging is a cost of its own: each line crosses to the log sink).
+    let created: Vec<&str> = instances
+        .iter()
+        .filter(|i| i["created"] == true)
+        .filter_map(|i| i["id"].as_str())
+        .collect();
     received
         .field("duplicate", false)
         .field("creates", creates.len())
+        .field("created", json!(created))
         .field("sends", sends.len())
         .emit();
     instances.extend(sent);
@@ -459,7 +467,6 @@ async fn record(
     creates: &[CreateRequest],
     row: &DeliveryRow,
     now_ms: i64,
-    request_id: &str,
 ) -> Result<Option<Vec<Value>>, ApiError> {
     let ids: Vec<_> = creates.iter().map(CreateRequest::id).collect();
     let inputs: Vec<String> = creates.iter().map(|c| c.input.to_string()).collect();
@@ -486,13 +493,8 @@ async fn record(
     }
     let mut instances = Vec::with_capacity(creates.len());
     for (i, c) in creates.iter().enumerate() {
-        let created = Created {
-            id: ids[i].to_string(),
-            created: changes.get(i) == Some(&1),
-            status: crate::engine::Status::Queued,
-        };
-        log_created(c, &created, request_id);
-        instances.push(json!({ "id": created.id, "run": c.run, "created": created.created }));
+        let created = changes.get(i) == Some(&1);
+        instances.push(json!({ "id": ids[i].as_str(), "run": c.run, "created": created }));
     }
     Ok(Some(instances))
 }
@@ -522,8 +524,9 @@ async fn routed(
     Ok(sends)
 }
 
-/// The line of an instance a request created (an existing id creates
-/// nothing and writes nothing).
+/// The line of an instance an API request created (an existing id creates
+/// nothing and writes nothing); a delivery's are named in its
+/// `delivery_received` line.
 pub fn log_created(c: &CreateRequest, created: &Created, request_id: &str) {
     if !created.created {
         return;

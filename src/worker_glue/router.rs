@@ -9,12 +9,14 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use worker::{Context, Env, Request, Response, Result};
+use std::time::Duration;
+use worker::{Context, Delay, Env, Request, Response, Result};
 
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
 use crate::http::access::JwksCache;
+use crate::http::ack_first::{create_yield_ms, Arrivals};
 use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
 use crate::http::dashboard::{self, Operations, Reply};
 use crate::http::pages::{self, same_origin_post};
@@ -50,6 +52,9 @@ thread_local! {
     // The Access keys of this isolate: fetched once, shared by its
     // requests (`JwksCache` holds no borrow across an await).
     static ACCESS_KEYS: Rc<JwksCache> = Rc::new(JwksCache::new());
+    // This isolate's recent deliveries: under a burst their instances'
+    // creations wait (`http::ack_first`).
+    static ARRIVALS: Arrivals = Arrivals::default();
 }
 
 pub async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
@@ -783,6 +788,7 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
 }
 
 async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_id: &str) -> Answer {
+    ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
     check_declared_length(header(req, "Content-Length").as_deref())?;
     let chunks = req
         .stream()
@@ -819,7 +825,20 @@ async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_i
     json_ok(accepted.status, &accepted.body)
 }
 
-/// Asks the instances' objects to create them once the answer is sent. A
+/// Waits while deliveries arrive as a burst (`http::ack_first`).
+async fn yield_to_acks() {
+    let start = WorkerClock.now_ms();
+    let mut waited_ms = 0;
+    while let Some(ms) =
+        create_yield_ms(ARRIVALS.with(|a| a.in_burst(start + waited_ms)), waited_ms)
+    {
+        Delay::from(Duration::from_millis(ms as u64)).await;
+        waited_ms = WorkerClock.now_ms() - start;
+    }
+}
+
+/// Asks the instances' objects to create them once the answer is sent,
+/// and, under a burst, once the acks thin out (`http::ack_first`). A
 /// create that fails here is left to the sweep, which recreates an
 /// instance whose row is overdue (`runs::sweep`).
 fn create_after_answer(ctx: &Context, env: &Env, creates: Vec<CreateRequest>) {
@@ -828,6 +847,7 @@ fn create_after_answer(ctx: &Context, env: &Env, creates: Vec<CreateRequest>) {
     }
     let env = env.clone();
     ctx.wait_until(async move {
+        yield_to_acks().await;
         for c in &creates {
             if let Err(e) = instances::create(&env, c).await {
                 worker::console_warn!("create of {} left for the sweep: {}", c.key, e.message);

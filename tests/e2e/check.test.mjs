@@ -394,3 +394,32 @@ sluiceTest('a first-time contributor\'s fork runs only once a maintainer presses
   assert.equal(done.conclusion, 'success');
   assert.deepEqual(done.actions, [], 'the button is gone');
 });
+
+// Deliveries sent at once are a burst (http::ack_first: 16 within 250 ms), whose creations wait
+// until it ends; more than one burst's worth, and all a repository's pull requests at once.
+const BURST_PULLS = 24;
+
+sluiceTest('a burst of pull requests: every delivery answered, every check created once and run once', async () => {
+  const repo = 'burst';
+  const marker = stack.sharedFile('burst.ran');
+  stack.commit(OWNER, repo, { '.sluice.toml': `[check]\ncommand = "echo $SLUICE_SHA >> ${marker}"\n` });
+  const shas = Array.from({ length: BURST_PULLS }, (_, i) => stack.commit(OWNER, repo, { V: `${i}\n` }));
+  const answers = await Promise.all(shas.map((sha, i) => stack.sendWebhook('pull_request', prPayload(repo, sha, { number: 100 + i }), randomUUID())));
+  for (const res of answers) {
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    assert.equal(res.body.instances.length, 1, JSON.stringify(res.body));
+    assert.equal(res.body.instances[0].created, true);
+  }
+  const ids = answers.map((res) => res.body.instances[0].id);
+  assert.equal(new Set(ids).size, BURST_PULLS, 'one instance per delivery');
+  for (const id of ids) await waitForTerminal(id, 'complete');
+  // Each command ran exactly once (counted outside the engine), and each head has one check run.
+  const ran = readFileSync(marker, 'utf8').trim().split('\n').sort();
+  assert.deepEqual(ran, [...shas].sort());
+  const runs = await checkRunsFor(repo);
+  for (const sha of shas) {
+    const mine = runs.filter((r) => r.head_sha === sha);
+    assert.equal(mine.length, 1, `check runs of ${sha}`);
+    assert.equal(mine[0].conclusion, 'success');
+  }
+});

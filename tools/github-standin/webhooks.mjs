@@ -146,19 +146,22 @@ export function signBody(secret, bodyString) {
   return `sha256=${createHmac('sha256', secret).update(bodyString).digest('hex')}`;
 }
 
-export async function sendWebhook({ url, secret, event, payload, deliveryId = randomUUID() }) {
+// A delivery as GitHub sends it: the JSON body and its headers, signed with the webhook secret.
+export function signedDelivery({ secret, event, payload, deliveryId = randomUUID() }) {
   const body = JSON.stringify(payload);
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: {
-      'Content-Type': 'application/json',
-      'X-GitHub-Event': event,
-      'X-GitHub-Delivery': deliveryId,
-      'X-Hub-Signature-256': signBody(secret, body),
-      'User-Agent': 'GitHub-Hookshot/standin',
-    },
-    body,
-  });
+  const headers = {
+    'Content-Type': 'application/json',
+    'X-GitHub-Event': event,
+    'X-GitHub-Delivery': deliveryId,
+    'X-Hub-Signature-256': signBody(secret, body),
+    'User-Agent': 'GitHub-Hookshot/standin',
+  };
+  return { body, headers, deliveryId };
+}
+
+export async function sendWebhook({ url, secret, event, payload, deliveryId = randomUUID() }) {
+  const { body, headers } = signedDelivery({ secret, event, payload, deliveryId });
+  const res = await fetch(url, { method: 'POST', headers, body });
   const text = await res.text();
   let parsed = text;
   try {
