@@ -404,7 +404,7 @@ pub async fn accept(
     received
         .field("duplicate", false)
         .field("creates", creates.len())
-        .field("created", json!(created))
+        .field("created_ids", json!(created))
         .field("sends", sends.len())
         .emit();
     instances.extend(sent);

@@ -52,8 +52,8 @@ thread_local! {
     // The Access keys of this isolate: fetched once, shared by its
     // requests (`JwksCache` holds no borrow across an await).
     static ACCESS_KEYS: Rc<JwksCache> = Rc::new(JwksCache::new());
-    // This isolate's recent deliveries: under a burst their instances'
-    // creations wait (`http::ack_first`).
+    // This isolate's recently answered deliveries that create: under a
+    // burst their instances' creations wait (`http::ack_first`).
     static ARRIVALS: Arrivals = Arrivals::default();
 }
 
@@ -788,7 +788,6 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
 }
 
 async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_id: &str) -> Answer {
-    ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
     check_declared_length(header(req, "Content-Length").as_deref())?;
     let chunks = req
         .stream()
@@ -845,6 +844,9 @@ fn create_after_answer(ctx: &Context, env: &Env, creates: Vec<CreateRequest>) {
     if creates.is_empty() {
         return;
     }
+    // Counted as answered: only verified deliveries that create make a
+    // burst (`http::ack_first::BURST_ARRIVALS`).
+    ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
     let env = env.clone();
     ctx.wait_until(async move {
         yield_to_acks().await;
