@@ -1,5 +1,6 @@
-// `npm run soak`: crash trials. Each trial starts work on the local stack — one check, or a burst
-// of pushes to one branch that deploys — then, at a random moment, kill -9s the Worker's whole
+// `npm run soak`: crash trials. Each trial starts work on the local stack — one check, a burst
+// of pushes to one branch that deploys, or a burst of pull requests sent at once (whose
+// creations wait for the burst's answers: `http::ack_first`) — then, at a random moment, kill -9s the Worker's whole
 // process group (workerd: the Worker, its Durable Objects, D1 and R2, all on the persisted local
 // state) and, in every other pair of trials, the sandbox agent's too (the whole stack but the
 // GitHub stand-in, which plays GitHub); it restarts them on the same state and drives the cron
@@ -26,8 +27,13 @@ import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhook
 import { AGENT_ISOLATED, ROOT, delay } from './lib.mjs';
 
 const OWNER = 'soak';
-// The issue asks for at least 20 trials; 24 is 12 of each kind.
+// The issue asks for at least 20 trials; 24 is 8 of each of the three kinds.
 const TRIALS_DEFAULT = 24;
+const KINDS = ['check', 'deploy burst', 'pull burst'];
+// Pull requests a pull burst sends at once: more than `http::ack_first::BURST_ARRIVALS` (16),
+// so their creations wait, and the kill can land while they do.
+const BURST_PULLS = 20;
+const PULL_SECONDS = 0.1;
 // A trial's kill lands this long after its first webhook, at random: from before the first ack
 // to well inside the command (a check runs ~1 s, a burst's deploys ~0.6 s each).
 const KILL_WINDOW_MS = 2_500;
@@ -78,13 +84,16 @@ async function settle(stack, ids) {
 // cut off, and returns every instance id the deliveries named.
 // With `agentToo`, the agent is killed and restarted as well; `crash.agentBackMs` is when the new
 // agent was up (every process of the old one is dead by then).
+// With `crash.atOnce`, the deliveries are sent all at once, as a burst.
 async function crashDuring(stack, deliveries, killAfterMs, agentToo, crash = {}) {
   const t0 = Date.now();
-  const sending = (async () => {
-    const out = [];
-    for (const d of deliveries) out.push(await deliver(stack, d.event, d.payload, d.id));
-    return out;
-  })();
+  const sending = crash.atOnce
+    ? Promise.all(deliveries.map((d) => deliver(stack, d.event, d.payload, d.id)))
+    : (async () => {
+      const out = [];
+      for (const d of deliveries) out.push(await deliver(stack, d.event, d.payload, d.id));
+      return out;
+    })();
   await delay(Math.max(0, killAfterMs - (Date.now() - t0)));
   await stack.killWorker();
   if (agentToo) {
@@ -122,6 +131,31 @@ async function checkTrial(stack, i, killAfterMs, agentToo) {
   const { calls } = await stack.standinGet(`/_standin/calls?method=POST&path_prefix=/repos/${OWNER}/${repo}/check-runs`);
   if (calls.filter((c) => c.status < 300).length !== 1) violations.push(`${calls.length} check runs created`);
   violations.push(...commandViolations(lines(log), [sha], crash.agentBackMs, [sha]));
+  return { ids, statuses, violations, killedCommands: killedCommands(lines(log)) };
+}
+
+// Pull requests sent at once, killed somewhere between the first answer and the last conclusion:
+// each must be answered, get one check run, and run its command to its end once.
+async function pullBurstTrial(stack, i, killAfterMs, agentToo) {
+  const repo = `pulls-${i}`;
+  const log = stack.sharedFile(`${repo}.log`);
+  const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${PULL_SECONDS}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
+  stack.commit(OWNER, repo, { '.sluice.toml': `[check]\ncommand = "${cmd}"\n` });
+  const shas = Array.from({ length: BURST_PULLS }, (_, k) => stack.commit(OWNER, repo, { V: `${k}` }));
+  const deliveries = shas.map((sha, k) => ({
+    event: 'pull_request', id: randomUUID(),
+    payload: pullRequestPayload({ owner: OWNER, repo, sha, number: k + 1, installationId: 42, cloneUrl: stack.cloneUrl(OWNER, repo) }),
+  }));
+  const crash = { atOnce: true };
+  const ids = await crashDuring(stack, deliveries, killAfterMs, agentToo, crash);
+  const statuses = await settle(stack, ids.filter((id) => !id.startsWith('lost:')));
+  const violations = [];
+  if (ids.some((id) => id.startsWith('lost:'))) violations.push('a delivery was never acknowledged');
+  if (ids.length !== BURST_PULLS) violations.push(`${ids.length} instances for ${BURST_PULLS} pull requests`);
+  const { calls } = await stack.standinGet(`/_standin/calls?method=POST&path_prefix=/repos/${OWNER}/${repo}/check-runs`);
+  const created = calls.filter((c) => c.status < 300).length;
+  if (created !== BURST_PULLS) violations.push(`${created} check runs created for ${BURST_PULLS} pull requests`);
+  violations.push(...commandViolations(lines(log), shas, crash.agentBackMs, shas));
   return { ids, statuses, violations, killedCommands: killedCommands(lines(log)) };
 }
 
@@ -212,12 +246,13 @@ export function deployViolations(logLines, shas, ids, agentBackMs) {
 
 async function trial(stack, i, random) {
   const killAfterMs = Math.floor(random() * KILL_WINDOW_MS);
-  const kind = i % 2 === 0 ? 'check' : 'deploy burst';
-  // Trials 3-4, 7-8, ... kill the agent too: half of each kind. A command dies with its agent,
+  const kind = KINDS[i % KINDS.length];
+  // Trials 3-4, 7-8, ... kill the agent too: half of each kind (the kinds cycle in threes). A command dies with its agent,
   // but what it started lives on until the next agent kills it by uid, which only an isolated
   // agent (root) can: an unisolated one's leftovers would outlive it.
   const agentToo = AGENT_ISOLATED && Math.floor(i / 2) % 2 === 1;
-  const r = kind === 'check' ? await checkTrial(stack, i, killAfterMs, agentToo) : await deployTrial(stack, i, killAfterMs, agentToo);
+  const run = { check: checkTrial, 'deploy burst': deployTrial, 'pull burst': pullBurstTrial }[kind];
+  const r = await run(stack, i, killAfterMs, agentToo);
   const ended = r.statuses.filter((s) => s === 'complete' || s === 'skipped').length;
   const violations = [...r.violations];
   const unfinished = r.statuses.filter((s) => s !== 'complete' && s !== 'skipped');

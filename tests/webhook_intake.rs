@@ -516,4 +516,48 @@ mod accepting {
         let overdue = block_on(executions::overdue(&db, NOW_MS + SWEEP_OVERDUE_MS, 10)).unwrap();
         assert!(overdue.is_empty(), "nothing for the sweep to recreate");
     }
+
+    /// A database whose writes fail (D1 down).
+    struct Down;
+
+    #[async_trait::async_trait(?Send)]
+    impl Database for Down {
+        async fn all(&self, _: Stmt) -> Result<Vec<Row>, StoreError> {
+            Err(StoreError::Query("D1 is down".into()))
+        }
+        async fn run(&self, _: Stmt) -> Result<u64, StoreError> {
+            Err(StoreError::Query("D1 is down".into()))
+        }
+        async fn batch(&self, _: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
+            Err(StoreError::Query("D1 is down".into()))
+        }
+    }
+
+    /// One `delivery_received` line a delivery, naming the instance it
+    /// created (no separate `instance_created` line on the answer path); a
+    /// redelivery's line says duplicate; one that failed still has its
+    /// line, saying how.
+    #[test]
+    fn every_delivery_writes_one_line_naming_what_it_created_or_how_it_failed() {
+        let rec = sluice::obs::Recorder::install();
+        let db = SqliteDb::with_migrations().unwrap();
+        let objects = Objects::default();
+        let first = block_on(accept(&db, &objects, planned(), NOW_MS, "req-1")).unwrap();
+        block_on(accept(&db, &objects, planned(), NOW_MS + 5, "req-2")).unwrap();
+        let failed = block_on(accept(&Down, &objects, planned(), NOW_MS + 9, "req-3"));
+        assert!(failed.is_err());
+        assert!(rec.of(sluice::obs::Kind::InstanceCreated).is_empty());
+        let lines = rec.of(sluice::obs::Kind::DeliveryReceived);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0]["request_id"], "req-1");
+        assert_eq!(lines[0]["duplicate"], false);
+        assert_eq!(
+            lines[0]["created_ids"],
+            json!([first.body["instances"][0]["id"]])
+        );
+        assert_eq!(lines[1]["duplicate"], true);
+        assert!(lines[1].get("created_ids").is_none());
+        assert_eq!(lines[2]["request_id"], "req-3");
+        assert_eq!(lines[2]["failed"], "internal");
+    }
 }

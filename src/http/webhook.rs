@@ -339,7 +339,7 @@ pub async fn accept(
     now_ms: i64,
     request_id: &str,
 ) -> Result<Accepted, ApiError> {
-    let (delivery, event, action, repo, mut creates, mut sends, routes, reruns) = match intake {
+    let act = match intake {
         Intake::Ignored { event, reason } => {
             let body = json!({ "ignored": true, "event": event, "reason": reason });
             return Ok(Accepted {
@@ -357,16 +357,90 @@ pub async fn accept(
             sends,
             routes,
             reruns,
-        } => (
-            delivery, event, action, repo, creates, sends, routes, reruns,
-        ),
+        } => Act {
+            delivery,
+            event,
+            action,
+            repo,
+            creates,
+            sends,
+            routes,
+            reruns,
+        },
     };
     let received = obs::event(Kind::DeliveryReceived)
         .request(request_id)
-        .field("delivery", delivery.as_str())
-        .field("github_event", event.as_str())
-        .field("action", action.clone())
-        .field("repo", repo.clone());
+        .field("delivery", act.delivery.as_str())
+        .field("github_event", act.event.as_str())
+        .field("action", act.action.clone())
+        .field("repo", act.repo.clone());
+    let delivery = act.delivery.clone();
+    match carry_out(db, creator, act, now_ms).await {
+        Ok(Outcome::Duplicate(prev)) => Ok(duplicate(received, &delivery, prev)),
+        Ok(Outcome::Recorded(accepted, sends)) => {
+            // One line a delivery, naming the instances it created (a
+            // burst's logging is a cost of its own: each line crosses to
+            // the log sink).
+            let created: Vec<&str> = accepted.body["instances"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|i| i["created"] == true)
+                .filter_map(|i| i["id"].as_str())
+                .collect();
+            received
+                .field("duplicate", false)
+                .field("creates", accepted.create_after.len())
+                .field("created_ids", json!(created))
+                .field("sends", sends)
+                .emit();
+            Ok(accepted)
+        }
+        Err(e) => {
+            // The line is written for a delivery that failed too (GitHub
+            // shows it failed; the operator finds why by its id).
+            received.field("failed", e.code).emit();
+            Err(e)
+        }
+    }
+}
+
+/// A delivery Sluice acts on, as intake planned it.
+struct Act {
+    delivery: String,
+    event: String,
+    action: Option<String>,
+    repo: Option<String>,
+    creates: Vec<CreateRequest>,
+    sends: Vec<EventSend>,
+    routes: Vec<RoutedEvent>,
+    reruns: Vec<Rerun>,
+}
+
+enum Outcome {
+    /// Acted on already: what its first arrival recorded.
+    Duplicate(Option<DeliveryRow>),
+    /// Recorded now: the answer, and how many events were sent.
+    Recorded(Accepted, usize),
+}
+
+/// Sends the delivery's events and records it with its instances' rows.
+async fn carry_out(
+    db: &dyn Database,
+    creator: &dyn InstanceCreator,
+    act: Act,
+    now_ms: i64,
+) -> Result<Outcome, ApiError> {
+    let Act {
+        delivery,
+        event,
+        action,
+        repo,
+        mut creates,
+        mut sends,
+        routes,
+        reruns,
+    } = act;
     // A delivery that only creates needs no lookup first: its record batch
     // inserts nothing when the delivery is known (one D1 round trip on the
     // ack path). One that sends events looks first, so a redelivery never
@@ -374,7 +448,7 @@ pub async fn accept(
     let creates_only = sends.is_empty() && routes.is_empty() && reruns.is_empty();
     if !creates_only {
         if let Some(prev) = executions::delivery(db, &delivery).await? {
-            return Ok(duplicate(received, &delivery, Some(prev)));
+            return Ok(Outcome::Duplicate(Some(prev)));
         }
     }
     // A decision's instance is looked up in the index, never scanned for;
@@ -391,29 +465,18 @@ pub async fn accept(
     let row = delivery_row(&delivery, &event, &action, &repo, &creates, &sent, now_ms);
     let Some(mut instances) = record(db, &creates, &row, now_ms).await? else {
         // Recorded meanwhile (a redelivery racing this one): it created.
-        let prev = executions::delivery(db, &delivery).await?;
-        return Ok(duplicate(received, &delivery, prev));
+        return Ok(Outcome::Duplicate(
+            executions::delivery(db, &delivery).await?,
+        ));
     };
-    // One line a delivery, naming the instances it created (a burst's
-    // logging is a cost of its own: each line crosses to the log sink).
-    let created: Vec<&str> = instances
-        .iter()
-        .filter(|i| i["created"] == true)
-        .filter_map(|i| i["id"].as_str())
-        .collect();
-    received
-        .field("duplicate", false)
-        .field("creates", creates.len())
-        .field("created_ids", json!(created))
-        .field("sends", sends.len())
-        .emit();
     instances.extend(sent);
     let body = json!({ "delivery": delivery, "duplicate": false, "instances": instances });
-    Ok(Accepted {
+    let accepted = Accepted {
         status: 202,
         body,
         create_after: creates,
-    })
+    };
+    Ok(Outcome::Recorded(accepted, sends.len()))
 }
 
 /// The answer to a delivery acted on already: the instances its first
