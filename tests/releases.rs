@@ -14,6 +14,7 @@ use sluice::engine::{Created, Status};
 use sluice::github::webhook::sign;
 use sluice::http::error::ApiError;
 use sluice::http::webhook::{accept, intake, InstanceCreator, IntakeConfig, WebhookHeaders};
+use sluice::runs::release::branch_of;
 use sluice::runs::triggers::{plan, EventSend, Plan, PlanContext};
 use sluice::store::releases;
 
@@ -71,9 +72,21 @@ fn tagged(rig: &Rig, v: &str, c: char, prev: char) {
 }
 
 fn push_tag(rig: &Rig, tag: &str, c: char) -> Inst {
+    push_tag_object(rig, tag, &sha(c), &sha(c))
+}
+
+/// A push of `tag` as GitHub sends it: `after` names what the ref names
+/// (the commit, or an annotated tag's object), `head_commit` the commit.
+/// Each push is a delivery of its own.
+fn push_tag_object(rig: &Rig, tag: &str, after: &str, commit: &str) -> Inst {
+    thread_local!(static PUSHES: Cell<u32> = const { Cell::new(0) });
+    let delivery = PUSHES.with(|n| {
+        n.set(n.get() + 1);
+        format!("d-push-{}", n.get())
+    });
     let body = json!({
-        "ref": format!("refs/tags/{tag}"), "before": "0".repeat(40), "after": sha(c),
-        "deleted": false, "head_commit": {"id": sha(c)},
+        "ref": format!("refs/tags/{tag}"), "before": "0".repeat(40), "after": after,
+        "deleted": false, "head_commit": {"id": commit},
         "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
                        "default_branch": BRANCH},
         "sender": {"login": "maint", "type": "User"},
@@ -81,7 +94,7 @@ fn push_tag(rig: &Rig, tag: &str, c: char) -> Inst {
     });
     let event = sluice::github::webhook::parse("push", body.to_string().as_bytes()).unwrap();
     let cx = PlanContext {
-        delivery: "d-push",
+        delivery: &delivery,
         app_id: Some(APP_ID),
         app_slug: Some("sluice"),
     };
@@ -91,6 +104,11 @@ fn push_tag(rig: &Rig, tag: &str, c: char) -> Inst {
     assert_eq!(creates.len(), 1);
     let req = creates.remove(0);
     assert_eq!(req.run, "release-notes");
+    assert_eq!(
+        req.input["sha"],
+        json!(commit),
+        "the commit, never a tag object"
+    );
     rig.create(req)
 }
 
@@ -164,20 +182,23 @@ fn repository() -> Value {
     json!({"full_name": REPO, "name": "hello", "owner": {"login": "octo"}, "default_branch": BRANCH})
 }
 
-/// The approval branch's head now, as GitHub reports it in the event.
-fn notes_head(rig: &Rig) -> String {
-    let key = (REPO.to_owned(), "sluice/release-notes/v1.1.0".to_owned());
-    rig.github
-        .st
-        .borrow()
-        .heads
-        .get(&key)
-        .cloned()
-        .unwrap_or_else(|| sha('9'))
+/// The head of pull request `number`'s branch now, as GitHub reports it in
+/// the event, and the branch.
+fn pull_head(rig: &Rig, number: u64) -> (String, String) {
+    let branch = rig
+        .github
+        .release_pulls()
+        .into_iter()
+        .find(|p| p.number == number)
+        .map(|p| p.head)
+        .unwrap_or_default();
+    let key = (REPO.to_owned(), branch.clone());
+    let head = rig.github.st.borrow().heads.get(&key).cloned();
+    (head.unwrap_or_else(|| sha('9')), branch)
 }
 
 fn pull_closed(rig: &Rig, insts: &[&Inst], number: u64, merged: bool, by: &str) -> u32 {
-    pull_closed_at(rig, insts, number, merged, by, &notes_head(rig))
+    pull_closed_at(rig, insts, number, merged, by, &pull_head(rig, number).0)
 }
 
 fn pull_closed_at(
@@ -188,17 +209,57 @@ fn pull_closed_at(
     by: &str,
     head: &str,
 ) -> u32 {
+    pull_closed_event(rig, insts, number, merged, by, head, None)
+}
+
+/// A merge or close of pull request `number` that GitHub dated `at_ms`,
+/// delivered now.
+fn pull_closed_dated(rig: &Rig, insts: &[&Inst], number: u64, by: &str, at_ms: i64) -> u32 {
+    let head = pull_head(rig, number).0;
+    pull_closed_event(rig, insts, number, true, by, &head, Some(at_ms))
+}
+
+fn pull_closed_event(
+    rig: &Rig,
+    insts: &[&Inst],
+    number: u64,
+    merged: bool,
+    by: &str,
+    head: &str,
+    at_ms: Option<i64>,
+) -> u32 {
     rig.github.close_pull_as_person(number, merged);
+    let branch = pull_head(rig, number).1;
+    let at = at_ms.map(iso);
     let body = json!({
         "action": "closed", "number": number,
         "pull_request": {"number": number, "merged": merged,
-            "head": {"sha": head, "ref": "sluice/release-notes/v1.1.0"},
+            "merged_at": if merged { at.clone() } else { None }, "closed_at": at,
+            "head": {"sha": head, "ref": branch},
             "base": {"sha": sha('a'), "ref": BRANCH}},
         "repository": repository(),
         "sender": {"login": by, "type": "User"},
         "installation": {"id": INSTALLATION}
     });
     webhook(rig, insts, "pull_request", body)
+}
+
+/// GitHub's timestamp (whole seconds, UTC) of `ms`.
+fn iso(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since the epoch (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, mi, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
 
 fn check_run_event(
@@ -241,13 +302,15 @@ fn check_of(rig: &Rig, i: &Inst) -> Value {
     v
 }
 
+/// The approval pull request of `tag`'s latest push.
 fn pr_of(rig: &Rig, tag: &str) -> u64 {
     rig.github
         .release_pulls()
         .into_iter()
-        .find(|p| p.head == format!("sluice/release-notes/{tag}"))
+        .filter(|p| p.head.starts_with(&format!("sluice/release-notes/{tag}-")))
+        .map(|p| p.number)
+        .max()
         .unwrap()
-        .number
 }
 
 /// Nothing the strict fake refused or does not serve was sent.
@@ -283,7 +346,7 @@ fn a_pushed_tag_opens_an_approval_pull_request_and_asks_on_its_check_run() {
     let p = &pulls[0];
     assert_eq!(
         (p.head.as_str(), p.base.as_str(), p.state.as_str()),
-        ("sluice/release-notes/v1.1.0", BRANCH, "open")
+        (branch_of(&i.id, "v1.1.0").as_str(), BRANCH, "open")
     );
     assert!(
         p.body.contains("### bug\n\n- Fix the crash (#3) by @ana"),
@@ -312,9 +375,10 @@ fn a_pushed_tag_opens_an_approval_pull_request_and_asks_on_its_check_run() {
         REPO,
         p.number,
         rig.now(),
+        false,
     ))
     .unwrap();
-    assert_eq!(found.as_deref(), Some(i.id.as_str()));
+    assert_eq!(found.map(|w| w.instance_id), Some(i.id.clone()));
     // Listed as waiting, with who decides and until when.
     let list = block_on(sluice::http::lists::executions(
         rig.index.as_ref(),
@@ -815,4 +879,437 @@ fn merging_a_pull_request_changed_after_the_proposal_publishes_nothing() {
                 && c.contains("published nothing. Press **Approve** on the")),
         "one sentence, no runs of spaces: {told:?}"
     );
+}
+
+// --- tags as release tools make them: peeled to their commit ---
+
+/// `git tag -a v1.1.0 -m v1.1.0` (what `npm version` and `cargo release`
+/// make): the ref names a tag object; the push's `head_commit` the commit.
+/// Its named approver's merge publishes it, and the tag was read through
+/// its object.
+#[test]
+fn an_annotated_tag_is_released_when_its_approver_merges() {
+    let rig = release_rig(&toml("\"ana\"", "72h"));
+    let object = rig
+        .github
+        .add_tag_object(REPO, "v1.1.0", "commit", &sha('1'));
+    let i = push_tag_object(&rig, "v1.1.0", &object, &sha('1'));
+    to_waiting(&rig, &i);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "ana"), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    let releases = rig.github.releases();
+    assert_eq!(releases.len(), 1, "{:?}", check_of(&rig, &i));
+    assert_eq!(releases[0].tag, "v1.1.0");
+    assert_eq!(releases[0].target.as_deref(), Some(sha('1').as_str()));
+    let peeled = rig.github.calls_to("tag-object");
+    assert!(
+        peeled.iter().all(|c| c.path.ends_with(&object)),
+        "{peeled:?}"
+    );
+    assert!(!peeled.is_empty(), "the tag object was read");
+    assert_eq!(check_of(&rig, &i)["conclusion"], "success");
+    assert_clean(&rig);
+}
+
+/// A tag of a tag is peeled through both objects; Approve publishes.
+#[test]
+fn a_tag_of_a_tag_is_peeled_to_its_commit() {
+    let rig = release_rig(&toml("", "72h"));
+    let inner = rig
+        .github
+        .add_tag_object(REPO, "v1.1.0", "commit", &sha('1'));
+    let outer = rig.github.add_tag_object(REPO, "v1.1.0", "tag", &inner);
+    let i = push_tag_object(&rig, "v1.1.0", &outer, &sha('1'));
+    to_waiting(&rig, &i);
+    check_run_event(
+        &rig,
+        &[&i],
+        "requested_action",
+        Some("release-approve"),
+        "maint",
+    );
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert_eq!(rig.github.releases().len(), 1);
+    let paths: Vec<String> = rig
+        .github
+        .calls_to("tag-object")
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    assert!(paths.iter().any(|p| p.ends_with(&outer)), "{paths:?}");
+    assert!(paths.iter().any(|p| p.ends_with(&inner)), "{paths:?}");
+    assert_clean(&rig);
+}
+
+/// A tag deleted while its release waited is made again at the commit the
+/// notes were approved for.
+#[test]
+fn a_deleted_tag_is_made_again_at_the_approved_commit() {
+    let rig = release_rig(&toml("", "72h"));
+    let object = rig
+        .github
+        .add_tag_object(REPO, "v1.1.0", "commit", &sha('1'));
+    let i = push_tag_object(&rig, "v1.1.0", &object, &sha('1'));
+    to_waiting(&rig, &i);
+    rig.github.move_tag(REPO, "v1.1.0", None);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "maint"), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    let releases = rig.github.releases();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].target.as_deref(), Some(sha('1').as_str()));
+}
+
+/// An annotated tag made again at other code while it waited publishes
+/// nothing, and the refusal names the commit it names now (never a tag
+/// object).
+#[test]
+fn an_annotated_tag_moved_to_another_commit_is_not_released() {
+    let rig = release_rig(&toml("", "72h"));
+    let object = rig
+        .github
+        .add_tag_object(REPO, "v1.1.0", "commit", &sha('1'));
+    let i = push_tag_object(&rig, "v1.1.0", &object, &sha('1'));
+    to_waiting(&rig, &i);
+    rig.github.commit(REPO, &sha('9'), &[]);
+    rig.github
+        .add_tag_object(REPO, "v1.1.0", "commit", &sha('9'));
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "maint"), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert!(rig.github.releases().is_empty());
+    let check = check_of(&rig, &i);
+    assert_eq!(check["conclusion"], "failure", "{check}");
+    let summary = check["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&format!("now names {}, not {}", sha('9'), sha('1'))),
+        "{summary}"
+    );
+}
+
+/// A chain of tag objects longer than the bound is not followed: nothing
+/// is released.
+#[test]
+fn a_chain_of_tags_longer_than_the_bound_is_refused() {
+    let rig = release_rig(&toml("", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    // Re-made as a chain of tag objects one longer than is followed.
+    let mut at = rig
+        .github
+        .add_tag_object(REPO, "v1.1.0", "commit", &sha('1'));
+    for _ in 0..sluice::github::releases::TAG_PEEL_DEPTH_MAX {
+        at = rig.github.add_tag_object(REPO, "v1.1.0", "tag", &at);
+    }
+    check_run_event(
+        &rig,
+        &[&i],
+        "requested_action",
+        Some("release-approve"),
+        "maint",
+    );
+    assert_eq!(rig.run_to_end(&i), Status::Errored);
+    assert!(rig.github.releases().is_empty());
+    let followed = rig.github.calls_to("tag-object").len() as u32;
+    assert_eq!(
+        followed,
+        sluice::github::releases::TAG_PEEL_DEPTH_MAX,
+        "the chain is followed no further than the bound"
+    );
+}
+
+// --- the wait's rules ---
+
+/// Sends a decision straight to the instance, as routing would: what the
+/// instance itself does with an event routing let through.
+fn send_decision(i: &Inst, decision: Value) {
+    let sent = i
+        .world
+        .engine()
+        .send_event(sluice::runs::release::RELEASE_EVENT, &decision)
+        .unwrap();
+    assert!(sent);
+}
+
+/// 60 presses by someone who may decide nothing: routing lets a window
+/// have 3 of them, the instance answers once and counts no round, so the
+/// wait stays open (50 rounds would have ended it); the approver's merge
+/// still publishes.
+#[test]
+fn sixty_presses_by_someone_who_may_not_decide_leave_the_wait_open() {
+    let rig = release_rig(&toml("\"Ana\"", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    let steps_waiting = rig.journal(&i).len();
+    let routed: u32 = (0..60)
+        .map(|_| {
+            check_run_event(
+                &rig,
+                &[&i],
+                "requested_action",
+                Some("release-approve"),
+                "maint",
+            )
+        })
+        .sum();
+    assert_eq!(routed, releases::SENDER_EVENTS_PER_WINDOW_MAX);
+    assert_eq!(rig.pass(&i).status, Status::Waiting);
+    // Were routing to let them all through, they still cost no round.
+    let check_id = check_of(&rig, &i)["id"].as_u64().unwrap();
+    for _ in 0..60 {
+        send_decision(
+            &i,
+            json!({"kind": "button", "check_run_id": check_id,
+                   "identifier": "release-approve", "sender": "maint"}),
+        );
+    }
+    assert_eq!(rig.pass(&i).status, Status::Waiting, "the wait is open");
+    let pr = pr_of(&rig, "v1.1.0");
+    let comments = rig.github.comments_on(pr);
+    assert_eq!(comments.len(), 1, "answered once: {comments:?}");
+    assert!(comments[0].contains("@maint pressed Approve, but only @Ana may decide"));
+    // Each press cost its wait (the first filled the wait already
+    // journaled, the next one waits now); the first also the decider
+    // check and the answer.
+    assert_eq!(rig.journal(&i).len(), steps_waiting + 63 + 2);
+    assert_eq!(pull_closed(&rig, &[&i], pr, true, "ana"), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert_eq!(rig.github.releases().len(), 1);
+    assert_clean(&rig);
+}
+
+/// Routing takes a window's events from a bounded number of senders; a
+/// named approver is past that bound.
+#[test]
+fn routing_bounds_the_senders_of_a_window_but_never_a_named_approver() {
+    let rig = release_rig(&toml("\"Ana\"", "72h"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &i);
+    let max = releases::SENDERS_PER_WINDOW_MAX;
+    for n in 0..max {
+        let by = format!("user{n}");
+        let sent = check_run_event(&rig, &[&i], "requested_action", Some("release-reject"), &by);
+        assert_eq!(sent, 1, "{by}");
+    }
+    let late = check_run_event(
+        &rig,
+        &[&i],
+        "requested_action",
+        Some("release-reject"),
+        "one-more",
+    );
+    assert_eq!(late, 0, "past the senders a window takes");
+    assert_eq!(rig.pass(&i).status, Status::Waiting);
+    assert_eq!(
+        rig.github.comments_on(pr_of(&rig, "v1.1.0")).len() as u32,
+        max
+    );
+    // Many presses of the approver herself all reach the wait.
+    for _ in 0..releases::SENDER_EVENTS_PER_WINDOW_MAX + 2 {
+        assert_eq!(
+            check_run_event(&rig, &[&i], "requested_action", Some("nope"), "ANA"),
+            1
+        );
+    }
+    let sent = check_run_event(
+        &rig,
+        &[&i],
+        "requested_action",
+        Some("release-approve"),
+        "ana",
+    );
+    assert_eq!(sent, 1, "a named approver's answer always reaches her wait");
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert_eq!(rig.github.releases().len(), 1);
+}
+
+/// A merge GitHub dated before the deadline decides though its delivery
+/// arrives after it (within the grace); a press then decides nothing.
+#[test]
+fn a_merge_dated_before_the_deadline_and_delivered_after_it_publishes() {
+    let rig = release_rig(&toml("", "30m"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    let entered_ms = rig.now();
+    to_waiting(&rig, &i);
+    let deadline_ms = entered_ms + 30 * MINUTE_MS;
+    rig.clock.set(deadline_ms + 5 * MINUTE_MS);
+    assert_eq!(
+        rig.pass(&i).status,
+        Status::Waiting,
+        "it listens past the deadline"
+    );
+    let press = check_run_event(
+        &rig,
+        &[&i],
+        "requested_action",
+        Some("release-approve"),
+        "maint",
+    );
+    assert_eq!(
+        press, 0,
+        "a press has no date: after the deadline it is too late"
+    );
+    let pr = pr_of(&rig, "v1.1.0");
+    let merged_ms = deadline_ms - MINUTE_MS;
+    assert_eq!(pull_closed_dated(&rig, &[&i], pr, "maint", merged_ms), 1);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert_eq!(rig.github.releases().len(), 1);
+    assert_eq!(check_of(&rig, &i)["conclusion"], "success");
+}
+
+/// A merge GitHub dated after the deadline is answered and decides
+/// nothing; the window ends at its grace, unanswered.
+#[test]
+fn a_merge_dated_after_the_deadline_is_answered_and_publishes_nothing() {
+    let rig = release_rig(&toml("", "30m"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    let entered_ms = rig.now();
+    to_waiting(&rig, &i);
+    let deadline_ms = entered_ms + 30 * MINUTE_MS;
+    rig.clock.set(deadline_ms + 2 * MINUTE_MS);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(
+        pull_closed_dated(&rig, &[&i], pr, "maint", deadline_ms + MINUTE_MS),
+        1
+    );
+    assert_eq!(rig.pass(&i).status, Status::Waiting);
+    let told = rig.github.comments_on(pr);
+    assert!(
+        told[0].contains("@maint merged the pull request 60 s after the window"),
+        "{told:?}"
+    );
+    assert_eq!(rig.run_to_end(&i), Status::Skipped);
+    assert_eq!(rig.row(&i).reason.as_deref(), Some("confirmation_timeout"));
+    assert!(rig.github.releases().is_empty());
+    // The window ended at the deadline plus its grace (the window itself,
+    // 30 minutes, here).
+    let ended = rig
+        .journal(&i)
+        .into_iter()
+        .find(|e| e.name.starts_with("claim decision"));
+    assert_eq!(
+        ended.map(|e| e.started_ms),
+        Some(deadline_ms + 30 * MINUTE_MS)
+    );
+}
+
+/// Past the grace, a dated decision reaches nobody; one routed before the
+/// grace ended is taken even when the pass runs after it: the timeout's
+/// claim never races it.
+#[test]
+fn the_grace_ends_the_wait_and_a_decision_routed_within_it_still_wins() {
+    let rig = release_rig(&toml("", "30m"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    let entered_ms = rig.now();
+    to_waiting(&rig, &i);
+    let deadline_ms = entered_ms + 30 * MINUTE_MS;
+    let until_ms = deadline_ms + 30 * MINUTE_MS;
+    let pr = pr_of(&rig, "v1.1.0");
+    rig.clock.set(until_ms - 1);
+    assert_eq!(
+        pull_closed_dated(&rig, &[&i], pr, "maint", deadline_ms - 1000),
+        1
+    );
+    rig.clock.set(until_ms + MINUTE_MS);
+    assert_eq!(rig.run_to_end(&i), Status::Complete);
+    assert_eq!(rig.github.releases().len(), 1);
+
+    let rig = release_rig(&toml("", "30m"));
+    let i = push_tag(&rig, "v1.1.0", '1');
+    let entered_ms = rig.now();
+    to_waiting(&rig, &i);
+    let deadline_ms = entered_ms + 30 * MINUTE_MS;
+    rig.clock.set(deadline_ms + 30 * MINUTE_MS);
+    let pr = pr_of(&rig, "v1.1.0");
+    assert_eq!(
+        pull_closed_dated(&rig, &[&i], pr, "maint", deadline_ms - 1000),
+        0,
+        "past the grace"
+    );
+    assert_eq!(rig.run_to_end(&i), Status::Skipped);
+    assert!(rig.github.releases().is_empty());
+}
+
+// --- one tag push, one proposal ---
+
+/// Moves `v1.1.0` to `sha('2')`, with its commits since v1.0.0.
+fn retag(rig: &Rig) {
+    rig.github.commit(REPO, &sha('2'), &[]);
+    rig.github.move_tag(REPO, "v1.1.0", Some(&sha('2')));
+    let commits = rig.github.rel.borrow().compares[&(REPO.to_owned(), sha('0'), sha('1'))].clone();
+    rig.github.set_compare(REPO, &sha('0'), &sha('2'), commits);
+}
+
+/// A tag pushed again at another commit proposes on a pull request of its
+/// own and supersedes the earlier push's, which is closed with a comment
+/// naming the new commit; the new one publishes at its commit.
+#[test]
+fn a_tag_pushed_again_at_another_commit_supersedes_the_earlier_proposal() {
+    let rig = release_rig(&toml("", "72h"));
+    let first = push_tag(&rig, "v1.1.0", '1');
+    to_waiting(&rig, &first);
+    let first_pr = pr_of(&rig, "v1.1.0");
+    retag(&rig);
+    let second = push_tag(&rig, "v1.1.0", '2');
+    assert_ne!(first.id, second.id, "one push, one instance");
+    to_waiting(&rig, &second);
+    let second_pr = pr_of(&rig, "v1.1.0");
+    assert_ne!(first_pr, second_pr, "a pull request of its own");
+    assert_eq!(rig.deliver(&first), 1, "the new push woke the earlier");
+    assert_eq!(rig.run_to_end(&first), Status::Skipped);
+    assert_eq!(rig.row(&first).reason.as_deref(), Some("superseded"));
+    let pulls = rig.github.release_pulls();
+    let state = |n: u64| pulls.iter().find(|p| p.number == n).unwrap().state.clone();
+    assert_eq!(
+        (state(first_pr).as_str(), state(second_pr).as_str()),
+        ("closed", "open")
+    );
+    let said = rig.github.comments_on(first_pr);
+    assert!(
+        said[0].contains(&format!(
+            "`v1.1.0` was pushed again and now names {}",
+            sha('2')
+        )),
+        "{said:?}"
+    );
+    let n = rig.github.notifications();
+    assert_eq!(n[0].json()["reason"], "superseded");
+    assert_eq!(n[0].json()["newer_revision"], json!(sha('2')));
+    assert_eq!(rig.pass(&second).status, Status::Waiting);
+    assert_eq!(
+        pull_closed(&rig, &[&first, &second], second_pr, true, "maint"),
+        1
+    );
+    assert_eq!(rig.run_to_end(&second), Status::Complete);
+    let releases = rig.github.releases();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].target.as_deref(), Some(sha('2').as_str()));
+    assert_clean(&rig);
+}
+
+/// The earlier push reaching its wait after the later one (its instance was
+/// slow) finds the tag names another commit and supersedes itself.
+#[test]
+fn an_earlier_push_entering_its_wait_late_supersedes_itself() {
+    let rig = release_rig(&toml("", "72h"));
+    let first = push_tag(&rig, "v1.1.0", '1');
+    retag(&rig);
+    let second = push_tag(&rig, "v1.1.0", '2');
+    to_waiting(&rig, &second);
+    assert_eq!(rig.run_to_end(&first), Status::Skipped);
+    assert_eq!(rig.row(&first).reason.as_deref(), Some("superseded"));
+    assert_eq!(
+        rig.pass(&second).status,
+        Status::Waiting,
+        "the later push still waits"
+    );
+    let open: Vec<_> = rig
+        .github
+        .release_pulls()
+        .into_iter()
+        .filter(|p| p.state == "open")
+        .collect();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].head, branch_of(&second.id, "v1.1.0"));
 }

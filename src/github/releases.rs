@@ -36,6 +36,19 @@ pub const COMPARE_COMMITS_MAX: usize = 250;
 /// posts a handful on its pull request.
 const COMMENTS_PER_PAGE: u32 = 100;
 
+/// Tag objects followed from a tag's ref to its commit: a tag of a tag is
+/// legal git, and rare; no release tool makes a chain of four, and a longer
+/// one is refused rather than followed without end.
+pub const TAG_PEEL_DEPTH_MAX: u32 = 4;
+
+/// A git object a ref or a tag object names (`object: {sha, type}`).
+#[derive(Deserialize)]
+struct GitObject {
+    sha: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
 /// A tag and the commit it names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tag {
@@ -430,8 +443,13 @@ impl GitHub<'_> {
             .map(|_| ())
     }
 
-    /// What `tag` names now (`GET /repos/{o}/{r}/git/ref/tags/{tag}`: the
-    /// object a push's `after` named too), or None when it is gone.
+    /// The commit `tag` names now, or None when it is gone. The ref
+    /// (`GET /repos/{o}/{r}/git/ref/tags/{tag}`) names a commit for a
+    /// lightweight tag and a tag object for an annotated one (what `git tag
+    /// -a`, `npm version` and `cargo release` make); a tag object is peeled
+    /// through `GET /repos/{o}/{r}/git/tags/{sha}` until a commit, at most
+    /// `TAG_PEEL_DEPTH_MAX` of them. A tag of a tree or a blob answers that
+    /// object's sha, which no commit equals.
     pub async fn tag_target(
         &self,
         installation: u64,
@@ -439,17 +457,35 @@ impl GitHub<'_> {
         tag: &str,
     ) -> Result<Option<String>, GitHubError> {
         #[derive(Deserialize)]
-        struct Object {
-            sha: String,
-        }
-        #[derive(Deserialize)]
-        struct Ref {
-            object: Object,
+        struct Named {
+            object: GitObject,
         }
         let auth = self.release_auth(installation, repo).await?;
         let path = format!("/repos/{}/git/ref/tags/{}", segs(repo), seg(tag));
-        let found = self.get_with::<Ref>(&auth, &path, "tag ref").await?;
-        Ok(found.map(|r| r.object.sha))
+        let Some(mut object) = self
+            .get_with::<Named>(&auth, &path, "tag ref")
+            .await?
+            .map(|r| r.object)
+        else {
+            return Ok(None);
+        };
+        for _ in 0..TAG_PEEL_DEPTH_MAX {
+            if object.kind != "tag" {
+                return Ok(Some(object.sha));
+            }
+            let path = format!("/repos/{}/git/tags/{}", segs(repo), seg(&object.sha));
+            match self.get_with::<Named>(&auth, &path, "tag object").await? {
+                Some(t) => object = t.object,
+                // The tag was deleted (and its object collected) meanwhile.
+                None => return Ok(None),
+            }
+        }
+        if object.kind != "tag" {
+            return Ok(Some(object.sha));
+        }
+        Err(GitHubError::permanent(format!(
+            "tag {tag} is a chain of more than {TAG_PEEL_DEPTH_MAX} tag objects"
+        )))
     }
 
     /// The tag of the release GitHub shows as "Latest", None when there is

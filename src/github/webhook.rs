@@ -102,6 +102,26 @@ pub struct PullRequest {
     /// Whether a closed pull request was merged (`closed` events).
     #[serde(default)]
     pub merged: bool,
+    /// When it was merged and closed (ISO 8601, GitHub's clock; null while
+    /// open): signed with the delivery, so a decision is dated by GitHub,
+    /// not by when it reached Sluice.
+    #[serde(default)]
+    pub merged_at: Option<String>,
+    #[serde(default)]
+    pub closed_at: Option<String>,
+}
+
+impl PullRequest {
+    /// When a closed pull request was decided, ms since the epoch: its
+    /// merge when merged, else its close. None when the payload has no
+    /// date GitHub's format parses.
+    pub fn decided_ms(&self) -> Option<i64> {
+        let at = match self.merged {
+            true => self.merged_at.as_deref().or(self.closed_at.as_deref()),
+            false => self.closed_at.as_deref(),
+        };
+        at.and_then(super::client::parse_rfc3339_ms)
+    }
 }
 
 /// `check_run`: Sluice acts on `requested_action` (a button of its check
@@ -342,5 +362,29 @@ mod tests {
             parse("issues", br#"{"action":"opened"}"#),
             Ok(Event::Other("issues".into()))
         );
+    }
+
+    #[test]
+    fn a_closed_pull_request_is_dated_by_its_merge_or_its_close() {
+        let closed = |merged: bool, merged_at: Option<&str>, closed_at: Option<&str>| {
+            let body = serde_json::json!({
+                "action": "closed", "number": 3,
+                "pull_request": {"number": 3, "merged": merged, "merged_at": merged_at,
+                    "closed_at": closed_at, "head": {"sha": "a", "ref": "x"},
+                    "base": {"sha": "b", "ref": "main"}},
+                "repository": {"full_name": "o/r", "name": "r", "owner": {"login": "o"}},
+                "sender": {"login": "ana"}, "installation": {"id": 1}
+            });
+            match parse("pull_request", body.to_string().as_bytes()) {
+                Ok(Event::PullRequest(pr)) => pr.pull_request.decided_ms(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (t1, t2) = ("2026-12-04T10:00:00Z", "2026-12-04T10:00:05Z");
+        assert_eq!(closed(true, Some(t1), Some(t2)), Some(1_796_378_400_000));
+        assert_eq!(closed(false, None, Some(t2)), Some(1_796_378_405_000));
+        // No date, or none GitHub's format parses: undated.
+        assert_eq!(closed(false, None, None), None);
+        assert_eq!(closed(true, Some("yesterday"), None), None);
     }
 }

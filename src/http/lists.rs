@@ -179,23 +179,27 @@ async fn with_waits(db: &dyn Database, rows: &mut [ExecutionRow]) -> Result<(), 
             continue;
         };
         let repo = row.repo.as_deref().unwrap_or("the repository");
+        // A release's window ends at its deadline; its wait listens a
+        // little longer for decisions GitHub dated inside it.
+        let mut until_ms = w.wait_deadline_ms;
         let decider = match kind.decider {
             Decider::Operator => {
                 "an operator (POST /v1/executions/{id}/events/deploy-confirm)".to_owned()
             }
             Decider::GitHubWriteAccess => format!("someone with write access to {repo}"),
-            Decider::ReleaseApprovers => {
-                approvers.iter().find(|(id, _)| *id == row.id).map_or_else(
-                    || format!("a release approver of {repo}"),
-                    |(_, d)| d.clone(),
-                )
-            }
+            Decider::ReleaseApprovers => match approvers.iter().find(|a| a.instance_id == row.id) {
+                Some(a) => {
+                    until_ms = Some(a.deadline_ms);
+                    a.deciders.clone()
+                }
+                None => format!("a release approver of {repo}"),
+            },
         };
         row.waiting_for = Some(WaitingFor {
             wait: w.wait_name.clone(),
             decider,
             since_ms: w.wait_started_ms,
-            until_ms: w.wait_deadline_ms,
+            until_ms,
         });
     }
     Ok(())

@@ -570,19 +570,29 @@ async fn routed(
 ) -> Result<Vec<EventSend>, ApiError> {
     let mut sends = Vec::with_capacity(routes.len());
     for r in routes {
-        // Only a wait still open takes a decision: one that arrives after
-        // the deadline decides nothing, even before the timeout pass ran.
+        // Only a wait still open takes a press; a merge or close GitHub
+        // dated reaches it through its grace too, and the instance judges
+        // it by that date. Anything else after the deadline decides
+        // nothing, even before the timeout pass ran.
         let found = match r.by {
-            RouteKey::Pull(n) => releases::waiting_on_pull(db, &r.repo, n, now_ms).await?,
+            RouteKey::Pull(n) => {
+                releases::waiting_on_pull(db, &r.repo, n, now_ms, r.dated_ms.is_some()).await?
+            }
             RouteKey::CheckRun(id) => {
                 releases::waiting_on_check_run(db, &r.repo, id, now_ms).await?
             }
         };
-        sends.extend(found.map(|instance_id| EventSend {
-            instance_id,
+        let Some(waiter) = found else { continue };
+        // A named approver's answers count against the wait's own rounds;
+        // anyone else's are bounded here, so nobody can spend its steps.
+        if !waiter.names(&r.sender) && !releases::admit(db, &waiter, &r.sender).await? {
+            continue;
+        }
+        sends.push(EventSend {
+            instance_id: waiter.instance_id,
             event_type: r.event_type.clone(),
             payload: r.payload.clone(),
-        }));
+        });
     }
     Ok(sends)
 }

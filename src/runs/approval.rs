@@ -158,6 +158,25 @@ impl Deciders {
         }
     }
 
+    /// Whether `login` is one of the named approvers (compared as GitHub
+    /// compares logins): known without asking GitHub.
+    pub fn names(&self, login: &str) -> bool {
+        match self {
+            Deciders::WriteAccess => false,
+            Deciders::Named(names) => names.iter().any(|n| n.eq_ignore_ascii_case(login)),
+        }
+    }
+
+    /// The named approvers as a JSON array for the approval's row
+    /// (`store::releases::Waiter::names` reads it back); None for write
+    /// access.
+    pub fn to_json(&self) -> Option<String> {
+        match self {
+            Deciders::WriteAccess => None,
+            Deciders::Named(names) => serde_json::to_string(names).ok(),
+        }
+    }
+
     /// Who they are, in words (a check run's text, the waiting list).
     pub fn describe(&self, repo: &str) -> String {
         match self {
@@ -192,8 +211,8 @@ pub async fn may_decide_as(
     deciders: &Deciders,
 ) -> Result<bool, RunError> {
     ctx.step("check decider", github_step(), |_| async {
-        if let Deciders::Named(names) = deciders {
-            return Ok(names.iter().any(|n| n.eq_ignore_ascii_case(login)));
+        if let Deciders::Named(_) = deciders {
+            return Ok(deciders.names(login));
         }
         let permission = env
             .github

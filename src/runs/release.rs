@@ -15,16 +15,29 @@
 //! `confirmation_timeout`. Every change of the approval's state is one
 //! conditional statement (`store::releases`), so a decision and a
 //! supersession never both win.
+//!
+//! The wait's bounds: a decider's answers count toward `ROUNDS_MAX`;
+//! anyone else's are answered once per window and cost no round, and
+//! routing sends a window only `SENDER_EVENTS_PER_WINDOW_MAX` events of
+//! each of `SENDERS_PER_WINDOW_MAX` such senders, so the steps a wait can
+//! take stay within the engine's cap (checked below at compile time). A
+//! merge or close GitHub dated inside the window decides even when it
+//! arrives after the deadline, within `decision_grace_ms`.
+
+use std::collections::BTreeSet;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::engine::{Ctx, RunError, RunOutcome, Status, StepConfig};
 use crate::gates::policy::SkipReason;
 use crate::github::releases::{NewPull, PullInfo, Tag};
 use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
-use crate::limits::RUN_DURATION_MS_MAX;
-use crate::store::releases::{self, Approval};
+use crate::limits::{RUN_DURATION_MS_MAX, STEPS_PER_RUN_MAX_DEFAULT};
+use crate::store::releases::{
+    self, Approval, SENDERS_PER_WINDOW_MAX, SENDER_EVENTS_PER_WINDOW_MAX,
+};
 
 use super::approval::{may_decide_as, Deciders};
 use super::config::{parse_duration_ms, ReleaseNotesConfig, RepoConfig};
@@ -41,8 +54,12 @@ pub const RELEASE_CHECK_NAME: &str = "sluice/release-notes";
 pub const RELEASE_EVENT: &str = "release-decision";
 /// The wait for it (each round after the first is `release approval#2`).
 pub const RELEASE_WAIT: &str = "release approval";
-/// Where approval pull requests live: `sluice/release-notes/<tag>`.
+/// Where approval pull requests live: `sluice/release-notes/<tag>-<push>`,
+/// one branch per push of a tag (`branch_of`).
 pub const BRANCH_PREFIX: &str = "sluice/release-notes/";
+/// Hex digits naming a push in its branch: enough that two pushes of one
+/// tag never share a branch.
+const BRANCH_PUSH_HEX_CHARS: usize = 8;
 /// The file an approval pull request adds: `release-notes/<tag>.md`.
 const NOTES_DIR: &str = "release-notes";
 /// A release nobody answers is bounded (ADR-0001's reference: 72 h).
@@ -53,14 +70,55 @@ const RELEASE_BUDGET_MS: i64 = 3600 * 1000;
 /// The longest window a repository may ask for: a replan restarts it, and
 /// the ceiling (run start + waits + budget) must still fit.
 const CONFIRMATION_TIMEOUT_MS_MAX: i64 = 5 * 24 * 3600 * 1000;
-/// Events one instance takes before it stops listening: a decision that
-/// never comes ends at the window, a flood of outsiders' presses here.
+/// A decider's answers one instance takes before it stops listening (a
+/// replan, a merge of a changed pull request; an approval or a rejection
+/// ends the wait at once): a decision that never comes ends at the window.
+/// Anyone else's events cost no round: routing bounds them.
 const ROUNDS_MAX: u32 = 50;
+/// How long after its deadline a wait still takes a merge or close GitHub
+/// dated inside the window (its signed `merged_at` / `closed_at`): GitHub
+/// delivers within seconds and never retries a failed delivery by itself,
+/// so an hour covers its own delayed deliveries and a redelivery by an
+/// operator who saw one fail, while an unanswered release stays open at
+/// most that long past the window it announced. Never longer than the
+/// window itself (`decision_grace_ms`): a short window stays short.
+pub const DECISION_GRACE_MS_MAX: i64 = 3600 * 1000;
+/// What a release needs once its wait ends (claim, read the tag, publish,
+/// announce, conclude: a few GitHub calls and their retries): the wait
+/// stops listening this long before the run's ceiling.
+const CLOSING_MS: i64 = 10 * 60 * 1000;
+/// Windows one instance opens: the first, and one per replan (a decider's
+/// round).
+const WINDOWS_MAX: u32 = 1 + ROUNDS_MAX;
+/// Events one instance consumes at most: every bounded sender's in every
+/// window, a decider's rounds, and one wake (a supersession).
+const EVENTS_MAX: u32 =
+    WINDOWS_MAX * SENDERS_PER_WINDOW_MAX * SENDER_EVENTS_PER_WINDOW_MAX + ROUNDS_MAX + 1;
+/// Steps a window's bounded senders cost at most: a sender's first event
+/// its wait, the decider check and one answer; each later one its wait
+/// only (the instance remembers whom it answered in the window).
+const STEPS_PER_WINDOW_MAX: u32 = SENDERS_PER_WINDOW_MAX * (2 + SENDER_EVENTS_PER_WINDOW_MAX);
+/// Steps a decider's round costs that does not end the wait: its wait, the
+/// decider check, and a replan (its window, the ceiling, the notes, the
+/// pull request, the deadline, the asking check run).
+const STEPS_PER_ROUND_MAX: u32 = 8;
+/// Steps besides the wait (config, ceiling, check run, notes, pull
+/// request, window, supersession, the verdict and its notification): far
+/// fewer than this.
+const STEPS_OUTSIDE_WAIT_MAX: u32 = 50;
 /// Pull requests read for one release's notes: beyond it the rest are
 /// listed by their commits.
 const PULLS_READ_MAX: usize = 100;
 
-const _: () = assert!(CONFIRMATION_TIMEOUT_MS_MAX + RELEASE_BUDGET_MS <= RUN_DURATION_MS_MAX);
+const _: () = assert!(
+    CONFIRMATION_TIMEOUT_MS_MAX + DECISION_GRACE_MS_MAX + RELEASE_BUDGET_MS <= RUN_DURATION_MS_MAX
+);
+const _: () = assert!(CLOSING_MS < RELEASE_BUDGET_MS);
+// No flood of events can exhaust the engine's steps before the window ends.
+const _: () = assert!(
+    WINDOWS_MAX * STEPS_PER_WINDOW_MAX + ROUNDS_MAX * STEPS_PER_ROUND_MAX + STEPS_OUTSIDE_WAIT_MAX
+        <= STEPS_PER_RUN_MAX_DEFAULT
+);
 const _: () = assert!(CONFIRMATION_TIMEOUT_MS_DEFAULT <= CONFIRMATION_TIMEOUT_MS_MAX);
 
 /// What a `release-notes` instance needs, decided at the edge.
@@ -96,9 +154,29 @@ pub enum Decision {
         /// the notes as Sluice proposed them.
         #[serde(default)]
         head_sha: Option<String>,
+        /// When GitHub dated it (merged, else closed), ms since the epoch:
+        /// a decision is judged by when it was made.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decided_ms: Option<i64>,
     },
     /// Re-run on the check run: regenerate the notes, restart the window.
     Replan { check_run_id: u64, sender: String },
+}
+
+impl Decision {
+    fn sender(&self) -> &str {
+        match self {
+            Decision::Button { sender, .. }
+            | Decision::PullClosed { sender, .. }
+            | Decision::Replan { sender, .. } => sender,
+        }
+    }
+}
+
+/// How long past its deadline a window of `window_ms` still takes a dated
+/// decision (`DECISION_GRACE_MS_MAX`, at most the window itself).
+pub fn decision_grace_ms(window_ms: i64) -> i64 {
+    window_ms.clamp(0, DECISION_GRACE_MS_MAX)
 }
 
 pub const APPROVE: Button = Button {
@@ -251,8 +329,8 @@ async fn run(
         Configured::Done(outcome) => return Ok(outcome),
     };
     let window = window_ms(&cfg).map_err(|m| RunError::InvalidInput { message: m })?;
-    ctx.set_ceiling("run ceiling", window + RELEASE_BUDGET_MS)
-        .await?;
+    let ceiling_ms = window + decision_grace_ms(window) + RELEASE_BUDGET_MS;
+    ctx.set_ceiling("run ceiling", ceiling_ms).await?;
     let release = Release {
         input,
         target: &target,
@@ -267,6 +345,8 @@ async fn run(
         Err(e) if e.is_suspension() => return Err(e),
         other => other,
     };
+    // What superseded it, for the notification: the newer tag, or the
+    // commit a new push of the tag names.
     let newer = match &decided {
         Ok(Verdict::Skipped { newer, .. }) => newer.clone(),
         _ => None,
@@ -298,8 +378,145 @@ struct Waiting {
     /// check run.
     window: u32,
     deadline_ms: i64,
-    /// The wait's round: names each answer's comment, so a replay finds it.
+    /// Until when a decision GitHub dated inside the window still arrives.
+    decisions_until_ms: i64,
+    /// The wait's event: names each answer's comment, so a replay finds it.
     round: u32,
+    /// Who was answered in this window without deciding (lowercase): they
+    /// are not answered again, nor asked about.
+    answered: BTreeSet<String>,
+}
+
+/// What superseded a waiting release: a newer tag, or the same tag pushed
+/// again (at `sha`, the commit it names now). An older journal recorded a
+/// newer tag's name only, which reads as `Tag`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Newer {
+    Push { tag: String, sha: String },
+    Tag(String),
+}
+
+impl Newer {
+    fn of(a: &Approval) -> Option<Newer> {
+        let tag = a.superseded_by.clone()?;
+        Some(match a.superseded_by_sha.clone() {
+            Some(sha) => Newer::Push { tag, sha },
+            None => Newer::Tag(tag),
+        })
+    }
+
+    /// What the notification names as the newer revision.
+    fn revision(&self) -> &str {
+        match self {
+            Newer::Push { sha, .. } => sha,
+            Newer::Tag(tag) => tag,
+        }
+    }
+}
+
+/// What one event did to the wait.
+enum Answered {
+    /// A verdict: the wait is over.
+    Ended(Verdict),
+    /// It waits on; the event cost one of `ROUNDS_MAX`.
+    Round,
+    /// It waits on; the event cost no round (routing bounded it).
+    Free,
+}
+
+impl Answered {
+    /// Waits on: a round when routing did not bound the sender (a named
+    /// approver).
+    fn waits(named: bool) -> Answered {
+        match named {
+            true => Answered::Round,
+            false => Answered::Free,
+        }
+    }
+}
+
+/// What an event about this window asks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Asked {
+    Approve,
+    Reject,
+    Replan,
+    /// A merge of a pull request changed after Sluice proposed it.
+    ChangedMerge,
+}
+
+/// One event about this window.
+struct Act<'a> {
+    sender: &'a str,
+    ask: Asked,
+    /// What they did, in words.
+    how: &'static str,
+    /// When GitHub dated it; None for a press.
+    dated_ms: Option<i64>,
+}
+
+/// What `d` asks of the window `w`; None when it is about another (a press
+/// of an earlier window's check run, an unknown button).
+fn act_of<'a>(d: &'a Decision, w: &Waiting) -> Option<Act<'a>> {
+    let act = |sender, ask, how, dated_ms| Act {
+        sender,
+        ask,
+        how,
+        dated_ms,
+    };
+    Some(match d {
+        Decision::Button {
+            check_run_id,
+            identifier,
+            sender,
+        } if *check_run_id == w.check_id => match identifier.as_str() {
+            i if i == APPROVE.identifier => act(sender, Asked::Approve, "pressed Approve", None),
+            i if i == REJECT.identifier => act(sender, Asked::Reject, "pressed Reject", None),
+            _ => return None,
+        },
+        Decision::PullClosed {
+            number,
+            merged,
+            sender,
+            head_sha,
+            decided_ms,
+        } if *number == w.pr => match merged {
+            true if !same_sha(head_sha.as_deref(), &w.head) => act(
+                sender,
+                Asked::ChangedMerge,
+                "merged the pull request",
+                *decided_ms,
+            ),
+            true => act(
+                sender,
+                Asked::Approve,
+                "merged the pull request",
+                *decided_ms,
+            ),
+            false => act(
+                sender,
+                Asked::Reject,
+                "closed the pull request",
+                *decided_ms,
+            ),
+        },
+        Decision::Replan {
+            check_run_id,
+            sender,
+        } if *check_run_id == w.check_id => act(sender, Asked::Replan, "re-ran the check", None),
+        _ => return None,
+    })
+}
+
+/// Until when the wait listens: its deadline, then the grace in which only
+/// a decision GitHub dated reaches it (routing sends nothing else after the
+/// deadline), kept `CLOSING_MS` clear of the run's ceiling (which an
+/// instance started before the grace existed set without it).
+fn listen_until_ms(ctx: &Ctx<'_>, w: &Waiting) -> i64 {
+    w.decisions_until_ms
+        .min(ctx.ceiling_at_ms() - CLOSING_MS)
+        .max(w.deadline_ms)
 }
 
 /// Composes the notes, opens the pull request, enters waiting and waits
@@ -309,11 +526,15 @@ async fn decided(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<Ver
     if let Some(newer) = enter_waiting(ctx, env, r, &mut w).await? {
         return superseded(ctx, env, r, &w, &newer).await;
     }
-    for round in 0..ROUNDS_MAX {
-        w.round = round;
-        // Every round is a journaled wait, even one left with no time (it
-        // times out at once): a replay takes the same rounds.
-        let left_ms = (w.deadline_ms - ctx.now_ms()).max(0);
+    let mut rounds = 0;
+    for event in 0..EVENTS_MAX {
+        if rounds >= ROUNDS_MAX {
+            break;
+        }
+        w.round = event;
+        // Every event is a journaled wait, even one left with no time (it
+        // times out at once): a replay takes the same events.
+        let left_ms = (listen_until_ms(ctx, &w) - ctx.now_ms()).max(0);
         let payload = match ctx
             .wait_for_event(RELEASE_WAIT, RELEASE_EVENT, left_ms)
             .await
@@ -323,67 +544,65 @@ async fn decided(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<Ver
             Err(e) => return Err(e),
         };
         let Ok(decision) = serde_json::from_value::<Decision>(payload) else {
-            // A wake: a newer tag may have superseded this one.
+            // A wake: a newer push may have superseded this one.
+            rounds += 1;
             match superseded_by(ctx, env).await? {
                 Some(newer) => return superseded(ctx, env, r, &w, &newer).await,
                 None => continue,
             }
         };
-        if let Some(v) = decide(ctx, env, r, &mut w, &decision).await? {
-            return Ok(v);
+        match decide(ctx, env, r, &mut w, &decision).await? {
+            Answered::Ended(v) => return Ok(v),
+            Answered::Round => rounds += 1,
+            Answered::Free => {}
         }
     }
     timed_out(ctx, env, r, &w).await
 }
 
-/// Acts on one decision: a verdict when it ends the wait, None when the
-/// instance waits on (an outsider answered, a replan, not about it).
+/// Acts on one event. Someone who may not decide, or a decision GitHub
+/// dated after the deadline, is answered once in the window and decides
+/// nothing; a decider's approval publishes, a rejection ends the wait, a
+/// replan restarts the window.
 async fn decide(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     r: &Release<'_>,
     w: &mut Waiting,
     d: &Decision,
-) -> Result<Option<Verdict>, RunError> {
-    let (sender, approve, how) = match d {
-        Decision::Button {
-            check_run_id,
-            identifier,
-            sender,
-        } if *check_run_id == w.check_id => match identifier.as_str() {
-            i if i == APPROVE.identifier => (sender, Some(true), "pressed Approve"),
-            i if i == REJECT.identifier => (sender, Some(false), "pressed Reject"),
-            _ => return Ok(None),
-        },
-        Decision::PullClosed {
-            number,
-            merged,
-            sender,
-            head_sha,
-        } if *number == w.pr => match merged {
-            true if !same_sha(head_sha.as_deref(), &w.head) => {
-                answer_changed_merge(ctx, env, r, w, sender).await?;
-                return Ok(None);
-            }
-            true => (sender, Some(true), "merged the pull request"),
-            false => (sender, Some(false), "closed the pull request"),
-        },
-        Decision::Replan {
-            check_run_id,
-            sender,
-        } if *check_run_id == w.check_id => (sender, None, "re-ran the check"),
-        _ => return Ok(None),
+) -> Result<Answered, RunError> {
+    let named = r.deciders.names(d.sender());
+    let Some(act) = act_of(d, w) else {
+        return Ok(Answered::waits(named));
     };
-    if !may_decide_as(ctx, env, r.target, sender, &r.deciders).await? {
-        answer_outsider(ctx, env, r, w, sender, how).await?;
-        return Ok(None);
+    let who = act.sender.to_ascii_lowercase();
+    if w.answered.contains(&who) {
+        return Ok(Answered::waits(named));
     }
-    match approve {
-        Some(true) => publish(ctx, env, r, w, sender, how).await.map(Some),
-        Some(false) => rejected(ctx, env, r, w, sender, how).await.map(Some),
-        None => {
-            replan(ctx, env, r, w, sender).await?;
-            Ok(None)
+    if let Some(at) = act.dated_ms.filter(|at| *at >= w.deadline_ms) {
+        answer_late(ctx, env, r, w, &act, at).await?;
+        w.answered.insert(who);
+        return Ok(Answered::waits(named));
+    }
+    if !may_decide_as(ctx, env, r.target, act.sender, &r.deciders).await? {
+        answer_outsider(ctx, env, r, w, act.sender, act.how).await?;
+        w.answered.insert(who);
+        return Ok(Answered::Free);
+    }
+    match act.ask {
+        Asked::Approve => publish(ctx, env, r, w, act.sender, act.how)
+            .await
+            .map(Answered::Ended),
+        Asked::Reject => rejected(ctx, env, r, w, act.sender, act.how)
+            .await
+            .map(Answered::Ended),
+        Asked::ChangedMerge => {
+            answer_changed_merge(ctx, env, r, w, act.sender).await?;
+            Ok(Answered::Round)
+        }
+        Asked::Replan => {
+            replan(ctx, env, r, w, act.sender).await?;
+            Ok(Answered::Round)
         }
     }
 }
@@ -400,7 +619,9 @@ async fn prepare(ctx: &Ctx<'_>, env: &RunEnv<'_>, r: &Release<'_>) -> Result<Wai
         check_id: 0,
         window: 0,
         deadline_ms: 0,
+        decisions_until_ms: 0,
         round: 0,
+        answered: BTreeSet::new(),
     })
 }
 
@@ -453,13 +674,14 @@ async fn propose(
         r.input.repo.as_str(),
         r.input.tag.as_str(),
     );
-    let branch = format!("{BRANCH_PREFIX}{tag}");
+    let branch = branch_of(ctx.instance_id(), tag);
     let path = format!("{NOTES_DIR}/{}.md", tag.replace('/', "-"));
     let title = format!("Release notes for {tag}");
     let body = format!(
         "{notes}\n---\nMerge this pull request (or press **Approve** on the `{RELEASE_CHECK_NAME}` \
-         check) to publish the release of `{tag}`; close it (or press **Reject**) to publish \
-         nothing. Who decides: {}.",
+         check) to publish the release of `{tag}` at {}; close it (or press **Reject**) to \
+         publish nothing. Who decides: {}.",
+        r.input.sha,
         r.deciders.describe(repo)
     );
     ctx.step("open approval pull request", github_step(), |_| async {
@@ -488,15 +710,23 @@ async fn propose(
     .await
 }
 
+/// The approval branch of one push of `tag` (the instance `instance_id`):
+/// a push of the same tag at another commit proposes on a branch, and so a
+/// pull request, of its own.
+pub fn branch_of(instance_id: &str, tag: &str) -> String {
+    let digest = hex::encode(Sha256::digest(instance_id.as_bytes()));
+    format!("{BRANCH_PREFIX}{tag}-{}", &digest[..BRANCH_PUSH_HEX_CHARS])
+}
+
 /// Starts the window: its deadline, the index row the decision's webhook
-/// finds this instance by, the buttons; then supersedes older waiting tags.
-/// Some(newer tag) when a newer one already waits (this one is superseded).
+/// finds this instance by, the buttons; then supersedes older waiting tags
+/// and earlier pushes of this one. Some(what) when this one is superseded.
 async fn enter_waiting(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     r: &Release<'_>,
     w: &mut Waiting,
-) -> Result<Option<String>, RunError> {
+) -> Result<Option<Newer>, RunError> {
     start_window(ctx, env, r, w).await?;
     supersede_older(ctx, env, r).await
 }
@@ -516,6 +746,8 @@ async fn start_window(
         .await?;
     w.window += 1;
     w.deadline_ms = deadline_ms;
+    w.decisions_until_ms = deadline_ms + decision_grace_ms(r.window_ms);
+    w.answered.clear();
     w.check_id = ask(ctx, env, r, w, since_ms).await?;
     Ok(())
 }
@@ -536,9 +768,12 @@ fn approval_row(
         check_run_id: i64::try_from(check_id).unwrap_or(i64::MAX),
         state: "waiting".into(),
         superseded_by: None,
+        superseded_by_sha: None,
         deciders: r.deciders.describe(&r.input.repo),
+        approvers: r.deciders.to_json(),
         waiting_since_ms: since_ms,
         deadline_ms: w.deadline_ms,
+        decisions_until_ms: Some(w.decisions_until_ms),
     }
 }
 
@@ -601,53 +836,72 @@ async fn ask(
     .await
 }
 
-/// Supersedes every waiting approval of an older tag of the repository and
-/// wakes its instance; Some(newer tag) when a newer tag already waits, in
-/// which case this one supersedes itself. One conditional statement per
-/// row: a row already publishing is never touched.
+/// Supersedes every waiting approval of an older tag of the repository,
+/// and of an earlier push of this tag, and wakes its instance. Some(what)
+/// when this one is superseded instead: the tag names another commit now
+/// (pushed again since), or a newer tag already waits. One conditional
+/// statement per row: a row already publishing is never touched.
 async fn supersede_older(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     r: &Release<'_>,
-) -> Result<Option<String>, RunError> {
-    let (me, tag) = (ctx.instance_id(), r.input.tag.as_str());
-    let newer: Option<String> = ctx
-        .step("supersede older", StepConfig::default(), |_| async {
-            let db_err = |e: crate::store::StoreError| FailureTag::Index.retryable(e.to_string());
-            let now = ctx.now_ms();
-            let waiting = releases::waiting_in(env.db, &r.input.repo)
+) -> Result<Option<Newer>, RunError> {
+    let (me, tag, sha) = (
+        ctx.instance_id(),
+        r.input.tag.as_str(),
+        r.input.sha.as_str(),
+    );
+    let (inst, repo) = (r.input.installation_id, r.input.repo.as_str());
+    ctx.step("supersede older", StepConfig::default(), |_| async {
+        let db_err = |e: crate::store::StoreError| FailureTag::Index.retryable(e.to_string());
+        let now = ctx.now_ms();
+        // Of two pushes of one tag, the one whose commit it names wins,
+        // whichever reaches here first.
+        let names = env
+            .github
+            .tag_target(inst, repo, tag)
+            .await
+            .map_err(github_failure)?;
+        if let Some(now_names) = names.filter(|n| !n.eq_ignore_ascii_case(sha)) {
+            releases::supersede(env.db, me, tag, Some(&now_names), now)
                 .await
                 .map_err(db_err)?;
-            let others = waiting.iter().filter(|a| a.instance_id != me);
-            if let Some(n) = others.clone().find(|a| notes::tag_cmp(&a.tag, tag).is_gt()) {
-                releases::supersede(env.db, me, &n.tag, now)
-                    .await
-                    .map_err(db_err)?;
-                return Ok(Some(n.tag.clone()));
+            return Ok(Some(Newer::Push {
+                tag: tag.to_owned(),
+                sha: now_names,
+            }));
+        }
+        let waiting = releases::waiting_in(env.db, repo).await.map_err(db_err)?;
+        let others = waiting.iter().filter(|a| a.instance_id != me);
+        if let Some(n) = others.clone().find(|a| notes::tag_cmp(&a.tag, tag).is_gt()) {
+            releases::supersede(env.db, me, &n.tag, None, now)
+                .await
+                .map_err(db_err)?;
+            return Ok(Some(Newer::Tag(n.tag.clone())));
+        }
+        for older in others {
+            let by_sha = (older.tag == tag).then_some(sha);
+            if releases::supersede(env.db, &older.instance_id, tag, by_sha, now)
+                .await
+                .map_err(db_err)?
+            {
+                // A lost wake is recovered by the older one's own window:
+                // its claim at the timeout finds it superseded.
+                let _ = env.waker.wake(&older.instance_id, RELEASE_EVENT).await;
             }
-            for older in others {
-                if releases::supersede(env.db, &older.instance_id, tag, now)
-                    .await
-                    .map_err(db_err)?
-                {
-                    // A lost wake is recovered by the older one's own
-                    // window: its claim at the timeout finds it superseded.
-                    let _ = env.waker.wake(&older.instance_id, RELEASE_EVENT).await;
-                }
-            }
-            Ok(None)
-        })
-        .await?;
-    Ok(newer)
+        }
+        Ok(None)
+    })
+    .await
 }
 
-/// The newer tag that superseded this instance, if one did.
-async fn superseded_by(ctx: &Ctx<'_>, env: &RunEnv<'_>) -> Result<Option<String>, RunError> {
+/// What superseded this instance, if anything did.
+async fn superseded_by(ctx: &Ctx<'_>, env: &RunEnv<'_>) -> Result<Option<Newer>, RunError> {
     ctx.step("read approval", StepConfig::default(), |_| async {
         let row = releases::get(env.db, ctx.instance_id())
             .await
             .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
-        Ok(row.and_then(|a| a.superseded_by))
+        Ok(row.as_ref().and_then(Newer::of))
     })
     .await
 }
@@ -781,28 +1035,37 @@ async fn superseded_late(
     r: &Release<'_>,
     w: &Waiting,
 ) -> Result<Verdict, RunError> {
-    let newer = superseded_by(ctx, env).await?.unwrap_or_default();
+    let newer = superseded_by(ctx, env)
+        .await?
+        .unwrap_or_else(|| Newer::Tag(String::new()));
     superseded(ctx, env, r, w, &newer).await
 }
 
-/// Superseded by the newer tag `newer`: close the pull request.
+/// Superseded by `newer` (a newer tag, or a new push of this one): close
+/// the pull request, saying by what.
 async fn superseded(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     r: &Release<'_>,
     w: &Waiting,
-    newer: &str,
+    newer: &Newer,
 ) -> Result<Verdict, RunError> {
-    let why = format!(
-        "Superseded by `{newer}`, a newer tag now waiting for approval: no release of `{}`.",
-        r.input.tag
-    );
+    let (tag, sha) = (r.input.tag.as_str(), r.input.sha.as_str());
+    let why = match newer {
+        Newer::Tag(n) => format!(
+            "Superseded by `{n}`, a newer tag now waiting for approval: no release of `{tag}`."
+        ),
+        Newer::Push { sha: now, .. } => format!(
+            "Superseded: `{tag}` was pushed again and now names {now}, not {sha}; that push \
+             asks for its own approval. Nothing was released from these notes."
+        ),
+    };
     close(ctx, env, r, w, Some(&why)).await?;
     Ok(Verdict::Skipped {
         reason: Some(SkipReason::Superseded),
         tag: SkipTag::RunSkipped,
         summary: format!("Not released: {why}"),
-        newer: Some(newer.to_owned()),
+        newer: Some(newer.revision().to_owned()),
     })
 }
 
@@ -831,8 +1094,6 @@ async fn close(
     .await
 }
 
-/// Someone who may not decide acted: say so on the pull request; the
-/// instance waits on.
 fn same_sha(given: Option<&str>, proposed: &str) -> bool {
     given.is_some_and(|g| g.eq_ignore_ascii_case(proposed))
 }
@@ -846,7 +1107,7 @@ async fn answer_changed_merge(
     w: &Waiting,
     sender: &str,
 ) -> Result<(), RunError> {
-    let marker = format!("changed:{}", w.round);
+    let marker = format!("changed:{}:{}", w.window, sender.to_ascii_lowercase());
     let text = format!(
         "@{sender} merged this pull request, but it was changed after Sluice proposed the \
          notes (its head is no longer {}): the merge published nothing. Press **Approve** on \
@@ -878,6 +1139,8 @@ async fn say_once(
     .await
 }
 
+/// Someone who may not decide acted: say so on the pull request, once per
+/// sender and window; the instance waits on.
 async fn answer_outsider(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -886,7 +1149,7 @@ async fn answer_outsider(
     sender: &str,
     how: &str,
 ) -> Result<(), RunError> {
-    let marker = format!("outsider:{}", w.round);
+    let marker = format!("outsider:{}:{}", w.window, sender.to_ascii_lowercase());
     let text = format!(
         "@{sender} {how}, but only {} may decide on the release of `{}`: this decided \
          nothing. The release still waits for them.",
@@ -894,6 +1157,27 @@ async fn answer_outsider(
         r.input.tag
     );
     say_once(ctx, env, r, w, "answer outsider", &marker, &text).await
+}
+
+/// A merge or close GitHub dated after the deadline (it reached Sluice
+/// within the grace): too late to decide. Said once per sender and window;
+/// the instance waits on for a decision made in time still on its way.
+async fn answer_late(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    r: &Release<'_>,
+    w: &Waiting,
+    act: &Act<'_>,
+    at_ms: i64,
+) -> Result<(), RunError> {
+    let marker = format!("late:{}:{}", w.window, act.sender.to_ascii_lowercase());
+    let late_s = (at_ms - w.deadline_ms) / 1000;
+    let text = format!(
+        "@{} {} {late_s} s after the window to decide on `{}` closed: this decided nothing, \
+         and nothing will be released from these notes. Push the tag again to ask again.",
+        act.sender, act.how, r.input.tag
+    );
+    say_once(ctx, env, r, w, "answer late", &marker, &text).await
 }
 
 /// Re-run: regenerate the notes, update the pull request and restart the
@@ -912,7 +1196,8 @@ async fn replan(
     let ceiling: Option<i64> = ctx
         .step("replan window", StepConfig::once(), |_| async {
             let started_ms = ctx.ceiling_at_ms() - ctx.max_duration_ms();
-            let ceiling_ms = ctx.now_ms() - started_ms + r.window_ms + RELEASE_BUDGET_MS;
+            let grace_ms = decision_grace_ms(r.window_ms);
+            let ceiling_ms = ctx.now_ms() - started_ms + r.window_ms + grace_ms + RELEASE_BUDGET_MS;
             Ok((ceiling_ms <= RUN_DURATION_MS_MAX).then_some(ceiling_ms))
         })
         .await?;
@@ -921,7 +1206,7 @@ async fn replan(
             "@{sender} re-ran the check, but a new window would outlive the run's longest \
              ceiling: the current window stands."
         );
-        let marker = format!("replan:{}", w.round);
+        let marker = format!("replan:{}:{}", w.window, sender.to_ascii_lowercase());
         return say_once(ctx, env, r, w, "refuse replan", &marker, &why).await;
     };
     ctx.set_ceiling("run ceiling", ceiling_ms).await?;

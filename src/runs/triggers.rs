@@ -54,6 +54,12 @@ pub struct RoutedEvent {
     pub by: RouteKey,
     pub event_type: String,
     pub payload: serde_json::Value,
+    /// Who acted: routing bounds what one sender may send a wait.
+    pub sender: String,
+    /// When GitHub dated the decision (a pull request's merge or close,
+    /// signed with the delivery), ms since the epoch; None for a press,
+    /// which has no date.
+    pub dated_ms: Option<i64>,
 }
 
 /// One re-run asked for by a `rerequested` event.
@@ -212,7 +218,7 @@ pub fn plan(event: &Event, cx: &PlanContext<'_>) -> Plan {
     }
     match event {
         Event::PullRequest(pr) => plan_pull_request(pr),
-        Event::Push(push) => plan_push(push),
+        Event::Push(push) => plan_push(push, cx),
         Event::CheckRun(run) => plan_check_run(run, cx),
         Event::CheckSuite(suite) => plan_check_suite(suite, cx),
         Event::Ping => Plan::Ignore("ping".into()),
@@ -300,23 +306,29 @@ fn plan_release_check_run(run: &CheckRunEvent) -> Plan {
         by: RouteKey::CheckRun(check_run_id),
         event_type: RELEASE_EVENT.into(),
         payload: json!(decision),
+        sender: run.sender.login.clone(),
+        dated_ms: None,
     }])
 }
 
 /// A release's approval pull request closed (merged or not): a decision
 /// for the instance waiting on it.
 fn plan_release_pull(pr: &PullRequestEvent) -> Plan {
+    let decided_ms = pr.pull_request.decided_ms();
     let decision = Decision::PullClosed {
         number: pr.number,
         merged: pr.pull_request.merged,
         sender: pr.sender.login.clone(),
         head_sha: Some(pr.pull_request.head.sha.clone()),
+        decided_ms,
     };
     Plan::Route(vec![RoutedEvent {
         repo: pr.repository.full_name.clone(),
         by: RouteKey::Pull(pr.number),
         event_type: RELEASE_EVENT.into(),
         payload: json!(decision),
+        sender: pr.sender.login.clone(),
+        dated_ms: decided_ms,
     }])
 }
 
@@ -529,9 +541,9 @@ fn short(sha: &str) -> &str {
     sha.get(..KEY_SHA_CHARS).unwrap_or(sha)
 }
 
-fn plan_push(push: &PushEvent) -> Plan {
+fn plan_push(push: &PushEvent, cx: &PlanContext<'_>) -> Plan {
     if let Some(tag) = push.git_ref.strip_prefix("refs/tags/") {
-        return plan_tag(push, tag);
+        return plan_tag(push, tag, cx);
     }
     let Some(branch) = push.git_ref.strip_prefix("refs/heads/") else {
         return Plan::Ignore(format!("push to {} (not a branch or a tag)", push.git_ref));
@@ -565,8 +577,10 @@ fn plan_push(push: &PushEvent) -> Plan {
 /// A pushed tag: a `release-notes` instance, which reads whether the tag
 /// is one `[release_notes] tags` selects on the default branch. The commit
 /// is the push's `head_commit` (an annotated tag's `after` is the tag
-/// object).
-fn plan_tag(push: &PushEvent, tag: &str) -> Plan {
+/// object). One push, one instance: the delivery is part of its identity,
+/// so pushing a tag again (at another commit, or at the same one after a
+/// release ended) asks again, while a redelivery is the same push.
+fn plan_tag(push: &PushEvent, tag: &str, cx: &PlanContext<'_>) -> Plan {
     if push.deleted {
         return Plan::Ignore(format!("tag {tag} was deleted"));
     }
@@ -591,7 +605,11 @@ fn plan_tag(push: &PushEvent, tag: &str) -> Plan {
         sender: push.sender.login.clone(),
     };
     Plan::Create(vec![CreateRequest {
-        key: format!("release-notes:{repo}:{tag}:{}", &sha[..KEY_SHA_CHARS]),
+        key: format!(
+            "release-notes:{repo}:{tag}:{}:{}",
+            &sha[..KEY_SHA_CHARS],
+            cx.delivery
+        ),
         run: RunName::ReleaseNotes.as_str().into(),
         input: json!(input),
         repo: Some(repo),
@@ -718,7 +736,11 @@ mod tests {
         };
         assert_eq!(tag.len(), 1, "a tag deploys nothing");
         assert_eq!(tag[0].run, "release-notes");
-        assert_eq!(tag[0].key, "release-notes:octo/hello:v1:89abcdef0123");
+        assert_eq!(
+            tag[0].key,
+            "release-notes:octo/hello:v1:89abcdef0123:72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            "one push, one proposal: the delivery names it"
+        );
         assert_eq!(tag[0].input["default_branch"], "main");
         assert!(matches!(
             plan(&push("refs/tags/v1", &"0".repeat(40), true), &CX),
@@ -736,6 +758,8 @@ mod tests {
             let body = json!({
                 "action": "closed", "number": 12,
                 "pull_request": {"number": 12, "merged": merged,
+                    "merged_at": merged.then_some("2026-12-04T10:00:00Z"),
+                    "closed_at": "2026-12-04T10:00:00Z",
                     "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": head_ref},
                     "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main"}},
                 "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
@@ -755,8 +779,12 @@ mod tests {
         assert_eq!(
             routes[0].payload,
             json!({"kind": "pull_closed", "number": 12, "merged": true, "sender": "maint",
-                   "head_sha": "0123456789abcdef0123456789abcdef01234567"})
+                   "head_sha": "0123456789abcdef0123456789abcdef01234567",
+                   "decided_ms": 1_796_378_400_000_i64})
         );
+        // Dated by GitHub's signed merge time; routed as the sender's.
+        assert_eq!(routes[0].dated_ms, Some(1_796_378_400_000));
+        assert_eq!(routes[0].sender, "maint");
         assert!(matches!(closed("feature", true), Plan::Ignore(_)));
         let check_run = |action: &str| {
             let body = json!({
@@ -777,6 +805,7 @@ mod tests {
         };
         assert_eq!(r[0].by, RouteKey::CheckRun(99));
         assert_eq!(r[0].payload["kind"], "button");
+        assert_eq!(r[0].dated_ms, None, "a press has no date");
         let Plan::Route(r) = check_run("rerequested") else {
             panic!()
         };

@@ -39,6 +39,8 @@ pub struct FakeRelease {
     /// `make_latest` as sent (GitHub takes "true", "false" or "legacy").
     pub make_latest: Option<String>,
     pub prerelease: bool,
+    /// `target_commitish` as sent: where a missing tag is made.
+    pub target: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -58,8 +60,12 @@ pub struct FakeCommit {
 
 #[derive(Default)]
 pub struct ReleaseState {
-    /// Tags per repository, newest first as GitHub lists them.
+    /// Tags per repository, newest first as GitHub lists them: each ref's
+    /// object (a commit, or a tag object of `tag_objects`).
     pub tags: HashMap<String, Vec<(String, String)>>,
+    /// Annotated tags' objects by (repo, sha): the object each names, as
+    /// (type, sha).
+    pub tag_objects: HashMap<(String, String), (String, String)>,
     /// Commits between two shas, by (repo, base, head).
     pub compares: HashMap<(String, String, String), Vec<FakeCommit>>,
     pub pulls: Vec<FakePull>,
@@ -93,6 +99,51 @@ impl FakeGitHub {
             .entry(repo.into())
             .or_default()
             .insert(0, (name.into(), sha.into()));
+    }
+
+    /// An annotated tag `name` of `target` (a commit, or another tag object
+    /// when `kind` is "tag"), as `git tag -a` makes: the ref names a new tag
+    /// object. Returns the tag object's sha.
+    pub fn add_tag_object(&self, repo: &str, name: &str, kind: &str, target: &str) -> String {
+        let mut st = self.rel.borrow_mut();
+        let sha = format!("{:040x}", 0x7a90_0000u64 + st.tag_objects.len() as u64 + 1);
+        st.tag_objects
+            .insert((repo.into(), sha.clone()), (kind.into(), target.into()));
+        st.tags
+            .entry(repo.into())
+            .or_default()
+            .retain(|(n, _)| n != name);
+        st.tags
+            .entry(repo.into())
+            .or_default()
+            .insert(0, (name.into(), sha.clone()));
+        sha
+    }
+
+    /// Points an existing tag at `object` (a push with `--force`), or
+    /// deletes it (`None`); its tag object stays, as git keeps it until
+    /// collected.
+    pub fn move_tag(&self, repo: &str, name: &str, object: Option<&str>) {
+        let mut st = self.rel.borrow_mut();
+        let tags = st.tags.entry(repo.into()).or_default();
+        match object {
+            Some(o) => {
+                for t in tags.iter_mut().filter(|(n, _)| n == name) {
+                    t.1 = o.into();
+                }
+            }
+            None => tags.retain(|(n, _)| n != name),
+        }
+    }
+
+    /// The commit an object peels to (itself when it is no tag object).
+    fn peeled(&self, repo: &str, sha: &str) -> String {
+        let st = self.rel.borrow();
+        let mut at = sha.to_owned();
+        while let Some((_, target)) = st.tag_objects.get(&(repo.to_owned(), at.clone())) {
+            at = target.clone();
+        }
+        at
     }
 
     pub fn set_compare(&self, repo: &str, base: &str, head: &str, commits: Vec<FakeCommit>) {
@@ -143,6 +194,7 @@ impl FakeGitHub {
             body: String::new(),
             make_latest: None,
             prerelease: false,
+            target: None,
         });
     }
 
@@ -172,7 +224,8 @@ impl FakeGitHub {
 
     // --- serving ---
 
-    /// `GET /repos/{o}/{r}/git/ref/tags/{tag}`.
+    /// `GET /repos/{o}/{r}/git/ref/tags/{tag}`: the ref's object, a commit
+    /// or (annotated) a tag object.
     fn tag_ref(&self, repo: &str, tag: &str) -> HttpResponse {
         let st = self.rel.borrow();
         let found = st
@@ -181,9 +234,28 @@ impl FakeGitHub {
             .and_then(|tags| tags.iter().find(|(name, _)| name == tag))
             .map(|(_, sha)| sha.clone());
         match found {
-            Some(sha) => reply(
+            Some(sha) => {
+                let kind = match st.tag_objects.contains_key(&(repo.to_owned(), sha.clone())) {
+                    true => "tag",
+                    false => "commit",
+                };
+                reply(
+                    200,
+                    json!({ "ref": format!("refs/tags/{tag}"), "object": { "sha": sha, "type": kind } }),
+                )
+            }
+            None => not_found(),
+        }
+    }
+
+    /// `GET /repos/{o}/{r}/git/tags/{sha}` (REST "Git tags", get a tag): a
+    /// tag object and what it names; 404 for any other sha.
+    fn tag_object(&self, repo: &str, sha: &str) -> HttpResponse {
+        let st = self.rel.borrow();
+        match st.tag_objects.get(&(repo.to_owned(), sha.to_owned())) {
+            Some((kind, target)) => reply(
                 200,
-                json!({ "ref": format!("refs/tags/{tag}"), "object": { "sha": sha, "type": "commit" } }),
+                json!({ "sha": sha, "tag": "", "message": "", "object": { "sha": target, "type": kind } }),
             ),
             None => not_found(),
         }
@@ -193,6 +265,7 @@ impl FakeGitHub {
         Some(match (method, s) {
             ("GET", ["repos", _, _, "tags"]) => "tags",
             ("GET", ["repos", _, _, "git", "ref", "tags", _]) => "tag-ref",
+            ("GET", ["repos", _, _, "git", "tags", _]) => "tag-object",
             ("GET", ["repos", _, _, "pulls"]) => "list-pulls",
             ("POST", ["repos", _, _, "pulls"]) => "create-pull",
             ("PATCH", ["repos", _, _, "pulls", _]) => "update-pull",
@@ -210,7 +283,9 @@ impl FakeGitHub {
     /// The permission each route needs.
     pub fn release_permission(route: &str) -> Option<(&'static str, &'static str)> {
         Some(match route {
-            "tags" | "tag-ref" | "release-by-tag" | "latest-release" => ("contents", "read"),
+            "tags" | "tag-ref" | "tag-object" | "release-by-tag" | "latest-release" => {
+                ("contents", "read")
+            }
             "create-ref" | "put-contents" | "create-release" => ("contents", "write"),
             "list-pulls" | "list-comments" => ("pull_requests", "read"),
             "create-pull" | "update-pull" | "create-comment" => ("pull_requests", "write"),
@@ -229,6 +304,7 @@ impl FakeGitHub {
         Some(match route {
             "tags" => self.list_tags(repo, query),
             "tag-ref" => self.tag_ref(repo, &segs[6]),
+            "tag-object" => self.tag_object(repo, &segs[5]),
             "list-pulls" => self.list_pulls(repo, query),
             "create-pull" => self.create_pull(req, repo),
             "update-pull" => self.update_pull(req, repo, &segs[4]),
@@ -270,13 +346,21 @@ impl FakeGitHub {
         if per_page > 100 || page == 0 {
             return reply(422, json!({ "message": "per_page is at most 100" }));
         }
-        let st = self.rel.borrow();
-        let tags = st.tags.get(repo).cloned().unwrap_or_default();
+        let tags = self
+            .rel
+            .borrow()
+            .tags
+            .get(repo)
+            .cloned()
+            .unwrap_or_default();
+        // GitHub lists each tag with the commit it peels to.
         let list: Vec<Value> = tags
             .iter()
             .skip((page - 1) * per_page)
             .take(per_page)
-            .map(|(name, sha)| json!({ "name": name, "commit": { "sha": sha, "url": "" } }))
+            .map(|(name, sha)| {
+                json!({ "name": name, "commit": { "sha": self.peeled(repo, sha), "url": "" } })
+            })
             .collect();
         reply(200, json!(list))
     }
@@ -560,6 +644,7 @@ impl FakeGitHub {
         st.releases.push(FakeRelease {
             make_latest,
             prerelease: b["prerelease"].as_bool().unwrap_or(false),
+            target: b["target_commitish"].as_str().map(str::to_owned),
             id,
             repo: repo.into(),
             tag: tag.into(),
