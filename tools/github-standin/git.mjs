@@ -140,3 +140,36 @@ export function tagCommit(reposDir, owner, repo, name, sha) {
   const dir = repoPath(reposDir, owner, repo);
   gitSync(dir, ['update-ref', `refs/tags/${name}`, sha]);
 }
+
+// Tag names git itself accepts that cannot be read as an option or a revision expression.
+const TAG_NAME_RE = /^(?![-/.])(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,255}$/;
+
+function assertTagName(name) {
+  if (typeof name !== 'string' || !TAG_NAME_RE.test(name)) throw new Error(`invalid tag name: ${JSON.stringify(name)}`);
+}
+
+// Makes `name` an annotated tag of `target` (a commit, or another tag's object for a tag of a
+// tag), as `git tag -a name -m message target` does, and release tools (`npm version`, `cargo
+// release`) too; `force` moves an existing one (`git tag -f`). Returns the new tag object's sha.
+export function tagAnnotated(reposDir, owner, repo, name, target, { message = name, force = false } = {}) {
+  assertTagName(name);
+  if (!/^[0-9a-f]{40}$/.test(target)) throw new Error(`invalid object id: ${JSON.stringify(target)}`);
+  const dir = repoPath(reposDir, owner, repo);
+  gitSync(dir, ['tag', '-a', ...(force ? ['-f'] : []), '-m', message, name, target]);
+  return gitSync(dir, ['rev-parse', '--verify', `refs/tags/${name}`]).toString().trim();
+}
+
+// What a push of tag `name` names: `after`, the ref's object (the tag object of an annotated tag,
+// else the commit), and `headCommit`, the commit it peels to, as a push event carries them; null
+// when there is no such tag.
+export function tagPushShas(reposDir, owner, repo, name) {
+  assertTagName(name);
+  const dir = repoPath(reposDir, owner, repo);
+  try {
+    const after = gitSync(dir, ['rev-parse', '--verify', '--quiet', `refs/tags/${name}`]).toString().trim();
+    const headCommit = gitSync(dir, ['rev-parse', '--verify', '--quiet', `refs/tags/${name}^{commit}`]).toString().trim();
+    return { after, headCommit };
+  } catch {
+    return null;
+  }
+}

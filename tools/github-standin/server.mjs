@@ -76,6 +76,7 @@ const DOCS = {
   repo: 'https://docs.github.com/rest/repos/repos#get-a-repository',
   contents: 'https://docs.github.com/rest/repos/contents#get-repository-content',
   ref: 'https://docs.github.com/rest/git/refs#get-a-reference',
+  tag: 'https://docs.github.com/rest/git/tags#get-a-tag',
   branch: 'https://docs.github.com/rest/branches/branches#get-a-branch',
   createRun: 'https://docs.github.com/rest/checks/runs#create-a-check-run',
   updateRun: 'https://docs.github.com/rest/checks/runs#update-a-check-run',
@@ -586,6 +587,34 @@ export async function startStandin({
       node_id: `REF_${Buffer.from(`${repoId(owner, repo)}:refs/${ref}`).toString('base64url')}`,
       url: `${urls.api}/git/refs/${ref}`,
       object: { sha, type, url: `${urls.api}/git/${type}s/${sha}` },
+    });
+  }
+
+  // GET /repos/{o}/{r}/git/tags/{sha}: an annotated tag's object (its name, message, tagger and
+  // the object it names: a commit, or another tag object for a tag of a tag). The API serves
+  // tag objects only: any other sha, known or not, is 404, as on GitHub.
+  async function getTag(ctx, owner, repo, rawSha) {
+    requirePermission(ctx.token, 'contents', 'read');
+    const dir = requireRepo(owner, repo, DOCS.tag);
+    const sha = decodeSegment(rawSha);
+    if (!SHA_RE.test(sha)) throw notFound(DOCS.tag);
+    const type = (await tryGit(dir, ['cat-file', '-t', sha]))?.toString().trim();
+    if (type !== 'tag') throw notFound(DOCS.tag);
+    const text = (await readGit(dir, ['cat-file', 'tag', sha])).toString('utf8');
+    const split = text.indexOf('\n\n');
+    const headers = (split === -1 ? text : text.slice(0, split)).split('\n');
+    const field = (name) => headers.find((h) => h.startsWith(`${name} `))?.slice(name.length + 1);
+    const [object, objectType] = [field('object'), field('type')];
+    const urls = repoUrls(owner, repo);
+    sendJson(ctx.res, 200, {
+      node_id: `TAG_${Buffer.from(sha).toString('base64url')}`,
+      tag: field('tag'),
+      sha,
+      url: `${urls.api}/git/tags/${sha}`,
+      message: split === -1 ? '' : text.slice(split + 2),
+      tagger: parseSignature(field('tagger')),
+      object: { sha: object, type: objectType, url: `${urls.api}/git/${objectType}s/${object}` },
+      verification: { verified: false, reason: 'unsigned', signature: null, payload: null, verified_at: null },
     });
   }
 
@@ -1104,6 +1133,7 @@ export async function startStandin({
       labels: (pull.labels ?? []).map((name) => ({ name })),
       merged: Boolean(pull.merged),
       merged_at: pull.merged ? (pull.merged_at ?? isoSeconds(Date.now())) : null,
+      closed_at: (pull.state ?? 'open') === 'closed' ? (pull.closed_at ?? pull.merged_at ?? null) : null,
       head: { ref: pull.head_ref, sha: headSha, repo: { full_name: pull.head_repo ?? `${owner}/${repo}` } },
       base: { ref: pull.base_ref ?? 'main', repo: { full_name: `${owner}/${repo}` } },
       author_association: pull.author_association ?? 'OWNER',
@@ -1168,6 +1198,7 @@ export async function startStandin({
     optionalString(body, 'body', DOCS.updatePull);
     optionalEnum(body, 'state', ['open', 'closed'], DOCS.updatePull);
     if (body.state === 'open' && pull.merged) throw invalidRequest('A merged pull request cannot be reopened.', DOCS.updatePull);
+    if (body.state === 'closed' && (pull.state ?? 'open') !== 'closed') pull.closed_at = isoSeconds(Date.now());
     for (const key of ['title', 'body', 'state']) if (typeof body[key] === 'string') pull[key] = body[key];
     sendJson(ctx.res, 200, await pullObject(dir, owner, repo, Number(rawNumber), pull));
   }
@@ -1338,6 +1369,7 @@ export async function startStandin({
       pull.merged = true;
       pull.merged_at = isoSeconds(Date.now());
     }
+    if ((pull.state ?? 'open') !== 'closed') pull.closed_at = pull.merged_at ?? isoSeconds(Date.now());
     pull.state = 'closed';
     sendJson(ctx.res, 200, { ok: true });
   }
@@ -1453,6 +1485,7 @@ export async function startStandin({
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}$`), handler: getRepo, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/contents(?:/(.*))?$`), handler: getContents, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/ref/(.+)$`), handler: getRef, auth: true },
+    { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/git/tags/${R}$`), handler: getTag, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/compare/([^/]+)$`), handler: compareCommits, auth: true },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/branches/(.+)$`), handler: getBranch, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/check-runs$`), handler: createCheckRun, auth: true },

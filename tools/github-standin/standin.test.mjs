@@ -12,7 +12,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
-import { commitFiles, createRepo, headSha, tagCommit } from './git.mjs';
+import { commitFiles, createRepo, headSha, tagAnnotated, tagCommit, tagPushShas } from './git.mjs';
 import { startStandin } from './server.mjs';
 import { checkRunRequestedActionPayload, pullRequestPayload, pushPayload, repoId, sendWebhook, signBody } from './webhooks.mjs';
 
@@ -1169,6 +1169,64 @@ test('tags and compare: tags newest first with their commits; compare lists head
   assert.equal((await request('GET', `/repos/${OWNER}/${repo}/tags`, { auth: `token ${noContents}` })).status, 403);
 });
 
+test('annotated tags as git makes them: the ref names the tag object, git/tags peels it, tags lists the commit', async () => {
+  const repo = 'annotated';
+  const c1 = commitFiles(reposDir, OWNER, repo, { files: { 'a.txt': 'a\n' }, message: 'first' });
+  const c2 = commitFiles(reposDir, OWNER, repo, { files: { 'b.txt': 'b\n' }, message: 'second' });
+  tagCommit(reposDir, OWNER, repo, 'light', c1);
+  const object = tagAnnotated(reposDir, OWNER, repo, 'v1.1.0', c2, { message: 'v1.1.0' });
+  assert.notEqual(object, c2, 'a tag object of its own');
+  // A tag of a tag (git's "nested tag").
+  const outer = tagAnnotated(reposDir, OWNER, repo, 'v1.1.0-signed', object);
+  const auth = `token ${await issueToken()}`;
+  const ref = async (name) => (await request('GET', `/repos/${OWNER}/${repo}/git/ref/tags/${name}`, { auth })).json.object;
+  assert.deepEqual([(await ref('light')).type, (await ref('light')).sha], ['commit', c1]);
+  assert.deepEqual([(await ref('v1.1.0')).type, (await ref('v1.1.0')).sha], ['tag', object]);
+  const tag = await request('GET', `/repos/${OWNER}/${repo}/git/tags/${object}`, { auth });
+  assert.equal(tag.status, 200, tag.text);
+  assert.deepEqual([tag.json.sha, tag.json.tag, tag.json.message], [object, 'v1.1.0', 'v1.1.0\n']);
+  assert.deepEqual([tag.json.object.type, tag.json.object.sha], ['commit', c2]);
+  assert.equal(tag.json.object.url, `${standin.url}/repos/${OWNER}/${repo}/git/commits/${c2}`);
+  assert.equal(tag.json.tagger.email, 'standin@sluice.invalid');
+  assert.match(tag.json.tagger.date, /Z$/);
+  assert.equal(tag.json.verification.verified, false);
+  const nested = await request('GET', `/repos/${OWNER}/${repo}/git/tags/${outer}`, { auth });
+  assert.deepEqual([nested.json.object.type, nested.json.object.sha], ['tag', object]);
+  // Only tag objects: a commit's sha, an unknown one and a malformed one are 404, as on GitHub.
+  for (const sha of [c2, 'f'.repeat(40), 'nope']) {
+    const missing = await request('GET', `/repos/${OWNER}/${repo}/git/tags/${sha}`, { auth });
+    assert.equal(missing.status, 404, sha);
+    assert.equal(missing.json.documentation_url, 'https://docs.github.com/rest/git/tags#get-a-tag');
+  }
+  const noContents = await issueToken({}, { permissions: { checks: 'read' } });
+  assert.equal((await request('GET', `/repos/${OWNER}/${repo}/git/tags/${object}`, { auth: `token ${noContents}` })).status, 403);
+  // Listed with the commits they peel to.
+  const tags = await request('GET', `/repos/${OWNER}/${repo}/tags?per_page=100`, { auth });
+  assert.deepEqual(new Set(tags.json.map((t) => `${t.name}@${t.commit.sha}`)), new Set([`light@${c1}`, `v1.1.0@${c2}`, `v1.1.0-signed@${c2}`]));
+  // Moved with `git tag -f -a`: a new object at the other commit.
+  const moved = tagAnnotated(reposDir, OWNER, repo, 'v1.1.0', c1, { force: true });
+  assert.notEqual(moved, object);
+  assert.deepEqual(tagPushShas(reposDir, OWNER, repo, 'v1.1.0'), { after: moved, headCommit: c1 });
+  assert.deepEqual(tagPushShas(reposDir, OWNER, repo, 'light'), { after: c1, headCommit: c1 });
+  assert.equal(tagPushShas(reposDir, OWNER, repo, 'gone'), null);
+  assert.throws(() => tagAnnotated(reposDir, OWNER, repo, '--force', c1), /invalid tag name/);
+});
+
+test('a tag push as GitHub sends it: after names the tag object, head_commit the commit, no commits listed', () => {
+  const object = 'a'.repeat(40);
+  const push = pushPayload({ owner: OWNER, repo: REPO, ref: 'refs/tags/v1.1.0', after: object, headCommit: mainSha });
+  assert.deepEqual([push.after, push.head_commit.id, push.commits, push.created], [object, mainSha, [], true]);
+  assert.equal(push.compare, `https://github.com/${OWNER}/${REPO}/compare/v1.1.0`);
+  const light = pushPayload({ owner: OWNER, repo: REPO, ref: 'refs/tags/v1', after: mainSha });
+  assert.deepEqual([light.after, light.head_commit.id], [mainSha, mainSha]);
+  // A closed pull request's dates: now, or the ones a test replays.
+  const at = '2026-12-04T10:00:00Z';
+  const merged = pullRequestPayload({ owner: OWNER, repo: REPO, sha: mainSha, action: 'closed', merged: true, mergedAt: at });
+  assert.deepEqual([merged.pull_request.merged_at, merged.pull_request.closed_at], [at, at]);
+  const closed = pullRequestPayload({ owner: OWNER, repo: REPO, sha: mainSha, action: 'closed', closedAt: at });
+  assert.deepEqual([closed.pull_request.merged_at, closed.pull_request.closed_at], [null, at]);
+});
+
 test('approval pull request: a branch, a file committed through contents, a pull request, comments, a merge', async () => {
   const repo = 'notes2';
   const base = commitFiles(reposDir, OWNER, repo, { files: { 'README.md': 'hi\n' }, message: 'init' });
@@ -1213,6 +1271,8 @@ test('approval pull request: a branch, a file committed through contents, a pull
   const merged = await request('GET', `/repos/${OWNER}/${repo}/pulls/${n}`, { auth });
   assert.equal(merged.json.merged, true);
   assert.equal(merged.json.state, 'closed');
+  assert.match(merged.json.merged_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  assert.equal(merged.json.closed_at, merged.json.merged_at, 'closed by its merge');
   assert.equal(headSha(reposDir, OWNER, repo, 'main'), updated.json.commit.sha);
   assert.equal((await request('PATCH', `/repos/${OWNER}/${repo}/pulls/${n}`, { auth, body: { state: 'open' } })).status, 422);
   const readOnly = await issueToken({}, { permissions: { contents: 'read', pull_requests: 'read' } });

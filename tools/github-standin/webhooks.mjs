@@ -57,12 +57,14 @@ function installation(installationId) {
 export function pullRequestPayload({
   owner, repo, sha, action = 'opened', number = 1, draft = false, senderLogin = 'octocat', senderType = 'User',
   installationId = 42, cloneUrl, baseRef = 'main', headRef = 'feature', baseSha = sha,
-  headOwner = owner, authorAssociation = 'OWNER', merged = false,
+  headOwner = owner, authorAssociation = 'OWNER', merged = false, closedAt, mergedAt,
 }) {
   const repoObj = repository(owner, repo, cloneUrl);
   const user = account(senderLogin, senderType);
   const now = isoNow();
   const closed = action === 'closed';
+  // When GitHub dated the close (and the merge): now, unless the caller replays an earlier one.
+  const closedOn = closedAt ?? mergedAt ?? now;
   const prId = stableId('pr', `${owner}/${repo}#${number}`);
   return {
     action,
@@ -80,8 +82,8 @@ export function pullRequestPayload({
       body: null,
       created_at: now,
       updated_at: now,
-      closed_at: closed ? now : null,
-      merged_at: closed && merged ? now : null,
+      closed_at: closed ? closedOn : null,
+      merged_at: closed && merged ? (mergedAt ?? closedOn) : null,
       merge_commit_sha: null,
       draft,
       // A fork's head lives in the fork (headOwner/repo).
@@ -100,9 +102,12 @@ export function pullRequestPayload({
   };
 }
 
+// A push. For a tag, GitHub names in `after` what the ref names (an annotated tag's object, else
+// the commit) and in `head_commit` the commit the tag names (`headCommit`; git.mjs's
+// `tagPushShas` reads both from a repository), and lists no `commits`.
 export function pushPayload({
   owner, repo, ref = 'refs/heads/main', before = ZERO_SHA, after, installationId = 42, cloneUrl,
-  senderLogin = 'octocat', senderType = 'User', message = 'Update files',
+  senderLogin = 'octocat', senderType = 'User', message = 'Update files', headCommit = after,
 }) {
   // Push payloads differ from other events: repository.owner also carries `name`, and
   // created_at/pushed_at are Unix seconds rather than ISO strings.
@@ -110,14 +115,15 @@ export function pushPayload({
   const nowSec = Math.floor(Date.now() / 1000);
   const repoObj = { ...base, owner: { name: owner, ...base.owner }, master_branch: 'main', created_at: nowSec, pushed_at: nowSec };
   const deleted = after === ZERO_SHA;
+  const tag = ref.startsWith('refs/tags/');
   const pusher = { name: senderLogin, email: `${senderLogin}@users.noreply.github.com` };
   const commit = deleted ? null : {
-    id: after,
+    id: headCommit,
     tree_id: null,
     distinct: true,
     message,
     timestamp: isoNow(),
-    url: `${base.html_url}/commit/${after}`,
+    url: `${base.html_url}/commit/${headCommit}`,
     author: { ...pusher, username: senderLogin },
     committer: { ...pusher, username: senderLogin },
     added: [],
@@ -132,8 +138,10 @@ export function pushPayload({
     deleted,
     forced: false,
     base_ref: null,
-    compare: `${base.html_url}/compare/${before.slice(0, 12)}...${after.slice(0, 12)}`,
-    commits: commit ? [commit] : [],
+    compare: tag && before === ZERO_SHA
+      ? `${base.html_url}/compare/${ref.slice('refs/tags/'.length)}`
+      : `${base.html_url}/compare/${before.slice(0, 12)}...${after.slice(0, 12)}`,
+    commits: commit && !tag ? [commit] : [],
     head_commit: commit,
     repository: repoObj,
     pusher,
