@@ -1281,7 +1281,7 @@ export async function startStandin({
   }
 
   // GET /repos/{o}/{r}/releases/tags/{tag} and POST /repos/{o}/{r}/releases: one release per tag
-  // (422 already_exists for a second), the tag must exist.
+  // (422 already_exists for a second); a missing tag is made at `target_commitish`.
   function getReleaseByTag(ctx, owner, repo, rawTag) {
     requirePermission(ctx.token, 'contents', 'read');
     requireRepo(owner, repo, DOCS.releaseByTag);
@@ -1307,11 +1307,19 @@ export async function startStandin({
     if (state.releases.has(key)) {
       throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'already_exists', field: 'tag_name' }] });
     }
-    if (!(await revParse(dir, `refs/tags/${body.tag_name}`))) throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'invalid', field: 'tag_name' }] });
+    optionalString(body, 'target_commitish', DOCS.createRelease);
+    const target = body.target_commitish ?? (await defaultBranch(dir));
     if (state.releases.size >= MAX_RELEASES) throw new ApiError(403, 'Release limit of the stand-in reached', DOCS.createRelease);
+    // A missing tag is made at `target_commitish` (the default branch without one); an existing
+    // tag is used as it is, whatever `target_commitish` says.
+    if (!(await revParse(dir, `refs/tags/${body.tag_name}`))) {
+      const commit = await resolveCommit(dir, target);
+      if (!commit) throw new ApiError(422, 'Validation Failed', DOCS.createRelease, { errors: [{ resource: 'Release', code: 'invalid', field: 'target_commitish' }] });
+      await readGit(dir, ['update-ref', `refs/tags/${body.tag_name}`, commit, '0'.repeat(40)]);
+    }
     const urls = repoUrls(owner, repo);
     const id = state.nextReleaseId++;
-    const release = { id, url: `${urls.api}/releases/${id}`, html_url: `${urls.html}/releases/tag/${body.tag_name}`, tag_name: body.tag_name, name: body.name ?? body.tag_name, body: body.body ?? null, draft: false, prerelease: body.prerelease === true, created_at: isoSeconds(Date.now()), author: { login: 'sluice[bot]', type: 'Bot' } };
+    const release = { id, url: `${urls.api}/releases/${id}`, html_url: `${urls.html}/releases/tag/${body.tag_name}`, tag_name: body.tag_name, target_commitish: target, name: body.name ?? body.tag_name, body: body.body ?? null, draft: false, prerelease: body.prerelease === true, created_at: isoSeconds(Date.now()), author: { login: 'sluice[bot]', type: 'Bot' } };
     state.releases.set(key, release);
     // Drafts and pre-releases never become Latest, as GitHub documents.
     if (body.make_latest !== 'false' && !release.prerelease) state.latestReleases.set(`${owner}/${repo}`, body.tag_name);

@@ -1293,9 +1293,16 @@ test('releases: one per existing tag (422 already_exists for a second), found by
   const second = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v2.0.0' } });
   assert.equal(second.status, 422);
   assert.equal(second.json.errors[0].code, 'already_exists');
-  assert.equal((await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v9' } })).status, 422, 'no such tag');
+  // A missing tag is made where `target_commitish` says (GitHub: "unused if the tag exists").
+  const badTarget = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v9', target_commitish: 'f'.repeat(40) } });
+  assert.equal(badTarget.status, 422);
+  assert.equal(badTarget.json.errors[0].field, 'target_commitish');
+  const made = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v9', target_commitish: sha, make_latest: 'false' } });
+  assert.equal(made.status, 201, made.text);
+  assert.equal(made.json.target_commitish, sha);
+  assert.equal(execFileSync('git', [`--git-dir=${join(reposDir, OWNER, `${repo}.git`)}`, 'rev-parse', 'refs/tags/v9']).toString().trim(), sha);
   const listed = await request('GET', `/_standin/releases?repo=${OWNER}/${repo}`);
-  assert.equal(listed.json.releases.length, 1);
+  assert.equal(listed.json.releases.length, 2);
   // make_latest: the default marks the new release Latest; "false" leaves Latest where it was.
   assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/latest`, { auth })).json.tag_name, 'v2.0.0');
   tagCommit(reposDir, OWNER, repo, 'v1.9.0', sha);
