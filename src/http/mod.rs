@@ -8,6 +8,7 @@ pub mod auth;
 pub mod dashboard;
 pub mod dispatch;
 pub mod error;
+pub mod jwt;
 pub mod lists;
 pub mod pages;
 pub mod routes;
