@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod error;
 pub mod jwt;
 pub mod lists;
+pub mod oidc;
 pub mod pages;
 pub mod routes;
 pub mod setup;
