@@ -613,12 +613,20 @@ fn configuration(env: &Env) -> Value {
                 .iter()
                 .map(|s| json!({ "name": s, "set": bindings::secret(env, s).is_some() }))
                 .collect();
-            json!({ "name": name, "repos": e.repos, "branches": e.branches, "secrets": secrets })
+            json!({ "name": name, "repos": e.repos, "branches": e.branches, "secrets": secrets,
+                    "restricts_branches": e.restricts_branches(),
+                    "dispatch_needs_token": e.dispatch_needs_token(),
+                    "oidc_environment": e.oidc_environment })
         })
         .collect();
+    let oidc = match oidc_config(env) {
+        Ok(c) => json!({ "issuer": c.issuer(), "audience": c.audience(), "error": null }),
+        Err(e) => json!({ "issuer": null, "audience": null, "error": e }),
+    };
     json!({
         "environments": declared,
         "environments_error": environments.error(),
+        "dispatch_oidc": oidc,
         "git_url": text(env, bindings::GITHUB_GIT_URL)
             .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
     })
