@@ -342,18 +342,7 @@ pub async fn plan(
         .map_err(github_error)?
         .ok_or_else(|| ApiError::not_found(format!("no repository {}", req.repo)))?;
     let repo = found.full_name.as_str();
-    if let Some(token) = proof.token {
-        if !token.origin.repository.eq_ignore_ascii_case(repo) {
-            return Err(ApiError::new(
-                403,
-                "oidc_wrong_repository",
-                format!(
-                    "the OIDC token is of a workflow in `{}`, not `{repo}`",
-                    token.origin.repository
-                ),
-            ));
-        }
-    }
+    check_token_repository(proof.token, repo)?;
     let branch = req
         .branch
         .clone()
@@ -369,18 +358,7 @@ pub async fn plan(
             default_branch: &found.default_branch,
             branch: &branch,
         };
-        let environment = deploy_environment(github, &at).await?;
-        environments
-            .dispatch_check(
-                environment.as_deref(),
-                repo,
-                &branch,
-                dispatched.origin.as_ref(),
-            )
-            .map_err(|refusal| {
-                let name = environment.as_deref().unwrap_or_default();
-                ApiError::new(403, refusal.code(), refusal.sentence(name, repo, &branch))
-            })?;
+        check_deploy_proof(github, environments, &at, &dispatched).await?;
     }
     let sha = revision(github, installation_id, repo, &branch, req.sha.as_deref()).await?;
     let at = RunTarget {
@@ -402,6 +380,45 @@ pub async fn plan(
     create.key = format!("{}:{repo}:{}", create.run, proof.instance_suffix());
     with_dispatch_input(&mut create, req, dispatched)?;
     Ok(create)
+}
+
+/// A token is evidence about one repository: another's contradicts the
+/// request, whatever it asks for.
+fn check_token_repository(token: Option<&VerifiedToken>, repo: &str) -> Result<(), ApiError> {
+    match token {
+        Some(t) if !t.origin.repository.eq_ignore_ascii_case(repo) => Err(ApiError::new(
+            403,
+            "oidc_wrong_repository",
+            format!(
+                "the OIDC token is of a workflow in `{}`, not `{repo}`",
+                t.origin.repository
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A deploy goes ahead only where the environment its policy selects lets
+/// in what the request proved: 403 with the refusal's code and sentence.
+async fn check_deploy_proof(
+    github: &GitHub<'_>,
+    environments: &Environments,
+    at: &Deployed<'_>,
+    dispatched: &Dispatched,
+) -> Result<(), ApiError> {
+    let environment = deploy_environment(github, at).await?;
+    let (repo, branch) = (at.repo, at.branch);
+    environments
+        .dispatch_check(
+            environment.as_deref(),
+            repo,
+            branch,
+            dispatched.origin.as_ref(),
+        )
+        .map_err(|refusal| {
+            let name = environment.as_deref().unwrap_or_default();
+            ApiError::new(403, refusal.code(), refusal.sentence(name, repo, branch))
+        })
 }
 
 /// Where a dispatched deploy would go.
