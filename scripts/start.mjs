@@ -138,6 +138,10 @@ async function startGithub(userVars, defaults) {
   });
   defaults.GITHUB_API_URL = standin.url;
   defaults.GITHUB_GIT_URL = standin.url;
+  // Dispatch tokens from the stand-in's OIDC issuer (POST /_standin/oidc/tokens mints one). The
+  // Worker takes an issuer other than GitHub's on loopback only: not with containers, where the
+  // stand-in listens on the Docker bridge.
+  if (!layer) defaults.GITHUB_OIDC_ISSUER = `${standin.url}/_standin/oidc`;
   defaults.GITHUB_APP_ID = String(STANDIN_APP_ID);
   defaults.GITHUB_APP_SLUG = 'sluice';
   defaults.GITHUB_APP_PRIVATE_KEY = privateKey;

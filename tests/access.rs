@@ -14,7 +14,7 @@ use ring::rand::SystemRandom;
 use ring::signature::{self, KeyPair, RsaKeyPair, RsaPublicKeyComponents};
 use serde_json::{json, Value};
 use sluice::http::access::{
-    parse_jwks, verify, AccessConfig, AccessError, AccessIdentity, Jwk, JwksCache, JwksFetch,
+    self, parse_jwks, verify, AccessConfig, AccessError, AccessIdentity, Jwk, JwksCache, JwksFetch,
     Rs256Verify, CLOCK_LEEWAY_S, JWKS_REFETCH_MIN_INTERVAL_S, JWKS_STALE_MAX_S, JWKS_TTL_S,
     TOKEN_CHARS_MAX,
 };
@@ -702,14 +702,21 @@ fn errors_have_stable_tags_messages_and_statuses() {
         assert_eq!(e.tag(), tag);
         assert_eq!(e.status(), status);
         assert!(!e.to_string().is_empty());
-        let api: ApiError = e.clone().into();
+        let api: ApiError = access::refusal(e.clone());
         assert_eq!(api.status, status);
     }
     assert_eq!(
         AccessError::Malformed("kid").to_string(),
-        "malformed Access token: kid"
+        "malformed token: kid"
     );
-    assert_eq!(AccessError::Expired.to_string(), "Access token has expired");
+    assert_eq!(
+        access::refusal(AccessError::Expired).message,
+        "Cloudflare Access: the token has expired"
+    );
+    assert_eq!(
+        access::refusal(AccessError::Missing).message,
+        "no Cf-Access-Jwt-Assertion header"
+    );
 }
 
 /// A verifier that fails (WebCrypto threw): 503, not a verdict.

@@ -649,6 +649,7 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
             sender: "ana".into(),
             imperative: false,
             inputs: Default::default(),
+            dispatch: None,
         };
         rig.github.set_head(REPO, BRANCH, s);
         let i = rig.create(CreateRequest {
@@ -705,10 +706,16 @@ fn a_dispatched_rollback_is_a_new_deployment_of_its_revision() {
     let body = json!({"run": "deploy", "repo": REPO, "sha": a});
     let req = sluice::http::dispatch::parse(body.to_string().as_bytes()).expect("valid");
     let registry = rig.registry();
+    let proof = sluice::http::dispatch::Proof {
+        signature_hex: "feedface",
+        token: None,
+    };
+    let env = &registry.env;
     let create = block_on(sluice::http::dispatch::plan(
-        &registry.env.github,
+        &env.github,
+        env.environments,
         &req,
-        "feedface",
+        &proof,
     ))
     .expect("planned");
     let rollback = rig.create(create);

@@ -240,7 +240,12 @@ fn planned(
 ) -> Result<sluice::engine::CreateRequest, (u16, &'static str)> {
     let req = dispatch::parse(body.to_string().as_bytes()).expect("valid");
     let registry = rig.registry();
-    block_on(dispatch::plan(&registry.env.github, &req, signature)).map_err(|e| {
+    let proof = dispatch::Proof {
+        signature_hex: signature,
+        token: None,
+    };
+    let env = &registry.env;
+    block_on(dispatch::plan(&env.github, env.environments, &req, &proof)).map_err(|e| {
         eprintln!("refused: {} {}: {}", e.status, e.code, e.message);
         (e.status, e.code)
     })

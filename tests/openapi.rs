@@ -10,6 +10,7 @@ use serde_json::Value;
 use sluice::engine::CreateRequest;
 use sluice::http::lists;
 use sluice::http::routes::{route, ROUTES};
+use sluice::http::{dispatch, oidc};
 use sluice::limits::{EXECUTIONS_LISTED_MAX, GROUPS_LISTED_MAX, STEPS_LISTED_MAX};
 use sluice::store::executions::{DeliveryRow, ExecutionRow, StepRow};
 
@@ -162,6 +163,46 @@ fn each_list_documents_exactly_the_parameters_it_accepts_and_its_cap() {
                 assert!(params(op, "query").is_empty(), "{m} {path} takes no query");
             }
         }
+    }
+}
+
+/// `POST /v1/dispatch` documents exactly the headers the Worker reads: the
+/// signature and its timestamp (required) and the OIDC token (optional),
+/// and the 403 a token whose claims do not match is answered with.
+#[test]
+fn dispatch_documents_the_headers_it_reads() {
+    let doc = doc();
+    let op = &doc["paths"]["/v1/dispatch"]["post"];
+    let headers: BTreeSet<(&str, bool)> = op["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .filter(|p| p["in"] == "header")
+        .map(|p| (p["name"].as_str().unwrap_or(""), p["required"] == true))
+        .collect();
+    let read: BTreeSet<(&str, bool)> = [
+        (dispatch::TIMESTAMP_HEADER, true),
+        (dispatch::SIGNATURE_HEADER, true),
+        (oidc::OIDC_TOKEN_HEADER, false),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(headers, read);
+    let forbidden = resolve(&doc, &op["responses"]["403"]);
+    let example = &forbidden["content"]["application/json"]["example"]["error"];
+    assert_eq!(example["code"], "oidc_required");
+    let description = op["description"].as_str().unwrap_or("");
+    for needed in [
+        "X-Sluice-OIDC-Token",
+        "`**`",
+        "dispatch_oidc",
+        "oidc_environment",
+        "refs/heads/<branch>",
+    ] {
+        assert!(
+            description.contains(needed),
+            "the description says {needed}"
+        );
     }
 }
 

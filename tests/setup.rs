@@ -19,6 +19,7 @@ fn configured() -> Findings {
         sandbox_backend: "agent".into(),
         sandbox: Ok("answered".into()),
         dispatch_secret: false,
+        dispatch_oidc: Ok("tokens of https://token.actions.githubusercontent.com".into()),
         log_link_secret: true,
         public_url: Some("https://sluice.example.com".into()),
         environments_error: None,
@@ -89,6 +90,22 @@ fn every_gap_is_named_with_what_to_do() {
         detail.contains("dispatch_signatures") && detail.contains("migrations apply"),
         "{detail}"
     );
+}
+
+/// GitHub's OIDC keys matter once dispatch is on: without them no
+/// dispatch reaches an environment that restricts branches.
+#[test]
+fn the_oidc_keys_are_required_once_dispatch_is_on() {
+    let mut f = configured();
+    f.dispatch_oidc =
+        Err("the OIDC keys at https://x/.well-known/jwks could not be fetched".into());
+    let r = report(&f);
+    assert_eq!(r["ok"], true, "dispatch is off: {r:#}");
+    f.dispatch_secret = true;
+    let r = report(&f);
+    assert_eq!(r["missing"], serde_json::json!(["dispatch_oidc"]));
+    f.dispatch_oidc = Ok("3 keys".into());
+    assert_eq!(report(&f)["ok"], true);
 }
 
 #[test]

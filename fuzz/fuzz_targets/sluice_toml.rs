@@ -90,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
             sender: "ana".into(),
             imperative: false,
             inputs: Default::default(),
+            dispatch: None,
         };
         let group = group_key(&input, deploy);
         assert!(group.starts_with("deploy:octo/hello:"));

@@ -156,7 +156,8 @@ pub async fn authenticate(
                 keys.verifier,
                 now_s,
             )
-            .await?;
+            .await
+            .map_err(access::refusal)?;
             return Ok(Principal::Access(who));
         }
         _ => {}

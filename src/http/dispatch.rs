@@ -19,6 +19,19 @@
 //! lets it skip others, and it deploys that revision whatever the branch's
 //! head is; it still waits for the group. Without `sha`, the branch's head
 //! is run, as a push would.
+//!
+//! The key is a repository secret, which a workflow on any branch can
+//! read, so it proves the repository but not the branch. A request may
+//! also carry GitHub Actions' OIDC token (`X-Sluice-OIDC-Token`, checked by
+//! `http::oidc`), which proves the repository, the branch and the GitHub
+//! environment its workflow ran in. A deploy is planned only when the
+//! environment that `.sluice.toml` on the default branch selects for the
+//! branch lets it in with what the request proved
+//! (`runs::environment::Environments::dispatch_check`: the key alone
+//! reaches only environments that restrict no branch and ask for no
+//! token); the deploy's grant step checks it again on the policy it reads.
+//! A request with a token is named by the token (`oidc::VerifiedToken::id`),
+//! so one token starts one run of a kind.
 
 use std::collections::BTreeMap;
 
@@ -29,10 +42,13 @@ use sha2::Sha256;
 use crate::engine::CreateRequest;
 use crate::github::{GitHub, GitHubError};
 use crate::runs::check::NO_PULL_REQUEST;
-use crate::runs::triggers::{check_create, deploy_create, DeployInput, RunTarget};
+use crate::runs::config::{self, ConfigState, CONFIG_PATH};
+use crate::runs::environment::Environments;
+use crate::runs::triggers::{check_create, deploy_create, DeployInput, Dispatched, RunTarget};
 use crate::runs::RunName;
 use crate::secret::Secret;
 
+use super::oidc::VerifiedToken;
 use super::ApiError;
 
 pub const TIMESTAMP_HEADER: &str = "X-Sluice-Timestamp";
@@ -282,13 +298,38 @@ fn github_error(e: GitHubError) -> ApiError {
     ApiError::new(502, "github_unavailable", format!("GitHub: {}", e.message))
 }
 
+/// What a request proved: its signature (made with the repository's key),
+/// and the OIDC token it carried, once verified.
+#[derive(Debug, Clone, Copy)]
+pub struct Proof<'a> {
+    pub signature_hex: &'a str,
+    pub token: Option<&'a VerifiedToken>,
+}
+
+impl Proof<'_> {
+    /// What names the instance: the token when there is one (one token,
+    /// one run of a kind), else the signature.
+    fn instance_suffix(&self) -> String {
+        match self.token {
+            Some(t) => format!("dispatch-oidc-{}", t.id),
+            None => {
+                let sig = self.signature_hex;
+                format!("dispatch-{}", &sig[..sig.len().min(16)])
+            }
+        }
+    }
+}
+
 /// The instance a dispatch starts: the repository's installation, its
 /// name as GitHub spells it (group and pool keys must match a webhook's)
-/// and the revision, resolved through GitHub; named by the signature.
+/// and the revision, resolved through GitHub; a deploy only when its
+/// environment lets in what the request proved. Named by the token, or
+/// else by the signature.
 pub async fn plan(
     github: &GitHub<'_>,
+    environments: &Environments,
     req: &DispatchRequest,
-    signature_hex: &str,
+    proof: &Proof<'_>,
 ) -> Result<CreateRequest, ApiError> {
     let installation_id = github
         .repo_installation(&req.repo)
@@ -301,10 +342,24 @@ pub async fn plan(
         .map_err(github_error)?
         .ok_or_else(|| ApiError::not_found(format!("no repository {}", req.repo)))?;
     let repo = found.full_name.as_str();
+    check_token_repository(proof.token, repo)?;
     let branch = req
         .branch
         .clone()
         .unwrap_or_else(|| found.default_branch.clone());
+    let is_deploy = req.run == RunName::Deploy.as_str();
+    let dispatched = Dispatched {
+        origin: proof.token.map(|t| t.origin.clone()),
+    };
+    if is_deploy {
+        let at = Deployed {
+            installation_id,
+            repo,
+            default_branch: &found.default_branch,
+            branch: &branch,
+        };
+        check_deploy_proof(github, environments, &at, &dispatched).await?;
+    }
     let sha = revision(github, installation_id, repo, &branch, req.sha.as_deref()).await?;
     let at = RunTarget {
         repo,
@@ -313,7 +368,7 @@ pub async fn plan(
         sha: &sha,
         sender: "dispatch",
     };
-    let planned = if req.run == RunName::Deploy.as_str() {
+    let planned = if is_deploy {
         deploy_create(&at, &branch, None, None)
     } else {
         check_create(&at, NO_PULL_REQUEST, false, None).map(|mut c| {
@@ -322,10 +377,77 @@ pub async fn plan(
         })
     };
     let mut create = planned.ok_or_else(|| wrong_input(format!("{sha} is not a commit id")))?;
-    let id = &signature_hex[..signature_hex.len().min(16)];
-    create.key = format!("{}:{repo}:dispatch-{id}", create.run);
-    with_dispatch_input(&mut create, req)?;
+    create.key = format!("{}:{repo}:{}", create.run, proof.instance_suffix());
+    with_dispatch_input(&mut create, req, dispatched)?;
     Ok(create)
+}
+
+/// A token is evidence about one repository: another's contradicts the
+/// request, whatever it asks for.
+fn check_token_repository(token: Option<&VerifiedToken>, repo: &str) -> Result<(), ApiError> {
+    match token {
+        Some(t) if !t.origin.repository.eq_ignore_ascii_case(repo) => Err(ApiError::new(
+            403,
+            "oidc_wrong_repository",
+            format!(
+                "the OIDC token is of a workflow in `{}`, not `{repo}`",
+                t.origin.repository
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A deploy goes ahead only where the environment its policy selects lets
+/// in what the request proved: 403 with the refusal's code and sentence.
+async fn check_deploy_proof(
+    github: &GitHub<'_>,
+    environments: &Environments,
+    at: &Deployed<'_>,
+    dispatched: &Dispatched,
+) -> Result<(), ApiError> {
+    let environment = deploy_environment(github, at).await?;
+    let (repo, branch) = (at.repo, at.branch);
+    environments
+        .dispatch_check(
+            environment.as_deref(),
+            repo,
+            branch,
+            dispatched.origin.as_ref(),
+        )
+        .map_err(|refusal| {
+            let name = environment.as_deref().unwrap_or_default();
+            ApiError::new(403, refusal.code(), refusal.sentence(name, repo, branch))
+        })
+}
+
+/// Where a dispatched deploy would go.
+struct Deployed<'a> {
+    installation_id: u64,
+    repo: &'a str,
+    default_branch: &'a str,
+    branch: &'a str,
+}
+
+/// The environment `[deploy]` selects for the branch, read where the
+/// deploy reads it (`.sluice.toml` on the default branch). No file, no
+/// section for the branch or an invalid file select none: the deploy then
+/// deploys nothing, and says why.
+async fn deploy_environment(
+    github: &GitHub<'_>,
+    at: &Deployed<'_>,
+) -> Result<Option<String>, ApiError> {
+    let text = github
+        .file_at(at.installation_id, at.repo, CONFIG_PATH, at.default_branch)
+        .await
+        .map_err(github_error)?;
+    let Some(ConfigState::Valid { config }) = text.as_deref().map(config::parse) else {
+        return Ok(None);
+    };
+    Ok(config
+        .deploy
+        .filter(|d| d.branch == at.branch)
+        .and_then(|d| d.environment))
 }
 
 /// The commit to run: the branch's head, or the named sha when it is on
@@ -356,9 +478,13 @@ async fn revision(
     Ok(sha)
 }
 
-/// The request's inputs, and for a deploy of an explicit revision the
-/// imperative flag, in the planned run's input.
-fn with_dispatch_input(create: &mut CreateRequest, req: &DispatchRequest) -> Result<(), ApiError> {
+/// The request's inputs in the planned run's input, and for a deploy what
+/// the request proved and, for an explicit revision, the imperative flag.
+fn with_dispatch_input(
+    create: &mut CreateRequest,
+    req: &DispatchRequest,
+    dispatched: Dispatched,
+) -> Result<(), ApiError> {
     let inputs =
         serde_json::to_value(&req.inputs).map_err(|e| ApiError::internal(e.to_string()))?;
     if let Some(input) = create.input.as_object_mut() {
@@ -366,10 +492,11 @@ fn with_dispatch_input(create: &mut CreateRequest, req: &DispatchRequest) -> Res
             input.insert("inputs".into(), inputs);
         }
     }
-    if create.run == RunName::Deploy.as_str() && req.sha.is_some() {
+    if create.run == RunName::Deploy.as_str() {
         let mut deploy: DeployInput = serde_json::from_value(create.input.clone())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        deploy.imperative = true;
+        deploy.imperative = req.sha.is_some();
+        deploy.dispatch = Some(dispatched);
         create.input =
             serde_json::to_value(deploy).map_err(|e| ApiError::internal(e.to_string()))?;
     }

@@ -40,6 +40,9 @@ pub struct Findings {
     /// The sandbox answered (what it said, or why not).
     pub sandbox: Result<String, String>,
     pub dispatch_secret: bool,
+    /// Whose OIDC tokens dispatches may carry and the keys fetched from
+    /// its JWKS (or why the configuration or the fetch failed).
+    pub dispatch_oidc: Result<String, String>,
     pub log_link_secret: bool,
     pub public_url: Option<String>,
     pub environments_error: Option<String>,
@@ -172,6 +175,12 @@ pub fn checks(f: &Findings) -> Vec<SetupCheck> {
             f.dispatch_secret,
             "(or shorter than 32 characters): POST /v1/dispatch is refused (503)",
         ),
+        // Needed once dispatch is on: without GitHub's keys no dispatch
+        // reaches an environment that restricts branches.
+        SetupCheck {
+            required: f.dispatch_secret,
+            ..check("dispatch_oidc", f.dispatch_oidc.clone())
+        },
         optional(
             "log_link_secret",
             f.log_link_secret,

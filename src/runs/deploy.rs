@@ -446,8 +446,11 @@ async fn reread_head(
 }
 
 /// Whether the environment the deploy selects lets this repository and
-/// branch deploy, decided once and journaled (a change of `ENVIRONMENTS`
-/// later is seen by `granted_secrets`): the refusal's summary, or None.
+/// branch deploy, and a dispatched deploy showed where it came from as the
+/// environment asks (`Environments::dispatch_check`, on the policy read
+/// now: the dispatch's own check read it earlier), decided once and
+/// journaled (a change of `ENVIRONMENTS` later is seen by
+/// `granted_secrets`): the refusal's summary, or None.
 async fn refused_environment(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -457,12 +460,20 @@ async fn refused_environment(
     let Some(name) = deploy.environment.as_deref() else {
         return Ok(None);
     };
+    let (repo, branch) = (input.repo.as_str(), input.branch.as_str());
     ctx.step("grant environment", StepConfig::default(), |_| async {
+        if let Err(refusal) = env.environments.grant(name, repo, branch) {
+            return Ok(Some(refusal.summary(name, repo, branch)));
+        }
+        let Some(dispatched) = &input.dispatch else {
+            return Ok(None);
+        };
+        let origin = dispatched.origin.as_ref();
         Ok(env
             .environments
-            .grant(name, &input.repo, &input.branch)
+            .dispatch_check(Some(name), repo, branch, origin)
             .err()
-            .map(|refusal| refusal.summary(name, &input.repo, &input.branch)))
+            .map(|refusal| format!("Not deployed: {}.", refusal.sentence(name, repo, branch))))
     })
     .await
 }

@@ -11,15 +11,24 @@
 //! secrets = ["CLOUDFLARE_API_TOKEN"]
 //! production = true             # optional: GitHub's `production_environment`
 //! transient = false             # optional: GitHub's `transient_environment`
+//! dispatch_oidc = true          # optional: a dispatch here needs GitHub's OIDC token
+//! oidc_environment = "prod"     # optional: ...from a job in this GitHub environment
 //! ```
 //!
 //! Every refusal a pusher sees is the same sentence, whether the
 //! environment does not exist, does not allow the repository or branch, or
 //! lacks a secret: nothing tells which environments or secrets exist.
+//!
+//! A dispatched deploy (`POST /v1/dispatch`) also shows where it comes
+//! from ([`Environments::dispatch_check`]): the HMAC key alone (which every
+//! workflow of the repository can read, on any branch) reaches only an
+//! environment that restricts no branch and does not ask for a token; any
+//! other needs GitHub Actions' OIDC token from a workflow that ran on the
+//! dispatched branch (and in the named GitHub environment).
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::config::deploy_may_read;
 
@@ -30,6 +39,8 @@ const ENVIRONMENTS_BYTES_MAX: usize = 64 * 1024;
 /// declares: far above any real account, small enough to scan per deploy.
 const ENVIRONMENTS_MAX: usize = 64;
 const LIST_ITEMS_MAX: usize = 64;
+/// GitHub refuses an environment name longer than this.
+const GITHUB_ENVIRONMENT_CHARS_MAX: usize = 255;
 
 /// One environment as the operator declared it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -52,6 +63,112 @@ pub struct Environment {
     /// inactive one as destroyed). Unset is GitHub's default, false.
     #[serde(default)]
     pub transient: Option<bool>,
+    /// A dispatch into this environment needs GitHub Actions' OIDC token,
+    /// even when `branches` restricts nothing.
+    #[serde(default)]
+    pub dispatch_oidc: bool,
+    /// The GitHub environment the dispatching job must run in: the token's
+    /// `environment` claim, so that environment's protection rules
+    /// (required reviewers, deployment branches) stand before a dispatch
+    /// reaches this one. Implies `dispatch_oidc`.
+    #[serde(default)]
+    pub oidc_environment: Option<String>,
+}
+
+/// The glob that matches every branch name: an environment whose
+/// `branches` holds it restricts no branch. Any other list restricts (even
+/// `*`, which stops at `/`).
+pub const EVERY_BRANCH: &str = "**";
+
+impl Environment {
+    /// Whether some branch may not deploy here: `branches` lacks `**`.
+    pub fn restricts_branches(&self) -> bool {
+        !self.branches.iter().any(|g| g == EVERY_BRANCH)
+    }
+
+    /// Whether a dispatch here must carry GitHub's OIDC token.
+    pub fn dispatch_needs_token(&self) -> bool {
+        self.restricts_branches() || self.dispatch_oidc || self.oidc_environment.is_some()
+    }
+}
+
+/// What a GitHub Actions OIDC token proved about the workflow that
+/// dispatched (its signature, issuer, audience and times already checked by
+/// `http::oidc`): recorded in a dispatched deploy's input, where the
+/// deploy's own grant step reads it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionsOrigin {
+    /// `owner/name` of the repository the workflow ran in.
+    pub repository: String,
+    /// The ref the workflow ran from (`refs/heads/<branch>` for a branch).
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// The GitHub environment the job ran in, if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// Which workflow file and ref dispatched, and who started the run:
+    /// for the record (the API shows the input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+}
+
+/// Why a dispatched deploy may not reach the environment it selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DispatchRefusal {
+    /// Only the HMAC key: the environment asks for a token.
+    TokenRequired,
+    /// The token is another repository's.
+    OtherRepository { token: String },
+    /// The token's workflow ran from another ref than the dispatched branch.
+    OtherRef { token: String },
+    /// The token's job ran in another GitHub environment (or none).
+    OtherEnvironment {
+        expected: String,
+        token: Option<String>,
+    },
+}
+
+impl DispatchRefusal {
+    /// A stable code for the API's error and the run's record.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DispatchRefusal::TokenRequired => "oidc_required",
+            DispatchRefusal::OtherRepository { .. } => "oidc_wrong_repository",
+            DispatchRefusal::OtherRef { .. } => "oidc_wrong_ref",
+            DispatchRefusal::OtherEnvironment { .. } => "oidc_wrong_environment",
+        }
+    }
+
+    /// One sentence that says what would pass. It names the environment
+    /// only as the repository's own config selects it, and the GitHub
+    /// environment only to a token of this repository and branch.
+    pub fn sentence(&self, environment: &str, repo: &str, branch: &str) -> String {
+        let needs = format!(
+            "a dispatched deploy of `{repo}` to environment `{environment}` needs GitHub Actions' \
+             OIDC token from a workflow run on branch `{branch}`"
+        );
+        match self {
+            DispatchRefusal::TokenRequired => format!(
+                "{needs} (the workflow grants `permissions: id-token: write` and the action sends \
+                 the token); the dispatch key alone may dispatch checks and deploys to \
+                 environments that restrict no branch"
+            ),
+            DispatchRefusal::OtherRepository { token } => {
+                format!("{needs}; the token is `{token}`'s")
+            }
+            DispatchRefusal::OtherRef { token } => {
+                format!("{needs}; the token's run is of `{token}`")
+            }
+            DispatchRefusal::OtherEnvironment { expected, token } => format!(
+                "{needs} in GitHub environment `{expected}`; the token's job ran in {}",
+                token
+                    .as_deref()
+                    .map_or("no environment".to_owned(), |t| format!("`{t}`"))
+            ),
+        }
+    }
 }
 
 /// The operator's environments, or why their declaration is unusable (then
@@ -136,6 +253,58 @@ impl Environments {
     }
 }
 
+impl Environments {
+    /// Whether a dispatched deploy of `repo`'s `branch` into environment
+    /// `name` (None: the deploy selects none, so it gets no secret) may go
+    /// ahead, with `origin` what its OIDC token proved (None: only the
+    /// HMAC key). An environment that does not grant the repository and
+    /// branch (or does not exist) asks for a token like a restricted one,
+    /// so a refusal tells nothing of which environments exist; the grant
+    /// itself is the deploy's to refuse.
+    pub fn dispatch_check(
+        &self,
+        name: Option<&str>,
+        repo: &str,
+        branch: &str,
+        origin: Option<&ActionsOrigin>,
+    ) -> Result<(), DispatchRefusal> {
+        let Some(name) = name else {
+            return Ok(());
+        };
+        let granted = self.grant(name, repo, branch).ok();
+        if granted.is_some_and(|e| !e.dispatch_needs_token()) {
+            return Ok(());
+        }
+        let origin = origin.ok_or(DispatchRefusal::TokenRequired)?;
+        if !origin.repository.eq_ignore_ascii_case(repo) {
+            return Err(DispatchRefusal::OtherRepository {
+                token: origin.repository.clone(),
+            });
+        }
+        if origin.git_ref != format!("refs/heads/{branch}") {
+            return Err(DispatchRefusal::OtherRef {
+                token: origin.git_ref.clone(),
+            });
+        }
+        let expected = granted.and_then(|e| e.oidc_environment.as_deref());
+        match expected {
+            // GitHub compares environment names without regard to case.
+            Some(want)
+                if !origin
+                    .environment
+                    .as_deref()
+                    .is_some_and(|got| got.eq_ignore_ascii_case(want)) =>
+            {
+                Err(DispatchRefusal::OtherEnvironment {
+                    expected: want.to_owned(),
+                    token: origin.environment.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 fn parse_checked(text: &str) -> Result<BTreeMap<String, Environment>, String> {
     if text.len() > ENVIRONMENTS_BYTES_MAX {
         return Err(format!(
@@ -180,6 +349,17 @@ fn validate(name: &str, env: &Environment) -> Result<(), String> {
         // End users rely on a production environment; a transient one is
         // expected to disappear. GitHub would take both: say which.
         return Err("an environment is production or transient, not both".into());
+    }
+    if let Some(gh) = &env.oidc_environment {
+        // GitHub's own bound on an environment name.
+        if gh.trim().is_empty()
+            || gh.chars().count() > GITHUB_ENVIRONMENT_CHARS_MAX
+            || gh.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "oidc_environment is a GitHub environment's name (1 to {GITHUB_ENVIRONMENT_CHARS_MAX} characters)"
+            ));
+        }
     }
     if env.repos.iter().any(|r| !r.contains('/')) {
         return Err("a repos glob is owner/name (\"acme/*\" for an organization)".into());

@@ -12,6 +12,7 @@ use crate::github::webhook::{
     Account, CheckRunEvent, CheckSuiteEvent, Event, PullRequestEvent, PushEvent, Repository,
 };
 
+use super::environment::ActionsOrigin;
 use super::release::{Decision, ReleaseInput, BRANCH_PREFIX, RELEASE_EVENT};
 use super::RunName;
 
@@ -198,6 +199,20 @@ pub struct DeployInput {
     /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, String>,
+    /// Set by `POST /v1/dispatch`: how the request proved where it came
+    /// from, which the deploy's grant step weighs against its environment
+    /// (`Environments::dispatch_check`). None for a push or a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<Dispatched>,
+}
+
+/// How a dispatched deploy was authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dispatched {
+    /// What GitHub Actions' OIDC token proved; None: the repository's HMAC
+    /// key alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<ActionsOrigin>,
 }
 
 /// What planning knows besides the event: the delivery (a re-run's
@@ -486,6 +501,7 @@ pub(crate) fn deploy_create(
         sender: at.sender.to_owned(),
         imperative: false,
         inputs: BTreeMap::new(),
+        dispatch: None,
     };
     let mut key = format!("deploy:{repo}:{branch}:{}", &sha[..KEY_SHA_CHARS]);
     if let Some(before) = before {

@@ -13,6 +13,12 @@ pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
 /// Signs `POST /v1/dispatch` requests (HMAC-SHA256 over timestamp and body).
 pub const DISPATCH_SECRET: &str = "DISPATCH_SECRET";
+/// The audience a dispatch's GitHub OIDC token must be for (`http::oidc`);
+/// `PUBLIC_URL` when unset.
+pub const DISPATCH_OIDC_AUDIENCE: &str = "DISPATCH_OIDC_AUDIENCE";
+/// Whose OIDC tokens a dispatch may carry instead of GitHub Actions': only
+/// the end-to-end tests set it (the stand-in on loopback).
+pub const GITHUB_OIDC_ISSUER: &str = "GITHUB_OIDC_ISSUER";
 /// The App's slug: `<slug>[bot]` is the user its own actions come from.
 pub const GITHUB_APP_SLUG: &str = "GITHUB_APP_SLUG";
 pub const GITHUB_APP_PRIVATE_KEY: &str = "GITHUB_APP_PRIVATE_KEY";

@@ -171,6 +171,11 @@ impl RunEnvParts {
     }
 
     /// The GitHub client, authenticated as the App.
+    /// The operator's deploy environments (`ENVIRONMENTS`).
+    pub fn environments(&self) -> &Environments {
+        &self.environments
+    }
+
     pub fn github<'a>(&'a self, clock: &'a dyn Clock) -> GitHub<'a> {
         GitHub {
             transport: &self.transport,

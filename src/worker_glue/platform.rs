@@ -322,7 +322,7 @@ impl Blobs for R2 {
     }
 }
 
-// --- Cloudflare Access: RS256 verification and the team's keys ---
+// --- RS256 JWTs (Cloudflare Access, GitHub OIDC): verification and the issuer's keys ---
 
 /// RS256 verification with WebCrypto: the JWK imported as published.
 pub struct WebCryptoVerifier;
@@ -345,10 +345,10 @@ fn rs256_algorithm() -> Result<Object, String> {
 }
 
 #[async_trait(?Send)]
-impl crate::http::access::Rs256Verify for WebCryptoVerifier {
+impl crate::http::jwt::Rs256Verify for WebCryptoVerifier {
     async fn verify(
         &self,
-        jwk: &crate::http::access::Jwk,
+        jwk: &crate::http::jwt::Jwk,
         signing_input: &[u8],
         signature: &[u8],
     ) -> Result<bool, String> {
@@ -390,15 +390,16 @@ impl crate::http::access::Rs256Verify for WebCryptoVerifier {
     }
 }
 
-/// The team's certs document: Access answers in milliseconds; past this
-/// the request is answered 503 (the cache serves known keys meanwhile).
+/// An issuer's JWKS (Access's certs, GitHub's OIDC keys): both answer in
+/// milliseconds; past this the request is answered 503 (the cache serves
+/// known keys meanwhile).
 const JWKS_FETCH_TIMEOUT_MS: u64 = 5_000;
 
 /// Fetches the JWKS with a bound.
 pub struct FetchJwks;
 
 #[async_trait(?Send)]
-impl crate::http::access::JwksFetch for FetchJwks {
+impl crate::http::jwt::JwksFetch for FetchJwks {
     async fn fetch(&self, url: &str) -> Result<Vec<u8>, String> {
         let request = Request::new(url, Method::Get).map_err(|e| e.to_string())?;
         let get = async {
@@ -407,7 +408,7 @@ impl crate::http::access::JwksFetch for FetchJwks {
                 .await
                 .map_err(|e| e.to_string())?;
             if resp.status_code() != 200 {
-                return Err(format!("certs answered {}", resp.status_code()));
+                return Err(format!("the keys URL answered {}", resp.status_code()));
             }
             resp.bytes().await.map_err(|e| e.to_string())
         };

@@ -15,10 +15,11 @@ use worker::{Context, Delay, Env, Request, Response, Result};
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
-use crate::http::access::JwksCache;
 use crate::http::ack_first::{create_yield_ms, Arrivals};
 use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
 use crate::http::dashboard::{self, Operations, Reply};
+use crate::http::jwt::JwksCache;
+use crate::http::oidc::{self, OidcConfig, OidcKeys, VerifiedToken};
 use crate::http::pages::{self, same_origin_post};
 use crate::http::routes::{route, Access, Asset, Route, RouteError};
 use crate::http::webhook::{
@@ -52,6 +53,9 @@ thread_local! {
     // The Access keys of this isolate: fetched once, shared by its
     // requests (`JwksCache` holds no borrow across an await).
     static ACCESS_KEYS: Rc<JwksCache> = Rc::new(JwksCache::new());
+    // GitHub Actions' OIDC keys (dispatch tokens): another issuer, its own
+    // cache.
+    static OIDC_KEYS: Rc<JwksCache> = Rc::new(JwksCache::new());
     // This isolate's recently answered deliveries that create: under a
     // burst their instances' creations wait (`http::ack_first`).
     static ARRIVALS: Arrivals = Arrivals::default();
@@ -609,12 +613,20 @@ fn configuration(env: &Env) -> Value {
                 .iter()
                 .map(|s| json!({ "name": s, "set": bindings::secret(env, s).is_some() }))
                 .collect();
-            json!({ "name": name, "repos": e.repos, "branches": e.branches, "secrets": secrets })
+            json!({ "name": name, "repos": e.repos, "branches": e.branches, "secrets": secrets,
+                    "restricts_branches": e.restricts_branches(),
+                    "dispatch_needs_token": e.dispatch_needs_token(),
+                    "oidc_environment": e.oidc_environment })
         })
         .collect();
+    let oidc = match oidc_config(env) {
+        Ok(c) => json!({ "issuer": c.issuer(), "audience": c.audience(), "error": null }),
+        Err(e) => json!({ "issuer": null, "audience": null, "error": e }),
+    };
     json!({
         "environments": declared,
         "environments_error": environments.error(),
+        "dispatch_oidc": oidc,
         "git_url": text(env, bindings::GITHUB_GIT_URL)
             .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
     })
@@ -749,9 +761,11 @@ impl InstanceCreator for ObjectCreator<'_> {
 }
 
 /// `POST /v1/dispatch`: checks the signature and its freshness, refuses a
-/// replay, plans the run through GitHub, creates it, then remembers the
-/// signature (after: a request that died half way can be sent again, and
-/// its instance, named by the signature, is found rather than doubled).
+/// replay, verifies the OIDC token it carries (if any), plans the run
+/// through GitHub (a deploy only where its environment lets in what the
+/// request proved), creates it, then remembers the signature (after: a
+/// request that died half way can be sent again, and its instance, named
+/// by the token or the signature, is found rather than doubled).
 async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer {
     check_declared_length(header(req, "Content-Length").as_deref())?;
     let chunks = req
@@ -774,10 +788,19 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
             "this signed request was already used: sign a new one",
         ));
     }
+    let token = match header(req, oidc::OIDC_TOKEN_HEADER) {
+        Some(token) => Some(dispatch_token(env, &token, now).await?),
+        None => None,
+    };
     let asked = dispatch::parse(&body)?;
     dispatch::refuse_secret_values(&asked, &super::setup::secret_values(env))?;
     let parts = super::compose::run_env_parts(env);
-    let create = dispatch::plan(&parts.github(&WorkerClock), &asked, &signature).await?;
+    let proof = dispatch::Proof {
+        signature_hex: &signature,
+        token: token.as_ref(),
+    };
+    let github = parts.github(&WorkerClock);
+    let create = dispatch::plan(&github, parts.environments(), &asked, &proof).await?;
     let created = instances::create(env, &create).await?;
     crate::store::dispatch::remember(db, &signature, &created.id, now).await?;
     json_ok(
@@ -785,6 +808,34 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
         &json!({ "instance_id": created.id, "run": create.run, "created": created.created,
                  "sha": create.sha, "input": create.input }),
     )
+}
+
+/// Whose OIDC tokens a dispatch may carry, and for which audience.
+pub(super) fn oidc_config(env: &Env) -> std::result::Result<OidcConfig, String> {
+    OidcConfig::new(
+        text(env, bindings::GITHUB_OIDC_ISSUER).as_deref(),
+        text(env, bindings::DISPATCH_OIDC_AUDIENCE).as_deref(),
+        text(env, bindings::PUBLIC_URL).as_deref(),
+    )
+}
+
+/// A dispatch's `X-Sluice-OIDC-Token`, verified against the issuer's keys
+/// (cached per isolate, like Access's).
+async fn dispatch_token(
+    env: &Env,
+    token: &str,
+    now_ms: i64,
+) -> std::result::Result<VerifiedToken, ApiError> {
+    let cfg = oidc_config(env).map_err(|m| ApiError::new(503, "not_configured", m))?;
+    let cache = OIDC_KEYS.with(Rc::clone);
+    let keys = OidcKeys {
+        cache: &cache,
+        fetch: &FetchJwks,
+        verifier: &WebCryptoVerifier,
+    };
+    oidc::verify(token, &cfg, &keys, now_ms.div_euclid(1_000))
+        .await
+        .map_err(|e| oidc::refusal(&e, &cfg))
 }
 
 async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_id: &str) -> Answer {

@@ -6,6 +6,7 @@ use worker::Env;
 
 use crate::blobs::Blobs;
 use crate::github::app::private_key_pkcs8_der;
+use crate::http::jwt::{parse_jwks, JwksFetch};
 use crate::http::setup::{report as judged, Findings};
 use crate::net::{HttpRequest, Transport};
 use crate::runs::environment::Environments;
@@ -15,7 +16,7 @@ use crate::store::Database;
 
 use super::bindings::{self, text};
 use super::compose::run_env_parts;
-use super::platform::{FetchTransport, WorkerClock, D1, R2};
+use super::platform::{FetchJwks, FetchTransport, WorkerClock, D1, R2};
 
 /// Probes every part Sluice needs and answers what is missing.
 pub async fn report(env: &Env, db: &D1) -> Value {
@@ -47,6 +48,7 @@ pub async fn report(env: &Env, db: &D1) -> Value {
         sandbox: sandbox(env).await,
         dispatch_secret: text(env, bindings::DISPATCH_SECRET)
             .is_some_and(|s| s.len() >= crate::http::dispatch::DISPATCH_SECRET_CHARS_MIN),
+        dispatch_oidc: dispatch_oidc(env).await,
         log_link_secret: text(env, bindings::LOG_LINK_SECRET).is_some(),
         public_url: text(env, bindings::PUBLIC_URL),
         environments_error: Environments::parse(text(env, bindings::ENVIRONMENTS).as_deref())
@@ -54,6 +56,27 @@ pub async fn report(env: &Env, db: &D1) -> Value {
             .map(str::to_owned),
     };
     judged(&findings)
+}
+
+/// Whose tokens a dispatch may carry, and whether its keys can be fetched
+/// (GitHub's, or the stand-in's in tests).
+async fn dispatch_oidc(env: &Env) -> Result<String, String> {
+    let cfg = super::router::oidc_config(env)?;
+    let url = cfg.keys_url();
+    let body = FetchJwks
+        .fetch(&url)
+        .await
+        .map_err(|e| format!("the OIDC keys at {url} could not be fetched: {e}"))?;
+    let keys = parse_jwks(&body).map_err(|e| format!("{url} is not a key set: {e}"))?;
+    if keys.is_empty() {
+        return Err(format!("{url} holds no RS256 signing key"));
+    }
+    Ok(format!(
+        "tokens of {} for audience {:?}; {} keys at {url}",
+        cfg.issuer(),
+        cfg.audience(),
+        keys.len()
+    ))
 }
 
 async fn tables(db: &D1) -> Result<Vec<String>, String> {

@@ -2004,6 +2004,7 @@ impl Rig {
             sender: "ana".into(),
             imperative: false,
             inputs: Default::default(),
+            dispatch: None,
         };
         self.create(CreateRequest {
             key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),

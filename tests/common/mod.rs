@@ -5,6 +5,7 @@
 pub mod fake_deployments;
 pub mod fake_releases;
 pub mod fakes;
+pub mod keys;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

@@ -276,6 +276,9 @@ async function buildStack(opts, paths, cleanups) {
     SANDBOX_AGENT_TOKEN: agentToken,
     LOG_LINK_SECRET: logLinkSecret,
     PUBLIC_URL: url,
+    // The stand-in plays GitHub Actions' OIDC issuer too (dispatch tokens). The Worker takes an
+    // issuer other than GitHub's on loopback only, which the container layer's stand-in is not.
+    ...(layer ? {} : { GITHUB_OIDC_ISSUER: `${standin.url}/_standin/oidc` }),
     ...opts.vars,
   }), { mode: 0o600 });
 

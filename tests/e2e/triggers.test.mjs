@@ -6,11 +6,18 @@
 // - a Dependabot pull request gets its check;
 // - Action-mode dispatch with a good, a wrong, a stale and a replayed signature, and a dispatched
 //   rollback of an older commit;
+// - a dispatched deploy into an environment that restricts branches: refused with the key alone
+//   and with a token minted for another branch (or audience, or signed by a stranger, or
+//   expired), deployed with the token the action's script gets the way a workflow step does;
 // - a schedule firing once per slot although the cron handler is driven twice.
 
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import { dispatch, dispatchBody, repositoryKey, signDispatch } from '../../scripts/dispatch.mjs';
 import { checkRunRerequestedPayload, checkSuitePayload, pullRequestPayload, pushPayload } from '../../tools/github-standin/webhooks.mjs';
@@ -24,13 +31,18 @@ const RUN_TIMEOUT_MS = 60_000;
 const TEST_TIMEOUT_MS = 3 * 60_000;
 const STACK_START_TIMEOUT_MS = 16 * 60_000;
 const DISPATCH_SECRET = `dispatch-${randomUUID()}`;
+// `production` restricts branches: only main's workflows deploy there, with their OIDC token.
+const ENVIRONMENTS = "[production]\nrepos = ['acme/guarded']\nbranches = ['main']\n";
+const DISPATCH_SCRIPT = fileURLToPath(new URL('../../scripts/dispatch.mjs', import.meta.url));
+// The action's script: a token request and one dispatch.
+const SCRIPT_TIMEOUT_MS = 60_000;
 // Older than the Worker's 5-minute window (DISPATCH_WINDOW_MS) by a minute.
 const STALE_S = 6 * 60;
 
 let stack;
 
 before(async () => {
-  stack = await startStack({ vars: { DISPATCH_SECRET } });
+  stack = await startStack({ vars: { DISPATCH_SECRET, ENVIRONMENTS } });
 }, { timeout: STACK_START_TIMEOUT_MS });
 
 after(async () => {
@@ -180,6 +192,59 @@ sluiceTest('dispatch: a rollback deploys the older commit although the branch mo
   assert.deepEqual(readFileSync(deployed, 'utf8').trim().split('\n'), [old], `not ${head}: the explicit revision`);
 });
 
+sluiceTest('dispatch: a deploy into an environment that restricts branches needs an OIDC token from that branch', async () => {
+  const repo = 'guarded';
+  const full = `${OWNER}/${repo}`;
+  const deployed = stack.sharedFile('guarded-deployed');
+  const config = `[deploy]\nbranch = "main"\ncommand = "echo $SLUICE_SHA >> ${deployed}"\nenvironment = "production"\n`;
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config, 'v.txt': '1\n' });
+  const key = repositoryKey(DISPATCH_SECRET, full);
+  const body = dispatchBody({ run: 'deploy', repo: full });
+  // A token from the stand-in's issuer: main's workflow of this repository, for this Sluice.
+  const mint = async (claims = {}, extra = {}) => (await stack.standinPost('/_standin/oidc/tokens', {
+    claims: { repository: full, ref: 'refs/heads/main', ...claims }, audience: stack.url, ...extra,
+  })).value;
+  const refusal = async (oidcToken) => {
+    const res = await dispatch(stack.url, key, body, { oidcToken });
+    return [res.status, res.json?.error?.code];
+  };
+
+  // The key alone (what a workflow on any branch can read) is not enough.
+  assert.deepEqual(await refusal(undefined), [403, 'oidc_required']);
+  // Nor a token of a workflow that ran on another branch...
+  assert.deepEqual(await refusal(await mint({ ref: 'refs/heads/feature' })), [403, 'oidc_wrong_ref']);
+  // ...or one minted for another audience (GitHub's default), signed by a stranger, of a key GitHub
+  // never published, or expired: the Worker's WebCrypto checks each against the issuer's keys.
+  const now = Math.floor(Date.now() / 1000);
+  assert.deepEqual(await refusal(await mint({}, { audience: undefined })), [401, 'oidc_wrong_audience']);
+  assert.deepEqual(await refusal(await mint({}, { key: 'stranger' })), [401, 'oidc_bad_signature']);
+  assert.deepEqual(await refusal(await mint({}, { kid: 'no-such-key' })), [401, 'oidc_unknown_kid']);
+  assert.deepEqual(await refusal(await mint({ iat: now - 3600, nbf: now - 4200, exp: now - 3300 })), [401, 'oidc_expired']);
+
+  // As a step of a workflow on main granted `id-token: write`: the action's script asks the runner
+  // for a token for Sluice's URL and sends it.
+  const job = await stack.standinPost('/_standin/oidc/jobs', { claims: { repository: full, ref: 'refs/heads/main' } });
+  const output = join(stack.tmpDir, 'guarded-github-output');
+  writeFileSync(output, '');
+  await promisify(execFile)(process.execPath, [DISPATCH_SCRIPT], {
+    timeout: SCRIPT_TIMEOUT_MS,
+    env: {
+      PATH: process.env.PATH, SLUICE_URL: `${stack.url}/`, SLUICE_DISPATCH_KEY: key, SLUICE_RUN: 'deploy',
+      SLUICE_REPO: full, SLUICE_INPUTS: '{}', SLUICE_OIDC: 'true', GITHUB_OUTPUT: output,
+      ACTIONS_ID_TOKEN_REQUEST_URL: job.request_url, ACTIONS_ID_TOKEN_REQUEST_TOKEN: job.request_token,
+    },
+  });
+  const id = /^instance-id=(.+)$/m.exec(readFileSync(output, 'utf8'))?.[1];
+  assert.ok(id, 'the script wrote the instance id');
+  const execution = await waitForTerminal(id, 'complete');
+  assert.match(execution.key, /:dispatch-oidc-[0-9a-f]{16}$/, 'named by its token');
+  const origin = JSON.parse(execution.input_json).dispatch?.origin;
+  assert.deepEqual([origin?.repository, origin?.ref], [full, 'refs/heads/main'], 'what the token proved is recorded');
+  assert.deepEqual(readFileSync(deployed, 'utf8').trim().split('\n'), [sha], 'deployed once, by the token\'s dispatch alone');
+  const [run] = await checkRuns(repo);
+  assert.equal(run.conclusion, 'success');
+});
+
 // A daily cron whose slot is this minute: the latest slot stays this one for the rest of the day,
 // so two ticks a few seconds apart reach the same slot even across a minute boundary.
 function cronEndingNow() {
@@ -222,9 +287,10 @@ sluiceTest('GET /v1/setup answers what is configured, behind the admin token', a
   const byName = Object.fromEntries(res.body.checks.map((c) => [c.name, c]));
   assert.deepEqual(res.body.missing, [], JSON.stringify(res.body, null, 2));
   assert.equal(res.body.ok, true);
-  for (const name of ['webhook_secret', 'private_key', 'github_api', 'd1', 'r2', 'sandbox', 'dispatch_secret']) {
+  for (const name of ['webhook_secret', 'private_key', 'github_api', 'd1', 'r2', 'sandbox', 'dispatch_secret', 'dispatch_oidc']) {
     assert.equal(byName[name]?.ok, true, `${name}: ${JSON.stringify(byName[name])}`);
   }
   assert.match(byName.github_api.detail, /"sluice"/, 'GitHub answered GET /app with a JWT the key signed');
+  assert.match(byName.dispatch_oidc.detail, /1 keys at http:\/\/127\.0\.0\.1:\d+\/_standin\/oidc\/\.well-known\/jwks/, 'the issuer\'s keys were fetched');
   assert.ok(!JSON.stringify(res.body).includes(DISPATCH_SECRET), 'no value is shown');
 });

@@ -1,6 +1,7 @@
 // GitHub stand-in: a local HTTP server speaking the subset of GitHub's REST API (App installation
 // tokens, repository contents, refs, branches, check runs, deployments and their statuses) and smart-HTTP git that Sluice uses,
-// backed by real bare git repositories. Used by end-to-end tests and by `npm start` without a
+// backed by real bare git repositories, and GitHub Actions' OIDC issuer (`oidc.mjs`: its keys and
+// the tokens a dispatching workflow sends). Used by end-to-end tests and by `npm start` without a
 // real GitHub App. Also runnable as a CLI (see parseCli below).
 
 import { spawn } from 'node:child_process';
@@ -11,6 +12,7 @@ import { resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { commitFiles, isValidName, readGit, repoExists, repoPath } from './git.mjs';
+import { createOidcIssuer, OIDC_PREFIX } from './oidc.mjs';
 import { accountId, repoId } from './webhooks.mjs';
 
 // Request bodies are JSON documents or git negotiation; 10 MiB is far above either in tests and
@@ -376,6 +378,8 @@ export async function startStandin({
     nextDeploymentStatusId: 6_000_000_001 + randomInt(1_000_000) * 1000,
   };
   const children = new Set();
+  // GitHub Actions' OIDC issuer (tokens a dispatching workflow sends Sluice).
+  const oidc = createOidcIssuer(() => `${state.baseUrl}${OIDC_PREFIX}`);
 
   // -- auth ------------------------------------------------------------------------------------
 
@@ -1445,6 +1449,40 @@ export async function startStandin({
     sendJson(ctx.res, 201, { sha });
   }
 
+  // -- GitHub Actions' OIDC issuer (oidc.mjs) ----------------------------------------------------
+
+  function oidcBody(ctx) {
+    const body = ctx.body ?? {};
+    const { claims = {}, audience, key = 'issuer', kid } = body;
+    const ok = body && typeof body === 'object' && !Array.isArray(body)
+      && claims && typeof claims === 'object' && !Array.isArray(claims)
+      && (audience === undefined || typeof audience === 'string')
+      && ['issuer', 'stranger'].includes(key) && (kid === undefined || typeof kid === 'string');
+    if (!ok) throw invalidRequest('Expected {claims: object, audience: string, key: "issuer"|"stranger", kid: string}.', DOCS.root);
+    return { claims, audience, key, kid };
+  }
+
+  // POST /_standin/oidc/tokens {claims, audience, key, kid}: a token with chosen claims (a test hook).
+  function controlOidcToken(ctx) {
+    sendJson(ctx.res, 201, { value: oidc.mint(oidcBody(ctx)) });
+  }
+
+  // POST /_standin/oidc/jobs {claims}: a workflow job; its ACTIONS_ID_TOKEN_REQUEST_URL and _TOKEN.
+  function controlOidcJob(ctx) {
+    const { claims } = oidcBody(ctx);
+    const requestToken = oidc.registerJob(claims);
+    sendJson(ctx.res, 201, { request_url: `${state.baseUrl}${OIDC_PREFIX}/idtoken?api-version=2.0`, request_token: requestToken });
+  }
+
+  // GET /_standin/oidc/idtoken?api-version=2.0&audience=A (bearer: the job's request token): what
+  // the runner's endpoint answers a job granted `id-token: write`.
+  function oidcIdToken(ctx) {
+    const requestToken = ctx.auth.scheme === 'Bearer' ? ctx.auth.credential : null;
+    const value = oidc.tokenForJob(requestToken, ctx.query.get('audience'));
+    if (!value) throw new ApiError(401, 'Bad credentials', DOCS.root);
+    sendJson(ctx.res, 200, { value });
+  }
+
   function controlReset(ctx) {
     state.calls.length = 0;
     state.checkRuns.clear();
@@ -1455,6 +1493,7 @@ export async function startStandin({
     state.comments.clear();
     state.releases.clear();
     state.latestReleases.clear();
+    oidc.reset();
     sendJson(ctx.res, 200, { ok: true });
   }
 
@@ -1473,6 +1512,11 @@ export async function startStandin({
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}/close$`), handler: controlClosePull },
     { method: 'GET', re: /^\/_standin\/pulls$/, handler: controlPulls },
     { method: 'GET', re: /^\/_standin\/releases$/, handler: controlReleases },
+    { method: 'GET', re: /^\/_standin\/oidc\/\.well-known\/openid-configuration$/, handler: (ctx) => sendJson(ctx.res, 200, oidc.discovery()) },
+    { method: 'GET', re: /^\/_standin\/oidc\/\.well-known\/jwks$/, handler: (ctx) => sendJson(ctx.res, 200, oidc.jwks()) },
+    { method: 'POST', re: /^\/_standin\/oidc\/tokens$/, handler: controlOidcToken },
+    { method: 'POST', re: /^\/_standin\/oidc\/jobs$/, handler: controlOidcJob },
+    { method: 'GET', re: /^\/_standin\/oidc\/idtoken$/, handler: oidcIdToken },
     { method: 'GET', re: new RegExp(`^/repos/${R}/${R}/pulls$`), handler: listPulls, auth: true },
     { method: 'POST', re: new RegExp(`^/repos/${R}/${R}/pulls$`), handler: createPull, auth: true },
     { method: 'PATCH', re: new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), handler: updatePull, auth: true },

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn } from 'node:child_process';
-import { createHash, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -1316,4 +1316,75 @@ test('releases: one per existing tag (422 already_exists for a second), found by
   const rc = await request('POST', `/repos/${OWNER}/${repo}/releases`, { auth, body: { tag_name: 'v3.0.0-rc1', prerelease: true } });
   assert.equal(rc.json.prerelease, true);
   assert.equal((await request('GET', `/repos/${OWNER}/${repo}/releases/latest`, { auth })).json.tag_name, 'v2.0.0', 'a pre-release is never Latest');
+});
+
+function decodeJwt(token) {
+  const [h, p, s] = token.split('.');
+  return { header: JSON.parse(Buffer.from(h, 'base64url')), claims: JSON.parse(Buffer.from(p, 'base64url')), input: `${h}.${p}`, signature: Buffer.from(s, 'base64url') };
+}
+
+// Verifies an RS256 token against a JWKS as a relying party would: the key by `kid`.
+function verifiesAgainst(jwks, token) {
+  const { header, input, signature } = decodeJwt(token);
+  const jwk = jwks.keys.find((k) => k.kid === header.kid);
+  if (!jwk) return false;
+  return verify('RSA-SHA256', Buffer.from(input), createPublicKey({ key: jwk, format: 'jwk' }), signature);
+}
+
+test('OIDC issuer: discovery and JWKS as GitHub publishes them; minted tokens carry GitHub\'s claims and verify', async () => {
+  const issuer = `${standin.url}/_standin/oidc`;
+  const discovery = await request('GET', '/_standin/oidc/.well-known/openid-configuration');
+  assert.equal(discovery.status, 200);
+  assert.equal(discovery.json.issuer, issuer);
+  assert.equal(discovery.json.jwks_uri, `${issuer}/.well-known/jwks`);
+  assert.deepEqual(discovery.json.id_token_signing_alg_values_supported, ['RS256']);
+  for (const claim of ['repository', 'ref', 'environment', 'jti', 'workflow_ref']) assert.ok(discovery.json.claims_supported.includes(claim), claim);
+  const jwks = (await request('GET', '/_standin/oidc/.well-known/jwks')).json;
+  assert.equal(jwks.keys.length, 1);
+  assert.deepEqual(Object.keys(jwks.keys[0]).sort(), ['alg', 'e', 'kid', 'kty', 'n', 'use']);
+
+  const minted = await request('POST', '/_standin/oidc/tokens', { body: { claims: { repository: 'acme/widgets', ref: 'refs/heads/release/1', environment: 'production' }, audience: 'https://sluice.example' } });
+  assert.equal(minted.status, 201, minted.text);
+  const { header, claims } = decodeJwt(minted.json.value);
+  assert.equal(header.alg, 'RS256');
+  assert.equal(header.kid, jwks.keys[0].kid);
+  assert.equal(claims.iss, issuer);
+  assert.equal(claims.aud, 'https://sluice.example');
+  assert.equal(claims.sub, 'repo:acme/widgets:environment:production', 'the environment names the subject');
+  assert.equal(claims.ref_type, 'branch');
+  assert.equal(claims.workflow_ref, 'acme/widgets/.github/workflows/deploy.yml@refs/heads/release/1');
+  assert.equal(claims.exp - claims.iat, 300, 'five minutes');
+  assert.equal(claims.iat - claims.nbf, 600);
+  assert.ok(verifiesAgainst(jwks, minted.json.value));
+
+  // Chosen claims, removed claims, GitHub's default audience, and forgeries.
+  const custom = decodeJwt((await request('POST', '/_standin/oidc/tokens', { body: { claims: { exp: 1, jti: null } } })).json.value).claims;
+  assert.equal(custom.exp, 1);
+  assert.ok(!('jti' in custom));
+  assert.equal(custom.aud, 'https://github.com/acme', 'GitHub\'s default audience is the owner\'s URL');
+  assert.equal(custom.sub, 'repo:acme/widgets:ref:refs/heads/main');
+  const forged = (await request('POST', '/_standin/oidc/tokens', { body: { key: 'stranger' } })).json.value;
+  assert.equal(decodeJwt(forged).header.kid, jwks.keys[0].kid);
+  assert.ok(!verifiesAgainst(jwks, forged), 'a stranger\'s signature does not verify');
+  const unknownKid = (await request('POST', '/_standin/oidc/tokens', { body: { kid: 'no-such-key' } })).json.value;
+  assert.ok(!verifiesAgainst(jwks, unknownKid));
+  const bad = await request('POST', '/_standin/oidc/tokens', { body: { key: 'nobody' } });
+  assert.equal(bad.status, 422);
+});
+
+test('OIDC issuer: a job\'s request token gets its tokens for the audience it asks; anything else is 401', async () => {
+  const job = await request('POST', '/_standin/oidc/jobs', { body: { claims: { repository: 'acme/widgets', ref: 'refs/heads/main' } } });
+  assert.equal(job.status, 201, job.text);
+  const url = new URL(job.json.request_url);
+  assert.equal(url.searchParams.get('api-version'), '2.0', 'the client appends &audience=');
+  const asked = await request('GET', `${url.pathname}${url.search}&audience=${encodeURIComponent('https://sluice.example')}`, { auth: `Bearer ${job.json.request_token}` });
+  assert.equal(asked.status, 200, asked.text);
+  const { claims } = decodeJwt(asked.json.value);
+  assert.deepEqual([claims.aud, claims.repository, claims.ref], ['https://sluice.example', 'acme/widgets', 'refs/heads/main']);
+  const noAudience = await request('GET', `${url.pathname}${url.search}`, { auth: `Bearer ${job.json.request_token}` });
+  assert.equal(decodeJwt(noAudience.json.value).claims.aud, 'https://github.com/acme');
+  for (const auth of [undefined, 'Bearer not-a-job', `token ${job.json.request_token}`]) {
+    const refused = await request('GET', `${url.pathname}${url.search}`, { auth });
+    assert.equal(refused.status, 401, String(auth));
+  }
 });
