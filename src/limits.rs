@@ -156,7 +156,21 @@ pub const GROUPS_LISTED_MAX: u32 = 200;
 /// takes a second call (the result says how many were skipped).
 pub const SKIP_ALL_MAX: u32 = 1_000;
 
+/// A fenced process must be started within this of its fence (the start
+/// request's transit, a few ms, with room for a slow network); the sandbox
+/// refuses it later, and the caller fences again. Short, because a taker
+/// that finds the process unknown waits this long before it may judge it
+/// never started (`gates::fence::Blocker::unknown_means_ended`).
+pub const FENCE_START_WINDOW_MS: i64 = 60_000;
+/// The clock difference allowed between the Worker and a sandbox when the
+/// start window is judged: both keep NTP time; a minute covers a container
+/// host's drift many times over.
+pub const SANDBOX_CLOCK_SKEW_MS: i64 = 60_000;
+
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 3 <= HOLDER_STALE_MS);
+// A holder taken over waits for its predecessor's start window well within
+// the time the group was silent before the takeover.
+const _: () = assert!(FENCE_START_WINDOW_MS + SANDBOX_CLOCK_SKEW_MS < HOLDER_STALE_MS);
 // ADR-0004 freed a dead holder's group after 10 minutes; with the sweep the
 // group is free at most one interval later (the 11-minute target).
 const _: () = assert!(HOLDER_STALE_MS + SWEEP_INTERVAL_MS <= 11 * 60 * 1000);

@@ -31,6 +31,7 @@ fn arrival<'a>(id: &'a str, rev: &'a str, current: Current) -> Arrival<'a> {
         execution_id: id,
         revision: rev,
         current,
+        current_read_ms: None,
         imperative: false,
     }
 }
@@ -100,12 +101,14 @@ struct QRow {
     superseded_by: Option<String>,
     skipped_reason: Option<String>,
     ended_by: Option<String>,
+    judged_current: i64,
 }
 
 fn rows_of(db: &dyn Database, group: &str) -> Vec<QRow> {
     let rows = block_on(db.all(sluice::stmt!(
         "SELECT seq, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
-         superseded_by, skipped_reason, ended_by FROM serial_queue WHERE group_key = ?1 ORDER BY seq",
+         superseded_by, skipped_reason, ended_by, judged_current FROM serial_queue \
+         WHERE group_key = ?1 ORDER BY seq",
         group
     )))
     .expect("select");
@@ -282,6 +285,7 @@ fn current_arrival_supersedes_every_non_current_waiter_whatever_its_age() {
             execution_id: id,
             revision: rev,
             current,
+            current_read_ms: None,
             imperative: false,
         };
         enq_with(&db, &a("h", "r0", Current::NotDeclared), &policy, T0);
@@ -427,17 +431,39 @@ fn stale_holder_stops_blocking_and_cannot_heartbeat_afterwards() {
 }
 
 #[test]
-fn head_unknown_falls_back_to_arrival_order() {
+fn an_arrival_whose_head_read_failed_supersedes_nobody() {
     let db = fresh();
     enq(&db, "a", "r1", Current::NotDeclared, T0);
     claim(&db, "a", T0);
-    enq(&db, "new", "r3", Current::Unknown, T0 + 1);
-    // ADR-0004 consequences: an older commit arriving after a newer one
-    // supersedes it when the head read failed.
+    enq(&db, "new", "r3", Current::Known("r3".into()), T0 + 1);
+    // ADR-0004 let an older commit arriving after a newer one supersede it
+    // when the head read failed, so the head's deploy never ran: an
+    // unknown head judges nobody now; the dequeue's read decides.
+    assert_eq!(enq(&db, "old", "r2", Current::Unknown, T0 + 2), queued(&[]));
+    assert_eq!(state(&db, "new"), "waiting");
+}
+
+#[test]
+fn a_head_read_judges_only_waiters_that_arrived_before_it() {
+    let db = fresh();
+    enq(&db, "c", "rc", Current::NotDeclared, T0);
+    claim(&db, "c", T0);
+    // An older waiter whose own read failed, then B reads head = B at
+    // T0 + 2; its enqueue is delayed (a D1 backoff, a stalled pass) while
+    // D arrives as the head (its read failed too, so it judges nobody).
+    enq(&db, "older", "ra", Current::Unknown, T0 + 1);
+    let read_b = T0 + 2;
+    enq(&db, "d", "rd", Current::Unknown, T0 + 3);
+    let late = Arrival {
+        current_read_ms: Some(read_b),
+        ..arrival("b", "rb", Current::Known("rb".into()))
+    };
     assert_eq!(
-        enq(&db, "old", "r2", Current::Unknown, T0 + 2),
-        queued(&[("new", "r3", "r2")])
+        enq_with(&db, &late, &QueuePolicy::default(), T0 + 20 * MIN),
+        queued(&[("older", "ra", "rb")]),
+        "the waiter that arrived after B's read is never judged by it"
     );
+    assert_eq!(state(&db, "d"), "waiting");
 }
 
 #[test]
@@ -714,6 +740,30 @@ fn supersede_off_is_fifo() {
         }
     }
     assert_eq!(order, ["a", "b", "c", "d"]);
+}
+
+/// A head's waiter never yields to an older commit queued again after it
+/// (a restart or a re-run) whose head read failed: arriving later means a
+/// newer revision only when the arrival knew the head.
+#[test]
+fn a_waiter_never_yields_to_a_later_arrival_that_did_not_know_the_head() {
+    let db = fresh();
+    enq(&db, "c", "rc", Current::NotDeclared, T0);
+    claim(&db, "c", T0);
+    enq(&db, "d", "rd", Current::Known("rd".into()), T0 + 1);
+    // An older commit queued again; its read failed, so it judges nobody.
+    assert_eq!(enq(&db, "b", "rb", Current::Unknown, T0 + 2), queued(&[]));
+    block_on(serial::release(&db, G, "c", T0 + 3)).expect("release");
+    // D is paused meanwhile: B takes its turn (its dequeue read skips it).
+    set_status(&db, "d", "paused");
+    assert_eq!(claim(&db, "b", T0 + 4), holding());
+    block_on(serial::release(&db, G, "b", T0 + 5)).expect("release");
+    set_status(&db, "d", "waiting");
+    assert_eq!(
+        claim(&db, "d", T0 + 6),
+        holding(),
+        "the head deploys: B's later arrival did not make it newer"
+    );
 }
 
 #[test]
@@ -1024,6 +1074,10 @@ struct Exec {
     claimed_step: Option<usize>,
     queued: bool,
     released: bool,
+    /// When it arrived, and when its current revision was asked for (a
+    /// delayed read is older than its arrival).
+    arrived_ms: i64,
+    read_ms: Option<i64>,
 }
 
 const SCHEDULES_DEFAULT: u64 = 1_000;
@@ -1146,6 +1200,7 @@ fn expected_claim(
         let newer = NewerFacts {
             imperative: n.imperative == 1,
             has_claimed: n.claimed_ms.is_some(),
+            judged_current: n.judged_current == 1,
         };
         p.yields_at_claim(&facts, &newer)
     });
@@ -1222,6 +1277,8 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                 imperative: rng.chance(12),
                 phase: Phase::NotArrived,
                 arrived_step: None,
+                arrived_ms: 0,
+                read_ms: None,
                 claimed_step: None,
                 queued: false,
                 released: false,
@@ -1256,14 +1313,28 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
             0..=17 if next_arrival.is_some() => {
                 let i = next_arrival.unwrap_or(0);
                 let e = &execs[i];
+                // The head was read a moment ago, or (a delayed enqueue)
+                // minutes ago, before some waiters arrived.
+                let read_ms = match rng.below(4) {
+                    0 => None,
+                    1 => Some(*now - rng.range(0, 30) * MIN),
+                    _ => Some(*now - rng.range(0, 2_000)),
+                };
                 let a = Arrival {
                     group: G,
                     execution_id: &e.id,
                     revision: &e.revision,
                     current: e.current.clone(),
+                    current_read_ms: read_ms,
                     imperative: e.imperative,
                 };
-                let rule = p.arrival_rule(&a.current, a.revision, a.imperative, *now);
+                let rule = p.arrival_rule(
+                    &a.current,
+                    a.current_read_ms,
+                    a.revision,
+                    a.imperative,
+                    *now,
+                );
                 let mut predicted: Vec<String> = before
                     .iter()
                     .filter(|w| {
@@ -1291,6 +1362,8 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                 assert_eq!(n, 1, "a first enqueue is one round trip");
                 let e = &mut execs[i];
                 e.arrived_step = Some(step);
+                e.arrived_ms = *now;
+                e.read_ms = read_ms;
                 match out {
                     EnqueueOutcome::Queued { superseded } => {
                         let mut got: Vec<String> =
@@ -1426,6 +1499,7 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                         execution_id: &e.id,
                         revision: &e.revision,
                         current: e.current.clone(),
+                        current_read_ms: None,
                         imperative: e.imperative,
                     };
                     let out = enq_with(&db, &a, p, *now);
@@ -1564,6 +1638,7 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
                 execution_id: &e.id,
                 revision: &e.revision,
                 current: e.current.clone(),
+                current_read_ms: None,
                 imperative: e.imperative,
             };
             let out = enq_with(&db, &a, p, now);
@@ -1575,6 +1650,7 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
             ));
             let e = &mut execs[i];
             e.arrived_step = Some(step);
+            e.arrived_ms = now;
             match out {
                 EnqueueOutcome::Queued { .. } => {
                     e.phase = Phase::Waiting;
@@ -1613,14 +1689,26 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
         return false;
     }
     // The survivor of a burst is the newest: the newest queued
-    // non-imperative arrival is the last non-imperative execution to take
-    // the group (or timed out), and every other one took the group before
-    // it arrived or was skipped with a reason.
+    // non-imperative arrival that knew its head (a failed read judges
+    // nobody: the dequeue's read does) is the last non-imperative
+    // execution to take the group (or timed out), and every other one its
+    // head read could judge (it arrived before the read was asked for) took
+    // the group before it arrived or was skipped with a reason.
     let table = rows_of(&db.db, G);
     let deploys: Vec<&Exec> = execs.iter().filter(|e| e.queued && !e.imperative).collect();
-    let Some(newest) = deploys.iter().max_by_key(|e| e.arrived_step) else {
+    let Some(newest) = deploys
+        .iter()
+        .filter(|e| e.current != Current::Unknown)
+        .max_by_key(|e| e.arrived_step)
+    else {
         return false;
     };
+    let read_ms = match newest.current {
+        Current::Known(_) => newest.read_ms,
+        _ => None,
+    };
+    let judged =
+        |e: &Exec| e.arrived_step < newest.arrived_step && read_ms.is_none_or(|r| e.arrived_ms < r);
     let newest_row = table
         .iter()
         .find(|r| r.execution_id == newest.id)
@@ -1631,7 +1719,7 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
         newest.id,
         newest_row.state
     );
-    for e in deploys.iter().filter(|e| e.id != newest.id) {
+    for e in deploys.iter().filter(|e| e.id != newest.id && judged(e)) {
         let r = table.iter().find(|r| r.execution_id == e.id).expect("row");
         match e.claimed_step {
             Some(c) => assert!(
@@ -2132,7 +2220,7 @@ fn waiter(revision: &str, arrived_ms: i64) -> WaiterFacts<'_> {
 
 fn check(policy: &QueuePolicy, current: Current, imperative: bool, expected: ArrivalRule) {
     assert_eq!(
-        policy.arrival_rule(&current, "new", imperative, NOW),
+        policy.arrival_rule(&current, Some(NOW - 5), "new", imperative, NOW),
         expected,
         "{current:?}, imperative {imperative}"
     );
@@ -2155,6 +2243,7 @@ fn arrival_rules() {
         false,
         ArrivalRule::SupersedeNotCurrent {
             current: "new".into(),
+            read_ms: Some(NOW - 5),
         },
     );
     check(
@@ -2165,14 +2254,7 @@ fn arrival_rules() {
             arrived_before_ms: None,
         },
     );
-    check(
-        &p,
-        Current::Unknown,
-        false,
-        ArrivalRule::SupersedeOlder {
-            arrived_before_ms: None,
-        },
-    );
+    check(&p, Current::Unknown, false, ArrivalRule::SupersedeNone);
     for c in [
         Current::Known("other".into()),
         Current::Known("new".into()),
@@ -2196,6 +2278,7 @@ fn arrival_rules() {
         false,
         ArrivalRule::SupersedeNotCurrent {
             current: "new".into(),
+            read_ms: Some(NOW - 5),
         },
     );
     let aged = QueuePolicy {
@@ -2204,12 +2287,13 @@ fn arrival_rules() {
     };
     check(
         &aged,
-        Current::Unknown,
+        Current::NotDeclared,
         false,
         ArrivalRule::SupersedeOlder {
             arrived_before_ms: Some(NOW - 1_000),
         },
     );
+    check(&aged, Current::Unknown, false, ArrivalRule::SupersedeNone);
 }
 
 #[test]
@@ -2233,12 +2317,22 @@ fn supersedes_only_live_non_imperative_waiters() {
     assert!(!aged.supersedes(&waiter("a", NOW - 1_000)));
     let current = ArrivalRule::SupersedeNotCurrent {
         current: "h".into(),
+        read_ms: None,
     };
     assert!(
         current.supersedes(&waiter("a", NOW)),
         "a non-current waiter goes whatever its age"
     );
     assert!(!current.supersedes(&waiter("h", 0)));
+    let read = ArrivalRule::SupersedeNotCurrent {
+        current: "h".into(),
+        read_ms: Some(NOW),
+    };
+    assert!(read.supersedes(&waiter("a", NOW)));
+    assert!(
+        !read.supersedes(&waiter("a", NOW + 1)),
+        "a waiter that arrived once the head was read may know a newer one"
+    );
     assert!(!ArrivalRule::NotCurrent {
         current: "h".into()
     }
@@ -2272,12 +2366,24 @@ fn ageing() {
     let claimed = NewerFacts {
         imperative: false,
         has_claimed: true,
+        judged_current: true,
     };
     let waiting = NewerFacts {
         imperative: false,
         has_claimed: false,
+        judged_current: true,
     };
     assert!(p.yields_at_claim(&waiter("a", NOW), &claimed));
+    assert!(
+        !p.yields_at_claim(
+            &waiter("a", NOW),
+            &NewerFacts {
+                judged_current: false,
+                ..claimed
+            }
+        ),
+        "a newer row whose head read failed may be an older commit queued again"
+    );
     assert!(
         !p.yields_at_claim(&waiter("a", 0), &waiting),
         "a waiting newer one: arrival decided"
@@ -2488,7 +2594,8 @@ mod run_model {
             }
             let stall = ctl.stalled_until.get() - rig.now();
             if stall > 0 {
-                rig.clock.sleep(stall).await;
+                // Until the stall ends, or quiescence lifts it (and pokes).
+                select(rig.clock.sleep(stall), Box::pin(ctl.poked())).await;
                 continue;
             }
             rig.deliver(inst);
@@ -2528,7 +2635,7 @@ mod run_model {
             }
             let stall = ctl.stalled_until.get() - w.rig.now();
             if stall > 0 {
-                w.rig.clock.sleep(stall).await;
+                select(w.rig.clock.sleep(stall), Box::pin(ctl.poked())).await;
                 continue;
             }
             match select(pass.as_mut(), Box::pin(ctl.poked())).await {
@@ -2573,7 +2680,7 @@ mod run_model {
             let k = rng.borrow_mut().below(w.ctls.len() as u64) as usize;
             let ctl = &w.ctls[k];
             let Some(inst) = ctl.inst.get() else { continue };
-            let op = rng.borrow_mut().below(100);
+            let op = rng.borrow_mut().below(120);
             operate(w, rng, k, ctl, inst, op);
             ctl.poke();
         }
@@ -2645,9 +2752,47 @@ mod run_model {
                 ctl.crash.set(true);
                 w.log(format!("crash {k} mid-pass"));
             }
+            100..=119 => operate_world(w, rng, op),
             _ => {
                 rig.waker.lose_next.set(rig.waker.lose_next.get() + 1);
                 w.log("lose the next wake-up".into());
+            }
+        }
+    }
+
+    /// Faults of the world around the executors (issue 21): slow
+    /// checkouts (a deadline computed before one would be passed while the
+    /// process still runs), head reads answered late (a stale read reaching
+    /// its enqueue), head reads failing (at arrival or at dequeue), and
+    /// enqueues failing on D1 (a backoff between the read and the enqueue).
+    fn operate_world(w: &World<'_>, rng: &RefCell<Rng>, op: u64) {
+        let rig = w.rig;
+        match op {
+            100..=104 => {
+                let slow = rng.borrow_mut().below(3) > 0;
+                let ms = if slow {
+                    rng.borrow_mut().range(MIN, 8 * MIN)
+                } else {
+                    0
+                };
+                rig.sandbox.st.borrow_mut().checkout_ms = ms;
+                w.log(format!("slow checkouts: {} s", ms / 1000));
+            }
+            105..=109 => {
+                let ms = rng.borrow_mut().range(5_000, 15 * MIN);
+                rig.github.delay_answer_next("ref", ms);
+                w.log(format!("delay head read by {} s", ms / 1000));
+            }
+            110..=114 => {
+                // Up to twice the dequeue's attempts: often past its bound.
+                let n = rng.borrow_mut().range(1, 13) as u32;
+                rig.github.fail_next("ref", n, 502);
+                w.log(format!("fail head reads x{n}"));
+            }
+            _ => {
+                let n = rng.borrow_mut().range(1, 4) as u32;
+                rig.index.fail_next_matching("INSERT INTO serial_queue", n);
+                w.log(format!("fail enqueue x{n}"));
             }
         }
     }
@@ -2730,22 +2875,26 @@ mod run_model {
         let rows = block_on(w.rig.index.db.all(sluice::stmt!(
             "SELECT q.state, q.heartbeat_ms, q.instance_id, e.status FROM serial_queue q \
              LEFT JOIN executions e ON e.id = q.instance_id WHERE q.group_key = ?1 \
-             AND q.state IN ('waiting','holding')",
+             AND q.state IN ('waiting','holding') ORDER BY q.seq",
             GROUP,
         )))
         .unwrap();
         let live_holder = rows.iter().any(|r| {
             r["state"] == "holding" && r["heartbeat_ms"].as_i64().unwrap() >= now - HOLDER_STALE_MS
         });
-        let live_waiter = rows.iter().any(|r| {
-            let id = r["instance_id"].as_str().unwrap_or("");
-            let ctl = w
-                .ctls
-                .iter()
-                .find(|c| c.inst.get().is_some_and(|i| i.id == id));
+        // The waiter whose turn it is (FIFO among live instances) can take
+        // it now: a newer one waits behind it by design (a failed head read
+        // supersedes nobody, so two may wait), stalled or not.
+        let next_waiter = rows.iter().find(|r| {
             r["state"] == "waiting"
                 && matches!(r["status"].as_str(), Some("queued" | "running" | "waiting"))
-                && ctl.is_some_and(|c| running(w, c))
+        });
+        let live_waiter = next_waiter.is_some_and(|r| {
+            let id = r["instance_id"].as_str().unwrap_or("");
+            w.ctls
+                .iter()
+                .find(|c| c.inst.get().is_some_and(|i| i.id == id))
+                .is_some_and(|c| running(w, c))
         });
         if live_holder || !live_waiter {
             return None;
@@ -2757,8 +2906,9 @@ mod run_model {
         };
         assert!(
             now - since <= SWEEP_INTERVAL_MS + SLACK_MS,
-            "the group sat free {} s with a live waiter: {rows:?}",
-            (now - since) / 1000
+            "the group sat free {} s with a live waiter at t+{}s: {rows:?}",
+            (now - since) / 1000,
+            (now - T0) / 1000
         );
         Some((since, lost_then))
     }
@@ -2775,7 +2925,9 @@ mod run_model {
         for _ in 0..LOOP_MAX {
             let mut all = true;
             for ctl in &w.ctls {
-                ctl.stalled_until.set(0);
+                if ctl.stalled_until.replace(0) > w.rig.now() {
+                    ctl.poke();
+                }
                 match (ctl.inst.get(), ctl.status()) {
                     (Some(inst), Some(Status::Paused)) => {
                         let _ = w.rig.try_command(inst, Command::Resume);
@@ -2857,9 +3009,11 @@ mod run_model {
     /// What GitHub shows of the deploys (issue 14), once every instance
     /// ended: no deployment left queued or in progress (an execution has one
     /// per generation that recorded one), at most one `success`, and no
-    /// deploy that completed its command after the success's own ran,
-    /// unless its deployment ended `error` (an operator's terminate or a
-    /// restart while it deployed).
+    /// deploy that completed its command after the success's own ran (and
+    /// was not replaced by a process started after it ended, whose
+    /// deployment then speaks for the environment), unless its deployment
+    /// ended `error` (an operator's terminate or a restart while it
+    /// deployed).
     fn check_deployments(w: &World<'_>) {
         let deployments = w.rig.github.all_deployments();
         let latest = |d: &Deployment| d.latest().map(|s| s.state.clone());
@@ -2886,24 +3040,81 @@ mod run_model {
             .iter()
             .map(|r| r.started_ms)
             .max();
+        let all_runs = w.rig.sandbox.all_runs();
+        // A process that started once this one ended (killed or not) is
+        // what the environment holds after it: this one was replaced.
+        let replaced = |r: &ProcessRun| {
+            let end = r.end_ms().unwrap_or(i64::MAX);
+            all_runs.iter().any(|o| o.started_ms >= end)
+        };
         for ctl in &w.ctls {
             let inst = ctl.inst.get().unwrap();
-            let later = runs_of(&inst.id)
-                .iter()
-                .any(|r| !r.killed && r.ended_ms.is_some() && Some(r.started_ms) > won_at);
-            let last = deployments
-                .iter()
-                .filter(|d| d.execution() == Some(inst.id.as_str()))
-                .max_by_key(|d| d.id)
-                .and_then(latest);
-            assert!(
-                !later || last.as_deref() == Some("error"),
-                "{} ran after the success of {:?} and its deployment ended {last:?}",
-                inst.id,
-                winner.execution()
-            );
+            for r in runs_of(&inst.id) {
+                let later = !r.killed
+                    && r.ended_ms.is_some()
+                    && Some(r.started_ms) > won_at
+                    && !replaced(&r);
+                if !later {
+                    continue;
+                }
+                let own = deployment_of_run(&deployments, &inst.id, &r).and_then(latest);
+                assert!(
+                    own.as_deref() == Some("error"),
+                    "{} ran after the success of {:?} and its deployment ended {own:?}",
+                    inst.id,
+                    winner.execution()
+                );
+            }
         }
     }
+
+    /// The deploy of the newest commit that was ever the head when it
+    /// arrived is never skipped as superseded or not current (issue 21: a
+    /// head read that reached its enqueue late superseded it, and
+    /// production stayed on an older commit). Every instance's end is
+    /// traced for the coverage markers.
+    fn check_newest_never_judged_stale(w: &World<'_>, newest: &str) {
+        for (k, ctl) in w.ctls.iter().enumerate() {
+            let inst = ctl.inst.get().unwrap();
+            let row = w.rig.row(inst);
+            let reason = row.reason.clone().unwrap_or_default();
+            w.log(format!("end {k}: {} {reason}", row.status));
+            if w.shas[k] == newest {
+                assert!(
+                    !matches!(reason.as_str(), "superseded" | "not_current"),
+                    "the newest head's deploy {k} ended {} {reason}",
+                    row.status
+                );
+            }
+        }
+    }
+
+    /// The deployment a run's generation reported through: the newest one
+    /// recorded by that generation or an earlier one (a restart past the
+    /// gates keeps its generation's deployment).
+    fn deployment_of_run<'d>(
+        deployments: &'d [Deployment],
+        instance_id: &str,
+        run: &ProcessRun,
+    ) -> Option<&'d Deployment> {
+        let step = sluice::runs::command::DEPLOY_COMMAND_STEP;
+        let generation = (0..=GENERATIONS_MAX).find(|g| {
+            sluice::runs::command::process_id(instance_id, step, *g).as_str() == run.id
+        })?;
+        deployments
+            .iter()
+            .filter(|d| d.execution() == Some(instance_id))
+            .filter(|d| {
+                d.payload["sluice"]["generation"]
+                    .as_u64()
+                    .is_some_and(|g| g <= u64::from(generation))
+            })
+            .max_by_key(|d| d.id)
+    }
+
+    /// Restarts of one instance a schedule can make, far more than its
+    /// adversary's operations.
+    const GENERATIONS_MAX: u32 = 100;
 
     /// After quiescence: nothing held, no overlap, the newest commit last.
     fn check_end(w: &World<'_>) {
@@ -2919,7 +3130,12 @@ mod run_model {
         check_deployments(w);
         let runs = w.rig.sandbox.all_runs();
         // The newest commit is the branch head the last push left.
-        let newest = w.rig.github.st.borrow().heads[&(REPO.to_owned(), BRANCH.to_owned())].clone();
+        let head = (REPO.to_owned(), BRANCH.to_owned());
+        // Every push of the schedule may have come late (the head never set).
+        let Some(newest) = w.rig.github.st.borrow().heads.get(&head).cloned() else {
+            return;
+        };
+        check_newest_never_judged_stale(w, &newest);
         if let Some(last_newest) = runs
             .iter()
             .filter(|r| r.sha == newest)
@@ -2965,6 +3181,11 @@ mod run_model {
             "sweep",
             "woken: 1",
             "finalized: 1",
+            "slow checkouts",
+            "delay head read",
+            "fail head reads",
+            "fail enqueue",
+            "head_unknown",
         ];
         let mut seen = vec![0u32; markers.len()];
         for seed in &seeds {

@@ -2035,6 +2035,179 @@ fn scenario_7_checks_are_admitted_to_the_pool() {
     rig.clock.freeze_timers(false);
 }
 
+/// Scenario 10 (issue 21): a deploy whose checkout takes 6 minutes, then
+/// is paused (its heartbeats stop) and taken over, is never run beside:
+/// the taker waits until the sandbox says the process ended. Its fence is
+/// passed after the checkout, immediately before the start, and nothing
+/// is taken for ended because a clock passed (before, the fence's deadline
+/// counted from before the checkout, so the taker started 2 minutes early).
+#[test]
+fn scenario_10_a_slow_checkout_never_lets_a_taker_start_beside_its_process() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = deploy_rig_timed(&[&a, &b], DEPLOY_TOML, 30 * MINUTE_MS);
+    rig.sandbox.st.borrow_mut().checkout_ms = 6 * MINUTE_MS;
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    assert_eq!(rig.pass(&da).status, Status::Waiting, "A's command runs on");
+    assert_eq!(rig.command(&da, Command::Pause), Status::Paused);
+    rig.github.set_head(REPO, BRANCH, &b);
+    let done = std::cell::Cell::new(false);
+    let db = block_on(futures::future::join(
+        async {
+            let db = rig.deploy(&b);
+            assert_eq!(rig.drive(&db, 0).await, Status::Complete);
+            done.set(true);
+            db
+        },
+        sweep_every_minute(&rig, &done),
+    ))
+    .0;
+    let (ra, rb) = (
+        rig.sandbox.only_run_in(&da.id),
+        rig.sandbox.only_run_in(&db.id),
+    );
+    assert!(
+        !ra.killed,
+        "a running deploy is never cancelled by a newer one"
+    );
+    assert!(
+        rb.started_ms >= ra.end_ms().unwrap(),
+        "B started at {} while A ran until {:?}",
+        rb.started_ms,
+        ra.end_ms()
+    );
+    rig.assert_no_overlap();
+}
+
+/// Scenario 10 (issue 21): a holder whose start request is held up after
+/// its fence (its pass stalled, so its heartbeats stopped) is taken over;
+/// the taker judges the process never started only once its start window
+/// passed, and the held-up start that reaches the sandbox while the
+/// taker's deploy runs is refused there: the two never run at once.
+#[test]
+fn scenario_10_a_start_that_comes_after_its_window_is_refused() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = deploy_rig_timed(&[&a, &b], DEPLOY_TOML, 5 * MINUTE_MS);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    rig.sandbox.st.borrow_mut().starts_held = Some(da.id.clone());
+    let mut a_pass = rig.start_pass(&da);
+    rig.holds_in_flight(&mut a_pass);
+    let fenced = block_on(rig.index.db.all(sluice::stmt!(
+        "SELECT state FROM sandbox_processes WHERE instance_id = ?1",
+        da.id.as_str()
+    )))
+    .unwrap();
+    assert_eq!(fenced[0]["state"], "live", "A passed its fence");
+    rig.clock.advance(11 * MINUTE_MS);
+    rig.github.set_head(REPO, BRANCH, &b);
+    let db = rig.deploy(&b);
+    let (b_end, _) = block_on(futures::future::join(rig.drive(&db, 0), async {
+        for _ in 0..60 {
+            if !rig.sandbox.runs_in(&db.id).is_empty() {
+                break;
+            }
+            rig.clock.sleep(10_000).await;
+        }
+        assert_eq!(rig.sandbox.runs_in(&db.id).len(), 1, "B deploys");
+        // A's start reaches the sandbox now, while B's deploy runs.
+        rig.sandbox.release_starts();
+        a_pass.await
+    }));
+    assert_eq!(b_end, Status::Complete);
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    assert!(rig.sandbox.runs_in(&da.id).is_empty(), "A never started");
+    assert_eq!(rig.sandbox.st.borrow().late_starts_refused, 1);
+    rig.assert_no_overlap();
+}
+
+/// Scenario 11 (issue 21): B reads head = B, then its enqueue is delayed
+/// (the read's answer takes 10 minutes); meanwhile C holds and D arrives
+/// as the head. B's stale read never supersedes D: it is read again at the
+/// enqueue (B is then not current) and, whatever its age, judges only
+/// waiters that arrived before it was asked for. D deploys last.
+#[test]
+fn scenario_11_a_delayed_enqueue_never_supersedes_the_head() {
+    let (c, b, d) = (sha('c'), sha('b'), sha('d'));
+    let rig = deploy_rig_timed(&[&c, &b, &d], DEPLOY_TOML, 20 * MINUTE_MS);
+    rig.github.set_head(REPO, BRANCH, &c);
+    let dc = rig.deploy(&c);
+    assert_eq!(rig.pass(&dc).status, Status::Waiting, "C holds and deploys");
+    rig.github.set_head(REPO, BRANCH, &b);
+    let db = rig.deploy(&b);
+    rig.github.delay_answer_next("ref", 10 * MINUTE_MS);
+    let (ended, insts) = block_on(async {
+        let b_side = rig.drive(&db, 0);
+        let d_side = async {
+            rig.clock.sleep(MINUTE_MS).await;
+            rig.github.set_head(REPO, BRANCH, &d);
+            let dd = rig.deploy(&d);
+            (rig.drive(&dd, 0).await, dd)
+        };
+        let ((b_end, (d_end, dd)), c_end) =
+            futures::future::join(futures::future::join(b_side, d_side), rig.drive(&dc, 0)).await;
+        ((b_end, d_end, c_end), dd)
+    });
+    let dd = insts;
+    assert_eq!(ended, (Status::Skipped, Status::Complete, Status::Complete));
+    assert!(rig.sandbox.runs_in(&db.id).is_empty(), "B never deploys");
+    let (rc, rd) = (
+        rig.sandbox.only_run_in(&dc.id),
+        rig.sandbox.only_run_in(&dd.id),
+    );
+    assert!(rd.started_ms >= rc.end_ms().unwrap(), "D deployed last");
+    assert_eq!(rig.row(&db).reason.as_deref(), Some("not_current"));
+    assert_eq!(rig.queue_state(&dd), "released");
+    rig.assert_no_overlap();
+}
+
+/// Scenario 12 (issue 21): a head read that fails at dequeue is retried
+/// within its bound (the group held meanwhile); past it the deploy ends
+/// `head_unknown`, neutral and announced, and deploys nothing, never
+/// blindly.
+#[test]
+fn scenario_12_a_failed_head_read_at_dequeue_retries_then_deploys_nothing() {
+    for (failures, deploys) in [(3, true), (6, false)] {
+        let (a, b) = (sha('a'), sha('b'));
+        let rig = deploy_rig_timed(&[&a, &b], DEPLOY_TOML, 5 * MINUTE_MS);
+        rig.github.set_head(REPO, BRANCH, &a);
+        let da = rig.deploy(&a);
+        assert_eq!(rig.pass(&da).status, Status::Waiting);
+        rig.github.set_head(REPO, BRANCH, &b);
+        let db = rig.deploy(&b);
+        assert_eq!(rig.pass(&db).status, Status::Waiting, "B waits behind A");
+        // B's only head read left is the one at its dequeue.
+        rig.github.fail_next("ref", failures, 502);
+        let ends = block_on(futures::future::join(rig.drive(&da, 0), rig.drive(&db, 0)));
+        let b_end = if deploys {
+            Status::Complete
+        } else {
+            Status::Skipped
+        };
+        assert_eq!(ends, (Status::Complete, b_end));
+        let ran = !rig.sandbox.runs_in(&db.id).is_empty();
+        assert_eq!(ran, deploys, "{failures} failed reads");
+        if !deploys {
+            let run = rig.github.only_check_run(&b, "sluice/deploy");
+            assert_eq!(run.conclusion.as_deref(), Some("neutral"));
+            assert!(
+                run.summary().contains("did not say what the head"),
+                "{}",
+                run.summary()
+            );
+            assert_eq!(rig.row(&db).reason.as_deref(), Some("head_unknown"));
+            assert!(
+                rig.github
+                    .notifications()
+                    .iter()
+                    .any(|n| n.json()["reason"] == "head_unknown"),
+                "an automatic skip is announced"
+            );
+        }
+        rig.assert_no_overlap();
+    }
+}
+
 /// Scenario 9: a deploy that waits past its run ceiling still releases its
 /// gates (cleanup runs past the ceiling), and the recorded error names the
 /// wait that hung, not the cleanup.

@@ -23,8 +23,11 @@ pub enum Current {
     NotDeclared,
     /// The head read succeeded.
     Known(String),
-    /// The head read failed: the group falls back to arrival order
-    /// (ADR-0004 consequences).
+    /// The head read failed: the arrival supersedes nobody (it cannot tell
+    /// an older waiter from a newer one) and is judged at its dequeue, where
+    /// the head is read again (ADR-0004 let it supersede by arrival order;
+    /// that let an older commit supersede the head's deploy, so the head
+    /// never deployed).
     Unknown,
 }
 
@@ -44,15 +47,20 @@ pub enum SkipReason {
     /// A person with the say answered no (a release rejected); the serial
     /// queue never sets it.
     Rejected,
+    /// The holder could not learn the branch head at its dequeue within its
+    /// bound: it deploys nothing rather than deploy blind (the serial queue
+    /// never sets it; the holder releases).
+    HeadUnknown,
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 5] = [
+    pub const ALL: [SkipReason; 6] = [
         SkipReason::Superseded,
         SkipReason::NotCurrent,
         SkipReason::QueuedTimeout,
         SkipReason::ConfirmationTimeout,
         SkipReason::Rejected,
+        SkipReason::HeadUnknown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +70,7 @@ impl SkipReason {
             SkipReason::QueuedTimeout => "queued_timeout",
             SkipReason::ConfirmationTimeout => "confirmation_timeout",
             SkipReason::Rejected => "rejected",
+            SkipReason::HeadUnknown => "head_unknown",
         }
     }
 
@@ -158,10 +167,13 @@ impl QueuePolicy {
     }
 
     /// What an arrival does to the queue. Decided once, before the enqueue
-    /// statement, which binds the answer.
+    /// statement, which binds the answer. `read_ms` is when the current
+    /// revision was asked for: a waiter that arrived later may have read a
+    /// newer head than this one, so only older arrivals are judged by it.
     pub fn arrival_rule(
         &self,
         current: &Current,
+        read_ms: Option<i64>,
         revision: &str,
         imperative: bool,
         now_ms: i64,
@@ -175,12 +187,11 @@ impl QueuePolicy {
             },
             Current::Known(head) => ArrivalRule::SupersedeNotCurrent {
                 current: head.clone(),
+                read_ms,
             },
-            Current::NotDeclared | Current::Unknown if self.supersede => {
-                ArrivalRule::SupersedeOlder {
-                    arrived_before_ms: self.supersede_after_before_ms(now_ms),
-                }
-            }
+            Current::NotDeclared if self.supersede => ArrivalRule::SupersedeOlder {
+                arrived_before_ms: self.supersede_after_before_ms(now_ms),
+            },
             Current::NotDeclared | Current::Unknown => ArrivalRule::SupersedeNone,
         }
     }
@@ -210,10 +221,15 @@ impl QueuePolicy {
     /// Whether a waiter, at its claim, yields to a newer non-imperative
     /// execution that already took the group: running this older revision
     /// now would undo it. Only with supersede on; imperative work is exempt
-    /// on both sides. (Supersede-after does not apply here: the seed ages
-    /// waiters only when a new one is enqueued.)
+    /// on both sides, and so is a newer row whose head read failed (it may
+    /// be an older commit queued again). (Supersede-after does not apply
+    /// here: the seed ages waiters only when a new one is enqueued.)
     pub fn yields_at_claim(&self, waiter: &WaiterFacts<'_>, newer: &NewerFacts) -> bool {
-        self.supersede && !waiter.imperative && !newer.imperative && newer.has_claimed
+        self.supersede
+            && !waiter.imperative
+            && !newer.imperative
+            && newer.has_claimed
+            && newer.judged_current
     }
 }
 
@@ -223,9 +239,16 @@ pub enum ArrivalRule {
     /// The revision is not the known current one: skip the arrival at once,
     /// supersede nothing.
     NotCurrent { current: String },
-    /// The revision is current: supersede every waiter whose revision is not,
-    /// whenever it arrived (regardless of `supersede` and `supersede_after`).
-    SupersedeNotCurrent { current: String },
+    /// The revision is current: supersede every waiter whose revision is not
+    /// and that arrived no later than the head read was asked for
+    /// (`read_ms`; None: whenever it arrived), regardless of `supersede` and
+    /// `supersede_after`. A waiter that arrived after the read may have
+    /// judged a newer head, so a read delayed on its way to the enqueue
+    /// never supersedes it.
+    SupersedeNotCurrent {
+        current: String,
+        read_ms: Option<i64>,
+    },
     /// Supersede every older waiter, or only those that arrived before
     /// `arrived_before_ms` when `supersede_after` is set.
     SupersedeOlder { arrived_before_ms: Option<i64> },
@@ -249,6 +272,9 @@ pub struct NewerFacts {
     pub imperative: bool,
     /// It holds or has held the group.
     pub has_claimed: bool,
+    /// Its arrival knew the head (or its run names none): only then does
+    /// arriving later mean a newer revision.
+    pub judged_current: bool,
 }
 
 impl ArrivalRule {
@@ -259,7 +285,9 @@ impl ArrivalRule {
         }
         match self {
             ArrivalRule::NotCurrent { .. } | ArrivalRule::SupersedeNone => false,
-            ArrivalRule::SupersedeNotCurrent { current } => w.revision != current,
+            ArrivalRule::SupersedeNotCurrent { current, read_ms } => {
+                w.revision != current && read_ms.is_none_or(|r| w.arrived_ms <= r)
+            }
             ArrivalRule::SupersedeOlder {
                 arrived_before_ms: None,
             } => true,

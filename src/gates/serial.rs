@@ -85,6 +85,9 @@ pub struct Arrival<'a> {
     /// Read by the caller once, before the enqueue (and journaled, so a
     /// replay passes the same value).
     pub current: Current,
+    /// When `current` was asked for (ms): only waiters that arrived before
+    /// it are judged by it. None: whenever they arrived.
+    pub current_read_ms: Option<i64>,
     /// An operator's raw command: exempt from queue policy on both sides.
     pub imperative: bool,
 }
@@ -160,16 +163,21 @@ pub enum ClaimOutcome {
 /// inserting, so the NOT EXISTS sees the table as it was.
 /// ?1 group, ?2 execution, ?3 revision, ?4 now, ?5 imperative, ?6 rule
 /// ('not_current' | 'older' | 'none'), ?7 current revision, ?8 arrived
-/// before, ?9 instance.
+/// before (for 'older': supersede_after, strictly; for 'not_current': when
+/// the head read was asked for, that ms included),
+/// ?9 instance, ?10 judged current (0 when the head read failed).
 const ENQUEUE_SQL: &str = "\
-INSERT INTO serial_queue (group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, instance_id) \
-SELECT ?1, ?2, ?3, ?5, 'waiting', ?4, ?4, ?4, ?9 \
+INSERT INTO serial_queue (group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, \
+  instance_id, judged_current) \
+SELECT ?1, ?2, ?3, ?5, 'waiting', ?4, ?4, ?4, ?9, ?10 \
 UNION ALL \
-SELECT group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, instance_id \
+SELECT group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, instance_id, \
+  judged_current \
 FROM serial_queue \
 WHERE group_key = ?1 AND state = 'waiting' AND imperative = 0 \
   AND NOT EXISTS (SELECT 1 FROM serial_queue m WHERE m.group_key = ?1 AND m.execution_id = ?2) \
-  AND ((?6 = 'not_current' AND revision <> ?7) OR (?6 = 'older' AND (?8 IS NULL OR arrived_ms < ?8))) \
+  AND (?6 = 'not_current' AND revision <> ?7 AND (?8 IS NULL OR arrived_ms <= ?8) \
+       OR ?6 = 'older' AND (?8 IS NULL OR arrived_ms < ?8)) \
 ON CONFLICT (group_key, execution_id) DO UPDATE SET \
   state = 'superseded', superseded_by = ?3, skipped_reason = 'superseded', ended_by = ?2, updated_ms = ?4 \
 WHERE excluded.execution_id <> ?2 AND serial_queue.state = 'waiting' AND serial_queue.imperative = 0 \
@@ -221,6 +229,7 @@ pub async fn enqueue(
 ) -> Result<EnqueueOutcome, StoreError> {
     let rule = policy.arrival_rule(
         &arrival.current,
+        arrival.current_read_ms,
         arrival.revision,
         arrival.imperative,
         now_ms,
@@ -229,8 +238,8 @@ pub async fn enqueue(
         return enqueue_not_current(db, arrival, current, now_ms).await;
     }
     let (mode, current, arrived_before_ms) = match &rule {
-        ArrivalRule::SupersedeNotCurrent { current } => {
-            ("not_current", Some(current.as_str()), None)
+        ArrivalRule::SupersedeNotCurrent { current, read_ms } => {
+            ("not_current", Some(current.as_str()), *read_ms)
         }
         ArrivalRule::SupersedeOlder { arrived_before_ms } => ("older", None, *arrived_before_ms),
         ArrivalRule::SupersedeNone | ArrivalRule::NotCurrent { .. } => ("none", None, None),
@@ -247,6 +256,7 @@ pub async fn enqueue(
             current,
             arrived_before_ms,
             instance_of(arrival.execution_id),
+            i64::from(arrival.current != Current::Unknown),
         ))
         .await?,
     )?;
@@ -384,14 +394,15 @@ macro_rules! live_older_waiter {
 
 /// The newest newer non-imperative row the claimant yields to
 /// (`QueuePolicy::yields_at_claim`): one that has held the group, so running
-/// this older revision now would undo it. NULL when none.
+/// this older revision now would undo it, and that knew the head when it
+/// arrived (arrival order ranks revisions only then). NULL when none.
 macro_rules! winner {
     ($col:literal) => {
         concat!(
             "(SELECT n.",
             $col,
             " FROM serial_queue n WHERE n.group_key = ?1 AND n.seq > m.seq AND n.imperative = 0 \
-             AND ?6 = 1 AND m.imperative = 0 AND n.claimed_ms IS NOT NULL \
+             AND ?6 = 1 AND m.imperative = 0 AND n.claimed_ms IS NOT NULL AND n.judged_current = 1 \
              ORDER BY n.seq DESC LIMIT 1)"
         )
     };

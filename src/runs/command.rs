@@ -15,14 +15,14 @@ use serde::{Deserialize, Serialize};
 use crate::engine::{Backoff, Ctx, InstanceId, RunError, StepConfig, StepFailure};
 use crate::gates::fence::{self, Blocker, FenceOutcome};
 use crate::limits::{
-    COMMAND_TIMEOUT_MS_MAX, LOG_TAIL_BYTES_MAX, LOG_TAIL_LINES_MAX, PASS_DURATION_MS_MAX,
-    PROCESS_POLL_MS,
+    COMMAND_TIMEOUT_MS_MAX, FENCE_START_WINDOW_MS, LOG_TAIL_BYTES_MAX, LOG_TAIL_LINES_MAX,
+    PASS_DURATION_MS_MAX, PROCESS_POLL_MS, SANDBOX_CLOCK_SKEW_MS,
 };
 use crate::sandbox::{Checkout, ProcessSpec, ProcessState, ProcessStatus, SandboxError};
 use crate::secret::Secret;
 use sluice_redact::Redactor;
 
-use super::gate::Held;
+use super::gate::{FenceWindow, Held};
 use super::tags::FailureTag;
 use super::RunEnv;
 use super::{log, loglink};
@@ -43,9 +43,10 @@ const POLLS_PER_STEP: i64 = COMMAND_STEP_WAIT_MS / PROCESS_POLL_MS;
 const COMMAND_ROUNDS_EXTRA: i64 = 2;
 /// The pause between rounds: it only ends the pass (a new invocation).
 const COMMAND_RESUME_MS: i64 = 1_000;
-/// A process is certainly ended this long after its timeout: the agent
+/// A process is ended this long after its timeout at the latest: the agent
 /// kills its group at the timeout and reaps for 5 s; the rest is clock skew
-/// between the Worker and the sandbox.
+/// between the Worker and the sandbox. Shown as its deadline; nothing is
+/// decided by it (only the sandbox says a process ended).
 const PROCESS_DEADLINE_MARGIN_MS: i64 = 60_000;
 
 const _: () = assert!(COMMAND_STEP_WAIT_MS + COMMAND_STEP_MARGIN_MS <= PASS_DURATION_MS_MAX);
@@ -242,6 +243,10 @@ async fn command_round(
 ) -> Result<Progress, RunError> {
     let sandbox = spec.held.sandbox_id;
     ctx.step(spec.step, cfg, |_attempt| async move {
+        // The wait ends this long after the round began, whatever the
+        // checkout took, so a slow checkout never runs the step past its
+        // timeout.
+        let wait_until_ms = env.clock.now_ms() + COMMAND_STEP_WAIT_MS;
         // The log streams on from what earlier rounds (or an attempt that
         // died) stored.
         let mut log = LogCursor {
@@ -273,7 +278,13 @@ async fn command_round(
             }
         };
         let interrupted = || ctx.interrupted();
-        let waited = wait_for_exit(env, sandbox, ids.pid, state, &mut log, &interrupted).await?;
+        let waiting = Waiting {
+            sandbox,
+            pid: ids.pid,
+            until_ms: wait_until_ms,
+            interrupted: &interrupted,
+        };
+        let waited = wait_for_exit(env, &waiting, state, &mut log).await?;
         let Some(state) = waited else {
             return Ok(Progress::Running);
         };
@@ -336,26 +347,51 @@ fn log_url(env: &RunEnv<'_>, log_key: &str) -> Option<String> {
     ))
 }
 
-/// Passes the fence, then checks out and starts the process. None while
-/// another process blocks the fence (after waiting for it within this
-/// step); a lost group fails the step for good.
+/// Checks out, then passes the fence and starts the process at once: the
+/// fence's deadline and start window count from when the process really
+/// starts, whatever the checkout took. None while another process blocks
+/// the fence (after waiting for it within this step); a lost group fails
+/// the step for good.
 async fn start_fenced(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
     ids: &Ids<'_>,
 ) -> Result<Option<ProcessState>, StepFailure> {
-    let deadline_ms =
-        env.clock.now_ms() + spec.timeout_ms + COMMAND_STEP_MARGIN_MS + PROCESS_DEADLINE_MARGIN_MS;
-    // Each pass of the loop either spawns, fails, or sees a blocker end.
+    let token = ensure_workspace(env, spec, ids.ws).await?;
+    let started = fence_and_start(env, spec, ids, token.as_ref()).await;
+    if !matches!(started, Ok(Some(_))) {
+        // A started process had its checkout's token revoked beside the start.
+        if let Some(token) = &token {
+            revoke(env, token).await;
+        }
+    }
+    started
+}
+
+/// Each pass of the loop either spawns, fails, or sees a blocker end.
+async fn fence_and_start(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ids: &Ids<'_>,
+    token: Option<&Secret>,
+) -> Result<Option<ProcessState>, StepFailure> {
     for _ in 0..FENCE_ATTEMPTS_MAX {
         let now = env.clock.now_ms();
+        let window = FenceWindow {
+            deadline_ms: now + spec.timeout_ms + PROCESS_DEADLINE_MARGIN_MS,
+            start_by_ms: now + FENCE_START_WINDOW_MS,
+        };
         match spec
             .held
-            .fence(env.db, ids.pid, deadline_ms.max(now), now)
+            .fence(env.db, ids.pid, &window, now)
             .await
             .map_err(store_failure)?
         {
-            FenceOutcome::Clear => return spawn(env, spec, ids).await.map(Some),
+            FenceOutcome::Clear => {
+                return spawn(env, spec, ids, window.start_by_ms, token)
+                    .await
+                    .map(Some)
+            }
             FenceOutcome::Lost => {
                 return Err(FailureTag::GroupLost.fatal(
                     "this execution no longer holds its group: it must not start a command",
@@ -376,17 +412,30 @@ async fn start_fenced(
 const FENCE_ATTEMPTS_MAX: u32 = 4;
 
 /// Long-polls the process that blocks a fence (in its own sandbox) for at
-/// most one step's wait. True once it is known to have ended (then it is
-/// marked so); false while it may still run (or its sandbox does not answer:
-/// its deadline bounds that).
+/// most one step's wait. True once its sandbox says it ended (then it is
+/// marked so): seen finished, or unknown once its start window passed
+/// (before that it may still be started). False while it may still run,
+/// or its sandbox does not answer: no clock ends it.
 async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFailure> {
     for _ in 0..POLLS_PER_STEP {
+        // Taken before the call: an answer "unknown" given after the window
+        // passed (by this clock, less the skew) is final.
+        let asked_ms = env.clock.now_ms();
         let ended = match env
             .sandbox
             .process(&b.sandbox_id, &b.process_id, PROCESS_POLL_MS, None)
             .await
         {
-            Ok(None) => true,
+            Ok(None) if b.unknown_means_ended(asked_ms, SANDBOX_CLOCK_SKEW_MS) => true,
+            Ok(None) => {
+                // Fenced and not started yet: it may still start until its
+                // window passes. An unknown process answers at once.
+                let until_final = b.start_by_ms.unwrap_or(asked_ms) + SANDBOX_CLOCK_SKEW_MS + 1;
+                env.clock
+                    .sleep((until_final - asked_ms).clamp(1, PROCESS_POLL_MS))
+                    .await;
+                false
+            }
             Ok(Some(state)) => state.finished(),
             // An unreachable sandbox answers at once: wait as a poll would.
             Err(_) => {
@@ -400,20 +449,20 @@ async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFai
                 .map_err(store_failure)?;
             return Ok(true);
         }
-        if env.clock.now_ms() >= b.deadline_ms {
-            return Ok(true);
-        }
     }
     Ok(false)
 }
 
+/// Starts the process (its checkout done, its fence passed), with the
+/// checkout's token revoked beside the start.
 async fn spawn(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
     ids: &Ids<'_>,
+    start_by_ms: i64,
+    checkout_token: Option<&Secret>,
 ) -> Result<ProcessState, StepFailure> {
     let sandbox = spec.held.sandbox_id;
-    let checkout_token = ensure_workspace(env, spec, ids.ws).await?;
     let mut all_env = spec.env.clone();
     for (k, v) in &spec.secret_env {
         all_env.insert(k.clone(), v.expose().clone());
@@ -423,7 +472,7 @@ async fn spawn(
         .secret_env
         .iter()
         .map(|(_, v)| v.expose().as_str())
-        .chain(checkout_token.as_ref().map(|t| t.expose().as_str()))
+        .chain(checkout_token.map(|t| t.expose().as_str()))
         .collect();
     let p = ProcessSpec {
         id: ids.pid,
@@ -432,12 +481,13 @@ async fn spawn(
         timeout_ms: spec.timeout_ms,
         env: all_env,
         redact,
+        start_by_ms: Some(start_by_ms),
     };
     let start = env.sandbox.start(sandbox, &p);
     // The checkout's token is revoked beside the start, not before it: git
     // is done with it, and against GitHub the call costs 100-300 ms that
     // the command need not wait for.
-    let started = match &checkout_token {
+    let started = match checkout_token {
         Some(token) => join(start, revoke(env, token)).await.0,
         None => start.await,
     };
@@ -485,35 +535,46 @@ async fn ensure_workspace(
         revoke(env, &token).await;
         return Err(sandbox_failure(FailureTag::CheckoutFailed, e));
     }
-    // Revoked by `spawn`, as the process starts.
+    // Revoked as the process starts (`spawn`), or when it does not.
     Ok(Some(token))
 }
 
-/// Waits (long-polling) for the process to finish, at most
-/// COMMAND_STEP_WAIT_MS, storing the output of every poll; None when it is
-/// still running then.
+/// What a round waits on.
+struct Waiting<'a> {
+    sandbox: &'a str,
+    pid: &'a str,
+    /// The round's wait ends then (ms).
+    until_ms: i64,
+    interrupted: &'a dyn Fn() -> bool,
+}
+
+/// Waits (long-polling) for the process to finish, until `w.until_ms` and
+/// at most `POLLS_PER_STEP` polls, storing the output of every poll; None
+/// when it is still running then.
 async fn wait_for_exit(
     env: &RunEnv<'_>,
-    sandbox: &str,
-    pid: &str,
+    w: &Waiting<'_>,
     mut state: ProcessState,
     log: &mut LogCursor<'_>,
-    interrupted: &dyn Fn() -> bool,
 ) -> Result<Option<ProcessState>, StepFailure> {
     for _ in 0..POLLS_PER_STEP {
         log.take(env, &state).await?;
         // A terminate or pause waits for the next durable call: end the
         // step as still running (the process is finalize's to kill), even
         // when the process ended meanwhile, so the interrupt decides.
-        if interrupted() {
+        if (w.interrupted)() {
             return Ok(None);
         }
         if state.finished() {
             return Ok(Some(state));
         }
+        let left_ms = w.until_ms - env.clock.now_ms();
+        if left_ms <= 0 {
+            return Ok(None);
+        }
         state = env
             .sandbox
-            .process(sandbox, pid, PROCESS_POLL_MS, Some(log.at))
+            .process(w.sandbox, w.pid, PROCESS_POLL_MS.min(left_ms), Some(log.at))
             .await
             .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?
             .ok_or_else(|| {
@@ -522,7 +583,7 @@ async fn wait_for_exit(
             })?;
     }
     log.take(env, &state).await?;
-    Ok((state.finished() && !interrupted()).then_some(state))
+    Ok((state.finished() && !(w.interrupted)()).then_some(state))
 }
 
 /// The last lines of a log, within the summary budget, cut on a char

@@ -340,7 +340,13 @@ async fn deploy_held(
     let head = if input.imperative {
         None
     } else {
-        reread_head(ctx, env, input).await?
+        match reread_head(ctx, env, input).await? {
+            Dequeued::Head(head) => Some(head),
+            // ADR-0004's fallback when GitHub has no such branch: nothing
+            // to compare with; the group's order stands.
+            Dequeued::NoBranch => None,
+            Dequeued::Unreadable => return Ok(head_unknown(input)),
+        }
     };
     if let Some(h) = head.as_ref().filter(|h| **h != input.sha) {
         return Ok(Verdict::Skipped {
@@ -422,27 +428,67 @@ async fn run_reported(
     Ok(verdict)
 }
 
-/// The branch's head now (a holder whose commit is no longer it skips);
-/// None when GitHub could not say, so a flaky API never blocks a deploy.
+/// Re-reads of the head at dequeue: a GitHub blip is retried, suspending
+/// between attempts past the inline bound. The holder's heartbeat stops
+/// while it is suspended, so every delay stays well inside
+/// `HOLDER_STALE_MS`: 5 s doubling over 5 retries is at most 80 s apart
+/// and about 2.6 minutes in all, after which the deploy gives up
+/// (`head_unknown`) rather than deploy a commit it cannot show is current.
+const HEAD_REREAD_RETRIES: u32 = 5;
+const HEAD_REREAD_DELAY_MS: i64 = 5_000;
+const _: () = assert!(
+    HEAD_REREAD_DELAY_MS << (HEAD_REREAD_RETRIES - 1) <= crate::limits::HOLDER_STALE_MS / 3
+);
+
+/// What the dequeue's read of the branch head found.
+enum Dequeued {
+    Head(String),
+    /// GitHub answered that the branch does not exist.
+    NoBranch,
+    /// GitHub did not answer within the bound.
+    Unreadable,
+}
+
+/// The branch's head now (a holder whose commit is no longer it skips).
 async fn reread_head(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &DeployInput,
-) -> Result<Option<String>, RunError> {
-    ctx.step("re-read head", github_step(), |_| async {
-        env.github
-            .branch_head(input.installation_id, &input.repo, &input.branch)
-            .await
-            .map_err(github_failure)
-    })
-    .await
-    .or_else(|e| {
-        if e.is_suspension() || e == RunError::Terminated {
-            Err(e)
-        } else {
-            Ok(None)
-        }
-    })
+) -> Result<Dequeued, RunError> {
+    let cfg = github_step().retries(
+        HEAD_REREAD_RETRIES,
+        HEAD_REREAD_DELAY_MS,
+        crate::engine::Backoff::Exponential,
+    );
+    let read: Result<Option<String>, RunError> = ctx
+        .step("re-read head", cfg, |_| async {
+            env.github
+                .branch_head(input.installation_id, &input.repo, &input.branch)
+                .await
+                .map_err(github_failure)
+        })
+        .await;
+    match read {
+        Ok(Some(head)) => Ok(Dequeued::Head(head)),
+        Ok(None) => Ok(Dequeued::NoBranch),
+        Err(e) if e.is_suspension() || e == RunError::Terminated => Err(e),
+        Err(_) => Ok(Dequeued::Unreadable),
+    }
+}
+
+/// The head could not be read at dequeue: nothing deployed, a neutral
+/// check that says so (an automatic skip, announced).
+fn head_unknown(input: &DeployInput) -> Verdict {
+    Verdict::Skipped {
+        reason: Some(SkipReason::HeadUnknown),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: GitHub did not say what the head of `{}` is, so {} could not be \
+             shown to be current; nothing was deployed. Push again or re-run the check.",
+            input.branch, input.sha
+        ),
+        newer: None,
+    }
 }
 
 /// Whether the environment the deploy selects lets this repository and

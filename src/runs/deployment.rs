@@ -22,10 +22,10 @@
 //! says why there is no deployment.
 
 use crate::engine::{Ctx, RunError, Status, StepFailure};
-use crate::gates::{serial, SkipReason};
+use crate::gates::{fence, serial, SkipReason};
 use crate::github::{DeploymentState, NewDeployment, NewStatus};
 
-use super::command::publishable_url;
+use super::command::{self, publishable_url, DEPLOY_COMMAND_STEP};
 use super::config::DeployConfig;
 use super::gate::Held;
 use super::report::{details_url, github_failure, github_step, Verdict};
@@ -207,11 +207,16 @@ pub async fn conclude_held(
     held: &Held<'_>,
 ) -> Result<(), RunError> {
     let posting = verdict_status(verdict, ran.environment_url.as_deref());
+    let process = command::process_id(ctx.instance_id(), DEPLOY_COMMAND_STEP, ctx.generation());
     let step = Post {
         step: CONCLUDE_STEP,
         kind: Kind::Cleanup,
         log_url: ran.log_url.as_deref(),
-        fence: held.group.map(|group| (group, held.gate_id.as_str())),
+        fence: held.group.map(|group| SuccessFence {
+            group,
+            gate_id: held.gate_id.as_str(),
+            process_id: process.as_str(),
+        }),
     };
     post(ctx, env, input, recorded, &step, |_| Some(posting.clone())).await
 }
@@ -246,10 +251,28 @@ pub async fn conclude(
         fence: None,
     };
     post(ctx, env, input, recorded, &step, |latest| match &ending {
-        Ending::Known(s) => Some(s.clone()),
+        Ending::Known(s) => Some(after_an_earlier_start(s, latest)),
         Ending::Abandoned(how) => abandoned_status(*how, latest),
     })
     .await
+}
+
+/// A deployment whose command an earlier generation started (it is still
+/// `in_progress`: a restart past the gates reuses it) is never retired as
+/// `inactive` by a later generation that deployed nothing: that command
+/// may have deployed, so the honest last status is `error`.
+fn after_an_earlier_start(posting: &Posting, latest: Option<DeploymentState>) -> Posting {
+    if posting.state != DeploymentState::Inactive || latest != Some(DeploymentState::InProgress) {
+        return posting.clone();
+    }
+    status(
+        DeploymentState::Error,
+        format!(
+            "An earlier attempt's command started and was never concluded; the environment may \
+             hold what it deployed. This attempt: {}",
+            posting.description
+        ),
+    )
 }
 
 /// How the run's work ended, for `conclude`.
@@ -445,6 +468,37 @@ pub async fn retire_on_restart(
 /// A success posted after a newer deploy took the group over would retire
 /// the newer one's (GitHub's `auto_inactive`): this deploy ran, but what the
 /// environment now runs is the newer one's.
+/// The success as posted: as is while the group is held; `inactive` when
+/// a newer deploy took the group over and ran after this one; else (the
+/// group lost, nobody ran since) a success that says so. A taker that
+/// fences after this check posts its own success later, retiring this one.
+async fn fenced_success(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    f: SuccessFence<'_>,
+    success: Posting,
+) -> Result<Posting, StepFailure> {
+    let gate = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
+    if serial::heartbeat(env.db, f.group, f.gate_id, ctx.now_ms())
+        .await
+        .map_err(gate)?
+    {
+        return Ok(success);
+    }
+    if fence::replaced_in_group(env.db, f.group, f.process_id)
+        .await
+        .map_err(gate)?
+    {
+        return Ok(taken_over());
+    }
+    Ok(Posting {
+        description: "Deployed; it lost its group while it ran (it stalled), and no newer \
+                      deploy has run since."
+            .into(),
+        ..success
+    })
+}
+
 fn taken_over() -> Posting {
     status(
         DeploymentState::Inactive,
@@ -485,8 +539,19 @@ struct Post<'a> {
     kind: Kind,
     /// The status's log link (else the execution's page).
     log_url: Option<&'a str>,
-    /// The serial group and gate id a `success` is fenced by.
-    fence: Option<(&'a str, &'a str)>,
+    /// What a `success` is fenced by.
+    fence: Option<SuccessFence<'a>>,
+}
+
+/// A `success` is posted while the execution holds its group; one that lost
+/// it posts `success` only when no newer process of the group was fenced
+/// since its own (nobody ran after it: it is what the environment holds).
+#[derive(Clone, Copy)]
+struct SuccessFence<'a> {
+    group: &'a str,
+    gate_id: &'a str,
+    /// The deploy command's process.
+    process_id: &'a str,
 }
 
 /// One status step: `decide` sees the deployment's latest state and says
@@ -546,11 +611,8 @@ async fn post_once(
         .await
         .map_err(github_failure)?;
     let decided = match (decide(latest), how.fence) {
-        (Some(s), Some((group, gate_id))) if s.state == DeploymentState::Success => {
-            let held = serial::heartbeat(t.env.db, group, gate_id, ctx.now_ms())
-                .await
-                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-            Some(if held { s } else { taken_over() })
+        (Some(s), Some(f)) if s.state == DeploymentState::Success => {
+            Some(fenced_success(ctx, t.env, f, s).await?)
         }
         (decided, _) => decided,
     };

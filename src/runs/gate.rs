@@ -34,7 +34,7 @@ use crate::gates::fence::{self, FenceOutcome, Spawn};
 use crate::gates::policy::{Current, QueuePolicy, SkipReason};
 use crate::gates::serial::{self, Arrival, ClaimOutcome, EnqueueOutcome};
 use crate::gates::{admission, lease};
-use crate::limits::{HEARTBEAT_INTERVAL_MS, HOLDER_STALE_MS, SLOT_TTL_MS};
+use crate::limits::{HEARTBEAT_INTERVAL_MS, HOLDER_STALE_MS, SANDBOX_CLOCK_SKEW_MS, SLOT_TTL_MS};
 use crate::obs::{self, Kind, Subject};
 use crate::store::{Database, StoreError};
 
@@ -182,6 +182,15 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
     })
 }
 
+/// The times a fence records for a process about to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceWindow {
+    /// When the agent's timeout ends it at the latest (shown, decides nothing).
+    pub deadline_ms: i64,
+    /// The sandbox refuses to start it after this.
+    pub start_by_ms: i64,
+}
+
 /// What the body holds: handed to `run_command`, which fences every spawn.
 #[derive(Debug, Clone)]
 pub struct Held<'a> {
@@ -195,12 +204,13 @@ pub struct Held<'a> {
 
 impl Held<'_> {
     /// Records the process about to be spawned, if this execution may spawn
-    /// it now (see `gates::fence`).
+    /// it now (see `gates::fence`): it must then be started by
+    /// `window.start_by_ms`.
     pub async fn fence(
         &self,
         db: &dyn Database,
         process_id: &str,
-        deadline_ms: i64,
+        window: &FenceWindow,
         now_ms: i64,
     ) -> Result<FenceOutcome, StoreError> {
         let spawn = Spawn {
@@ -209,7 +219,8 @@ impl Held<'_> {
             execution_id: &self.gate_id,
             group: self.group,
             sandbox_id: self.sandbox_id,
-            deadline_ms,
+            deadline_ms: window.deadline_ms,
+            start_by_ms: window.start_by_ms,
         };
         fence::fence(db, &spawn, now_ms).await
     }
@@ -410,8 +421,8 @@ async fn serial_turn(
     s: &Serial<'_>,
     held: &Held<'_>,
 ) -> Result<Turn, RunError> {
-    let current = read_current(ctx, env, s).await?;
-    let arrived = enqueue(ctx, env, s, held, current).await?;
+    let read = read_current(ctx, env, s).await?;
+    let arrived = enqueue(ctx, env, s, held, read).await?;
     match &arrived.outcome {
         EnqueueOutcome::NotCurrent { current } => {
             return Ok(Turn::Skipped(not_current(s, current)))
@@ -454,46 +465,138 @@ async fn serial_turn(
     Ok(Turn::Skipped(timed_out(s)))
 }
 
-/// The current revision, read once before the queue is touched (ADR-0004).
-/// A failed read falls back to arrival order. Imperative work is exempt.
+/// A read of the current revision, as journaled: the head (None when
+/// GitHub named none) and when it was asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct HeadRead {
+    head: Option<String>,
+    asked_ms: i64,
+}
+
+/// A journaled head read: this version's, or an older version's bare
+/// `Option<String>` (asked at an unknown time: refreshed at the enqueue).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Journaled {
+    Read(HeadRead),
+    Bare(Option<String>),
+}
+
+/// The current revision and when it was asked for.
+#[derive(Debug, Clone, PartialEq)]
+struct CurrentRead {
+    current: Current,
+    asked_ms: Option<i64>,
+}
+
+impl CurrentRead {
+    /// What a read says: the head it named, else Unknown (a branch GitHub
+    /// names no head for cannot judge anyone).
+    fn of(read: HeadRead) -> CurrentRead {
+        match read.head {
+            Some(sha) => CurrentRead {
+                current: Current::Known(sha),
+                asked_ms: Some(read.asked_ms),
+            },
+            None => CurrentRead::unknown(),
+        }
+    }
+
+    fn unknown() -> CurrentRead {
+        CurrentRead {
+            current: Current::Unknown,
+            asked_ms: None,
+        }
+    }
+
+    /// Whether it may still judge the queue at `now_ms`: known, and asked
+    /// for within `HEAD_READ_FRESH_MS`.
+    fn fresh_at(&self, now_ms: i64) -> bool {
+        matches!(self.current, Current::Known(_))
+            && self
+                .asked_ms
+                .is_some_and(|at| now_ms - at <= HEAD_READ_FRESH_MS)
+    }
+}
+
+/// A head read older than this when its enqueue runs (a D1 backoff, a
+/// suspended or crashed pass, the watchdog between them) is read again
+/// inside the enqueue: the queue is judged by a head no older than a few
+/// seconds. Supersession by a read stays safe whatever its age (only
+/// waiters that arrived before it are judged by it); this keeps a stale
+/// arrival from waiting in line only to be skipped at its dequeue.
+const HEAD_READ_FRESH_MS: i64 = 5_000;
+
+/// The current revision, read before the queue is touched (ADR-0004); the
+/// enqueue reads it again when this read is stale by then. A failed read
+/// supersedes nobody. Imperative work is exempt.
 async fn read_current(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     s: &Serial<'_>,
-) -> Result<Current, RunError> {
+) -> Result<CurrentRead, RunError> {
     let Some(b) = s.head.filter(|_| !s.imperative) else {
-        return Ok(Current::NotDeclared);
+        return Ok(CurrentRead {
+            current: Current::NotDeclared,
+            asked_ms: None,
+        });
     };
-    let head: Result<Option<String>, RunError> = ctx
+    let head: Result<Journaled, RunError> = ctx
         .step(HEAD_STEP, github_step(), |_| async {
-            env.github
-                .branch_head(b.installation_id, b.repo, b.branch)
-                .await
-                .map_err(github_failure)
+            read_head(env, b).await.map(Journaled::Read)
         })
         .await;
     match head {
-        Ok(Some(sha)) => Ok(Current::Known(sha)),
+        Ok(Journaled::Read(read)) => Ok(CurrentRead::of(read)),
+        // An older version's read: its time is unknown, so it is stale.
+        Ok(Journaled::Bare(Some(sha))) => Ok(CurrentRead {
+            current: Current::Known(sha),
+            asked_ms: None,
+        }),
+        Ok(Journaled::Bare(None)) => Ok(CurrentRead::unknown()),
         Err(e) if e.is_suspension() || e == RunError::Terminated => Err(e),
-        _ => Ok(Current::Unknown),
+        Err(_) => Ok(CurrentRead::unknown()),
     }
 }
 
+/// One read of the branch head, stamped with when it was asked for.
+async fn read_head(env: &RunEnv<'_>, b: BranchRef<'_>) -> Result<HeadRead, StepFailure> {
+    let asked_ms = env.clock.now_ms();
+    let head = env
+        .github
+        .branch_head(b.installation_id, b.repo, b.branch)
+        .await
+        .map_err(github_failure)?;
+    Ok(HeadRead { head, asked_ms })
+}
+
+/// Enqueues with a head read no older than `HEAD_READ_FRESH_MS` (read again
+/// here when the journaled one is older; a failed read again is Unknown),
+/// judging only waiters that arrived before it was asked for.
 async fn enqueue(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     s: &Serial<'_>,
     held: &Held<'_>,
-    current: Current,
+    read: CurrentRead,
 ) -> Result<Enqueued, RunError> {
     ctx.step(ENQUEUE_STEP, StepConfig::default(), |_| {
-        let current = current.clone();
+        let read = read.clone();
         async move {
+            let read = match (&read.current, s.head) {
+                (Current::NotDeclared, _) | (_, None) => read,
+                _ if read.fresh_at(env.clock.now_ms()) => read,
+                (_, Some(b)) => match read_head(env, b).await {
+                    Ok(fresh) => CurrentRead::of(fresh),
+                    Err(_) => CurrentRead::unknown(),
+                },
+            };
             let arrival = Arrival {
                 group: s.group,
                 execution_id: &held.gate_id,
                 revision: s.revision,
-                current,
+                current: read.current,
+                current_read_ms: read.asked_ms,
                 imperative: s.imperative,
             };
             let at_ms = ctx.now_ms();
@@ -916,7 +1019,10 @@ pub async fn release_all(
 }
 
 /// Kills the instance's live processes; true when every one is confirmed
-/// ended (seen exited, unknown to its sandbox, or past its deadline).
+/// ended by its sandbox (seen exited, killed, or unknown to it once its
+/// start window passed: `fence::LiveProcess::unknown_means_ended`).
+/// Nothing is taken for ended because a clock passed alone: a sandbox that
+/// does not answer keeps the gates held, and the sweep tries again.
 pub async fn kill_live(
     env: &RunEnv<'_>,
     instance_id: &str,
@@ -927,16 +1033,15 @@ pub async fn kill_live(
         .map_err(gate_failure)?;
     let mut all_ended = true;
     for p in live {
-        let ended = p.deadline_ms <= now_ms
-            || match env
-                .sandbox
-                .kill(&p.sandbox_id, &p.process_id, KILL_WAIT_MS)
-                .await
-            {
-                Ok(None) => true,
-                Ok(Some(state)) => state.finished(),
-                Err(_) => false,
-            };
+        let ended = match env
+            .sandbox
+            .kill(&p.sandbox_id, &p.process_id, KILL_WAIT_MS)
+            .await
+        {
+            Ok(None) => p.unknown_means_ended(now_ms, SANDBOX_CLOCK_SKEW_MS),
+            Ok(Some(state)) => state.finished(),
+            Err(_) => false,
+        };
         if ended {
             fence::ended(env.db, &p.process_id, now_ms)
                 .await

@@ -122,6 +122,7 @@ impl Sandbox for AgentSandbox<'_> {
             timeout_ms: u64::try_from(spec.timeout_ms).unwrap_or(0),
             env: Some(spec.env.clone()),
             redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
+            start_by_ms: spec.start_by_ms.and_then(|ms| u64::try_from(ms).ok()),
         };
         let resp = self
             .call(

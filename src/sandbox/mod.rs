@@ -65,6 +65,9 @@ pub struct ProcessSpec<'a> {
     pub env: BTreeMap<String, String>,
     /// Values the sandbox scrubs from the output before it keeps any.
     pub redact: Vec<&'a str>,
+    /// The fence's start window (ms since the epoch): the sandbox refuses
+    /// to start a new process past it (`SandboxError::start_window_passed`).
+    pub start_by_ms: Option<i64>,
 }
 
 #[async_trait(?Send)]

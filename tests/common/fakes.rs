@@ -223,6 +223,10 @@ pub struct GitHubState {
     /// Routes whose next call is applied and answered, then never returns
     /// to the caller: the executor dies while the call is in flight.
     pub hang_after: Vec<&'static str>,
+    /// Routes whose next call is answered as GitHub is now, and the answer
+    /// reaches the caller this much later (virtual ms): a read that is old
+    /// by the time it is used.
+    pub delay_after: Vec<(&'static str, i64)>,
     pub notifications: Vec<Notification>,
     pub unexpected: Vec<String>,
 }
@@ -322,6 +326,12 @@ impl FakeGitHub {
     /// answer (its pass is pending for ever: drop it to crash the pass).
     pub fn hang_after_applying_next(&self, route: &'static str) {
         self.st.borrow_mut().hang_after.push(route);
+    }
+
+    /// The next call to `route` is answered as GitHub is now, and the
+    /// answer arrives `ms` of virtual time later.
+    pub fn delay_answer_next(&self, route: &'static str, ms: i64) {
+        self.st.borrow_mut().delay_after.push((route, ms));
     }
 
     /// The next call to `route` is applied, but its answer is a 502.
@@ -1060,9 +1070,17 @@ impl Transport for FakeGitHub {
             let at = st.hang_after.iter().position(|h| Some(*h) == route);
             at.map(|i| st.hang_after.remove(i)).is_some()
         };
+        let delay_ms = {
+            let mut st = self.st.borrow_mut();
+            let at = st.delay_after.iter().position(|(r, _)| Some(*r) == route);
+            at.map(|i| st.delay_after.remove(i).1)
+        };
         let resp = self.handle(req);
         if hang {
             futures::future::pending::<()>().await;
+        }
+        if let Some(ms) = delay_ms {
+            self.clock.sleep(ms).await;
         }
         Ok(resp)
     }
@@ -1144,6 +1162,8 @@ pub struct StartRecord {
 /// One spawned process, in virtual time.
 #[derive(Debug, Clone)]
 pub struct ProcessRun {
+    /// The process id it was started under.
+    pub id: String,
     pub workspace: String,
     pub sha: String,
     pub started_ms: i64,
@@ -1205,6 +1225,12 @@ pub struct SandboxState {
     /// Checkouts fail as an unreachable sandbox would (503), until cleared.
     pub checkout_fails: bool,
     pub discarded: Vec<String>,
+    /// New starts refused because they came past their fence's window.
+    pub late_starts_refused: u32,
+    /// Start requests for this sandbox are held on their way until
+    /// `release_starts` (a stalled caller, a slow network).
+    pub starts_held: Option<String>,
+    pub held_starts: Vec<std::task::Waker>,
 }
 
 pub struct FakeSandbox {
@@ -1530,6 +1556,15 @@ impl Sandbox for FakeSandbox {
         sandbox: &str,
         spec: &ProcessSpec<'_>,
     ) -> Result<ProcessState, SandboxError> {
+        std::future::poll_fn(|cx| {
+            let mut st = self.st.borrow_mut();
+            if st.starts_held.as_deref() == Some(sandbox) {
+                st.held_starts.push(cx.waker().clone());
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(())
+        })
+        .await;
         check_id(sandbox, "sandbox")?;
         check_id(spec.id, "process")?;
         check_id(spec.workspace, "workspace")?;
@@ -1555,6 +1590,15 @@ impl Sandbox for FakeSandbox {
             st.starts.push(record(false));
             return Ok(state);
         }
+        if spec.start_by_ms.is_some_and(|by| now > by) {
+            // As the agent: a new process past its fence's window is refused.
+            st.late_starts_refused += 1;
+            return Err(sandbox_error(
+                409,
+                sluice_sandbox_protocol::START_WINDOW_PASSED,
+                "start_by_ms has passed",
+            ));
+        }
         if !st.workspaces.contains_key(spec.workspace) {
             return Err(sandbox_error(
                 404,
@@ -1578,6 +1622,7 @@ impl Sandbox for FakeSandbox {
         };
         let sha = spec.env.get("SLUICE_SHA").cloned().unwrap_or_default();
         st.runs.push(ProcessRun {
+            id: spec.id.into(),
             workspace: spec.workspace.into(),
             sha: sha.clone(),
             started_ms: now,
@@ -1680,6 +1725,18 @@ impl Sandbox for FakeSandbox {
 }
 
 impl FakeSandbox {
+    /// Lets held start requests reach the sandbox now.
+    pub fn release_starts(&self) {
+        let held = {
+            let mut st = self.st.borrow_mut();
+            st.starts_held = None;
+            std::mem::take(&mut st.held_starts)
+        };
+        for w in held {
+            w.wake();
+        }
+    }
+
     /// Sandboxes discarded, in order.
     pub fn discarded(&self) -> Vec<String> {
         self.st.borrow().discarded.clone()

@@ -186,6 +186,24 @@ pub struct CountingDb {
     pub fail_next_batch: Cell<bool>,
     /// Fails this many coming `run` calls (a D1 write that errors).
     pub fail_next_runs: Cell<u32>,
+    /// Fails the coming `all` calls whose SQL starts with a prefix, so many
+    /// times each (one statement kind erroring, as D1 under load).
+    pub fail_matching: RefCell<Vec<(&'static str, u32)>>,
+}
+
+impl CountingDb {
+    /// The next `n` `all` calls whose SQL starts with `prefix` fail.
+    pub fn fail_next_matching(&self, prefix: &'static str, n: u32) {
+        self.fail_matching.borrow_mut().push((prefix, n));
+    }
+
+    fn injected_all_failure(&self, sql: &str) -> bool {
+        let mut faults = self.fail_matching.borrow_mut();
+        let hit = faults
+            .iter_mut()
+            .find(|(prefix, n)| *n > 0 && sql.starts_with(prefix));
+        hit.map(|(_, n)| *n -= 1).is_some()
+    }
 }
 
 impl CountingDb {
@@ -197,6 +215,7 @@ impl CountingDb {
             statements: Cell::new(0),
             fail_next_batch: Cell::new(false),
             fail_next_runs: Cell::new(0),
+            fail_matching: RefCell::new(Vec::new()),
         }
     }
 }
@@ -206,6 +225,9 @@ impl Database for CountingDb {
     async fn all(&self, stmt: Stmt) -> Result<Vec<Row>, StoreError> {
         self.calls.set(self.calls.get() + 1);
         self.statements.set(self.statements.get() + 1);
+        if self.injected_all_failure(&stmt.sql) {
+            return Err(StoreError::Query("injected statement failure".into()));
+        }
         self.db.all(stmt).await
     }
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {

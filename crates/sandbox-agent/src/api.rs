@@ -421,10 +421,35 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
     // Validated even for a replay, so a malformed request never looks accepted. The workspace
     // is only required to start a process: a replay may outlive its workspace.
     let timeout = validate_spec(&spec)?;
+    let start_by_ms = req.start_by_ms;
     let (process, created) = state
         .processes
-        .start(&req.id, &spec.workspace, timeout, || spawn(state, &spec))?;
+        .start(&req.id, &spec.workspace, timeout, || {
+            refuse_past_window(start_by_ms, now_ms())?;
+            spawn(state, &spec)
+        })?;
     Ok((if created { 201 } else { 200 }, to_value(&process.state())?))
+}
+
+/// A new process is started only within its fence's window: past it, the
+/// caller may have been taken over, and a taker that found the process
+/// unknown may already run its own (a known id is answered as it is).
+fn refuse_past_window(start_by_ms: Option<u64>, now_ms: u64) -> Result<(), ApiError> {
+    match start_by_ms {
+        Some(by) if now_ms > by => Err(ApiError::new(
+            409,
+            protocol::START_WINDOW_PASSED,
+            format!("start_by_ms {by} has passed ({now_ms} now): nothing was started; fence again"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The agent's clock, ms since the Unix epoch (0 if the clock is before it).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The query of the process endpoints: `wait_ms` (capped) and, for a

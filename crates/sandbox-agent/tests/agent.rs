@@ -884,6 +884,38 @@ fn detached_process_is_started_once_per_id_and_can_be_awaited() {
     assert_eq!(runs, "run\n", "the command ran exactly once");
 }
 
+/// A new process is started only within its fence's window: past
+/// `start_by_ms` the agent refuses (409) and starts nothing, while a known
+/// id is still answered (a replay), whatever the time.
+#[test]
+fn a_start_past_its_window_is_refused_and_a_replay_is_not() {
+    let agent = Agent::start();
+    let path = agent.empty_workspace("w");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let late = json!({
+        "id": "late", "workspace": "w", "command": "echo ran > late.txt",
+        "timeout_ms": 5_000, "start_by_ms": now_ms - 1_000,
+    });
+    let (status, reply) = agent.post("/v1/processes", late);
+    assert_eq!(status, 409, "{reply}");
+    assert_eq!(error_code(&reply), "start_window_passed");
+    let (status, _) = agent.get("/v1/processes/late");
+    assert_eq!(status, 404, "nothing was started");
+    assert!(!path.join("late.txt").exists());
+
+    let body = |start_by_ms: u64| {
+        json!({"id": "timely", "workspace": "w", "command": "true", "timeout_ms": 5_000,
+               "start_by_ms": start_by_ms})
+    };
+    let (status, reply) = agent.post("/v1/processes", body(now_ms + 60_000));
+    assert_eq!(status, 201, "{reply}");
+    let (status, reply) = agent.post("/v1/processes", body(now_ms - 60_000));
+    assert_eq!(status, 200, "a replay of a known id: {reply}");
+}
+
 #[test]
 fn detached_process_times_out_and_long_poll_is_bounded() {
     let agent = Agent::start();

@@ -118,7 +118,18 @@ pub struct ProcessRequest {
     /// keeps or truncates any of it (sluice-redact's forms).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact: Vec<String>,
+    /// The fence's start window (ms since the Unix epoch): the agent refuses
+    /// to start a new process past it (409 `START_WINDOW_PASSED`), so a
+    /// caller that stalled after its fence cannot start a process once a
+    /// taker may have judged it never started. A known id is answered
+    /// whatever the time (a replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_by_ms: Option<u64>,
 }
+
+/// The agent's error code for a start that arrived past its
+/// `start_by_ms` (409): nothing was started; fence again and retry.
+pub const START_WINDOW_PASSED: &str = "start_window_passed";
 
 /// A detached process's state, as the agent names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
