@@ -18,7 +18,7 @@ use crate::gates::serial;
 use crate::http::access::JwksCache;
 use crate::http::ack_first::{create_yield_ms, Arrivals};
 use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
-use crate::http::dashboard::{self, Operations, Reply};
+use crate::http::dashboard::{self, Operations, OperatorEvent, Reply};
 use crate::http::pages::{self, same_origin_post};
 use crate::http::routes::{route, Access, Asset, Route, RouteError};
 use crate::http::webhook::{
@@ -106,11 +106,6 @@ fn route_error(e: RouteError, method: &str, path: &str) -> ApiError {
             format!("{method} is not allowed here"),
         ),
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
-        RouteError::GitHubOnly(t) => ApiError::new(
-            403,
-            "github_only",
-            format!("`{t}` events come from GitHub's webhook only: the person decides on GitHub"),
-        ),
     }
 }
 
@@ -542,17 +537,12 @@ impl Operations for Operator<'_> {
         instance_answer(id, status, value)
     }
 
-    async fn event(
-        &self,
-        id: &InstanceId,
-        event_type: &str,
-        payload: &Value,
-    ) -> std::result::Result<Value, ApiError> {
+    async fn deliver_event(&self, e: &OperatorEvent) -> std::result::Result<Value, ApiError> {
         // Straight to the instance (it answers 404 when it has no record):
         // an event is on the latency-critical path, so no D1 look-up first.
-        let received_ms = WorkerClock.now_ms();
+        let (id, received_ms) = (e.id(), WorkerClock.now_ms());
         self.log("event", id.as_str());
-        let (status, value) = instances::event(self.env, id, event_type, payload).await?;
+        let (status, value) = instances::event(self.env, id, e.event_type(), e.payload()).await?;
         match status {
             202 => Ok(json!({ "accepted": true, "received_ms": received_ms })),
             _ => instance_answer(id, status, value),
