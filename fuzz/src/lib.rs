@@ -166,8 +166,10 @@ pub fn check_planned_create(c: &CreateRequest) {
             let input: CheckInput =
                 serde_json::from_value(c.input.clone()).expect("check input decodes");
             assert_eq!(input.sha, sha);
-            // A re-run is a new attempt: the key gains `:rerun-<delivery>`.
-            let key = format!("check:{}:{sha_key}", input.repo);
+            // A pull request's check names it (two pull requests at one
+            // commit are two checks); a re-run is a new attempt: the key
+            // gains `:rerun-<attempt>`.
+            let key = format!("check:{}:{sha_key}:pr{}", input.repo, input.pr_number);
             assert!(
                 c.key == key || c.key.starts_with(&format!("{key}:rerun-")),
                 "{} / {key}",

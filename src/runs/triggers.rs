@@ -415,6 +415,20 @@ impl<'a> RunTarget<'a> {
     }
 }
 
+/// A check's key: the repository, the pull request (none for a dispatch's
+/// or a schedule's check, `check::NO_PULL_REQUEST`) and the commit. Two
+/// pull requests at one commit are two checks: a fork's pull request opened
+/// at a maintainer's commit neither shares nor, superseded, cancels the
+/// maintainer's.
+fn check_key(repo: &str, pr_number: u64, sha: &str) -> String {
+    let sha = short(sha);
+    if pr_number == super::check::NO_PULL_REQUEST {
+        format!("check:{repo}:{sha}")
+    } else {
+        format!("check:{repo}:{sha}:pr{pr_number}")
+    }
+}
+
 /// A check of pull request `number` at `at.sha`; None when the sha is not
 /// a commit id. `attempt` names a re-run.
 pub(crate) fn check_create(
@@ -437,7 +451,7 @@ pub(crate) fn check_create(
         sender: at.sender.to_owned(),
         inputs: BTreeMap::new(),
     };
-    let base = format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]);
+    let base = check_key(&repo, number, &sha);
     Some(CreateRequest {
         key: attempt.map_or_else(|| base.clone(), |a| format!("{base}:{a}")),
         run: RunName::Check.as_str().into(),
@@ -663,10 +677,50 @@ mod tests {
             panic!()
         };
         assert_eq!(reqs.len(), 1);
-        assert_eq!(reqs[0].key, "check:octo/hello:0123456789ab");
+        assert_eq!(reqs[0].key, "check:octo/hello:0123456789ab:pr7");
         assert_eq!(reqs[0].run, "check");
         assert_eq!(reqs[0].entity.as_deref(), Some("pr:7"));
         assert_eq!(reqs[0].input["installation_id"], 42);
+    }
+
+    /// A fork's pull request opened at a maintainer's commit is a check of
+    /// its own: it neither shares the maintainer's instance (its approval,
+    /// its check run) nor, when the fork moves on, cancels it.
+    #[test]
+    fn two_pull_requests_at_one_commit_are_two_checks() {
+        let body = |number: u64, head_repo: &str, association: &str| {
+            let body = json!({
+                "action": "opened", "number": number,
+                "pull_request": {
+                    "number": number, "draft": false, "author_association": association,
+                    "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": "feature",
+                             "repo": {"full_name": head_repo}},
+                    "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main"}
+                },
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+                "sender": {"login": "ana", "type": "User"},
+                "installation": {"id": 42}
+            });
+            let Plan::Create(reqs) = plan(
+                &parse("pull_request", body.to_string().as_bytes()).unwrap(),
+                &CX,
+            ) else {
+                panic!("a pull request plans its check")
+            };
+            reqs.into_iter().next().unwrap()
+        };
+        let maintainer = body(7, "octo/hello", "MEMBER");
+        let fork = body(8, "stranger/hello", "FIRST_TIME_CONTRIBUTOR");
+        assert_ne!(maintainer.key, fork.key);
+        assert_ne!(maintainer.id(), fork.id(), "two instances");
+        assert_eq!(fork.entity.as_deref(), Some("pr:8"));
+        assert_eq!(fork.input["needs_approval"], true);
+        assert_eq!(maintainer.input["needs_approval"], false);
+        // A redelivery is still the same instance.
+        assert_eq!(
+            body(8, "stranger/hello", "FIRST_TIME_CONTRIBUTOR").key,
+            fork.key
+        );
     }
 
     #[test]
