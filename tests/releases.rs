@@ -81,7 +81,6 @@ fn push_tag(rig: &Rig, tag: &str, c: char) -> Inst {
     });
     let event = sluice::github::webhook::parse("push", body.to_string().as_bytes()).unwrap();
     let cx = PlanContext {
-        delivery: "d-push",
         app_id: Some(APP_ID),
         app_slug: Some("sluice"),
     };

@@ -29,9 +29,8 @@ pub fn intake_config(secret: Option<&str>, not_before_ms: i64) -> sluice::http::
 }
 
 /// Planning's context for a delivery to the App above.
-pub fn plan_context(delivery: &str) -> sluice::runs::triggers::PlanContext<'_> {
+pub fn plan_context() -> sluice::runs::triggers::PlanContext<'static> {
     sluice::runs::triggers::PlanContext {
-        delivery,
         app_id: Some(APP_ID),
         app_slug: Some(APP_SLUG),
     }

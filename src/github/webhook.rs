@@ -150,6 +150,14 @@ pub struct PullRef {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct SuiteRef {
     #[serde(default)]
+    pub id: Option<u64>,
+    /// ISO 8601. GitHub resets a suite's status to `queued` whenever one of
+    /// its check runs, or the suite itself, is rerequested, so a
+    /// `rerequested` event's suite was updated by that very request: the
+    /// signed mark of one attempt.
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    #[serde(default)]
     pub head_branch: Option<String>,
     #[serde(default)]
     pub head_sha: Option<String>,
@@ -167,6 +175,16 @@ pub struct CheckSuiteEvent {
     pub repository: Repository,
     pub sender: Account,
     pub installation: Installation,
+}
+
+impl SuiteRef {
+    /// `updated_at` in ms since the epoch (GitHub's timestamps are whole
+    /// seconds); None when absent or not a timestamp.
+    pub fn updated_ms(&self) -> Option<i64> {
+        self.updated_at
+            .as_deref()
+            .and_then(super::client::parse_rfc3339_ms)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -239,8 +257,10 @@ impl std::fmt::Display for ParseError {
 
 impl Event {
     /// When the event happened by its own (signed) payload, in ms: a push's
-    /// `repository.pushed_at`, a pull request's `updated_at`. None for
-    /// events without one.
+    /// `repository.pushed_at`, a pull request's `updated_at`, a
+    /// `rerequested` check run's or suite's suite `updated_at` (the
+    /// request reset the suite). None for events without one: other check
+    /// run actions (a button pressed days after its suite last changed).
     pub fn occurred_ms(&self) -> Option<i64> {
         match self {
             Event::Push(p) => match p.repository.pushed_at.as_ref()? {
@@ -253,6 +273,10 @@ impl Event {
                 .updated_at
                 .as_deref()
                 .and_then(super::client::parse_rfc3339_ms),
+            Event::CheckRun(c) if c.action == "rerequested" => {
+                c.check_run.check_suite.as_ref()?.updated_ms()
+            }
+            Event::CheckSuite(c) if c.action == "rerequested" => c.check_suite.updated_ms(),
             Event::CheckRun(_) | Event::CheckSuite(_) | Event::Ping | Event::Other(_) => None,
         }
     }

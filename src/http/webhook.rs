@@ -123,7 +123,6 @@ pub fn intake(
         _ => (None, None),
     };
     let context = PlanContext {
-        delivery,
         app_id: cfg.app_id,
         app_slug: cfg.app_slug,
     };
