@@ -136,6 +136,7 @@ fn webhook(rig: &Rig, insts: &[&Inst], event: &str, body: Value) -> u32 {
         delivery: Some(&delivery),
         signature: Some(&signature),
         content_type: Some("application/json"),
+        content_length: None,
     };
     let cfg = IntakeConfig {
         secret: Some(SECRET),

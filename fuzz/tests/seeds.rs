@@ -39,6 +39,7 @@ fn intake_outcome(name: &str) -> String {
         delivery: input.delivery.as_deref(),
         signature: signature.as_deref(),
         content_type: input.content_type.as_deref(),
+        content_length: input.content_length.as_deref(),
     };
     // 0: the seeds' timestamps are all accepted; staleness is the target's.
     match intake(&h, &input.body, &sluice_fuzz::intake_config(input.secret.as_deref(), 0)) {
