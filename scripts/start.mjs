@@ -306,6 +306,9 @@ async function main() {
   const defaults = {
     // Locally the sandbox is an agent process unless containers were asked for.
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
+    // wrangler dev runs the Worker, its objects and D1 on one thread: a burst's creations wait
+    // for its answers (src/http/ack_first.rs; off on Cloudflare, where it buys nothing).
+    ACK_FIRST: 'on',
     GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
     // A fresh token every start (unless .dev.vars sets one): the banner prints it and a sign-in
     // link, so a dashboard left open in a browser from an earlier start is signed out.

@@ -16,7 +16,7 @@ use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
 use crate::http::access::JwksCache;
-use crate::http::ack_first::{create_yield_ms, Arrivals};
+use crate::http::ack_first::{self, create_yield_ms, Arrivals};
 use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
 use crate::http::body::{read_capped, BodyLimit};
 use crate::http::dashboard::{self, Operations, OperatorEvent, Reply};
@@ -813,19 +813,24 @@ async fn yield_to_acks() {
 }
 
 /// Asks the instances' objects to create them once the answer is sent,
-/// and, under a burst, once it ends (`http::ack_first`). A
-/// create that fails here is left to the sweep, which recreates an
-/// instance whose row is overdue (`runs::sweep`).
+/// and, under a burst in local development (`ACK_FIRST`), once it ends
+/// (`http::ack_first`). A create that fails here is left to the sweep,
+/// which recreates an instance whose row is overdue (`runs::sweep`).
 fn create_after_answer(ctx: &Context, env: &Env, creates: Vec<CreateRequest>) {
     if creates.is_empty() {
         return;
     }
-    // Counted as answered: only verified deliveries that create make a
-    // burst (`http::ack_first::BURST_ARRIVALS`).
-    ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
+    let defer = ack_first::enabled(text(env, bindings::ACK_FIRST).as_deref());
+    if defer {
+        // Counted as answered: only verified deliveries that create make a
+        // burst (`http::ack_first::BURST_ARRIVALS`).
+        ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
+    }
     let env = env.clone();
     ctx.wait_until(async move {
-        yield_to_acks().await;
+        if defer {
+            yield_to_acks().await;
+        }
         for c in &creates {
             if let Err(e) = instances::create(&env, c).await {
                 worker::console_warn!("create of {} left for the sweep: {}", c.key, e.message);

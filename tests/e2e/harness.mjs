@@ -274,6 +274,9 @@ async function buildStack(opts, paths, cleanups) {
     ...(agent ? { SANDBOX_URL: agent.url } : {}),
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
     SANDBOX_AGENT_TOKEN: agentToken,
+    // As under `npm start`: wrangler dev shares one thread between the Worker and its objects, so
+    // a burst's creations wait for its answers (src/http/ack_first.rs). `vars` may turn it off.
+    ACK_FIRST: 'on',
     LOG_LINK_SECRET: logLinkSecret,
     PUBLIC_URL: url,
     ...opts.vars,
