@@ -64,7 +64,8 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("push-main-full", "act"),
         ("push-new-branch", "act"),
         ("push-branch-deleted", "ignore"),
-        ("push-tag", "ignore"),
+        // A tag push plans its release-notes run (`runs::triggers::plan_tag`).
+        ("push-tag", "act"),
         ("ping", "ignore"),
         ("check_run-rerequested", "act"),
         ("check_run-requested_action", "act"),
@@ -74,7 +75,8 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("signed-uppercase-hex", "act"),
         ("content-type-charset", "act"),
         ("own-secret", "ignore"),
-        ("declared-too-large", "act"),
+        // Refused on its headers, before a byte of the body is read.
+        ("declared-too-large", "413"),
         ("content-type-form", "415"),
         ("no-signature", "401"),
         ("wrong-signature", "401"),
