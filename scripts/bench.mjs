@@ -4,8 +4,10 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only scale]   (builds the Worker first unless
-// SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes the last soak).
+// Usage: npm run bench [-- --rounds N] [-- --only scale] [-- --ack-first off]   (builds the Worker
+// first unless SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes the last
+// soak). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
+// src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -31,8 +33,10 @@ const SETTLE_BEFORE_EVENT_MS = 100;
 const PEER_START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 5_000;
 
-const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' }, 'ack-first': { type: 'string' } } });
 const rounds = Number(args.rounds ?? ROUNDS_DEFAULT);
+const ackFirst = args['ack-first'] ?? 'on';
+if (!['on', 'off'].includes(ackFirst)) throw new Error(`--ack-first takes on or off, not ${ackFirst}`);
 
 export const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -168,14 +172,14 @@ export function printTable(rows) {
 async function main() {
   console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
   // The scale section's pool: POOL_CAPACITY sandboxes, all check slots open to one repository.
-  const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1) } });
+  const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1), ACK_FIRST: ackFirst } });
   const peer = await startPeer();
   const rows = [];
   try {
     // One warm-up round on each side, not counted (first-request compilation).
     await benchEngine(stack, peer, 'warmup').catch(() => {});
     if (args.only === 'scale') {
-      rows.push(...(await benchScale(stack, peer)), ...soakSummary());
+      rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
       return finish(rows);
     }
     const r = await benchEngine(stack, peer, 'run');
@@ -188,7 +192,7 @@ async function main() {
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
-    rows.push(...(await benchScale(stack, peer)), ...soakSummary());
+    rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
   } finally {
     await peer.stop();
     await stack.stop();

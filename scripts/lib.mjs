@@ -197,6 +197,22 @@ export function freePort() {
 // run as this user; not safe for untrusted pull requests).
 export const AGENT_ISOLATED = process.getuid?.() === 0;
 
+// Where GitHub serves git unless GITHUB_GIT_URL says otherwise (`github::GIT_URL_DEFAULT`).
+export const GIT_URL_DEFAULT = 'https://github.com';
+
+// The `--git-url-prefix` an agent needs for the Worker's checkouts: the Worker derives every clone
+// URL as `<GITHUB_GIT_URL>/<owner>/<name>.git` (`github::clone_url`), so the agent must allow
+// exactly that base, whether github.com, a GitHub Enterprise Server or the stand-in.
+export function gitUrlPrefix(gitUrl) {
+  return `${(gitUrl || GIT_URL_DEFAULT).replace(/\/+$/, '')}/`;
+}
+
+// What `npm start`'s local agent allows checkouts from: where the Worker clones, GITHUB_GIT_URL
+// as wrangler gives it to the Worker (.dev.vars over the defaults npm start writes).
+export function localAgentGitUrlPrefixes(userVars, defaults) {
+  return [gitUrlPrefix(userVars.GITHUB_GIT_URL || defaults.GITHUB_GIT_URL)];
+}
+
 // Starts the sandbox agent and resolves its base URL once it prints its ready line. Output is
 // passed to `onOutput(chunk)` (for log files or the terminal). `gitUrlPrefixes`: where its
 // checkouts may clone from (the agent's default is https://github.com/ only). `root` must be a

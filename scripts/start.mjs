@@ -13,7 +13,7 @@ import { commitFiles, headSha } from '../tools/github-standin/git.mjs';
 import { startStandin } from '../tools/github-standin/server.mjs';
 import { prepareContainerLayer, removeContainers, sandboxContainers } from './containers/layer.mjs';
 import {
-  AGENT_ISOLATED, DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, randomToken, readEnvFile, runBounded,
+  AGENT_ISOLATED, DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, localAgentGitUrlPrefixes, randomToken, readEnvFile, runBounded,
   spawnGroup, startAgent, stopGroup, waitForHttp, wranglerEnv,
 } from './lib.mjs';
 
@@ -196,7 +196,7 @@ function isLocalAgentUrl(url) {
 // the token the Worker will send, so a token from .dev.vars is used as is.
 // Without root the agent cannot give each workspace a user of its own: it runs --unisolated
 // (commands as this user), which is fine for your own repositories only.
-async function startSandbox(userVars, defaults, github) {
+async function startSandbox(userVars, defaults) {
   if (userVars.SANDBOX_URL && !isLocalAgentUrl(userVars.SANDBOX_URL)) return null;
   const token = userVars.SANDBOX_AGENT_TOKEN || randomToken();
   if (!AGENT_ISOLATED) {
@@ -207,8 +207,10 @@ async function startSandbox(userVars, defaults, github) {
     listen: `${AGENT_HOST}:${AGENT_PORT}`,
     root: agentRoot(),
     token,
-    // With the stand-in, checkouts clone from it; with a real App, from GitHub (the default).
-    gitUrlPrefixes: github ? [`${github.url}/`] : [],
+    // Checkouts clone from where the Worker derives clone URLs: GITHUB_GIT_URL as the Worker
+    // reads it (.dev.vars over the defaults written here: the stand-in, a GitHub Enterprise
+    // Server, or github.com when unset).
+    gitUrlPrefixes: localAgentGitUrlPrefixes(userVars, defaults),
     onOutput: prefixLines('[agent] ', process.stderr),
   });
   track(agent.child);
@@ -310,6 +312,9 @@ async function main() {
   const defaults = {
     // Locally the sandbox is an agent process unless containers were asked for.
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
+    // wrangler dev runs the Worker, its objects and D1 on one thread: a burst's creations wait
+    // for its answers (src/http/ack_first.rs; off on Cloudflare, where it buys nothing).
+    ACK_FIRST: 'on',
     GITHUB_WEBHOOK_SECRET: 'dev-webhook-secret',
     // A fresh token every start (unless .dev.vars sets one): the banner prints it and a sign-in
     // link, so a dashboard left open in a browser from an earlier start is signed out.
@@ -321,7 +326,7 @@ async function main() {
   const github = await startGithub(userVars, defaults);
   let sandboxUrl = null;
   if (layer) defaults.SANDBOX_AGENT_TOKEN = userVars.SANDBOX_AGENT_TOKEN || randomToken();
-  else sandboxUrl = await startSandbox(userVars, defaults, github);
+  else sandboxUrl = await startSandbox(userVars, defaults);
   writeFileSync(DEFAULTS_FILE, formatEnvFile(defaults), { mode: 0o600 });
   restrictSecrets();
 

@@ -16,7 +16,7 @@ use sluice::http::access::{Jwk, JwksCache, JwksFetch, Rs256Verify};
 use sluice::http::auth::{
     self, AccessKeys, AuthConfig, Presented, Principal, SESSION_COOKIE, SESSION_TTL_S,
 };
-use sluice::http::dashboard::{self, Operations};
+use sluice::http::dashboard::{self, Operations, OperatorEvent};
 use sluice::http::lists;
 use sluice::http::pages::Action;
 use sluice::http::routes::{ActionTarget, Page};
@@ -275,7 +275,8 @@ impl Operations for FakeOps {
     async fn command(&self, id: &InstanceId, cmd: Command) -> Result<Value, ApiError> {
         self.answer(format!("{cmd:?} {id}"), json!({ "status": "terminated" }))
     }
-    async fn event(&self, id: &InstanceId, ty: &str, payload: &Value) -> Result<Value, ApiError> {
+    async fn deliver_event(&self, e: &OperatorEvent) -> Result<Value, ApiError> {
+        let (id, ty, payload) = (e.id(), e.event_type(), e.payload());
         self.answer(
             format!("event {ty} {payload} {id}"),
             json!({ "accepted": true }),
@@ -337,6 +338,44 @@ fn an_action_asks_first_then_acts_once_and_shows_its_result() {
     assert_eq!(
         ops.calls.borrow().last().unwrap(),
         "skip_all deploy:o/r:main"
+    );
+}
+
+/// A GitHub-only event (a release's decision, a check-run button's press)
+/// sent from the dashboard's form is refused as the API refuses it, before
+/// any operation is asked: nobody decides in a decider's name.
+#[test]
+fn the_dashboard_refuses_github_only_events_as_the_api_does() {
+    let ops = FakeOps::default();
+    let id = InstanceId::parse("release-notes-a-1").unwrap();
+    let target = ActionTarget::Execution(id.clone());
+    for ty in ["release-decision", "check-run-action"] {
+        let form = format!(
+            "confirmed=1&type={ty}&payload=%7B%22kind%22%3A%22button%22%2C%22sender%22%3A%22ana%22%7D"
+        );
+        let reply = block_on(dashboard::act(&ops, &target, Action::SendEvent, &form, T0)).unwrap();
+        assert_eq!(reply.status, 403, "{ty}: {}", reply.html);
+        assert!(reply.html.contains("GitHub"), "{}", reply.html);
+        let api = block_on(ops.event(&id, ty, &json!({"kind": "button"}))).unwrap_err();
+        assert_eq!((api.status, api.code), (403, "github_only"), "{ty}");
+    }
+    assert!(
+        ops.calls.borrow().is_empty(),
+        "nothing was delivered: {:?}",
+        ops.calls.borrow()
+    );
+    let confirm = block_on(dashboard::act(
+        &ops,
+        &target,
+        Action::SendEvent,
+        "confirmed=1&type=deploy-confirm",
+        T0,
+    ))
+    .unwrap();
+    assert_eq!(confirm.status, 200, "{}", confirm.html);
+    assert_eq!(
+        *ops.calls.borrow(),
+        vec!["event deploy-confirm {} release-notes-a-1".to_owned()]
     );
 }
 

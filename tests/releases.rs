@@ -77,24 +77,24 @@ fn push_tag(rig: &Rig, tag: &str, c: char) -> Inst {
 
 /// A push of `tag` as GitHub sends it: `after` names what the ref names
 /// (the commit, or an annotated tag's object), `head_commit` the commit.
-/// Each push is a delivery of its own.
+/// Each push is one of its own (its own `pushed_at`).
 fn push_tag_object(rig: &Rig, tag: &str, after: &str, commit: &str) -> Inst {
     thread_local!(static PUSHES: Cell<u32> = const { Cell::new(0) });
-    let delivery = PUSHES.with(|n| {
+    // Each push is a push of its own: GitHub signs when it happened.
+    let pushed_at = PUSHES.with(|n| {
         n.set(n.get() + 1);
-        format!("d-push-{}", n.get())
+        1_700_000_000 + n.get()
     });
     let body = json!({
         "ref": format!("refs/tags/{tag}"), "before": "0".repeat(40), "after": after,
         "deleted": false, "head_commit": {"id": commit},
         "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                       "default_branch": BRANCH},
+                       "default_branch": BRANCH, "pushed_at": pushed_at},
         "sender": {"login": "maint", "type": "User"},
         "installation": {"id": INSTALLATION}
     });
     let event = sluice::github::webhook::parse("push", body.to_string().as_bytes()).unwrap();
     let cx = PlanContext {
-        delivery: &delivery,
         app_id: Some(APP_ID),
         app_slug: Some("sluice"),
     };
@@ -155,6 +155,7 @@ fn webhook(rig: &Rig, insts: &[&Inst], event: &str, body: Value) -> u32 {
         delivery: Some(&delivery),
         signature: Some(&signature),
         content_type: Some("application/json"),
+        content_length: None,
     };
     let cfg = IntakeConfig {
         secret: Some(SECRET),

@@ -2689,6 +2689,150 @@ fn a_rerun_is_made_from_the_run_it_repeats_and_a_purged_run_reruns_nothing() {
     assert_eq!(made.len(), 2, "nothing to repeat, nothing made");
 }
 
+/// Re-run on a dispatched rollback's check run, after a newer commit
+/// deployed, is a new arrival of the old commit: a desired-state deploy,
+/// head-checked, so it deploys nothing (skipped, not current). The rollback
+/// itself (imperative, as dispatch records it) did deploy its old revision.
+#[test]
+fn a_rerun_of_a_dispatched_rollback_after_a_newer_deploy_deploys_nothing() {
+    use sluice::http::webhook::accept;
+    use sluice::runs::triggers::{DeployInput, RerunOf};
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = deploy_rig(&[&a, &b], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &b);
+    let input = DeployInput {
+        repo: REPO.into(),
+        branch: BRANCH.into(),
+        sha: a.clone(),
+        installation_id: INSTALLATION,
+        default_branch: BRANCH.into(),
+        sender: "dispatch".into(),
+        imperative: true,
+        inputs: Default::default(),
+        dispatch: None,
+    };
+    let rollback = rig.create(sluice::engine::CreateRequest {
+        key: format!("deploy:{REPO}:dispatch-feedfacefeedface"),
+        run: "deploy".into(),
+        input: json!(input),
+        repo: Some(REPO.into()),
+        entity: Some(format!("branch:{BRANCH}")),
+        sha: Some(a.clone()),
+        max_steps: None,
+        max_duration_ms: None,
+    });
+    assert_eq!(rig.run_to_end(&rollback), Status::Complete);
+    assert_eq!(rig.sandbox.runs_in(&rollback.id).len(), 1, "A rolled back");
+    let newer = rig.deploy(&b);
+    assert_eq!(rig.run_to_end(&newer), Status::Complete);
+
+    let pressed = rerun_intake("cr77-1796403600", RerunOf::Instance(rollback.id.clone()));
+    let made = block_on(accept(
+        rig.index.as_ref(),
+        &RecordingCreator::default(),
+        pressed,
+        rig.now(),
+        "test",
+    ))
+    .unwrap()
+    .create_after;
+    assert_eq!(made.len(), 1);
+    assert_eq!(
+        made[0].input["imperative"],
+        Value::Null,
+        "{}",
+        made[0].input
+    );
+    let rerun = rig.create(made[0].clone());
+    assert_eq!(rig.run_to_end(&rerun), Status::Skipped);
+    assert_eq!(rig.row(&rerun).reason.as_deref(), Some("not_current"));
+    assert!(
+        rig.sandbox.runs_in(&rerun.id).is_empty(),
+        "A is not deployed over B again"
+    );
+    assert_eq!(rig.sandbox.runs_in(&newer.id).len(), 1);
+}
+
+/// A captured `rerequested` body, posted again under fresh delivery ids,
+/// is the re-run it already was: its attempt comes from the signed body,
+/// so every replay names the instance the first made (created: false),
+/// and one older than the retention is refused by the suite's signed
+/// `updated_at`.
+#[test]
+fn a_replayed_rerequest_under_new_delivery_ids_reruns_once() {
+    use sluice::github::webhook::sign;
+    use sluice::http::webhook::{accept, intake, IntakeConfig, WebhookHeaders};
+    let s = sha('a');
+    let rig = Rig::new();
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 1, "flaky\n");
+    let first = rig.check(&s);
+    assert_eq!(rig.run_to_end(&first), Status::Complete);
+    const SECRET: &str = "webhook-secret";
+    let body_at = |suite_updated: &str| {
+        json!({
+            "action": "rerequested",
+            "check_run": {"id": 77, "name": "sluice/check", "external_id": first.id,
+                          "head_sha": s, "app": {"id": 1},
+                          "check_suite": {"id": 5, "head_sha": s, "updated_at": suite_updated}},
+            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"}},
+            "sender": {"login": "maintainer", "type": "User"},
+            "installation": {"id": INSTALLATION}
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let at_t0 = rfc3339(rig.now());
+    let body = body_at(&at_t0);
+    let signature = sign(SECRET.as_bytes(), &body);
+    let cfg = IntakeConfig {
+        secret: Some(SECRET),
+        not_before_ms: rig.now() - 86_400_000,
+        ..IntakeConfig::default()
+    };
+    let deliver = |delivery: &str, body: &[u8], signature: &str| {
+        let h = WebhookHeaders {
+            event: Some("check_run"),
+            delivery: Some(delivery),
+            signature: Some(signature),
+            content_type: Some("application/json"),
+            content_length: None,
+        };
+        let planned = intake(&h, body, &cfg).map_err(|e| (e.status, e.code))?;
+        let accepted = block_on(accept(
+            rig.index.as_ref(),
+            &RecordingCreator::default(),
+            planned,
+            rig.now(),
+            "test",
+        ))
+        .unwrap();
+        Ok::<_, (u16, &str)>(accepted.body["instances"].clone())
+    };
+    let pressed = deliver("delivery-1", &body, &signature).unwrap();
+    assert_eq!(pressed[0]["created"], true, "{pressed}");
+    for replay in ["delivery-2", "delivery-3"] {
+        let again = deliver(replay, &body, &signature).unwrap();
+        assert_eq!(
+            again[0]["id"], pressed[0]["id"],
+            "{replay}: the same re-run"
+        );
+        assert_eq!(again[0]["created"], false, "{replay}: nothing new");
+    }
+    let runs = block_on(sluice::store::executions::runs_of_commit(
+        rig.index.as_ref(),
+        REPO,
+        &s,
+        10,
+    ))
+    .unwrap();
+    assert_eq!(runs.len(), 2, "the check and its one re-run");
+
+    let stale = body_at(&rfc3339(rig.now() - 2 * 86_400_000));
+    let refused = deliver("delivery-4", &stale, &sign(SECRET.as_bytes(), &stale));
+    assert_eq!(refused.unwrap_err(), (422, "stale_delivery"));
+}
+
 /// A restart's new process writes a log of its own: what the killed
 /// generation printed is neither spliced into it nor shown as its log.
 #[test]

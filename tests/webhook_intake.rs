@@ -4,9 +4,12 @@
 
 use serde_json::json;
 use sluice::github::webhook::sign;
+use sluice::http::body::{BodyLimit, BODY_PART_BYTES};
 use sluice::http::webhook::{
-    check_declared_length, intake, read_capped, Intake, IntakeConfig, WebhookHeaders,
+    check_declared_length, intake, plan_verified, preflight, read_signed, Intake, IntakeConfig,
+    WebhookHeaders,
 };
+use sluice::http::ApiError;
 use sluice::limits::WEBHOOK_BODY_BYTES_MAX;
 
 const SECRET: &str = "s3cret";
@@ -72,6 +75,7 @@ impl Req {
             delivery: self.delivery,
             signature: self.signature.as_deref(),
             content_type: self.content_type,
+            content_length: None,
         };
         let cfg = IntakeConfig {
             secret,
@@ -292,28 +296,206 @@ fn a_signed_event_older_than_the_retention_is_refused() {
     assert_eq!(status(&old_pr).unwrap_err(), (422, "stale_delivery"));
 }
 
-/// A chunked body (no Content-Length) is refused as soon as it passes the
-/// limit, without reading the rest.
+/// What the Worker does with a delivery (`worker_glue::router::webhook`):
+/// the headers first, then the body streamed into its signature check, then
+/// the plan. Counts the chunks it pulled from `chunks`.
+fn serve<S>(h: &WebhookHeaders<'_>, chunks: S, cfg: &IntakeConfig<'_>) -> Result<Intake, ApiError>
+where
+    S: futures::Stream<Item = Result<Vec<u8>, String>> + Unpin,
+{
+    futures::executor::block_on(async {
+        let pre = preflight(h, cfg)?;
+        let body = read_signed(chunks, &pre, cfg).await?;
+        plan_verified(&pre, &body, cfg)
+    })
+}
+
+fn config(secret: &str) -> IntakeConfig<'_> {
+    IntakeConfig {
+        secret: Some(secret),
+        previous_secret: None,
+        not_before_ms: NOT_BEFORE_MS,
+        app_id: None,
+        app_slug: Some(APP_SLUG),
+    }
+}
+
+/// A body that counts how many of its chunks were pulled.
+fn counted<'a>(
+    pulled: &'a std::cell::Cell<usize>,
+    chunks: Vec<Vec<u8>>,
+) -> impl futures::Stream<Item = Result<Vec<u8>, String>> + Unpin + 'a {
+    futures::stream::iter(chunks.into_iter().map(move |c| {
+        pulled.set(pulled.get() + 1);
+        Ok(c)
+    }))
+}
+
+/// Nothing is buffered before a delivery is authenticated enough: without
+/// a well-formed `X-Hub-Signature-256` (`sha256=` and 64 hex digits), an
+/// `X-GitHub-Event` or a JSON content type, or with a declared length past
+/// GitHub's cap, the delivery is refused before one chunk of its body is
+/// pulled.
 #[test]
-fn a_chunked_body_over_the_limit_is_refused_while_streaming() {
-    use std::cell::Cell;
-    let pulled = Cell::new(0usize);
+fn a_webhook_without_its_headers_is_refused_before_its_body_is_read() {
+    let body = pr_body("opened", false, "User");
+    let good_sig = sign(SECRET.as_bytes(), &body);
+    let over = (WEBHOOK_BODY_BYTES_MAX + 1).to_string();
+    let good = WebhookHeaders {
+        event: Some("pull_request"),
+        delivery: Some("d-1"),
+        signature: Some(&good_sig),
+        content_type: Some("application/json"),
+        content_length: Some("120"),
+    };
+    let short_sig = format!("sha256={}", "ab".repeat(31));
+    let cases: Vec<(&str, WebhookHeaders<'_>, u16, &str)> = vec![
+        (
+            "unsigned",
+            WebhookHeaders {
+                signature: None,
+                ..good.clone()
+            },
+            401,
+            "missing_signature",
+        ),
+        (
+            "sha1",
+            WebhookHeaders {
+                signature: Some("sha1=0123"),
+                ..good.clone()
+            },
+            401,
+            "bad_signature",
+        ),
+        (
+            "short",
+            WebhookHeaders {
+                signature: Some(&short_sig),
+                ..good.clone()
+            },
+            401,
+            "bad_signature",
+        ),
+        (
+            "no event",
+            WebhookHeaders {
+                event: None,
+                ..good.clone()
+            },
+            400,
+            "missing_event",
+        ),
+        (
+            "form",
+            WebhookHeaders {
+                content_type: Some("text/plain"),
+                ..good.clone()
+            },
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "declared too long",
+            WebhookHeaders {
+                content_length: Some(&over),
+                ..good.clone()
+            },
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (name, h, want_status, want_code) in cases {
+        let pulled = std::cell::Cell::new(0);
+        let junk = vec![vec![b'x'; 64 * 1024]; 4];
+        let e = serve(&h, counted(&pulled, junk), &config(SECRET)).unwrap_err();
+        assert_eq!((e.status, e.code), (want_status, want_code), "{name}");
+        assert_eq!(pulled.get(), 0, "{name}: no chunk of the body was read");
+    }
+    let e = serve(
+        &WebhookHeaders {
+            content_length: Some(&over),
+            ..good.clone()
+        },
+        counted(&std::cell::Cell::new(0), Vec::new()),
+        &config(SECRET),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.message,
+        format!("webhook bodies are at most {WEBHOOK_BODY_BYTES_MAX} bytes"),
+        "the refusal names the limit"
+    );
+    let pulled = std::cell::Cell::new(0);
+    let halves = vec![body[..50].to_vec(), body[50..].to_vec()];
+    let planned = serve(&good, counted(&pulled, halves), &config(SECRET));
+    assert!(matches!(planned, Ok(Intake::Act { .. })), "{planned:?}");
+    assert_eq!(pulled.get(), 2);
+}
+
+/// A body streams into its HMAC and into parts that are never
+/// reallocated: a large signed delivery takes the bytes it has plus at most
+/// one part's room (a doubling vector would reserve up to twice), and
+/// decodes across its parts; one over GitHub's cap is refused the moment
+/// it passes it, without pulling the rest.
+#[test]
+fn a_body_streams_into_its_signature_within_the_cap_without_doubling() {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&pr_body("opened", false, "User")).unwrap();
+    // A large but real delivery: GitHub's pushes carry up to thousands of
+    // commits.
+    value["padding"] = json!("p".repeat(3 * BODY_PART_BYTES + 12_345));
+    let body = value.to_string().into_bytes();
+    let sig = sign(SECRET.as_bytes(), &body);
+    let cfg = config(SECRET);
+    for declared in [None, Some(body.len().to_string())] {
+        let h = WebhookHeaders {
+            event: Some("pull_request"),
+            delivery: Some("d-2"),
+            signature: Some(&sig),
+            content_type: Some("application/json"),
+            content_length: declared.as_deref(),
+        };
+        let pre = preflight(&h, &cfg).unwrap();
+        let chunks = futures::stream::iter(
+            body.chunks(64 * 1024)
+                .map(|c| Ok::<_, String>(c.to_vec()))
+                .collect::<Vec<_>>(),
+        );
+        let got = futures::executor::block_on(read_signed(chunks, &pre, &cfg)).unwrap();
+        assert_eq!(got.len(), body.len());
+        assert!(
+            got.reserved_bytes() <= body.len() + BODY_PART_BYTES,
+            "{declared:?}: reserved {} for {} bytes",
+            got.reserved_bytes(),
+            body.len()
+        );
+        assert!(got.parts() > 1, "kept in parts, never gathered into one");
+        let planned = plan_verified(&pre, &got, &cfg);
+        assert!(matches!(planned, Ok(Intake::Act { .. })), "{planned:?}");
+    }
+
+    let pulled = std::cell::Cell::new(0usize);
     let chunk = vec![b'x'; 64 * 1024];
     let endless = futures::stream::iter(std::iter::repeat_with(|| {
         pulled.set(pulled.get() + 1);
         Ok::<_, String>(chunk.clone())
     }));
-    let refused = futures::executor::block_on(read_capped(endless, WEBHOOK_BODY_BYTES_MAX));
-    assert_eq!(refused.map_err(|e| e.status), Err(413));
+    let h = WebhookHeaders {
+        event: Some("pull_request"),
+        delivery: Some("d-3"),
+        signature: Some(&sig),
+        content_type: Some("application/json"),
+        content_length: None,
+    };
+    let pre = preflight(&h, &cfg).unwrap();
+    let refused = futures::executor::block_on(read_signed(endless, &pre, &cfg)).unwrap_err();
+    assert_eq!((refused.status, refused.code), (413, "payload_too_large"));
+    assert_eq!(refused.message, BodyLimit::WEBHOOK.too_large().message);
     assert_eq!(
         pulled.get(),
         WEBHOOK_BODY_BYTES_MAX / chunk.len() + 1,
         "stopped at the limit"
-    );
-    let small = futures::stream::iter(vec![Ok::<_, String>(b"ab".to_vec()), Ok(b"c".to_vec())]);
-    assert_eq!(
-        futures::executor::block_on(read_capped(small, 10)).ok(),
-        Some(b"abc".to_vec())
     );
 }
 

@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(ev) = parsed else { return };
 
-    let cx = plan_context(DELIVERY);
+    let cx = plan_context();
     let p = plan(&ev, &cx);
     assert_eq!(plan(&ev, &cx), p, "the plan is deterministic");
     let creates = match &p {
@@ -181,9 +181,6 @@ fn repo_of(ev: &Event) -> String {
     }
 }
 
-/// The delivery every input arrives as: a re-run's identity.
-const DELIVERY: &str = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
-
 fn from_own_bot(ev: &Event) -> bool {
     let login = match ev {
         Event::PullRequest(e) => &e.sender.login,
@@ -196,8 +193,9 @@ fn from_own_bot(ev: &Event) -> bool {
 }
 
 /// A re-run is asked for (`rerequested`) of Sluice's own App; it names a
-/// valid instance (a check run's) or the suite's commit, and its attempt is
-/// this delivery's, so it is never a finished instance.
+/// valid instance (a check run's) or the suite's commit, and its attempt
+/// comes from the signed body (what was rerequested and the suite's
+/// `updated_at`), never the delivery id, so a replay is the same attempt.
 fn check_reruns(ev: &Event, reruns: &[Rerun]) {
     let (action, app) = match ev {
         Event::CheckRun(e) => (&e.action, e.check_run.app.as_ref().map(|a| a.id)),
@@ -208,7 +206,16 @@ fn check_reruns(ev: &Event, reruns: &[Rerun]) {
     assert_eq!(app.map(|id| id.to_string()).as_deref(), Some(APP_ID));
     assert_eq!(reruns.len(), 1);
     let r = &reruns[0];
-    assert_eq!(r.attempt, format!("rerun-{DELIVERY}"));
+    let (what, suite) = match ev {
+        Event::CheckRun(e) => (format!("cr{}", e.check_run.id), e.check_run.check_suite.as_ref()),
+        Event::CheckSuite(e) => (format!("cs{}", e.check_suite.id.unwrap_or_default()), Some(&e.check_suite)),
+        _ => unreachable!(),
+    };
+    let want = match suite.and_then(|s| s.updated_ms()) {
+        Some(ms) => format!("rerun-{what}-{}", ms.div_euclid(1000)),
+        None => format!("rerun-{what}"),
+    };
+    assert_eq!(r.attempt, want);
     match (&r.of, ev) {
         (RerunOf::Instance(id), Event::CheckRun(e)) => {
             assert_eq!(Some(id.as_str()), e.check_run.external_id.as_deref());

@@ -29,9 +29,8 @@ pub fn intake_config(secret: Option<&str>, not_before_ms: i64) -> sluice::http::
 }
 
 /// Planning's context for a delivery to the App above.
-pub fn plan_context(delivery: &str) -> sluice::runs::triggers::PlanContext<'_> {
+pub fn plan_context() -> sluice::runs::triggers::PlanContext<'static> {
     sluice::runs::triggers::PlanContext {
-        delivery,
         app_id: Some(APP_ID),
         app_slug: Some(APP_SLUG),
     }
@@ -166,8 +165,10 @@ pub fn check_planned_create(c: &CreateRequest) {
             let input: CheckInput =
                 serde_json::from_value(c.input.clone()).expect("check input decodes");
             assert_eq!(input.sha, sha);
-            // A re-run is a new attempt: the key gains `:rerun-<delivery>`.
-            let key = format!("check:{}:{sha_key}", input.repo);
+            // A pull request's check names it (two pull requests at one
+            // commit are two checks); a re-run is a new attempt: the key
+            // gains `:rerun-<attempt>`.
+            let key = format!("check:{}:{sha_key}:pr{}", input.repo, input.pr_number);
             assert!(
                 c.key == key || c.key.starts_with(&format!("{key}:rerun-")),
                 "{} / {key}",

@@ -39,6 +39,7 @@ fn intake_outcome(name: &str) -> String {
         delivery: input.delivery.as_deref(),
         signature: signature.as_deref(),
         content_type: input.content_type.as_deref(),
+        content_length: input.content_length.as_deref(),
     };
     // 0: the seeds' timestamps are all accepted; staleness is the target's.
     match intake(&h, &input.body, &sluice_fuzz::intake_config(input.secret.as_deref(), 0)) {
@@ -63,7 +64,8 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("push-main-full", "act"),
         ("push-new-branch", "act"),
         ("push-branch-deleted", "ignore"),
-        ("push-tag", "ignore"),
+        // A tag push plans its release-notes run (`runs::triggers::plan_tag`).
+        ("push-tag", "act"),
         ("ping", "ignore"),
         ("check_run-rerequested", "act"),
         ("check_run-requested_action", "act"),
@@ -73,7 +75,8 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("signed-uppercase-hex", "act"),
         ("content-type-charset", "act"),
         ("own-secret", "ignore"),
-        ("declared-too-large", "act"),
+        // Refused on its headers, before a byte of the body is read.
+        ("declared-too-large", "413"),
         ("content-type-form", "415"),
         ("no-signature", "401"),
         ("wrong-signature", "401"),

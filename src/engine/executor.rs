@@ -93,7 +93,7 @@ pub struct RestartRequest<'a> {
 /// A request to create an instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateRequest {
-    /// The semantic idempotency key, e.g. `check:octo/hello:0123456789ab`.
+    /// The semantic idempotency key, e.g. `check:octo/hello:0123456789ab:pr7`.
     pub key: String,
     pub run: String,
     pub input: Value,

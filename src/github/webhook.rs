@@ -12,6 +12,48 @@ pub enum SignatureError {
     Mismatch,
 }
 
+/// The HMAC-SHA256 `X-Hub-Signature-256` carries, as bytes.
+pub type Signature = [u8; 32];
+
+/// Reads `X-Hub-Signature-256` as GitHub writes it: `sha256=` and 64 hex
+/// digits (either case; whitespace around them aside). Checked before a
+/// byte of the body is read: anything else cannot be GitHub's.
+pub fn parse_signature(header: Option<&str>) -> Result<Signature, SignatureError> {
+    let header = header.ok_or(SignatureError::Missing)?;
+    let hex_sig = header
+        .strip_prefix("sha256=")
+        .ok_or(SignatureError::Malformed)?
+        .trim();
+    let mut sig = [0u8; 32];
+    hex::decode_to_slice(hex_sig, &mut sig).map_err(|_| SignatureError::Malformed)?;
+    Ok(sig)
+}
+
+/// A body's HMAC-SHA256 under one secret, fed as the body streams in, so
+/// the body is checked without being gathered first.
+#[derive(Clone)]
+pub struct BodyMac(Option<Hmac<Sha256>>);
+
+impl BodyMac {
+    pub fn new(secret: &[u8]) -> BodyMac {
+        // HMAC takes keys of any length, so this is always Some; a None
+        // would match no signature (the safe side).
+        BodyMac(Hmac::<Sha256>::new_from_slice(secret).ok())
+    }
+
+    pub fn update(&mut self, chunk: &[u8]) {
+        if let Some(mac) = &mut self.0 {
+            mac.update(chunk);
+        }
+    }
+
+    /// Whether the body fed so far has `signature`, compared in constant time.
+    pub fn matches(self, signature: &Signature) -> bool {
+        self.0
+            .is_some_and(|mac| mac.verify_slice(signature).is_ok())
+    }
+}
+
 /// Verifies `X-Hub-Signature-256` (`sha256=<hex>`): HMAC-SHA256 of the raw
 /// body under the webhook secret, compared in constant time.
 pub fn verify_signature(
@@ -19,14 +61,14 @@ pub fn verify_signature(
     body: &[u8],
     header: Option<&str>,
 ) -> Result<(), SignatureError> {
-    let header = header.ok_or(SignatureError::Missing)?;
-    let hex_sig = header
-        .strip_prefix("sha256=")
-        .ok_or(SignatureError::Malformed)?;
-    let sig = hex::decode(hex_sig.trim()).map_err(|_| SignatureError::Malformed)?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| SignatureError::Malformed)?;
+    let sig = parse_signature(header)?;
+    let mut mac = BodyMac::new(secret);
     mac.update(body);
-    mac.verify_slice(&sig).map_err(|_| SignatureError::Mismatch)
+    if mac.matches(&sig) {
+        Ok(())
+    } else {
+        Err(SignatureError::Mismatch)
+    }
 }
 
 /// Signs a body the way GitHub does (for the tests and the sample sender).
@@ -170,6 +212,14 @@ pub struct PullRef {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct SuiteRef {
     #[serde(default)]
+    pub id: Option<u64>,
+    /// ISO 8601. GitHub resets a suite's status to `queued` whenever one of
+    /// its check runs, or the suite itself, is rerequested, so a
+    /// `rerequested` event's suite was updated by that very request: the
+    /// signed mark of one attempt.
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    #[serde(default)]
     pub head_branch: Option<String>,
     #[serde(default)]
     pub head_sha: Option<String>,
@@ -187,6 +237,16 @@ pub struct CheckSuiteEvent {
     pub repository: Repository,
     pub sender: Account,
     pub installation: Installation,
+}
+
+impl SuiteRef {
+    /// `updated_at` in ms since the epoch (GitHub's timestamps are whole
+    /// seconds); None when absent or not a timestamp.
+    pub fn updated_ms(&self) -> Option<i64> {
+        self.updated_at
+            .as_deref()
+            .and_then(super::client::parse_rfc3339_ms)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -259,8 +319,10 @@ impl std::fmt::Display for ParseError {
 
 impl Event {
     /// When the event happened by its own (signed) payload, in ms: a push's
-    /// `repository.pushed_at`, a pull request's `updated_at`. None for
-    /// events without one.
+    /// `repository.pushed_at`, a pull request's `updated_at`, a
+    /// `rerequested` check run's or suite's suite `updated_at` (the
+    /// request reset the suite). None for events without one: other check
+    /// run actions (a button pressed days after its suite last changed).
     pub fn occurred_ms(&self) -> Option<i64> {
         match self {
             Event::Push(p) => match p.repository.pushed_at.as_ref()? {
@@ -273,6 +335,10 @@ impl Event {
                 .updated_at
                 .as_deref()
                 .and_then(super::client::parse_rfc3339_ms),
+            Event::CheckRun(c) if c.action == "rerequested" => {
+                c.check_run.check_suite.as_ref()?.updated_ms()
+            }
+            Event::CheckSuite(c) if c.action == "rerequested" => c.check_suite.updated_ms(),
             Event::CheckRun(_) | Event::CheckSuite(_) | Event::Ping | Event::Other(_) => None,
         }
     }
@@ -286,6 +352,18 @@ pub const EVENTS_ACTED_ON: &[&str] = &["check_run", "check_suite", "pull_request
 pub fn parse(event: &str, body: &[u8]) -> Result<Event, ParseError> {
     let value: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| ParseError::BadJson(e.to_string()))?;
+    decode(event, value)
+}
+
+/// Decodes a body read from parts (a large body is kept as it arrived,
+/// never copied into one buffer first).
+pub fn parse_reader(event: &str, body: impl std::io::Read) -> Result<Event, ParseError> {
+    let value: serde_json::Value =
+        serde_json::from_reader(body).map_err(|e| ParseError::BadJson(e.to_string()))?;
+    decode(event, value)
+}
+
+fn decode(event: &str, value: serde_json::Value) -> Result<Event, ParseError> {
     if !value.is_object() {
         return Err(ParseError::BadJson("expected an object".into()));
     }

@@ -1,16 +1,22 @@
-//! Acknowledgements before instance work, under a burst. A delivery's
-//! instances are created after its answer (`webhook::Accepted::create_after`),
-//! and where objects share the answering machine (`wrangler dev` runs the
-//! Worker, its objects and local D1 on one thread beside wrangler's own
-//! processes) each creation is ~11 ms of CPU while an answer is ~2 ms: a
-//! monorepo's fifty pull requests at once would be answered behind one
-//! another's creations. So while deliveries arrive as a burst the
-//! creations wait, looking again with a growing step, and go when the
-//! burst ends or after `CREATE_DEFER_MAX_MS`, whichever is first. The
-//! price, on Cloudflare too: a burst's checks show in progress up to the
-//! burst's length later (at most 5 s). Nothing is lost by waiting: each
-//! instance's row is written before its answer, and an object never
-//! created is recreated by the sweep.
+//! Acknowledgements before instance work, under a burst, in local
+//! development only. A delivery's instances are created after its answer
+//! (`webhook::Accepted::create_after`), and where objects share the
+//! answering machine (`wrangler dev` runs the Worker, its objects and local
+//! D1 on one thread beside wrangler's own processes) each creation is
+//! ~11 ms of CPU while an answer is ~2 ms: a monorepo's fifty pull requests
+//! at once would be answered behind one another's creations. So while
+//! deliveries arrive as a burst the creations wait, looking again with a
+//! growing step, and go when the burst ends or after `CREATE_DEFER_MAX_MS`,
+//! whichever is first. Nothing is lost by waiting: each instance's row is
+//! written before its answer, and an object never created is recreated by
+//! the sweep.
+//!
+//! On Cloudflare the Worker only awaits each creation's RPC; the object's
+//! CPU is spent on its own machine, so waiting buys the answers nothing
+//! and costs each check up to 5 s before it shows in progress. The wait is
+//! therefore behind `ACK_FIRST = "on"`, which `npm start` and the test and
+//! bench stacks set and `wrangler.toml` does not (`docs/capacity.md` has
+//! the figures both ways).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -31,6 +37,12 @@ pub const CREATE_YIELD_STEP_MAX_MS: i64 = 160;
 /// its check shows in progress within seconds; Cloudflare keeps a
 /// `waitUntil` for 30 s after the answer, this stays well inside it.
 pub const CREATE_DEFER_MAX_MS: i64 = 5_000;
+
+/// Whether creations wait for a burst's answers: only with `ACK_FIRST`
+/// set to `on` (local development); unset or anything else, never.
+pub fn enabled(ack_first: Option<&str>) -> bool {
+    ack_first.is_some_and(|v| v.trim().eq_ignore_ascii_case("on"))
+}
 
 /// How long answered creations wait before looking again, given whether
 /// deliveries arrive as a burst now and how long the creations waited
@@ -73,6 +85,40 @@ impl Arrivals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Burst deferral helps only where the objects share the Worker's
+    /// thread: it is off unless local development turns it on, and the
+    /// production configuration leaves it off.
+    #[test]
+    fn burst_deferral_is_off_unless_local_development_turns_it_on() {
+        assert!(!enabled(None));
+        assert!(!enabled(Some("off")));
+        assert!(!enabled(Some("")));
+        assert!(!enabled(Some("yes")), "only the documented value");
+        assert!(enabled(Some("on")));
+        assert!(enabled(Some(" ON ")));
+        let root = env!("CARGO_MANIFEST_DIR");
+        let read = |path: &str| {
+            std::fs::read_to_string(format!("{root}/{path}"))
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        let production = read("wrangler.toml");
+        let vars = production
+            .split("\n[vars]")
+            .nth(1)
+            .expect("wrangler.toml has [vars]");
+        assert!(
+            vars.lines()
+                .any(|l| l.replace(' ', "") == "ACK_FIRST=\"off\""),
+            "wrangler.toml's [vars] sets ACK_FIRST = \"off\""
+        );
+        for local in ["scripts/start.mjs", "tests/e2e/harness.mjs"] {
+            assert!(
+                read(local).contains("ACK_FIRST: 'on'"),
+                "{local} turns burst deferral on for wrangler dev"
+            );
+        }
+    }
 
     #[test]
     fn outside_a_burst_creations_go_at_once() {

@@ -16,7 +16,7 @@ use crate::gates::policy::QueuePolicy;
 use crate::gates::serial::{self, GroupFilter};
 use crate::journal::EntryState;
 use crate::limits::STEPS_LISTED_MAX;
-use crate::runs::approval::{human_wait_of, Decider, HUMAN_WAITS};
+use crate::runs::approval::{github_only, human_wait_of, Decider, HUMAN_WAITS};
 use crate::runs::command;
 use crate::store::executions::{self, ExecutionRow, HumanWait, StepRow};
 use crate::store::Database;
@@ -43,18 +43,78 @@ pub const APPROVALS_LISTED_MAX: u32 = 100;
 // One page's executions are asked about in one statement.
 const _: () = assert!(EXECUTIONS_PAGE_ROWS as usize <= serial::NEWER_REVISIONS_IDS_MAX);
 
+/// An event an operator sends an execution. Only [`OperatorEvent::new`]
+/// makes one, and it refuses the events GitHub alone may send (a press, a
+/// merge: `runs::approval::github_only`), so no caller of [`Operations`]
+/// (the API, a dashboard form, a test's fake) delivers one in a decider's
+/// name: the refusal is here once, not per route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorEvent {
+    id: InstanceId,
+    event_type: String,
+    payload: Value,
+}
+
+impl OperatorEvent {
+    /// The event, or 400 for a type outside the path alphabet and 403
+    /// `github_only` for a type only GitHub's webhook sends.
+    pub fn new(id: &InstanceId, event_type: &str, payload: Value) -> Result<Self, ApiError> {
+        if !valid_event_type(event_type) {
+            return Err(ApiError::bad_request(
+                "bad_event_type",
+                "the event type must be 1 to 100 of A-Z a-z 0-9 _ . -",
+            ));
+        }
+        if github_only(event_type) {
+            return Err(ApiError::new(
+                403,
+                "github_only",
+                format!(
+                    "`{event_type}` events come from GitHub's webhook only: the person decides \
+                     on GitHub"
+                ),
+            ));
+        }
+        Ok(OperatorEvent {
+            id: id.clone(),
+            event_type: event_type.to_owned(),
+            payload,
+        })
+    }
+
+    pub fn id(&self) -> &InstanceId {
+        &self.id
+    }
+
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    pub fn payload(&self) -> &Value {
+        &self.payload
+    }
+}
+
 /// An operator's operations on executions and groups: the Worker performs
 /// them through the instances' Durable Objects and the serial queue, as
 /// the `/v1/` routes do. Each answers the API's JSON or its error.
 #[async_trait(?Send)]
 pub trait Operations {
     async fn command(&self, id: &InstanceId, cmd: Command) -> Result<Value, ApiError>;
+    /// Sends an event: what the API's `events/{type}` and the dashboard's
+    /// form both call. An implementation delivers only an
+    /// [`OperatorEvent`], whose constructor refuses GitHub-only types.
     async fn event(
         &self,
         id: &InstanceId,
         event_type: &str,
         payload: &Value,
-    ) -> Result<Value, ApiError>;
+    ) -> Result<Value, ApiError> {
+        let event = OperatorEvent::new(id, event_type, payload.clone())?;
+        self.deliver_event(&event).await
+    }
+    /// Delivers an event that passed [`OperatorEvent::new`].
+    async fn deliver_event(&self, event: &OperatorEvent) -> Result<Value, ApiError>;
     /// Skips a waiting execution of a serial group (silently).
     async fn skip(&self, id: &InstanceId) -> Result<Value, ApiError>;
     /// Skips every waiter of a group (silently); the holder is untouched.
@@ -393,17 +453,11 @@ async fn perform(
     }
 }
 
-/// The event type and payload of a send-event form, checked as the API
-/// checks them: the type is a path segment's alphabet, the payload JSON
-/// (empty: `{}`).
+/// The event type and payload of a send-event form: the payload JSON
+/// (empty: `{}`); the type is checked where every operator's event is
+/// (`OperatorEvent::new`: the path alphabet, never a GitHub-only type).
 fn event_of(form: &ActionForm) -> Result<(String, Value), ApiError> {
     let event_type = form.event_type.clone().unwrap_or_default();
-    if !valid_event_type(&event_type) {
-        return Err(ApiError::bad_request(
-            "bad_event_type",
-            "the event type must be 1 to 100 of A-Z a-z 0-9 _ . -",
-        ));
-    }
     let payload = match form.payload.as_deref().map(str::trim) {
         None | Some("") => json!({}),
         Some(text) => serde_json::from_str(text).map_err(|e| {

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod ack_first;
 pub mod auth;
+pub mod body;
 pub mod dashboard;
 pub mod dispatch;
 pub mod error;

@@ -117,9 +117,6 @@ pub enum RouteError {
     NotFound,
     MethodNotAllowed,
     BadId(String),
-    /// An event only GitHub's webhook may send (a press, a merge): one sent
-    /// through the API would decide for a person the instance never asked.
-    GitHubOnly(String),
 }
 
 /// Event types are path segments: same alphabet as ids.
@@ -202,9 +199,8 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
                     "event type {ty:?} must be [A-Za-z0-9_.-]{{1,100}}"
                 )));
             }
-            if crate::runs::approval::github_only(ty) {
-                return Err(RouteError::GitHubOnly((*ty).to_owned()));
-            }
+            // A GitHub-only type is refused where every operator's event is
+            // (`dashboard::OperatorEvent::new`), the dashboard's form too.
             only("POST", Route::SendEvent(id(raw)?, (*ty).to_owned()))
         }
         ["v1", "groups"] => only("GET", Route::ListGroups),
@@ -347,12 +343,6 @@ mod tests {
         assert!(
             matches!(route("POST", "/v1/executions/x/events/approve"), Ok(Route::SendEvent(_, t)) if t == "approve")
         );
-        for github_only in ["release-decision", "check-run-action"] {
-            assert!(matches!(
-                route("POST", &format!("/v1/executions/x/events/{github_only}")),
-                Err(RouteError::GitHubOnly(_))
-            ));
-        }
         assert!(matches!(
             route("POST", "/v1/executions/x/events/deploy-confirm"),
             Ok(Route::SendEvent(..))

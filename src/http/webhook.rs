@@ -5,8 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::engine::{CreateRequest, Created};
-use crate::github::webhook::{self, Event, ParseError, SignatureError};
-use crate::limits::WEBHOOK_BODY_BYTES_MAX;
+use crate::github::webhook::{self, BodyMac, Event, ParseError, Signature, SignatureError};
 use crate::obs::{self, Kind, Subject};
 use crate::runs::triggers::{
     self, EventSend, Plan, PlanContext, Rerun, RerunOf, RerunSource, RouteKey, RoutedEvent,
@@ -15,6 +14,7 @@ use crate::store::executions::{self, DeliveryRow};
 use crate::store::releases;
 use crate::store::Database;
 
+use super::body::{Body, BodyLimit};
 use super::error::ApiError;
 
 /// The headers intake reads, as sent.
@@ -24,6 +24,7 @@ pub struct WebhookHeaders<'a> {
     pub delivery: Option<&'a str>,
     pub signature: Option<&'a str>,
     pub content_type: Option<&'a str>,
+    pub content_length: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,60 +49,163 @@ pub enum Intake {
 /// Delivery ids are GUIDs; anything this long is not one.
 const DELIVERY_ID_CHARS_MAX: usize = 100;
 
-/// A declared Content-Length over the limit is refused before the body is
-/// read.
+/// A declared Content-Length over the webhook limit is refused before the
+/// body is read.
 pub fn check_declared_length(content_length: Option<&str>) -> Result<(), ApiError> {
-    match content_length.and_then(|v| v.trim().parse::<u64>().ok()) {
-        Some(n) if n > WEBHOOK_BODY_BYTES_MAX as u64 => Err(too_large()),
-        _ => Ok(()),
+    BodyLimit::WEBHOOK.declared(content_length).map(|_| ())
+}
+
+/// What a delivery's headers say, checked before a byte of its body is
+/// read: anything without the App's configuration, an event name, a
+/// delivery id, a JSON content type, a well-formed `X-Hub-Signature-256`
+/// and a declared length within GitHub's cap is not GitHub's, and is
+/// refused without buffering anything.
+#[derive(Debug, Clone)]
+pub struct Preflight<'h> {
+    pub event: &'h str,
+    pub delivery: &'h str,
+    signature: Signature,
+    declared_bytes: Option<usize>,
+}
+
+/// Checks a delivery's headers (see [`Preflight`]).
+pub fn preflight<'h>(
+    h: &WebhookHeaders<'h>,
+    cfg: &IntakeConfig<'_>,
+) -> Result<Preflight<'h>, ApiError> {
+    if cfg.secret.is_none_or(str::is_empty) {
+        return Err(ApiError::new(
+            503,
+            "not_configured",
+            "GITHUB_WEBHOOK_SECRET is not set; Sluice cannot verify webhooks",
+        ));
+    }
+    let event = h.event.filter(|e| !e.is_empty()).ok_or_else(|| {
+        ApiError::bad_request("missing_event", "X-GitHub-Event header is required")
+    })?;
+    let delivery = h
+        .delivery
+        .filter(|d| !d.is_empty() && d.len() <= DELIVERY_ID_CHARS_MAX)
+        .ok_or_else(|| {
+            ApiError::bad_request("missing_delivery", "X-GitHub-Delivery header is required")
+        })?;
+    let media = h.content_type.unwrap_or("").split(';').next().unwrap_or("");
+    if !media.trim().eq_ignore_ascii_case("application/json") {
+        return Err(ApiError::new(
+            415,
+            "unsupported_media_type",
+            "webhooks must be sent as application/json (set the App's webhook content type to JSON)",
+        ));
+    }
+    let signature = webhook::parse_signature(h.signature).map_err(signature_error)?;
+    let declared_bytes = BodyLimit::WEBHOOK.declared(h.content_length)?;
+    Ok(Preflight {
+        event,
+        delivery,
+        signature,
+        declared_bytes,
+    })
+}
+
+/// A webhook body as it streams in: every chunk goes into the HMAC under
+/// each accepted secret and into the body's parts, and the body is refused
+/// (413) the moment it passes GitHub's cap. Its bytes are handed on only
+/// once the signature matched.
+pub struct SignedBody {
+    macs: Vec<BodyMac>,
+    body: Body,
+    signature: Signature,
+}
+
+impl SignedBody {
+    pub fn new(pre: &Preflight<'_>, cfg: &IntakeConfig<'_>) -> SignedBody {
+        let macs = [cfg.secret, cfg.previous_secret]
+            .into_iter()
+            .flatten()
+            .filter(|s| !s.is_empty())
+            .map(|s| BodyMac::new(s.as_bytes()))
+            .collect();
+        SignedBody {
+            macs,
+            body: Body::new(BodyLimit::WEBHOOK, pre.declared_bytes),
+            signature: pre.signature,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), ApiError> {
+        self.body.extend(chunk)?;
+        for mac in &mut self.macs {
+            mac.update(chunk);
+        }
+        Ok(())
+    }
+
+    /// The body, once its signature matched the secret or the previous one.
+    pub fn verified(self) -> Result<Body, ApiError> {
+        let signature = self.signature;
+        if self.macs.into_iter().any(|m| m.matches(&signature)) {
+            Ok(self.body)
+        } else {
+            Err(signature_error(SignatureError::Mismatch))
+        }
     }
 }
 
-fn too_large() -> ApiError {
-    ApiError::new(
-        413,
-        "payload_too_large",
-        format!("webhook bodies are at most {WEBHOOK_BODY_BYTES_MAX} bytes"),
-    )
-}
-
-/// Reads a request body in chunks, refusing it (413) as soon as it passes
-/// the limit: a chunked body without Content-Length is never buffered
-/// whole first.
-pub async fn read_capped<S, E>(mut chunks: S, limit: usize) -> Result<Vec<u8>, ApiError>
+/// Streams a delivery's body into its signature check (see [`SignedBody`]).
+pub async fn read_signed<S, E>(
+    mut chunks: S,
+    pre: &Preflight<'_>,
+    cfg: &IntakeConfig<'_>,
+) -> Result<Body, ApiError>
 where
     S: futures_util::Stream<Item = Result<Vec<u8>, E>> + Unpin,
     E: std::fmt::Display,
 {
     use futures_util::StreamExt;
-    let mut body = Vec::new();
-    // Bounded by `limit`: every pass adds a non-empty chunk or ends.
+    let mut signed = SignedBody::new(pre, cfg);
+    // Bounded by the webhook cap: every chunk adds bytes until the stream
+    // ends or the body passes the cap.
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
+        signed.push(&chunk)?;
     }
-    Ok(body)
+    signed.verified()
 }
 
-/// Decides what a delivery asks for. `not_before_ms` is the oldest event
-/// still acted on: deliveries are remembered for the retention only, so an
-/// event older than that (a captured delivery replayed once its record was
-/// purged) is refused by its own signed timestamp.
+/// Decides what a delivery asks for, in one call, from a body already in
+/// memory: [`preflight`], the signature, then [`plan_verified`]. (The
+/// Worker streams the body between the first two: [`read_signed`].)
 pub fn intake(
     h: &WebhookHeaders<'_>,
     body: &[u8],
     cfg: &IntakeConfig<'_>,
 ) -> Result<Intake, ApiError> {
-    let (event, delivery) = required_headers(h, cfg.secret, body.len())?;
-    verify_either(cfg, body, h.signature)?;
-    let not_before_ms = cfg.not_before_ms;
-    let parsed = webhook::parse(event, body).map_err(|e| match e {
+    let pre = preflight(h, cfg)?;
+    let mut signed = SignedBody::new(&pre, cfg);
+    signed.push(body)?;
+    let body = signed.verified()?;
+    plan_verified(&pre, &body, cfg)
+}
+
+/// Decodes a verified delivery and plans it. `not_before_ms` is the oldest
+/// event still acted on: deliveries are remembered for the retention only,
+/// so an event older than that (a captured delivery replayed once its
+/// record was purged) is refused by its own signed timestamp.
+pub fn plan_verified(
+    pre: &Preflight<'_>,
+    body: &Body,
+    cfg: &IntakeConfig<'_>,
+) -> Result<Intake, ApiError> {
+    let (event, delivery) = (pre.event, pre.delivery);
+    let decoded = match body.as_slice() {
+        Some(bytes) => webhook::parse(event, bytes),
+        None => webhook::parse_reader(event, body.reader()),
+    };
+    let parsed = decoded.map_err(|e| match e {
         ParseError::BadJson(_) => ApiError::bad_request("bad_json", e.to_string()),
         ParseError::WrongShape { .. } => ApiError::new(422, "wrong_shape", e.to_string()),
     })?;
+    let not_before_ms = cfg.not_before_ms;
     if let Some(at) = parsed.occurred_ms().filter(|at| *at < not_before_ms) {
         return Err(ApiError::new(
             422,
@@ -123,56 +227,29 @@ pub fn intake(
         _ => (None, None),
     };
     let context = PlanContext {
-        delivery,
         app_id: cfg.app_id,
         app_slug: cfg.app_slug,
     };
-    match triggers::plan(&parsed, &context) {
-        Plan::Ignore(reason) => Ok(Intake::Ignored {
+    let act = |creates, sends, routes, reruns| Intake::Act {
+        delivery: delivery.to_owned(),
+        event: event.to_owned(),
+        action: action.clone(),
+        repo: repo.clone(),
+        creates,
+        sends,
+        routes,
+        reruns,
+    };
+    Ok(match triggers::plan(&parsed, &context) {
+        Plan::Ignore(reason) => Intake::Ignored {
             event: event.to_owned(),
             reason,
-        }),
-        Plan::Create(creates) => Ok(Intake::Act {
-            delivery: delivery.to_owned(),
-            event: event.to_owned(),
-            action,
-            repo,
-            creates,
-            sends: Vec::new(),
-            routes: Vec::new(),
-            reruns: Vec::new(),
-        }),
-        Plan::Send(sends) => Ok(Intake::Act {
-            delivery: delivery.to_owned(),
-            event: event.to_owned(),
-            action,
-            repo,
-            creates: Vec::new(),
-            sends,
-            routes: Vec::new(),
-            reruns: Vec::new(),
-        }),
-        Plan::Route(routes) => Ok(Intake::Act {
-            delivery: delivery.to_owned(),
-            event: event.to_owned(),
-            action,
-            repo,
-            creates: Vec::new(),
-            sends: Vec::new(),
-            routes,
-            reruns: Vec::new(),
-        }),
-        Plan::Rerun(reruns) => Ok(Intake::Act {
-            delivery: delivery.to_owned(),
-            event: event.to_owned(),
-            action,
-            repo,
-            creates: Vec::new(),
-            sends: Vec::new(),
-            routes: Vec::new(),
-            reruns,
-        }),
-    }
+        },
+        Plan::Create(creates) => act(creates, Vec::new(), Vec::new(), Vec::new()),
+        Plan::Send(sends) => act(Vec::new(), sends, Vec::new(), Vec::new()),
+        Plan::Route(routes) => act(Vec::new(), Vec::new(), routes, Vec::new()),
+        Plan::Rerun(reruns) => act(Vec::new(), Vec::new(), Vec::new(), reruns),
+    })
 }
 
 /// The most runs one commit's "Re-run all" repeats: a check per pull
@@ -228,60 +305,6 @@ pub struct IntakeConfig<'a> {
     pub app_id: Option<&'a str>,
     /// The App's slug: events its own bot user causes start nothing.
     pub app_slug: Option<&'a str>,
-}
-
-/// The signature under the secret, or under the previous one.
-fn verify_either(
-    cfg: &IntakeConfig<'_>,
-    body: &[u8],
-    signature: Option<&str>,
-) -> Result<(), ApiError> {
-    let current = cfg.secret.unwrap_or_default();
-    match webhook::verify_signature(current.as_bytes(), body, signature) {
-        Err(SignatureError::Mismatch) => match cfg.previous_secret.filter(|p| !p.is_empty()) {
-            Some(previous) => webhook::verify_signature(previous.as_bytes(), body, signature)
-                .map_err(signature_error),
-            None => Err(signature_error(SignatureError::Mismatch)),
-        },
-        other => other.map_err(signature_error),
-    }
-}
-
-/// The configuration, the headers and the size a delivery must have before
-/// its signature is checked: the event name and the delivery id.
-fn required_headers<'h>(
-    h: &WebhookHeaders<'h>,
-    secret: Option<&str>,
-    body_bytes: usize,
-) -> Result<(&'h str, &'h str), ApiError> {
-    if secret.is_none_or(str::is_empty) {
-        return Err(ApiError::new(
-            503,
-            "not_configured",
-            "GITHUB_WEBHOOK_SECRET is not set; Sluice cannot verify webhooks",
-        ));
-    }
-    let event = h.event.filter(|e| !e.is_empty()).ok_or_else(|| {
-        ApiError::bad_request("missing_event", "X-GitHub-Event header is required")
-    })?;
-    let delivery = h
-        .delivery
-        .filter(|d| !d.is_empty() && d.len() <= DELIVERY_ID_CHARS_MAX)
-        .ok_or_else(|| {
-            ApiError::bad_request("missing_delivery", "X-GitHub-Delivery header is required")
-        })?;
-    let media = h.content_type.unwrap_or("").split(';').next().unwrap_or("");
-    if !media.trim().eq_ignore_ascii_case("application/json") {
-        return Err(ApiError::new(
-            415,
-            "unsupported_media_type",
-            "webhooks must be sent as application/json (set the App's webhook content type to JSON)",
-        ));
-    }
-    if body_bytes > WEBHOOK_BODY_BYTES_MAX {
-        return Err(too_large());
-    }
-    Ok((event, delivery))
 }
 
 fn signature_error(e: SignatureError) -> ApiError {

@@ -10,6 +10,7 @@ use crate::engine::CreateRequest;
 use crate::engine::InstanceId;
 use crate::github::webhook::{
     Account, CheckRunEvent, CheckSuiteEvent, Event, PullRequestEvent, PushEvent, Repository,
+    SuiteRef,
 };
 
 use super::environment::ActionsOrigin;
@@ -67,7 +68,10 @@ pub struct RoutedEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rerun {
     pub of: RerunOf,
-    /// `rerun-<delivery>`: a redelivery is the same attempt, a new press another.
+    /// `rerun-cr<check run>-<suite updated, s>` or `rerun-cs<suite>-<…>`:
+    /// from what the signature covers, so a redelivery, and a captured body
+    /// posted again under any delivery id, is the same attempt; a new press
+    /// (GitHub resets the suite, moving `updated_at`) is another.
     pub attempt: String,
 }
 
@@ -98,13 +102,15 @@ pub fn base_key(key: &str) -> &str {
 }
 
 /// A fresh attempt of `source` (a check or a deploy; other runs are not
-/// re-run from GitHub): the same input under `<base key>:<attempt>`.
+/// re-run from GitHub): the same input under `<base key>:<attempt>`, a
+/// deploy's as a new arrival (`as_new_arrival`).
 pub fn rerun_create(source: &RerunSource<'_>, attempt: &str) -> Option<CreateRequest> {
     let name = RunName::parse(source.run)?;
-    if !matches!(name, RunName::Check | RunName::Deploy) {
-        return None;
-    }
-    let input: serde_json::Value = serde_json::from_str(source.input_json).ok()?;
+    let input = match name {
+        RunName::Check => serde_json::from_str(source.input_json).ok()?,
+        RunName::Deploy => as_new_arrival(source.input_json)?,
+        _ => return None,
+    };
     Some(CreateRequest {
         key: format!("{}:{attempt}", base_key(source.key)),
         run: name.as_str().into(),
@@ -115,6 +121,19 @@ pub fn rerun_create(source: &RerunSource<'_>, attempt: &str) -> Option<CreateReq
         max_steps: None,
         max_duration_ms: None,
     })
+}
+
+/// A deploy's re-run is a new arrival of its commit, never imperative
+/// (whatever the run it repeats was): it queues as a desired-state deploy,
+/// head-checked when it arrives and when it is dequeued, so it deploys only
+/// while that commit is the branch's head. Pressing Re-run on a dispatched
+/// rollback's check run therefore rolls nothing back once the branch moved
+/// on; a rollback is asked for again through dispatch, which proves who
+/// asks.
+fn as_new_arrival(input_json: &str) -> Option<serde_json::Value> {
+    let mut input: DeployInput = serde_json::from_str(input_json).ok()?;
+    input.imperative = false;
+    serde_json::to_value(input).ok()
 }
 
 /// An event for an instance, decided at the edge.
@@ -215,11 +234,10 @@ pub struct Dispatched {
     pub origin: Option<ActionsOrigin>,
 }
 
-/// What planning knows besides the event: the delivery (a re-run's
-/// identity) and who Sluice is on GitHub.
+/// What planning knows besides the event: who Sluice is on GitHub. (The
+/// delivery id is not part of any plan: the signature does not cover it.)
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PlanContext<'a> {
-    pub delivery: &'a str,
     /// The App's id: only its own check runs are re-run or pressed.
     pub app_id: Option<&'a str>,
     /// The App's slug (`GITHUB_APP_SLUG`): events its bot user
@@ -233,7 +251,7 @@ pub fn plan(event: &Event, cx: &PlanContext<'_>) -> Plan {
     }
     match event {
         Event::PullRequest(pr) => plan_pull_request(pr),
-        Event::Push(push) => plan_push(push, cx),
+        Event::Push(push) => plan_push(push),
         Event::CheckRun(run) => plan_check_run(run, cx),
         Event::CheckSuite(suite) => plan_check_suite(suite, cx),
         Event::Ping => Plan::Ignore("ping".into()),
@@ -272,7 +290,7 @@ fn plan_check_run(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
         return plan_release_check_run(run);
     }
     if run.action == "rerequested" {
-        return plan_rerun(run, cx);
+        return plan_rerun(run);
     }
     let (Some(action), "requested_action") = (&run.requested_action, run.action.as_str()) else {
         return Plan::Ignore(format!("check_run action {:?} starts no run", run.action));
@@ -357,15 +375,23 @@ fn is_ours(app_id: Option<u64>, cx: &PlanContext<'_>) -> bool {
     }
 }
 
-/// The identity of one re-run: the delivery, which a redelivery repeats
-/// and a new press does not.
-fn rerun_suffix(cx: &PlanContext<'_>) -> String {
-    format!("rerun-{}", cx.delivery)
+/// The identity of one re-run, from what the signature covers: what was
+/// rerequested (`cr<check run id>` or `cs<suite id>`) and the suite's
+/// `updated_at`, which GitHub moves when it resets the suite for the
+/// request. A redelivery, or a captured body posted under a new delivery
+/// id, names the same attempt and so the same instances; a new press moves
+/// `updated_at` and is another. Without `updated_at` (GitHub always sends
+/// it) the thing rerequested is re-run at most once.
+fn rerun_attempt(what: &str, suite: Option<&SuiteRef>) -> String {
+    match suite.and_then(SuiteRef::updated_ms) {
+        Some(ms) => format!("rerun-{what}-{}", ms.div_euclid(1_000)),
+        None => format!("rerun-{what}"),
+    }
 }
 
 /// `check_run` `rerequested` (the Re-run button): a fresh attempt of the
 /// instance its Sluice check run reported.
-fn plan_rerun(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
+fn plan_rerun(run: &CheckRunEvent) -> Plan {
     match run.check_run.name.as_deref() {
         Some(super::check::CHECK_RUN_NAME | super::deploy::DEPLOY_CHECK_NAME) => {}
         other => return Plan::Ignore(format!("check run {other:?} is not Sluice's")),
@@ -378,7 +404,10 @@ fn plan_rerun(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
     {
         Some(id) => Plan::Rerun(vec![Rerun {
             of: RerunOf::Instance(id.to_owned()),
-            attempt: rerun_suffix(cx),
+            attempt: rerun_attempt(
+                &format!("cr{}", run.check_run.id),
+                run.check_run.check_suite.as_ref(),
+            ),
         }]),
         None => Plan::Ignore("the check run names no Sluice instance".into()),
     }
@@ -406,12 +435,15 @@ fn plan_check_suite(suite: &CheckSuiteEvent, cx: &PlanContext<'_>) -> Plan {
     if !valid_sha(&sha) {
         return Plan::Ignore("the suite names no commit".into());
     }
+    let Some(suite_id) = suite.check_suite.id else {
+        return Plan::Ignore("the suite has no id".into());
+    };
     Plan::Rerun(vec![Rerun {
         of: RerunOf::Commit {
             repo: suite.repository.full_name.clone(),
             sha,
         },
-        attempt: rerun_suffix(cx),
+        attempt: rerun_attempt(&format!("cs{suite_id}"), Some(&suite.check_suite)),
     }])
 }
 
@@ -442,6 +474,20 @@ impl<'a> RunTarget<'a> {
     }
 }
 
+/// A check's key: the repository, the pull request (none for a dispatch's
+/// or a schedule's check, `check::NO_PULL_REQUEST`) and the commit. Two
+/// pull requests at one commit are two checks: a fork's pull request opened
+/// at a maintainer's commit neither shares nor, superseded, cancels the
+/// maintainer's.
+fn check_key(repo: &str, pr_number: u64, sha: &str) -> String {
+    let sha = short(sha);
+    if pr_number == super::check::NO_PULL_REQUEST {
+        format!("check:{repo}:{sha}")
+    } else {
+        format!("check:{repo}:{sha}:pr{pr_number}")
+    }
+}
+
 /// A check of pull request `number` at `at.sha`; None when the sha is not
 /// a commit id. `attempt` names a re-run.
 pub(crate) fn check_create(
@@ -464,7 +510,7 @@ pub(crate) fn check_create(
         sender: at.sender.to_owned(),
         inputs: BTreeMap::new(),
     };
-    let base = format!("check:{repo}:{}", &sha[..KEY_SHA_CHARS]);
+    let base = check_key(&repo, number, &sha);
     Some(CreateRequest {
         key: attempt.map_or_else(|| base.clone(), |a| format!("{base}:{a}")),
         run: RunName::Check.as_str().into(),
@@ -557,9 +603,9 @@ fn short(sha: &str) -> &str {
     sha.get(..KEY_SHA_CHARS).unwrap_or(sha)
 }
 
-fn plan_push(push: &PushEvent, cx: &PlanContext<'_>) -> Plan {
+fn plan_push(push: &PushEvent) -> Plan {
     if let Some(tag) = push.git_ref.strip_prefix("refs/tags/") {
-        return plan_tag(push, tag, cx);
+        return plan_tag(push, tag);
     }
     let Some(branch) = push.git_ref.strip_prefix("refs/heads/") else {
         return Plan::Ignore(format!("push to {} (not a branch or a tag)", push.git_ref));
@@ -593,10 +639,12 @@ fn plan_push(push: &PushEvent, cx: &PlanContext<'_>) -> Plan {
 /// A pushed tag: a `release-notes` instance, which reads whether the tag
 /// is one `[release_notes] tags` selects on the default branch. The commit
 /// is the push's `head_commit` (an annotated tag's `after` is the tag
-/// object). One push, one instance: the delivery is part of its identity,
-/// so pushing a tag again (at another commit, or at the same one after a
-/// release ended) asks again, while a redelivery is the same push.
-fn plan_tag(push: &PushEvent, tag: &str, cx: &PlanContext<'_>) -> Plan {
+/// object). One push, one instance: the push's identity is what the
+/// signature covers (`push_identity`), so pushing a tag again (at another
+/// commit, or at the same one after a release ended) asks again, while a
+/// redelivery, or the same body posted under another delivery id, is the
+/// same push.
+fn plan_tag(push: &PushEvent, tag: &str) -> Plan {
     if push.deleted {
         return Plan::Ignore(format!("tag {tag} was deleted"));
     }
@@ -624,7 +672,7 @@ fn plan_tag(push: &PushEvent, tag: &str, cx: &PlanContext<'_>) -> Plan {
         key: format!(
             "release-notes:{repo}:{tag}:{}:{}",
             &sha[..KEY_SHA_CHARS],
-            cx.delivery
+            push_identity(push)
         ),
         run: RunName::ReleaseNotes.as_str().into(),
         input: json!(input),
@@ -634,6 +682,18 @@ fn plan_tag(push: &PushEvent, tag: &str, cx: &PlanContext<'_>) -> Plan {
         max_steps: None,
         max_duration_ms: None,
     }])
+}
+
+/// One push of a ref as its signed body names it: the object pushed (a new
+/// tag object each time for an annotated tag) and when (`pushed_at`, Unix
+/// seconds in a push event), never the delivery id, which the signature
+/// does not cover.
+fn push_identity(push: &PushEvent) -> String {
+    let at = match push.repository.pushed_at.as_ref() {
+        Some(serde_json::Value::Number(n)) => n.as_i64().map(|s| format!("-p{s}")),
+        _ => None,
+    };
+    format!("{}{}", short(&push.after), at.unwrap_or_default())
 }
 
 /// The `schedules` run of a push to the default branch.
@@ -669,7 +729,6 @@ mod tests {
 
     /// A delivery to an App without a configured id.
     const CX: PlanContext<'static> = PlanContext {
-        delivery: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
         app_id: None,
         app_slug: None,
     };
@@ -697,10 +756,50 @@ mod tests {
             panic!()
         };
         assert_eq!(reqs.len(), 1);
-        assert_eq!(reqs[0].key, "check:octo/hello:0123456789ab");
+        assert_eq!(reqs[0].key, "check:octo/hello:0123456789ab:pr7");
         assert_eq!(reqs[0].run, "check");
         assert_eq!(reqs[0].entity.as_deref(), Some("pr:7"));
         assert_eq!(reqs[0].input["installation_id"], 42);
+    }
+
+    /// A fork's pull request opened at a maintainer's commit is a check of
+    /// its own: it neither shares the maintainer's instance (its approval,
+    /// its check run) nor, when the fork moves on, cancels it.
+    #[test]
+    fn two_pull_requests_at_one_commit_are_two_checks() {
+        let body = |number: u64, head_repo: &str, association: &str| {
+            let body = json!({
+                "action": "opened", "number": number,
+                "pull_request": {
+                    "number": number, "draft": false, "author_association": association,
+                    "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": "feature",
+                             "repo": {"full_name": head_repo}},
+                    "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main"}
+                },
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+                "sender": {"login": "ana", "type": "User"},
+                "installation": {"id": 42}
+            });
+            let Plan::Create(reqs) = plan(
+                &parse("pull_request", body.to_string().as_bytes()).unwrap(),
+                &CX,
+            ) else {
+                panic!("a pull request plans its check")
+            };
+            reqs.into_iter().next().unwrap()
+        };
+        let maintainer = body(7, "octo/hello", "MEMBER");
+        let fork = body(8, "stranger/hello", "FIRST_TIME_CONTRIBUTOR");
+        assert_ne!(maintainer.key, fork.key);
+        assert_ne!(maintainer.id(), fork.id(), "two instances");
+        assert_eq!(fork.entity.as_deref(), Some("pr:8"));
+        assert_eq!(fork.input["needs_approval"], true);
+        assert_eq!(maintainer.input["needs_approval"], false);
+        // A redelivery is still the same instance.
+        assert_eq!(
+            body(8, "stranger/hello", "FIRST_TIME_CONTRIBUTOR").key,
+            fork.key
+        );
     }
 
     #[test]
@@ -753,11 +852,33 @@ mod tests {
         assert_eq!(tag.len(), 1, "a tag deploys nothing");
         assert_eq!(tag[0].run, "release-notes");
         assert_eq!(
-            tag[0].key,
-            "release-notes:octo/hello:v1:89abcdef0123:72d3162e-cc78-11e3-81ab-4c9367dc0958",
-            "one push, one proposal: the delivery names it"
+            tag[0].key, "release-notes:octo/hello:v1:89abcdef0123:89abcdef0123",
+            "without pushed_at, the object pushed names the push"
         );
         assert_eq!(tag[0].input["default_branch"], "main");
+        // One push, one proposal, named by what the signature covers: the
+        // same body (under any delivery id) is the same push; the tag pushed
+        // again later is another.
+        let pushed_at = |at: i64| {
+            let body = json!({
+                "ref": "refs/tags/v1", "before": "0".repeat(40), "after": sha, "deleted": false,
+                "repository": {"full_name": "octo/hello", "name": "hello",
+                               "owner": {"login": "octo"}, "default_branch": "main",
+                               "pushed_at": at},
+                "sender": {"login": "ana", "type": "User"}, "installation": {"id": 42}
+            });
+            let event = parse("push", body.to_string().as_bytes()).unwrap();
+            let Plan::Create(reqs) = plan(&event, &CX) else {
+                panic!()
+            };
+            reqs[0].key.clone()
+        };
+        assert_eq!(
+            pushed_at(1_700_000_000),
+            "release-notes:octo/hello:v1:89abcdef0123:89abcdef0123-p1700000000"
+        );
+        assert_eq!(pushed_at(1_700_000_000), pushed_at(1_700_000_000));
+        assert_ne!(pushed_at(1_700_000_000), pushed_at(1_700_000_060));
         assert!(matches!(
             plan(&push("refs/tags/v1", &"0".repeat(40), true), &CX),
             Plan::Ignore(_)
@@ -911,14 +1032,17 @@ mod tests {
         assert!(matches!(plan(&other, &CX), Plan::Ignore(_)));
     }
 
-    fn rerequested(name: &str, app_id: u64, prs: &[u64]) -> Event {
+    /// A Re-run press, GitHub's shape: the suite's `updated_at` is when
+    /// GitHub reset it for this press.
+    fn rerequested_at(name: &str, app_id: u64, prs: &[u64], suite_updated: &str) -> Event {
         let body = json!({
             "action": "rerequested",
             "check_run": {
                 "id": 4_000_000_123u64, "name": name, "external_id": "check-octo-hello-aa-1",
                 "head_sha": "0123456789abcdef0123456789abcdef01234567",
                 "app": {"id": app_id},
-                "check_suite": {"id": 5, "head_branch": "main", "head_sha": "0123456789abcdef0123456789abcdef01234567"},
+                "check_suite": {"id": 5, "head_branch": "main", "updated_at": suite_updated,
+                                "head_sha": "0123456789abcdef0123456789abcdef01234567"},
                 "pull_requests": prs.iter().map(|n| json!({"number": n})).collect::<Vec<_>>()
             },
             "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
@@ -927,6 +1051,10 @@ mod tests {
             "installation": {"id": 42}
         });
         parse("check_run", body.to_string().as_bytes()).unwrap()
+    }
+
+    fn rerequested(name: &str, app_id: u64, prs: &[u64]) -> Event {
+        rerequested_at(name, app_id, prs, "2026-12-04T17:00:00Z")
     }
 
     #[test]
@@ -940,19 +1068,16 @@ mod tests {
         };
         let want = Rerun {
             of: RerunOf::Instance("check-octo-hello-aa-1".into()),
-            attempt: format!("rerun-{}", CX.delivery),
+            attempt: "rerun-cr4000000123-1796403600".into(),
         };
         assert_eq!(r, [want.clone()]);
-        let again = PlanContext {
-            delivery: "another-delivery",
-            ..cx
-        };
-        let Plan::Rerun(other) = plan(&rerequested("sluice/deploy", 77, &[]), &again) else {
+        let later = rerequested_at("sluice/deploy", 77, &[], "2026-12-04T17:05:00Z");
+        let Plan::Rerun(other) = plan(&later, &cx) else {
             panic!()
         };
         assert_ne!(
             other[0].attempt, want.attempt,
-            "a second press is a third attempt"
+            "a second press (GitHub reset the suite again) is a third attempt"
         );
         // Another App's check run, or one that is not Sluice's, starts nothing.
         assert!(matches!(
@@ -963,6 +1088,34 @@ mod tests {
             plan(&rerequested("lint", 77, &[7]), &cx),
             Plan::Ignore(_)
         ));
+    }
+
+    /// The attempt comes from the signed body, never the delivery id: a
+    /// captured `rerequested` body posted again under fresh delivery ids
+    /// plans the very same attempt each time (so the same instances, which
+    /// exist already), and the suite's timestamp dates it for the
+    /// stale-delivery rule. Without `updated_at` the check run is re-run
+    /// at most once.
+    #[test]
+    fn a_replayed_rerequest_is_the_same_attempt_whatever_its_delivery() {
+        let cx = PlanContext {
+            app_id: Some("77"),
+            ..CX
+        };
+        let event = rerequested("sluice/deploy", 77, &[]);
+        let Plan::Rerun(first) = plan(&event, &cx) else {
+            panic!()
+        };
+        for _ in 0..3 {
+            assert_eq!(plan(&event, &cx), Plan::Rerun(first.clone()));
+        }
+        assert_eq!(event.occurred_ms(), Some(1_796_403_600_000));
+        let undated = rerequested_at("sluice/deploy", 77, &[], "not a time");
+        let Plan::Rerun(once) = plan(&undated, &cx) else {
+            panic!()
+        };
+        assert_eq!(once[0].attempt, "rerun-cr4000000123");
+        assert_eq!(undated.occurred_ms(), None);
     }
 
     #[test]
@@ -997,12 +1150,47 @@ mod tests {
         assert!(rerun_create(&schedules, "rerun-d2").is_none());
     }
 
+    /// A deploy's re-run is a new arrival: whatever the run it repeats was
+    /// (a dispatched rollback is imperative), the re-run is a desired-state
+    /// deploy of that commit, head-checked at arrival and at dequeue, so
+    /// pressing Re-run on an old rollback's check run never rolls back.
+    #[test]
+    fn a_deploys_rerun_is_never_imperative() {
+        let rollback = json!({"repo": "octo/hello", "branch": "main", "sha": "b".repeat(40),
+                              "installation_id": 42, "default_branch": "main",
+                              "sender": "dispatch", "imperative": true,
+                              "inputs": {"REASON": "rollback"}});
+        let text = rollback.to_string();
+        let source = RerunSource {
+            key: "deploy:octo/hello:dispatch-0123456789abcdef",
+            run: "deploy",
+            input_json: &text,
+            repo: Some("octo/hello"),
+            entity: Some("branch:main"),
+            sha: Some("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"),
+        };
+        let c = rerun_create(&source, "rerun-cr9-1796403600").expect("a deploy re-runs");
+        let input: DeployInput = serde_json::from_value(c.input.clone()).unwrap();
+        assert!(!input.imperative, "{}", c.input);
+        assert_eq!(input.sha, "b".repeat(40), "the same commit");
+        assert_eq!(input.branch, "main");
+        assert_eq!(
+            input.inputs.get("REASON").map(String::as_str),
+            Some("rollback")
+        );
+        assert_eq!(
+            c.key,
+            "deploy:octo/hello:dispatch-0123456789abcdef:rerun-cr9-1796403600"
+        );
+    }
+
     #[test]
     fn check_suites_rerun_the_commits_runs_on_rerequest_and_nothing_on_request() {
         let suite = |action: &str| {
             let body = json!({
                 "action": action,
                 "check_suite": {"id": 5, "head_branch": "feature", "head_sha": "0123456789ABCDEF0123456789abcdef01234567",
+                                "updated_at": "2026-12-04T17:00:00Z",
                                 "app": {"id": 77}, "pull_requests": [{"number": 7}, {"number": 8}]},
                 "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
                                "default_branch": "main"},
@@ -1026,6 +1214,10 @@ mod tests {
         assert_eq!(
             r[0].of, of,
             "the payload's pull requests and branch decide nothing"
+        );
+        assert_eq!(
+            r[0].attempt, "rerun-cs5-1796403600",
+            "the suite and the moment GitHub reset it name the attempt"
         );
     }
 }

@@ -58,6 +58,9 @@ pub const ACCESS_AUD: &str = "ACCESS_AUD";
 /// Where Access keys are fetched instead of the team's certs URL: only the
 /// end-to-end tests set it (a local server of keys they made).
 pub const ACCESS_CERTS_URL: &str = "ACCESS_CERTS_URL";
+/// "on" only under `wrangler dev`: a burst's instance creations wait for
+/// its answers (`http::ack_first`). Off in `wrangler.toml`.
+pub const ACK_FIRST: &str = "ACK_FIRST";
 /// The least severe structured log line written: `info` (default), `warn`
 /// or `error` (`crate::obs`).
 pub const LOG_LEVEL: &str = "LOG_LEVEL";

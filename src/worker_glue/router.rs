@@ -15,19 +15,19 @@ use worker::{Context, Delay, Env, Request, Response, Result};
 use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
-use crate::http::ack_first::{create_yield_ms, Arrivals};
+use crate::http::ack_first::{self, create_yield_ms, Arrivals};
 use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
-use crate::http::dashboard::{self, Operations, Reply};
+use crate::http::body::{read_capped, BodyLimit};
+use crate::http::dashboard::{self, Operations, OperatorEvent, Reply};
 use crate::http::jwt::JwksCache;
 use crate::http::oidc::{self, OidcConfig, OidcKeys, VerifiedToken};
 use crate::http::pages::{self, same_origin_post};
 use crate::http::routes::{route, Access, Asset, Route, RouteError};
 use crate::http::webhook::{
-    accept, check_declared_length, intake, log_created, read_capped, InstanceCreator, IntakeConfig,
+    accept, log_created, plan_verified, preflight, read_signed, InstanceCreator, IntakeConfig,
     WebhookHeaders,
 };
 use crate::http::{dispatch, lists, ApiError};
-use crate::limits::{STEP_RESULT_BYTES_MAX, WEBHOOK_BODY_BYTES_MAX};
 use crate::obs::{self, Kind};
 use crate::runs::command;
 use crate::runs::environment::Environments;
@@ -43,9 +43,6 @@ use super::platform::{FetchJwks, WebCryptoVerifier, WorkerClock, D1, R2};
 
 /// Instances one `POST /v1/executions` batch may create: bounds one request.
 const BATCH_CREATE_MAX: usize = 100;
-/// A dashboard form posts a few fields; an action form with an event
-/// payload is bounded by the event cap. Larger is not from a page.
-const FORM_BYTES_MAX: usize = STEP_RESULT_BYTES_MAX + 4 * 1024;
 
 type Answer = std::result::Result<Response, ApiError>;
 
@@ -110,11 +107,6 @@ fn route_error(e: RouteError, method: &str, path: &str) -> ApiError {
             format!("{method} is not allowed here"),
         ),
         RouteError::BadId(m) => ApiError::bad_request("bad_id", m),
-        RouteError::GitHubOnly(t) => ApiError::new(
-            403,
-            "github_only",
-            format!("`{t}` events come from GitHub's webhook only: the person decides on GitHub"),
-        ),
     }
 }
 
@@ -345,8 +337,9 @@ async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: 
         Route::CreateExecution => create_executions(req, env, ops.request_id).await,
         Route::GetExecution(id) => json_ok(200, &lists::execution(db, &id, query).await?),
         Route::SendEvent(id, event_type) => {
-            check_event_length(header(req, "Content-Length").as_deref())?;
-            let payload: Value = read_json(req).await?;
+            let body = read_body(req, BodyLimit::EVENT).await?;
+            let payload: Value = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request("bad_json", e.to_string()))?;
             json_ok(202, &ops.event(&id, &event_type, &payload).await?)
         }
         Route::Command(id, cmd) => {
@@ -491,22 +484,19 @@ async fn log_text(env: &Env, instance: &InstanceId, step_key: &InstanceId) -> An
     Ok(resp)
 }
 
-/// A form body (`application/x-www-form-urlencoded`), bounded.
-async fn read_form(req: &mut Request) -> std::result::Result<String, ApiError> {
-    let too_large = header(req, "Content-Length")
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .is_some_and(|n| n > FORM_BYTES_MAX);
-    if too_large {
-        return Err(ApiError::new(
-            413,
-            "payload_too_large",
-            "the form is too large",
-        ));
-    }
+/// A request body within `limit`: a declared length over it is refused
+/// before a byte is read, a body that passes it while it streams at once.
+async fn read_body(req: &mut Request, limit: BodyLimit) -> std::result::Result<Vec<u8>, ApiError> {
+    let declared = limit.declared(header(req, "Content-Length").as_deref())?;
     let chunks = req
         .stream()
         .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
-    let body = read_capped(chunks, FORM_BYTES_MAX).await?;
+    Ok(read_capped(chunks, limit, declared).await?.into_vec())
+}
+
+/// A form body (`application/x-www-form-urlencoded`), bounded.
+async fn read_form(req: &mut Request) -> std::result::Result<String, ApiError> {
+    let body = read_body(req, BodyLimit::FORM).await?;
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
@@ -546,17 +536,12 @@ impl Operations for Operator<'_> {
         instance_answer(id, status, value)
     }
 
-    async fn event(
-        &self,
-        id: &InstanceId,
-        event_type: &str,
-        payload: &Value,
-    ) -> std::result::Result<Value, ApiError> {
+    async fn deliver_event(&self, e: &OperatorEvent) -> std::result::Result<Value, ApiError> {
         // Straight to the instance (it answers 404 when it has no record):
         // an event is on the latency-critical path, so no D1 look-up first.
-        let received_ms = WorkerClock.now_ms();
+        let (id, received_ms) = (e.id(), WorkerClock.now_ms());
         self.log("event", id.as_str());
-        let (status, value) = instances::event(self.env, id, event_type, payload).await?;
+        let (status, value) = instances::event(self.env, id, e.event_type(), e.payload()).await?;
         match status {
             202 => Ok(json!({ "accepted": true, "received_ms": received_ms })),
             _ => instance_answer(id, status, value),
@@ -708,22 +693,6 @@ fn instance_answer(
     }
 }
 
-/// An event's payload is journaled as its wait's result: over the step
-/// result cap it is refused before it is read.
-fn check_event_length(declared: Option<&str>) -> std::result::Result<(), ApiError> {
-    let too_large = declared
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .is_some_and(|n| n > STEP_RESULT_BYTES_MAX);
-    if too_large {
-        return Err(ApiError::new(
-            413,
-            "payload_too_large",
-            format!("event payloads are at most {STEP_RESULT_BYTES_MAX} bytes"),
-        ));
-    }
-    Ok(())
-}
-
 async fn read_json<T: for<'de> Deserialize<'de>>(
     req: &mut Request,
 ) -> std::result::Result<T, ApiError> {
@@ -767,11 +736,7 @@ impl InstanceCreator for ObjectCreator<'_> {
 /// request that died half way can be sent again, and its instance, named
 /// by the token or the signature, is found rather than doubled).
 async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer {
-    check_declared_length(header(req, "Content-Length").as_deref())?;
-    let chunks = req
-        .stream()
-        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
-    let body = read_capped(chunks, dispatch::DISPATCH_BODY_BYTES_MAX).await?;
+    let body = read_body(req, BodyLimit::DISPATCH).await?;
     let repo = dispatch::claimed_repo(&body)?;
     let signature = dispatch::verify(
         bindings::secret(env, bindings::DISPATCH_SECRET).as_ref(),
@@ -838,23 +803,25 @@ async fn dispatch_token(
         .map_err(|e| oidc::refusal(&e, &cfg))
 }
 
+/// `POST /webhooks/github`: the headers are checked before a byte of the
+/// body is read (`http::webhook::preflight`), the body streams into its
+/// signature check within GitHub's cap (`read_signed`), and only a verified
+/// body is decoded and planned.
 async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_id: &str) -> Answer {
-    check_declared_length(header(req, "Content-Length").as_deref())?;
-    let chunks = req
-        .stream()
-        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
-    let body = read_capped(chunks, WEBHOOK_BODY_BYTES_MAX).await?;
-    let (event, delivery, signature, content_type) = (
-        header(req, "X-GitHub-Event"),
-        header(req, "X-GitHub-Delivery"),
-        header(req, "X-Hub-Signature-256"),
-        header(req, "Content-Type"),
-    );
+    let [event, delivery, signature, content_type, content_length] = [
+        "X-GitHub-Event",
+        "X-GitHub-Delivery",
+        "X-Hub-Signature-256",
+        "Content-Type",
+        "Content-Length",
+    ]
+    .map(|name| header(req, name));
     let headers = WebhookHeaders {
         event: event.as_deref(),
         delivery: delivery.as_deref(),
         signature: signature.as_deref(),
         content_type: content_type.as_deref(),
+        content_length: content_length.as_deref(),
     };
     let secret = text(env, bindings::GITHUB_WEBHOOK_SECRET);
     let now = WorkerClock.now_ms();
@@ -869,7 +836,14 @@ async fn webhook(req: &mut Request, env: &Env, ctx: &Context, db: &D1, request_i
         app_id: app_id.as_deref(),
         app_slug: app_slug.as_deref(),
     };
-    let planned = intake(&headers, &body, &cfg)?;
+    let pre = preflight(&headers, &cfg)?;
+    let chunks = req
+        .stream()
+        .map_err(|e| ApiError::bad_request("unreadable_body", e.to_string()))?;
+    let body = read_signed(chunks, &pre, &cfg).await?;
+    let planned = plan_verified(&pre, &body, &cfg)?;
+    // The bytes are decoded: nothing holds them across the D1 round trip.
+    drop(body);
     let accepted = accept(db, &ObjectCreator { env }, planned, now, request_id).await?;
     create_after_answer(ctx, env, accepted.create_after);
     json_ok(accepted.status, &accepted.body)
@@ -890,19 +864,24 @@ async fn yield_to_acks() {
 }
 
 /// Asks the instances' objects to create them once the answer is sent,
-/// and, under a burst, once it ends (`http::ack_first`). A
-/// create that fails here is left to the sweep, which recreates an
-/// instance whose row is overdue (`runs::sweep`).
+/// and, under a burst in local development (`ACK_FIRST`), once it ends
+/// (`http::ack_first`). A create that fails here is left to the sweep,
+/// which recreates an instance whose row is overdue (`runs::sweep`).
 fn create_after_answer(ctx: &Context, env: &Env, creates: Vec<CreateRequest>) {
     if creates.is_empty() {
         return;
     }
-    // Counted as answered: only verified deliveries that create make a
-    // burst (`http::ack_first::BURST_ARRIVALS`).
-    ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
+    let defer = ack_first::enabled(text(env, bindings::ACK_FIRST).as_deref());
+    if defer {
+        // Counted as answered: only verified deliveries that create make a
+        // burst (`http::ack_first::BURST_ARRIVALS`).
+        ARRIVALS.with(|a| a.arrived(WorkerClock.now_ms()));
+    }
     let env = env.clone();
     ctx.wait_until(async move {
-        yield_to_acks().await;
+        if defer {
+            yield_to_acks().await;
+        }
         for c in &creates {
             if let Err(e) = instances::create(&env, c).await {
                 worker::console_warn!("create of {} left for the sweep: {}", c.key, e.message);

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { createHmac, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import http from 'node:http';
 import { after, before, test } from 'node:test';
 import { checkRunRequestedActionPayload, pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
@@ -157,6 +158,50 @@ function assertErrorBody(res, status, label) {
   assert.equal(typeof res.body?.error?.message, 'string', `${label}: error.message in ${res.text.slice(0, 500)}`);
 }
 
+// Junk that looks like a delivery (its headers, `extra` among them) and `bodyBytes` of body, on a
+// connection of its own (wrangler dev takes a whole body before its Worker sees the request, and
+// a connection left with an unread one is not one to reuse). Resolves with the answer once it is
+// in (a connection closed under the rest of it keeps what arrived); rejects after
+// JUNK_ANSWER_TIMEOUT_MS without one.
+function sendJunk(extra, bodyBytes) {
+  const url = new URL('/webhooks/github', stack.url);
+  const headers = { 'Content-Type': 'application/json', 'X-GitHub-Event': 'pull_request', 'X-GitHub-Delivery': randomUUID(), ...extra };
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      req.destroy();
+      reject(new Error(`no answer within ${JUNK_ANSWER_TIMEOUT_MS} ms (${JSON.stringify(extra)}, ${bodyBytes} bytes of body)`));
+    }, JUNK_ANSWER_TIMEOUT_MS);
+    let answer = null;
+    const done = () => {
+      clearTimeout(timer);
+      req.destroy();
+      let body = null;
+      try { body = JSON.parse(answer.text); } catch { /* not JSON: the assertion shows the text */ }
+      resolve({ status: answer.status, body, text: answer.text.slice(0, 300) });
+    };
+    const req = http.request(url, { method: 'POST', headers, agent: new http.Agent({ keepAlive: false }) }, (res) => {
+      answer = { status: res.statusCode, text: '' };
+      res.setEncoding('utf8');
+      res.on('data', (c) => { answer.text += c; });
+      res.on('end', done);
+      res.on('close', done);
+    });
+    req.on('error', (err) => {
+      if (answer) return done();
+      clearTimeout(timer);
+      reject(err);
+    });
+    req.end(Buffer.alloc(bodyBytes, 0x20));
+  });
+}
+
+// Bodies just over GitHub's 25 MB cap, and one just under it (read whole into the HMAC). An answer
+// is a few ms of Worker time once wrangler dev has taken the body; 60 s allows a loaded 2-core
+// machine.
+const JUNK_OVER_BYTES = 26 * 1024 * 1024;
+const JUNK_UNDER_BYTES = 24 * 1024 * 1024;
+const JUNK_ANSWER_TIMEOUT_MS = 60_000;
+
 // -- tests ---------------------------------------------------------------------------------------
 
 sluiceTest('GET /healthz answers ok', async () => {
@@ -274,6 +319,32 @@ sluiceTest('bad webhook input is rejected with a JSON error and writes nothing',
   }
   assert.deepEqual(await countWrites(), baseline);
   assert.equal(await checkRunPosts(repo), 0);
+});
+
+sluiceTest('oversized unsigned bodies sent beside a signed delivery: refused on their headers, the signed one runs', async () => {
+  const repo = 'junk-beside';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': PASSING_CONFIG, 'README.md': '# beside\n' });
+  const wellFormed = `sha256=${'0'.repeat(64)}`;
+  const [unsignedA, unsignedB, unsignedChunked, declared, wrongSigned, signed] = await Promise.all([
+    sendJunk({ 'Content-Length': String(JUNK_OVER_BYTES) }, JUNK_OVER_BYTES),
+    sendJunk({ 'Content-Length': String(JUNK_OVER_BYTES) }, JUNK_OVER_BYTES),
+    sendJunk({ 'Transfer-Encoding': 'chunked' }, JUNK_OVER_BYTES),
+    sendJunk({ 'X-Hub-Signature-256': wellFormed, 'Content-Length': String(JUNK_OVER_BYTES) }, JUNK_OVER_BYTES),
+    sendJunk({ 'X-Hub-Signature-256': wellFormed }, JUNK_UNDER_BYTES),
+    openPullRequest(repo, sha),
+  ]);
+  // Unsigned: refused on the headers (a Worker that read first would answer 413 at the cap).
+  for (const junk of [unsignedA, unsignedB, unsignedChunked]) {
+    assert.deepEqual([junk.status, junk.body?.error?.code], [401, 'missing_signature'], JSON.stringify(junk));
+  }
+  // Well-formed but wrong: past the cap by its declared length, naming the limit; or read whole
+  // into the HMAC and refused for its signature.
+  assert.deepEqual([declared.status, declared.body?.error?.code, declared.body?.error?.message],
+    [413, 'payload_too_large', 'webhook bodies are at most 26214400 bytes'], JSON.stringify(declared));
+  assert.deepEqual([wrongSigned.status, wrongSigned.body?.error?.code], [401, 'bad_signature'], JSON.stringify(wrongSigned));
+  const done = await waitForTerminal(signed.instance.id, 'complete');
+  assert.equal(done.execution.sha, sha);
+  await assertOneCompletedCheckRun(repo, sha, { conclusion: 'success', outputMarker: PASS_MARKER });
 });
 
 sluiceTest('valid events Sluice does not act on are ignored and write nothing', async () => {

@@ -5,7 +5,8 @@
 // shows the step timeline; a group page explains a waiter and a skip from the page takes effect;
 // a branch named <script>alert(1)</script> renders as text; a Cloudflare Access JWT (verified by
 // the Worker's WebCrypto against keys a local server publishes) opens the API and the pages, and
-// a wrong audience, an expired token, a bad signature or an unknown key does not. Screenshots go to
+// a wrong audience, an expired token, a bad signature or an unknown key does not; a GitHub-only
+// event posted through the dashboard's form is refused as the API refuses it. Screenshots go to
 // $SLUICE_E2E_ARTIFACTS (default target/e2e-artifacts/dashboard/).
 
 import assert from 'node:assert/strict';
@@ -292,6 +293,41 @@ uiTest('a group page explains a waiter, and a skip from the page takes effect', 
   await context.close();
   const end = await stack.api(`/v1/executions/${holder}/terminate`, { method: 'POST' });
   assert.ok([200, 202].includes(end.status), JSON.stringify(end.body));
+});
+
+// How long the probe below waits for the event it must never get: the instance's own bound, so
+// its end (EventTimedOut) is the positive signal that nothing arrived.
+const FORGED_WAIT_MS = 5_000;
+
+uiTest('a GitHub-only event posted from the dashboard is refused as the API refuses it', async () => {
+  const created = await stack.api('/v1/executions', {
+    method: 'POST',
+    body: { key: 'probe:github-only', run: 'probe', input: { steps: 0, wait_event: 'release-decision', event_timeout_ms: FORGED_WAIT_MS } },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const { id } = created.body;
+  // A dashboard user (a person through Access), posting the page's own send-event form with a
+  // release "approved" in an approver's name.
+  const forged = JSON.stringify({ kind: 'button', check_run_id: 1, identifier: 'release-approve', sender: 'approver' });
+  for (const type of ['release-decision', 'check-run-action']) {
+    const res = await stack.rawRequest('POST', `/ui/executions/${id}/events`, {
+      headers: {
+        'Cf-Access-Jwt-Assertion': accessJwt(), 'Content-Type': 'application/x-www-form-urlencoded',
+        Origin: stack.url, 'Sec-Fetch-Site': 'same-origin',
+      },
+      body: new URLSearchParams({ confirmed: '1', type, payload: forged }).toString(),
+    });
+    assert.equal(res.status, 403, `${type}: ${res.text.slice(0, 500)}`);
+    assert.match(res.text, /come from GitHub&#39;s webhook only/, res.text.slice(0, 500));
+    const api = await stack.api(`/v1/executions/${id}/events/${type}`, { method: 'POST', body: JSON.parse(forged) });
+    assert.deepEqual([api.status, api.body.error?.code], [403, 'github_only'], JSON.stringify(api.body));
+  }
+  // The wait ends unanswered at its own bound: no refused event reached the instance.
+  const ended = await stack.waitFor(async () => {
+    const e = await execution(id);
+    return ['complete', 'errored', 'terminated'].includes(e.status) ? e : null;
+  }, { timeoutMs: LIVE_UPDATE_TIMEOUT_MS, message: 'the probe to end' });
+  assert.deepEqual([ended.status, ended.error_tag], ['errored', 'EventTimedOut'], JSON.stringify(ended));
 });
 
 uiTest('a branch named <script>alert(1)</script> renders as text and runs no script', async () => {

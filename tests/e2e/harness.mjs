@@ -16,7 +16,7 @@ import { commitFiles } from '../../tools/github-standin/git.mjs';
 import { startStandin } from '../../tools/github-standin/server.mjs';
 import { sendWebhook as postWebhook } from '../../tools/github-standin/webhooks.mjs';
 import {
-  NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, killGroup,
+  NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, delay, formatEnvFile, freePort, generateAppKeyPair, gitUrlPrefix, killGroup,
   portListens, randomToken, runBounded, scratchRoot, spawnGroup, startAgent, stopGroup, waitForHttp, waitPortFree,
   wranglerEnv,
 } from '../../scripts/lib.mjs';
@@ -235,7 +235,7 @@ async function buildStack(opts, paths, cleanups) {
       root: paths.sandbox,
       token: agentToken,
       // Checkouts clone from the stand-in only (the agent refuses any other URL).
-      gitUrlPrefixes: [`${standin.url}/`],
+      gitUrlPrefixes: [gitUrlPrefix(standin.url)],
       onOutput: (chunk) => agentLog.write(chunk),
     };
     agent = await startAgent({ listen: '127.0.0.1:0', ...agentOpts });
@@ -274,6 +274,9 @@ async function buildStack(opts, paths, cleanups) {
     ...(agent ? { SANDBOX_URL: agent.url } : {}),
     SANDBOX_BACKEND: layer ? 'container' : 'agent',
     SANDBOX_AGENT_TOKEN: agentToken,
+    // As under `npm start`: wrangler dev shares one thread between the Worker and its objects, so
+    // a burst's creations wait for its answers (src/http/ack_first.rs). `vars` may turn it off.
+    ACK_FIRST: 'on',
     LOG_LINK_SECRET: logLinkSecret,
     PUBLIC_URL: url,
     // The stand-in plays GitHub Actions' OIDC issuer too (dispatch tokens). The Worker takes an

@@ -5,7 +5,7 @@
 // - `check_suite` `requested` starts nothing;
 // - a Dependabot pull request gets its check;
 // - Action-mode dispatch with a good, a wrong, a stale and a replayed signature, and a dispatched
-//   rollback of an older commit;
+//   rollback of an older commit, whose Re-run after a newer deploy deploys nothing;
 // - a dispatched deploy into an environment that restricts branches: refused with the key alone
 //   and with a token minted for another branch (or audience, or signed by a stranger, or
 //   expired), deployed with the token the action's script gets the way a workflow step does;
@@ -243,6 +243,34 @@ sluiceTest('dispatch: a deploy into an environment that restricts branches needs
   assert.deepEqual(readFileSync(deployed, 'utf8').trim().split('\n'), [sha], 'deployed once, by the token\'s dispatch alone');
   const [run] = await checkRuns(repo);
   assert.equal(run.conclusion, 'success');
+});
+
+sluiceTest('a re-run of a dispatched rollback after a newer deploy deploys nothing older than the head', async () => {
+  const repo = 'rollback-rerun';
+  const deployed = stack.sharedFile('rollback-rerun-deployed');
+  const config = `[deploy]\nbranch = "main"\ncommand = "echo $SLUICE_SHA >> ${deployed}"\n`;
+  const old = stack.commit(OWNER, repo, { '.sluice.toml': config, 'v.txt': '1\n' });
+  const head = stack.commit(OWNER, repo, { 'v.txt': '2\n' });
+  const key = repositoryKey(DISPATCH_SECRET, `${OWNER}/${repo}`);
+  const rollback = await dispatch(stack.url, key, dispatchBody({ run: 'deploy', repo: `${OWNER}/${repo}`, sha: old }));
+  assert.equal(rollback.status, 202, JSON.stringify(rollback.json));
+  await waitForTerminal(rollback.json.instance_id, 'complete');
+  // A newer deploy: a push of the head.
+  const push = pushPayload({ owner: OWNER, repo, before: old, after: head, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo) });
+  await waitForTerminal(await created('push', push, 'deploy'), 'complete');
+  assert.deepEqual(readFileSync(deployed, 'utf8').trim().split('\n'), [old, head]);
+
+  // Re-run pressed on the rollback's sluice/deploy check run: a new arrival of the old commit,
+  // head-checked, so it deploys nothing.
+  const rollbackRun = (await checkRuns(repo)).find((r) => r.external_id === rollback.json.instance_id);
+  assert.equal(rollbackRun?.name, 'sluice/deploy', JSON.stringify(await checkRuns(repo)));
+  const press = checkRunRerequestedPayload({ owner: OWNER, repo, checkRun: rollbackRun, appId: APP_ID, installationId: INSTALLATION_ID });
+  const rerun = await created('check_run', press, 'deploy');
+  const ended = await waitForTerminal(rerun, 'skipped');
+  assert.equal(ended.reason, 'not_current', JSON.stringify(ended));
+  const rerunRun = (await checkRuns(repo)).find((r) => r.external_id === rerun);
+  assert.equal(rerunRun?.conclusion, 'neutral', JSON.stringify(rerunRun));
+  assert.deepEqual(readFileSync(deployed, 'utf8').trim().split('\n'), [old, head], 'nothing older than the head deployed again');
 });
 
 // A daily cron whose slot is this minute: the latest slot stays this one for the rest of the day,

@@ -10,6 +10,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { commitFiles, isValidName, readGit, repoExists, repoPath } from './git.mjs';
 import { createOidcIssuer, OIDC_PREFIX } from './oidc.mjs';
@@ -38,6 +39,9 @@ const MAX_ANNOTATIONS_PER_REQUEST = 50;
 // Recorded calls are kept for inspection; the oldest are dropped beyond this so a long `npm start`
 // session cannot grow without bound.
 const MAX_RECORDED_CALLS = 10_000;
+// A test's latency (`POST /_standin/latency`) is at most 10 minutes: longer than any step's own
+// timeout, so a delay can always outlast what it delays.
+const LATENCY_MS_MAX = 600_000;
 // In-memory check runs, deployments and live tokens are likewise bounded.
 const MAX_CHECK_RUNS = 100_000;
 const MAX_DEPLOYMENTS = 100_000;
@@ -376,6 +380,10 @@ export async function startStandin({
     nextCheckSuiteId: 9_000_000_001 + randomInt(1_000_000) * 1000,
     nextDeploymentId: 3_000_000_001 + randomInt(1_000_000) * 1000,
     nextDeploymentStatusId: 6_000_000_001 + randomInt(1_000_000) * 1000,
+    // Latency a test asked for (`POST /_standin/latency`): the next `count` requests whose path
+    // starts with `path_prefix` are held `delay_ms` before they are served (`before`: a slow
+    // clone) or after their answer was made (`after`: an answer that is old when it arrives).
+    latency: [],
   };
   const children = new Set();
   // GitHub Actions' OIDC issuer (tokens a dispatching workflow sends Sluice).
@@ -1483,7 +1491,26 @@ export async function startStandin({
     sendJson(ctx.res, 200, { value });
   }
 
+  // POST /_standin/latency {path_prefix, delay_ms, count, when: 'before'|'after'} (a test hook).
+  function controlLatency(ctx) {
+    const body = requireObjectBody(ctx);
+    const ok = typeof body.path_prefix === 'string' && Number.isInteger(body.delay_ms) && body.delay_ms >= 0
+      && body.delay_ms <= LATENCY_MS_MAX && Number.isInteger(body.count) && body.count > 0
+      && ['before', 'after'].includes(body.when ?? 'before');
+    if (!ok) throw invalidRequest(`Expected {path_prefix, delay_ms (0..${LATENCY_MS_MAX}), count (> 0), when: before|after}.`, DOCS.root);
+    state.latency.push({ prefix: body.path_prefix, delayMs: body.delay_ms, left: body.count, when: body.when ?? 'before' });
+    sendJson(ctx.res, 201, { ok: true });
+  }
+
+  // The latency rule the request takes, if any (each rule serves `count` requests).
+  function takeLatency(path) {
+    const rule = state.latency.find((r) => r.left > 0 && path.startsWith(r.prefix));
+    if (rule) rule.left -= 1;
+    return rule ?? null;
+  }
+
   function controlReset(ctx) {
+    state.latency.length = 0;
     state.calls.length = 0;
     state.checkRuns.clear();
     state.checkSuites.clear();
@@ -1507,6 +1534,7 @@ export async function startStandin({
     { method: 'GET', re: /^\/_standin\/deployments$/, handler: controlDeployments },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/commits$`), handler: controlCommit },
     { method: 'POST', re: /^\/_standin\/reset$/, handler: controlReset },
+    { method: 'POST', re: /^\/_standin\/latency$/, handler: controlLatency },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}$`), handler: controlPull },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/collaborators/${R}$`), handler: controlPermission },
     { method: 'POST', re: new RegExp(`^/_standin/repos/${R}/${R}/pulls/${R}/close$`), handler: controlClosePull },
@@ -1739,6 +1767,9 @@ export async function startStandin({
       ctx.call.status = res.statusCode;
       if (log) console.error(`${ctx.method} ${req.url} -> ${res.statusCode}`);
     });
+    const slow = ctx.path.startsWith('/_standin/') ? null : takeLatency(ctx.path);
+    if (slow?.when === 'before') await delay(slow.delayMs);
+    if (slow?.when === 'after') holdAnswer(res, slow.delayMs);
     try {
       const git = GIT_ROUTE.exec(ctx.path);
       if (git && !ctx.path.startsWith('/repos/') && !ctx.path.startsWith('/_standin/')) await handleGit(ctx, git);
@@ -1752,6 +1783,15 @@ export async function startStandin({
       if (log) console.error(err);
       sendJson(res, 500, { message: 'Internal Server Error', documentation_url: DOCS.root, status: '500' });
     }
+  }
+
+  // The answer is made now and sent `delayMs` later (headers and body wait for `end`).
+  function holdAnswer(res, delayMs) {
+    const end = res.end.bind(res);
+    res.end = (...args) => {
+      setTimeout(() => end(...args), delayMs);
+      return res;
+    };
   }
 
   const server = createServer((req, res) => {

@@ -460,6 +460,32 @@ test('GET git/ref/heads: ref object for branches with slashes; unknown 404', asy
   }
 });
 
+test('latency: an answer made now arrives later (after), a request is served later (before), count bounds it', async () => {
+  const repo = 'latency';
+  const first = commitFiles(reposDir, OWNER, repo, { files: { 'a.txt': 'a\n' } });
+  const auth = `token ${await issueToken()}`;
+  const path = `/repos/${OWNER}/${repo}/git/ref/heads/main`;
+  const bad = await request('POST', '/_standin/latency', { body: { path_prefix: path, delay_ms: -1, count: 1 } });
+  assert.equal(bad.status, 422);
+  const set = await request('POST', '/_standin/latency', { body: { path_prefix: path, delay_ms: 400, count: 1, when: 'after' } });
+  assert.equal(set.status, 201);
+  const t0 = Date.now();
+  const pending = request('GET', path, { auth });
+  // The branch moves while the answer is held: the answer still names the head it was made at.
+  await new Promise((r) => setTimeout(r, 100));
+  const moved = commitFiles(reposDir, OWNER, repo, { files: { 'b.txt': 'b\n' } });
+  const held = await pending;
+  assert.ok(Date.now() - t0 >= 400, 'held for its delay');
+  assert.equal(held.json.object.sha, first, 'the answer was made before the branch moved');
+  const next = await request('GET', path, { auth });
+  assert.equal(next.json.object.sha, moved, 'the rule served its one request');
+  await request('POST', '/_standin/latency', { body: { path_prefix: path, delay_ms: 300, count: 1, when: 'before' } });
+  const t1 = Date.now();
+  const served = await request('GET', path, { auth });
+  assert.ok(Date.now() - t1 >= 300);
+  assert.equal(served.json.object.sha, moved);
+});
+
 test('GET branches: branch object with commit sha and parents; unknown 404', async () => {
   const auth = `token ${await issueToken()}`;
   const res = await request('GET', `/repos/${OWNER}/${REPO}/branches/main`, { auth });
