@@ -39,3 +39,13 @@ ALTER TABLE sandbox_processes ADD COLUMN start_by_ms INTEGER;
 
 ALTER TABLE serial_queue ADD COLUMN judged_current INTEGER NOT NULL DEFAULT 1
   CHECK (judged_current IN (0, 1));
+
+-- serial_queue.current_read_ms. Why: even an arrival that knew the head is
+-- newer than a waiter only if it read the head after that waiter arrived (a
+-- read made before, delayed on its way to the enqueue, ranks nothing). ms
+-- since the epoch of when the arrival asked for the head; a waiter yields
+-- at its claim only to a newer row whose read is no older than its own
+-- arrival. NULL: the run names no current revision (arrival order ranks)
+-- or the row predates this migration (the old rule).
+
+ALTER TABLE serial_queue ADD COLUMN current_read_ms INTEGER;

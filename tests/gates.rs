@@ -102,12 +102,13 @@ struct QRow {
     skipped_reason: Option<String>,
     ended_by: Option<String>,
     judged_current: i64,
+    current_read_ms: Option<i64>,
 }
 
 fn rows_of(db: &dyn Database, group: &str) -> Vec<QRow> {
     let rows = block_on(db.all(sluice::stmt!(
         "SELECT seq, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, claimed_ms, \
-         superseded_by, skipped_reason, ended_by, judged_current FROM serial_queue \
+         superseded_by, skipped_reason, ended_by, judged_current, current_read_ms FROM serial_queue \
          WHERE group_key = ?1 ORDER BY seq",
         group
     )))
@@ -766,6 +767,31 @@ fn a_waiter_never_yields_to_a_later_arrival_that_did_not_know_the_head() {
     );
 }
 
+/// A waiter never yields to a later arrival whose head read was made
+/// before the waiter arrived (its enqueue delayed): that read ranks nothing
+/// (found by review: the head was skipped `superseded` by an older commit).
+#[test]
+fn a_waiter_never_yields_to_a_later_arrival_whose_read_came_before_it() {
+    let db = fresh();
+    enq(&db, "c", "rc", Current::NotDeclared, T0);
+    claim(&db, "c", T0);
+    enq(&db, "d", "rd", Current::Known("rd".into()), T0 + 1);
+    let late = Arrival {
+        current_read_ms: Some(T0),
+        ..arrival("b", "rb", Current::Known("rb".into()))
+    };
+    assert_eq!(
+        enq_with(&db, &late, &QueuePolicy::default(), T0 + 2),
+        queued(&[])
+    );
+    block_on(serial::release(&db, G, "c", T0 + 3)).expect("release");
+    set_status(&db, "d", "paused");
+    assert_eq!(claim(&db, "b", T0 + 4), holding());
+    block_on(serial::release(&db, G, "b", T0 + 5)).expect("release");
+    set_status(&db, "d", "waiting");
+    assert_eq!(claim(&db, "d", T0 + 6), holding(), "the head must deploy");
+}
+
 #[test]
 fn a_paused_waiter_stops_blocking_and_yields_when_it_returns() {
     for (p, returns_to) in [
@@ -1201,6 +1227,7 @@ fn expected_claim(
             imperative: n.imperative == 1,
             has_claimed: n.claimed_ms.is_some(),
             judged_current: n.judged_current == 1,
+            current_read_ms: n.current_read_ms,
         };
         p.yields_at_claim(&facts, &newer)
     });
@@ -2367,11 +2394,13 @@ fn ageing() {
         imperative: false,
         has_claimed: true,
         judged_current: true,
+        current_read_ms: None,
     };
     let waiting = NewerFacts {
         imperative: false,
         has_claimed: false,
         judged_current: true,
+        current_read_ms: None,
     };
     assert!(p.yields_at_claim(&waiter("a", NOW), &claimed));
     assert!(
@@ -2383,6 +2412,23 @@ fn ageing() {
             }
         ),
         "a newer row whose head read failed may be an older commit queued again"
+    );
+    assert!(p.yields_at_claim(
+        &waiter("a", NOW),
+        &NewerFacts {
+            current_read_ms: Some(NOW),
+            ..claimed
+        }
+    ));
+    assert!(
+        !p.yields_at_claim(
+            &waiter("a", NOW),
+            &NewerFacts {
+                current_read_ms: Some(NOW - 1),
+                ..claimed
+            }
+        ),
+        "a read made before the waiter arrived ranks nothing"
     );
     assert!(
         !p.yields_at_claim(&waiter("a", 0), &waiting),
@@ -2779,7 +2825,14 @@ mod run_model {
                 w.log(format!("slow checkouts: {} s", ms / 1000));
             }
             105..=109 => {
-                let ms = rng.borrow_mut().range(5_000, 15 * MIN);
+                // Half under the enqueue's 5 s freshness bound (the read is
+                // used as it is), half over it (read again at the enqueue).
+                let short = rng.borrow_mut().chance(50);
+                let ms = if short {
+                    rng.borrow_mut().range(100, 5_000)
+                } else {
+                    rng.borrow_mut().range(5_000, 15 * MIN)
+                };
                 rig.github.delay_answer_next("ref", ms);
                 w.log(format!("delay head read by {} s", ms / 1000));
             }

@@ -2121,6 +2121,30 @@ fn scenario_10_a_start_that_comes_after_its_window_is_refused() {
     rig.assert_no_overlap();
 }
 
+/// During a rollout, a container may still run an agent from before start
+/// windows, which refuses the field: the deploy still runs, fenced again
+/// with its deadline as its window (found by review: every start on such a
+/// container failed for good).
+#[test]
+fn an_agent_from_before_start_windows_still_deploys_with_its_deadline_as_the_window() {
+    let a = sha('a');
+    let rig = deploy_rig_timed(&[&a], DEPLOY_TOML, 2 * MINUTE_MS);
+    rig.sandbox.st.borrow_mut().predates_start_windows = true;
+    rig.github.set_head(REPO, BRANCH, &a);
+    let da = rig.deploy(&a);
+    assert_eq!(rig.run_to_end(&da), Status::Complete);
+    assert_eq!(rig.sandbox.runs_in(&da.id).len(), 1);
+    let row = block_on(rig.index.db.all(sluice::stmt!(
+        "SELECT start_by_ms, deadline_ms FROM sandbox_processes WHERE instance_id = ?1",
+        da.id.as_str()
+    )))
+    .unwrap();
+    assert_eq!(
+        row[0]["start_by_ms"], row[0]["deadline_ms"],
+        "unknown counts as ended only past the deadline"
+    );
+}
+
 /// Scenario 11 (issue 21): B reads head = B, then its enqueue is delayed
 /// (the read's answer takes 10 minutes); meanwhile C holds and D arrives
 /// as the head. B's stale read never supersedes D: it is read again at the

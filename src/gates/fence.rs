@@ -10,7 +10,7 @@
 //!
 //! A process is marked ended only when its exit was seen, its kill was
 //! confirmed, or its sandbox does not know it once its start window has
-//! passed (migrations/0010_fence_window.sql): nothing is marked ended
+//! passed (migrations/0010_fence_window_and_head_reads.sql): nothing is marked ended
 //! because a clock passed, so a sandbox that never answers keeps its
 //! group blocked (safe) rather than letting a second deploy start beside a
 //! process that may still run.

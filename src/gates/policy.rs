@@ -221,15 +221,17 @@ impl QueuePolicy {
     /// Whether a waiter, at its claim, yields to a newer non-imperative
     /// execution that already took the group: running this older revision
     /// now would undo it. Only with supersede on; imperative work is exempt
-    /// on both sides, and so is a newer row whose head read failed (it may
-    /// be an older commit queued again). (Supersede-after does not apply
-    /// here: the seed ages waiters only when a new one is enqueued.)
+    /// on both sides, and so is a newer row whose head read failed or was
+    /// made before the waiter arrived (it may be an older commit queued
+    /// again, or read late). (Supersede-after does not apply here: the seed
+    /// ages waiters only when a new one is enqueued.)
     pub fn yields_at_claim(&self, waiter: &WaiterFacts<'_>, newer: &NewerFacts) -> bool {
         self.supersede
             && !waiter.imperative
             && !newer.imperative
             && newer.has_claimed
             && newer.judged_current
+            && newer.current_read_ms.is_none_or(|r| r >= waiter.arrived_ms)
     }
 }
 
@@ -275,6 +277,9 @@ pub struct NewerFacts {
     /// Its arrival knew the head (or its run names none): only then does
     /// arriving later mean a newer revision.
     pub judged_current: bool,
+    /// When its arrival asked for the head (None: its run names none):
+    /// newer than a waiter only if read after that waiter arrived.
+    pub current_read_ms: Option<i64>,
 }
 
 impl ArrivalRule {

@@ -165,14 +165,15 @@ pub enum ClaimOutcome {
 /// ('not_current' | 'older' | 'none'), ?7 current revision, ?8 arrived
 /// before (for 'older': supersede_after, strictly; for 'not_current': when
 /// the head read was asked for, that ms included),
-/// ?9 instance, ?10 judged current (0 when the head read failed).
+/// ?9 instance, ?10 judged current (0 when the head read failed), ?11 when
+/// the head was read (NULL: none was).
 const ENQUEUE_SQL: &str = "\
 INSERT INTO serial_queue (group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, \
-  instance_id, judged_current) \
-SELECT ?1, ?2, ?3, ?5, 'waiting', ?4, ?4, ?4, ?9, ?10 \
+  instance_id, judged_current, current_read_ms) \
+SELECT ?1, ?2, ?3, ?5, 'waiting', ?4, ?4, ?4, ?9, ?10, ?11 \
 UNION ALL \
 SELECT group_key, execution_id, revision, imperative, state, arrived_ms, heartbeat_ms, updated_ms, instance_id, \
-  judged_current \
+  judged_current, current_read_ms \
 FROM serial_queue \
 WHERE group_key = ?1 AND state = 'waiting' AND imperative = 0 \
   AND NOT EXISTS (SELECT 1 FROM serial_queue m WHERE m.group_key = ?1 AND m.execution_id = ?2) \
@@ -257,6 +258,10 @@ pub async fn enqueue(
             arrived_before_ms,
             instance_of(arrival.execution_id),
             i64::from(arrival.current != Current::Unknown),
+            match arrival.current {
+                Current::Known(_) => arrival.current_read_ms,
+                _ => None,
+            },
         ))
         .await?,
     )?;
@@ -394,8 +399,9 @@ macro_rules! live_older_waiter {
 
 /// The newest newer non-imperative row the claimant yields to
 /// (`QueuePolicy::yields_at_claim`): one that has held the group, so running
-/// this older revision now would undo it, and that knew the head when it
-/// arrived (arrival order ranks revisions only then). NULL when none.
+/// this older revision now would undo it, and that is newer for sure: it
+/// knew the head, read after the claimant arrived (or its run names no
+/// current revision, and arrival order ranks). NULL when none.
 macro_rules! winner {
     ($col:literal) => {
         concat!(
@@ -403,6 +409,7 @@ macro_rules! winner {
             $col,
             " FROM serial_queue n WHERE n.group_key = ?1 AND n.seq > m.seq AND n.imperative = 0 \
              AND ?6 = 1 AND m.imperative = 0 AND n.claimed_ms IS NOT NULL AND n.judged_current = 1 \
+             AND (n.current_read_ms IS NULL OR n.current_read_ms >= m.arrived_ms) \
              ORDER BY n.seq DESC LIMIT 1)"
         )
     };

@@ -271,7 +271,7 @@ async fn command_round(
                         .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?;
                     log.at = 0;
                 }
-                match start_fenced(env, spec, ids).await? {
+                match start_fenced(env, spec, ids, wait_until_ms).await? {
                     Some(state) => state,
                     None => return Ok(Progress::Blocked),
                 }
@@ -350,22 +350,23 @@ fn log_url(env: &RunEnv<'_>, log_key: &str) -> Option<String> {
 /// Checks out, then passes the fence and starts the process at once: the
 /// fence's deadline and start window count from when the process really
 /// starts, whatever the checkout took. None while another process blocks
-/// the fence (after waiting for it within this step); a lost group fails
-/// the step for good.
+/// the fence (after waiting for it within this step, until `until_ms`); a
+/// lost group fails the step for good. The checkout's token is revoked
+/// beside the fence and the start, not before them: git is done with it,
+/// and against GitHub the call costs 100-300 ms the command need not wait
+/// for.
 async fn start_fenced(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
     ids: &Ids<'_>,
+    until_ms: i64,
 ) -> Result<Option<ProcessState>, StepFailure> {
     let token = ensure_workspace(env, spec, ids.ws).await?;
-    let started = fence_and_start(env, spec, ids, token.as_ref()).await;
-    if !matches!(started, Ok(Some(_))) {
-        // A started process had its checkout's token revoked beside the start.
-        if let Some(token) = &token {
-            revoke(env, token).await;
-        }
+    let fenced = fence_and_start(env, spec, ids, token.as_ref(), until_ms);
+    match &token {
+        Some(token) => join(fenced, revoke(env, token)).await.0,
+        None => fenced.await,
     }
-    started
 }
 
 /// Each pass of the loop either spawns, fails, or sees a blocker end.
@@ -374,6 +375,7 @@ async fn fence_and_start(
     spec: &CommandSpec<'_>,
     ids: &Ids<'_>,
     token: Option<&Secret>,
+    until_ms: i64,
 ) -> Result<Option<ProcessState>, StepFailure> {
     for _ in 0..FENCE_ATTEMPTS_MAX {
         let now = env.clock.now_ms();
@@ -381,24 +383,15 @@ async fn fence_and_start(
             deadline_ms: now + spec.timeout_ms + PROCESS_DEADLINE_MARGIN_MS,
             start_by_ms: now + FENCE_START_WINDOW_MS,
         };
-        match spec
-            .held
-            .fence(env.db, ids.pid, &window, now)
-            .await
-            .map_err(store_failure)?
-        {
+        match fence(env, spec, ids, &window).await? {
             FenceOutcome::Clear => {
-                return spawn(env, spec, ids, window.start_by_ms, token)
+                return start_in_window(env, spec, ids, &window, token)
                     .await
                     .map(Some)
             }
-            FenceOutcome::Lost => {
-                return Err(FailureTag::GroupLost.fatal(
-                    "this execution no longer holds its group: it must not start a command",
-                ))
-            }
+            FenceOutcome::Lost => return Err(group_lost()),
             FenceOutcome::Blocked(b) => {
-                if !wait_for_blocker(env, &b).await? {
+                if !wait_for_blocker(env, &b, until_ms).await? {
                     return Ok(None);
                 }
             }
@@ -407,23 +400,87 @@ async fn fence_and_start(
     Ok(None)
 }
 
+async fn fence(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ids: &Ids<'_>,
+    window: &FenceWindow,
+) -> Result<FenceOutcome, StepFailure> {
+    let now = env.clock.now_ms();
+    spec.held
+        .fence(env.db, ids.pid, window, now)
+        .await
+        .map_err(store_failure)
+}
+
+fn group_lost() -> StepFailure {
+    FailureTag::GroupLost
+        .fatal("this execution no longer holds its group: it must not start a command")
+}
+
 /// Fences one step retries: a blocker that ends lets the next fence pass,
 /// unless a further process (another generation) blocks too.
 const FENCE_ATTEMPTS_MAX: u32 = 4;
 
+/// Starts the process (its checkout done, its fence just passed) within its
+/// window. An agent older than start windows (a container still running the
+/// previous image while a deploy of Sluice rolls out) refuses the field:
+/// then the process is fenced again with its deadline as its window, so
+/// "unknown to the sandbox" means ended only once even a stalled start
+/// would have run out its timeout, and started without one.
+async fn start_in_window(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ids: &Ids<'_>,
+    window: &FenceWindow,
+    token: Option<&Secret>,
+) -> Result<ProcessState, StepFailure> {
+    match spawn(env, spec, ids, Some(window.start_by_ms), token).await {
+        Err(e) if predates_start_windows(&e) => {
+            let unenforced = FenceWindow {
+                start_by_ms: window.deadline_ms,
+                ..*window
+            };
+            match fence(env, spec, ids, &unenforced).await? {
+                FenceOutcome::Clear => spawn(env, spec, ids, None, token)
+                    .await
+                    .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e)),
+                FenceOutcome::Lost => Err(group_lost()),
+                FenceOutcome::Blocked(_) => Err(FailureTag::SandboxUnavailable
+                    .retryable("another process took the fence while this one started")),
+            }
+        }
+        Err(e) => Err(sandbox_failure(FailureTag::SandboxUnavailable, e)),
+        Ok(state) => Ok(state),
+    }
+}
+
+/// An agent from before start windows refuses the unknown field.
+fn predates_start_windows(e: &SandboxError) -> bool {
+    e.status == Some(400) && e.message.contains("start_by_ms")
+}
+
 /// Long-polls the process that blocks a fence (in its own sandbox) for at
-/// most one step's wait. True once its sandbox says it ended (then it is
-/// marked so): seen finished, or unknown once its start window passed
-/// (before that it may still be started). False while it may still run,
-/// or its sandbox does not answer: no clock ends it.
-async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFailure> {
+/// most one step's wait, until `until_ms`. True once its sandbox says it
+/// ended (then it is marked so): seen finished, or unknown once its start
+/// window passed (before that it may still be started). False while it
+/// may still run, or its sandbox does not answer: no clock ends it.
+async fn wait_for_blocker(
+    env: &RunEnv<'_>,
+    b: &Blocker,
+    until_ms: i64,
+) -> Result<bool, StepFailure> {
     for _ in 0..POLLS_PER_STEP {
         // Taken before the call: an answer "unknown" given after the window
         // passed (by this clock, less the skew) is final.
         let asked_ms = env.clock.now_ms();
+        if asked_ms >= until_ms {
+            return Ok(false);
+        }
+        let poll_ms = PROCESS_POLL_MS.min(until_ms - asked_ms);
         let ended = match env
             .sandbox
-            .process(&b.sandbox_id, &b.process_id, PROCESS_POLL_MS, None)
+            .process(&b.sandbox_id, &b.process_id, poll_ms, None)
             .await
         {
             Ok(None) if b.unknown_means_ended(asked_ms, SANDBOX_CLOCK_SKEW_MS) => true,
@@ -432,14 +489,14 @@ async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFai
                 // window passes. An unknown process answers at once.
                 let until_final = b.start_by_ms.unwrap_or(asked_ms) + SANDBOX_CLOCK_SKEW_MS + 1;
                 env.clock
-                    .sleep((until_final - asked_ms).clamp(1, PROCESS_POLL_MS))
+                    .sleep((until_final - asked_ms).clamp(1, poll_ms))
                     .await;
                 false
             }
             Ok(Some(state)) => state.finished(),
             // An unreachable sandbox answers at once: wait as a poll would.
             Err(_) => {
-                env.clock.sleep(PROCESS_POLL_MS).await;
+                env.clock.sleep(poll_ms).await;
                 false
             }
         };
@@ -453,16 +510,15 @@ async fn wait_for_blocker(env: &RunEnv<'_>, b: &Blocker) -> Result<bool, StepFai
     Ok(false)
 }
 
-/// Starts the process (its checkout done, its fence passed), with the
-/// checkout's token revoked beside the start.
+/// Starts the process: `start_by_ms` is its window (None: an agent that
+/// predates them).
 async fn spawn(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
     ids: &Ids<'_>,
-    start_by_ms: i64,
+    start_by_ms: Option<i64>,
     checkout_token: Option<&Secret>,
-) -> Result<ProcessState, StepFailure> {
-    let sandbox = spec.held.sandbox_id;
+) -> Result<ProcessState, SandboxError> {
     let mut all_env = spec.env.clone();
     for (k, v) in &spec.secret_env {
         all_env.insert(k.clone(), v.expose().clone());
@@ -481,17 +537,9 @@ async fn spawn(
         timeout_ms: spec.timeout_ms,
         env: all_env,
         redact,
-        start_by_ms: Some(start_by_ms),
+        start_by_ms,
     };
-    let start = env.sandbox.start(sandbox, &p);
-    // The checkout's token is revoked beside the start, not before it: git
-    // is done with it, and against GitHub the call costs 100-300 ms that
-    // the command need not wait for.
-    let started = match checkout_token {
-        Some(token) => join(start, revoke(env, token)).await.0,
-        None => start.await,
-    };
-    started.map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))
+    env.sandbox.start(spec.held.sandbox_id, &p).await
 }
 
 /// Best effort: a token whose revocation fails still expires within the
@@ -535,7 +583,7 @@ async fn ensure_workspace(
         revoke(env, &token).await;
         return Err(sandbox_failure(FailureTag::CheckoutFailed, e));
     }
-    // Revoked as the process starts (`spawn`), or when it does not.
+    // Revoked beside the fence and the start (`start_fenced`).
     Ok(Some(token))
 }
 

@@ -27,8 +27,8 @@ use super::deployment;
 use super::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
 use super::notify::{self, AutoSkipped};
 use super::registry::{CheckRunOf, Run, RunName};
-use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
-use super::tags::SkipTag;
+use super::report::{github_step, reported, CheckTarget, Verdict};
+use super::tags::{FailureTag, SkipTag};
 use super::triggers::DeployInput;
 use super::{configured_at, unless_ignored, Configured, RunEnv};
 use crate::secret::Secret;
@@ -342,9 +342,8 @@ async fn deploy_held(
     } else {
         match reread_head(ctx, env, input).await? {
             Dequeued::Head(head) => Some(head),
-            // ADR-0004's fallback when GitHub has no such branch: nothing
-            // to compare with; the group's order stands.
-            Dequeued::NoBranch => None,
+            // Nothing to compare with: the group's order stands.
+            Dequeued::Unchecked => None,
             Dequeued::Unreadable => return Ok(head_unknown(input)),
         }
     };
@@ -432,8 +431,10 @@ async fn run_reported(
 /// between attempts past the inline bound. The holder's heartbeat stops
 /// while it is suspended, so every delay stays well inside
 /// `HOLDER_STALE_MS`: 5 s doubling over 5 retries is at most 80 s apart
-/// and about 2.6 minutes in all, after which the deploy gives up
-/// (`head_unknown`) rather than deploy a commit it cannot show is current.
+/// and 155 s of waits in all (with six attempts that each hang to their
+/// 60 s timeout, at most about 8.6 minutes), after which the deploy gives
+/// up (`head_unknown`) rather than deploy a commit it cannot show is
+/// current.
 const HEAD_REREAD_RETRIES: u32 = 5;
 const HEAD_REREAD_DELAY_MS: i64 = 5_000;
 const _: () = assert!(
@@ -441,12 +442,31 @@ const _: () = assert!(
 );
 
 /// What the dequeue's read of the branch head found.
+#[derive(Debug, PartialEq)]
 enum Dequeued {
     Head(String),
-    /// GitHub answered that the branch does not exist.
-    NoBranch,
+    /// Nothing to compare with: GitHub answered that the branch does not
+    /// exist (ADR-0004's fallback), or the read failed in a journal an older
+    /// version wrote, which then deployed (its replay must too).
+    Unchecked,
     /// GitHub did not answer within the bound.
     Unreadable,
+}
+
+/// What a journaled dequeue read means.
+fn dequeued_of(read: Result<Option<String>, RunError>) -> Result<Dequeued, RunError> {
+    match read {
+        Ok(Some(head)) => Ok(Dequeued::Head(head)),
+        Ok(None) => Ok(Dequeued::Unchecked),
+        Err(e) if e.is_suspension() || e == RunError::Terminated => Err(e),
+        Err(e)
+            if e.step_failure()
+                .is_some_and(|f| FailureTag::HeadUnreadable.is(f)) =>
+        {
+            Ok(Dequeued::Unreadable)
+        }
+        Err(_) => Ok(Dequeued::Unchecked),
+    }
 }
 
 /// The branch's head now (a holder whose commit is no longer it skips).
@@ -460,20 +480,15 @@ async fn reread_head(
         HEAD_REREAD_DELAY_MS,
         crate::engine::Backoff::Exponential,
     );
-    let read: Result<Option<String>, RunError> = ctx
+    let read = ctx
         .step("re-read head", cfg, |_| async {
             env.github
                 .branch_head(input.installation_id, &input.repo, &input.branch)
                 .await
-                .map_err(github_failure)
+                .map_err(|e| FailureTag::HeadUnreadable.failure(e.to_string(), e.retryable()))
         })
         .await;
-    match read {
-        Ok(Some(head)) => Ok(Dequeued::Head(head)),
-        Ok(None) => Ok(Dequeued::NoBranch),
-        Err(e) if e.is_suspension() || e == RunError::Terminated => Err(e),
-        Err(_) => Ok(Dequeued::Unreadable),
-    }
+    dequeued_of(read)
 }
 
 /// The head could not be read at dequeue: nothing deployed, a neutral
@@ -581,5 +596,39 @@ async fn prepare_restart(env: &RunEnv<'_>, req: &RestartRequest<'_>) -> Result<u
     match created_at {
         Some(c) if c < from_seq && !gate::is_past_gates(req.entries, from_seq) => Ok(c),
         _ => Ok(from_seq),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::StepFailure;
+
+    /// A journal an older version wrote recorded a failed dequeue read as
+    /// `GitHubApi` and deployed: its replay deploys too, while this
+    /// version's failure (`HeadUnreadable`) ends `head_unknown`.
+    #[test]
+    fn a_failed_dequeue_read_keeps_the_meaning_its_journal_gave_it() {
+        let failed = |tag: &str| {
+            Err(RunError::RetriesExhausted {
+                step: "re-read head".into(),
+                attempts: 6,
+                last: StepFailure::retryable(tag, "502"),
+            })
+        };
+        assert_eq!(
+            dequeued_of(failed("HeadUnreadable")),
+            Ok(Dequeued::Unreadable)
+        );
+        assert_eq!(dequeued_of(failed("GitHubApi")), Ok(Dequeued::Unchecked));
+        assert_eq!(dequeued_of(Ok(None)), Ok(Dequeued::Unchecked));
+        assert_eq!(
+            dequeued_of(Ok(Some("a".repeat(40)))),
+            Ok(Dequeued::Head("a".repeat(40)))
+        );
+        assert_eq!(
+            dequeued_of(Err(RunError::Terminated)),
+            Err(RunError::Terminated)
+        );
     }
 }

@@ -465,9 +465,6 @@ pub async fn retire_on_restart(
     }
 }
 
-/// A success posted after a newer deploy took the group over would retire
-/// the newer one's (GitHub's `auto_inactive`): this deploy ran, but what the
-/// environment now runs is the newer one's.
 /// The success as posted: as is while the group is held; `inactive` when
 /// a newer deploy took the group over and ran after this one; else (the
 /// group lost, nobody ran since) a success that says so. A taker that
@@ -499,6 +496,9 @@ async fn fenced_success(
     })
 }
 
+/// A success posted after a newer deploy took the group over would retire
+/// the newer one's (GitHub's `auto_inactive`): this deploy ran, but what the
+/// environment now runs is the newer one's.
 fn taken_over() -> Posting {
     status(
         DeploymentState::Inactive,

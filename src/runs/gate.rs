@@ -1193,7 +1193,19 @@ async fn still_holds(
 
 #[cfg(test)]
 mod tests {
-    use super::Admission;
+    use super::{Admission, Journaled};
+
+    /// A head read an older version journaled (a bare sha, or null) still
+    /// decodes, as a read of unknown age (refreshed at the enqueue).
+    #[test]
+    fn an_older_journals_head_read_decodes_as_a_bare_read() {
+        let bare: Journaled = serde_json::from_str(&format!("\"{}\"", "a".repeat(40))).unwrap();
+        assert!(matches!(bare, Journaled::Bare(Some(ref s)) if s.len() == 40));
+        let none: Journaled = serde_json::from_str("null").unwrap();
+        assert!(matches!(none, Journaled::Bare(None)));
+        let now: Journaled = serde_json::from_str(r#"{"head":"abc","asked_ms":5}"#).unwrap();
+        assert!(matches!(now, Journaled::Read(ref r) if r.asked_ms == 5));
+    }
 
     /// A round an older version journaled tried one pool: admitted, it took
     /// that one; queued, none. Replayed so, an instance running across the

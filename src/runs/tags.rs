@@ -28,6 +28,10 @@ pub enum FailureTag {
     LeaseBusy,
     /// The fence refused a spawn: the execution no longer holds its group.
     GroupLost,
+    /// A deploy's holder could not read the branch head at its dequeue
+    /// (distinct from `GitHubApi`, which an older version recorded there
+    /// and then deployed: a replay keeps each meaning).
+    HeadUnreadable,
     WakeFailed,
     NotifyFailed,
     /// The probe run's side effect failed.
@@ -47,6 +51,7 @@ impl FailureTag {
             FailureTag::Index => "Index",
             FailureTag::LeaseBusy => "LeaseBusy",
             FailureTag::GroupLost => "GroupLost",
+            FailureTag::HeadUnreadable => "HeadUnreadable",
             FailureTag::WakeFailed => "WakeFailed",
             FailureTag::NotifyFailed => "NotifyFailed",
             FailureTag::EffectFailed => "EffectFailed",

@@ -66,7 +66,7 @@ pub struct ProcessSpec<'a> {
     /// Values the sandbox scrubs from the output before it keeps any.
     pub redact: Vec<&'a str>,
     /// The fence's start window (ms since the epoch): the sandbox refuses
-    /// to start a new process past it (`SandboxError::start_window_passed`).
+    /// to start a new process past it (409 `START_WINDOW_PASSED`, the protocol's).
     pub start_by_ms: Option<i64>,
 }
 

@@ -1227,6 +1227,9 @@ pub struct SandboxState {
     pub discarded: Vec<String>,
     /// New starts refused because they came past their fence's window.
     pub late_starts_refused: u32,
+    /// An agent from before start windows: a start naming `start_by_ms` is
+    /// refused as an unknown field (its `deny_unknown_fields`).
+    pub predates_start_windows: bool,
     /// Start requests for this sandbox are held on their way until
     /// `release_starts` (a stalled caller, a slow network).
     pub starts_held: Option<String>,
@@ -1589,6 +1592,13 @@ impl Sandbox for FakeSandbox {
             let state = p.finished.clone().unwrap_or_else(|| running(spec.id));
             st.starts.push(record(false));
             return Ok(state);
+        }
+        if st.predates_start_windows && spec.start_by_ms.is_some() {
+            return Err(sandbox_error(
+                400,
+                "invalid_request",
+                "unknown field `start_by_ms`, expected one of `id`, `workspace`, `command`",
+            ));
         }
         if spec.start_by_ms.is_some_and(|by| now > by) {
             // As the agent: a new process past its fence's window is refused.
