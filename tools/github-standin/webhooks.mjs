@@ -167,9 +167,21 @@ export function signedDelivery({ secret, event, payload, deliveryId = randomUUID
   return { body, headers, deliveryId };
 }
 
+// Transport failures (a kept-alive socket the server closed under us: undici's `fetch failed`)
+// are retried with the same delivery id, as GitHub redelivers a delivery it could not hand over.
+// Two tries: one stale pooled socket explains a failure; a second failure is a real one.
+const SEND_TRIES = 2;
+
 export async function sendWebhook({ url, secret, event, payload, deliveryId = randomUUID() }) {
   const { body, headers } = signedDelivery({ secret, event, payload, deliveryId });
-  const res = await fetch(url, { method: 'POST', headers, body });
+  let res;
+  for (let attempt = 1; !res; attempt += 1) {
+    try {
+      res = await fetch(url, { method: 'POST', headers, body });
+    } catch (err) {
+      if (attempt >= SEND_TRIES) throw err;
+    }
+  }
   const text = await res.text();
   let parsed = text;
   try {
