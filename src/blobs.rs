@@ -1,5 +1,6 @@
 //! Object storage for logs and large step outputs (R2 in the Worker).
 //! ADR-0001 rule 2: results over 1 MiB go here and the step returns a key.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use async_trait::async_trait;
 

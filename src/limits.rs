@@ -27,6 +27,12 @@ pub const SLEEP_MS_MAX: i64 = 365 * 24 * 3600 * 1000;
 /// a wedged instance is noticed the same day.
 pub const RUN_DURATION_MS_DEFAULT: i64 = 6 * 3600 * 1000;
 
+/// How long a person has to decide (a first-time contributor's "Approve
+/// and run", a deploy's confirmation, a release's approval) unless the
+/// repository says otherwise: three days, a long weekend, the bound of a
+/// human decision (ADR-0001 rule 3, docs/adr/0001-durable-execution-scope.md).
+pub const HUMAN_DECISION_WINDOW_MS_DEFAULT: i64 = 72 * 3600 * 1000;
+
 /// The longest run ceiling a run may set for itself (`Ctx::set_ceiling`): a
 /// week covers the longest bounded human decision Sluice waits for (a 72 h
 /// confirmation or approval, ADR-0001 rule 3) plus the work after it, and
@@ -122,6 +128,7 @@ const _: () = assert!(STEPS_LISTED_MAX <= STEPS_PER_RUN_MAX_DEFAULT);
 
 /// ADR-0004: a waiter queued this long behind a live holder fails
 /// (`queued_timeout`); a repository may set its own in `[deploy.queue]`.
+/// (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 pub const SERIAL_QUEUED_TIMEOUT_MS_DEFAULT: i64 = 60 * 60 * 1000;
 /// ADR-0004: a holder whose last heartbeat is this old is presumed dead and
 /// stops blocking its group; the next claim takes the group over.

@@ -13,7 +13,7 @@ use common::{block_on, T0};
 use serde_json::json;
 use sluice::engine::{Clock, Command, CreateRequest, Interrupt, Status};
 use sluice::runs::environment::Environments;
-use sluice::runs::triggers::DeployInput;
+use sluice::runs::inputs::DeployInput;
 
 /// The rig's production environment marked `production`, and a transient
 /// preview for `release/*`.

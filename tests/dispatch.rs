@@ -10,7 +10,7 @@ use common::{block_on, T0};
 use serde_json::json;
 use sluice::engine::Status;
 use sluice::http::dispatch::{self, sign, DispatchRequest, DISPATCH_WINDOW_MS};
-use sluice::runs::triggers::{CheckInput, DeployInput};
+use sluice::runs::inputs::{CheckInput, DeployInput};
 use sluice::secret::Secret;
 use sluice::store::dispatch as used;
 use sluice::store::sqlite::SqliteDb;
@@ -315,7 +315,7 @@ fn a_dispatch_plans_its_run_through_github_named_by_its_signature() {
     )
     .expect("planned");
     let input: CheckInput = serde_json::from_value(check.input.clone()).unwrap();
-    assert_eq!((input.sha.as_str(), input.pr_number), (b.as_str(), 0));
+    assert_eq!((input.sha.as_str(), input.pr_number), (b.as_str(), None));
     assert_eq!(check.entity.as_deref(), Some("branch:main"));
 
     // What GitHub does not know is a 4xx, not a run.

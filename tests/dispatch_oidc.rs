@@ -18,7 +18,7 @@ use sluice::http::oidc::{
     self, OidcConfig, OidcKeys, VerifiedToken, GITHUB_ACTIONS_ISSUER, OIDC_CLOCK_LEEWAY_S,
 };
 use sluice::runs::environment::{ActionsOrigin, DispatchRefusal, Environments};
-use sluice::runs::triggers::DeployInput;
+use sluice::runs::inputs::DeployInput;
 
 const KEYS_URL: &str = "https://token.actions.githubusercontent.com/.well-known/jwks";
 const NOW_S: i64 = T0 / 1000;

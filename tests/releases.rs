@@ -1028,7 +1028,7 @@ fn send_decision(i: &Inst, decision: Value) {
     let sent = i
         .world
         .engine()
-        .send_event(sluice::runs::release::RELEASE_EVENT, &decision)
+        .send_event(sluice::runs::approval::RELEASE_EVENT, &decision)
         .unwrap();
     assert!(sent);
 }

@@ -2624,19 +2624,17 @@ fn rerun_intake(
     delivery: &str,
     of: sluice::runs::triggers::RerunOf,
 ) -> sluice::http::webhook::Intake {
-    sluice::http::webhook::Intake::Act {
+    use sluice::http::webhook::{Delivery, Intake, Planned};
+    Intake::Act(Delivery {
         delivery: delivery.into(),
         event: "check_run".into(),
         action: Some("rerequested".into()),
         repo: Some(REPO.into()),
-        creates: Vec::new(),
-        sends: Vec::new(),
-        routes: Vec::new(),
-        reruns: vec![sluice::runs::triggers::Rerun {
+        planned: Planned::Rerun(vec![sluice::runs::triggers::Rerun {
             of,
             attempt: format!("rerun-{delivery}"),
-        }],
-    }
+        }]),
+    })
 }
 
 /// A Re-run repeats the run its check run reported, with that run's own
@@ -2720,7 +2718,8 @@ fn a_rerun_is_made_from_the_run_it_repeats_and_a_purged_run_reruns_nothing() {
 #[test]
 fn a_rerun_of_a_dispatched_rollback_after_a_newer_deploy_deploys_nothing() {
     use sluice::http::webhook::accept;
-    use sluice::runs::triggers::{DeployInput, RerunOf};
+    use sluice::runs::inputs::DeployInput;
+    use sluice::runs::triggers::RerunOf;
     let (a, b) = (sha('a'), sha('b'));
     let rig = deploy_rig(&[&a, &b], DEPLOY_TOML);
     rig.github.set_head(REPO, BRANCH, &b);

@@ -14,11 +14,11 @@ use common::{block_on, T0};
 use serde_json::json;
 use sluice::engine::{CreateRequest, InstanceId, Status};
 use sluice::runs::config::{self, ConfigState};
-use sluice::runs::schedule::{
-    due_slot, parse_cron, FireReport, Scheduler, SchedulesInput, SCHEDULE_LATE_MS_MAX,
-};
+use sluice::runs::edge::scheduler::{FireReport, Scheduler};
+use sluice::runs::inputs::CheckInput;
+use sluice::runs::inputs::SchedulesInput;
+use sluice::runs::schedule::{due_slot, parse_cron, SCHEDULE_LATE_MS_MAX};
 use sluice::runs::sweep::Instances;
-use sluice::runs::triggers::CheckInput;
 use sluice::store::schedules;
 
 const MINUTE_MS: i64 = 60_000;
@@ -198,7 +198,7 @@ fn a_slot_fires_once_however_often_the_sweep_ticks_and_late_within_the_bound() {
     .expect("slot");
     let create: CreateRequest = serde_json::from_str(&slot.create_json).unwrap();
     let input: CheckInput = serde_json::from_value(create.input.clone()).unwrap();
-    assert_eq!((input.sha.as_str(), input.pr_number), (a.as_str(), 0));
+    assert_eq!((input.sha.as_str(), input.pr_number), (a.as_str(), None));
     assert_eq!(create.id().as_str(), poked[0]);
 
     // The next slot, reached 9 minutes late, fires; one 11 minutes late does not.

@@ -124,26 +124,240 @@ fn modules_depend_only_on_lower_layers() {
 }
 
 /// Architecture invariant: SQL lives in `store` and `gates`, next to the
-/// function that binds it.
+/// function that binds it. Statements are found by their verbs in the code
+/// (comments may name them).
 #[test]
 fn sql_stays_in_store_and_gates() {
     let sql_markers = [
         "INSERT INTO",
         "DELETE FROM",
         "CREATE TABLE",
-        "SELECT seq",
-        "UPDATE serial_queue",
-        "UPDATE executions",
+        "SELECT ",
+        "UPDATE ",
     ];
     for module in ["engine", "runs", "http", "github", "sandbox", "worker_glue"] {
         for (path, text) in files_of(module) {
+            let code = code_of(&text);
             for m in sql_markers {
                 assert!(
-                    !text.contains(m),
+                    !code.contains(m),
                     "{} contains SQL ({m}); SQL belongs in src/store or src/gates",
                     path.display()
                 );
             }
+        }
+    }
+}
+
+/// The storeys of `src/runs/`, lowest first: a file may use its own
+/// storey and the ones below it, never one above.
+const RUN_STOREYS: [&str; 3] = ["kit", "run", "edge"];
+
+/// Why a file of storey `storey` (in `src/runs/<storey>/<rest>`) may not
+/// say what it says, or None. `crate::runs::<x>` must name a storey at or
+/// below its own (not a re-export, which hides the storey); a run uses no
+/// other run (`super::` in a run's top-level file is its own tests'
+/// `super::*` only).
+fn storey_violation(storey: &str, rest: &str, code: &str) -> Option<String> {
+    let rank = RUN_STOREYS.iter().position(|s| *s == storey)?;
+    for used in code.split("crate::runs::").skip(1) {
+        let name: String = used
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        match RUN_STOREYS.iter().position(|s| *s == name) {
+            Some(r) if r <= rank => {}
+            Some(_) => return Some(format!("uses crate::runs::{name}, a storey above {storey}")),
+            None => return Some(format!("uses crate::runs::{name}: name the storey")),
+        }
+    }
+    if code.contains("super::super::") {
+        return Some("reaches up with super::super::; name the storey".into());
+    }
+    let top_level_run = storey == "run" && !rest.contains('/');
+    if top_level_run && code.split("super::").skip(1).any(|u| !u.starts_with('*')) {
+        return Some("a run uses another run through super::".into());
+    }
+    None
+}
+
+/// Architecture invariant: `src/runs/` is built in storeys (kit, runs,
+/// edge), each importing only the ones below it, with no circle inside a
+/// storey (issue 22; ARCHITECTURE.md, "runs/ in storeys").
+#[test]
+fn runs_are_built_in_storeys() {
+    let runs = root().join("src/runs");
+    for (path, text) in files_of("runs") {
+        let rel = path
+            .strip_prefix(&runs)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let Some((storey, rest)) = rel.split_once('/') else {
+            assert_eq!(
+                rel, "mod.rs",
+                "src/runs/{rel}: every file lives in a storey"
+            );
+            continue;
+        };
+        if let Some(why) = storey_violation(storey, rest, &code_of(&text)) {
+            panic!("src/runs/{rel} {why}");
+        }
+    }
+    for storey in RUN_STOREYS {
+        let graph = storey_graph(storey);
+        if let Some(circle) = a_circle(&graph) {
+            panic!(
+                "src/runs/{storey}: an import circle: {}",
+                circle.join(" -> ")
+            );
+        }
+    }
+}
+
+/// The modules of one storey and, for each, the storey's modules it uses
+/// (`super::<m>` from a top-level file, or `crate::runs::<storey>::<m>`).
+fn storey_graph(storey: &str) -> Vec<(String, Vec<String>)> {
+    let dir = root().join("src/runs").join(storey);
+    let mut modules: Vec<(String, String)> = Vec::new();
+    for e in fs::read_dir(&dir).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "mod" {
+            continue;
+        }
+        let mut files = Vec::new();
+        if p.is_dir() {
+            rust_files(&p, &mut files);
+        } else {
+            files.push(p.clone());
+        }
+        let code: String = files
+            .iter()
+            .map(|f| code_of(&fs::read_to_string(f).unwrap()))
+            .collect();
+        modules.push((name, code));
+    }
+    let names: Vec<String> = modules.iter().map(|(n, _)| n.clone()).collect();
+    modules
+        .iter()
+        .map(|(name, code)| {
+            let uses = names
+                .iter()
+                .filter(|other| *other != name)
+                .filter(|other| {
+                    [
+                        format!("super::{other}::"),
+                        format!("super::{other};"),
+                        format!("super::{other},"),
+                        format!("crate::runs::{storey}::{other}"),
+                    ]
+                    .iter()
+                    .any(|pat| code.contains(pat.as_str()))
+                })
+                .cloned()
+                .collect();
+            (name.clone(), uses)
+        })
+        .collect()
+}
+
+/// A circle in `graph`, as the modules along it, or None.
+fn a_circle(graph: &[(String, Vec<String>)]) -> Option<Vec<String>> {
+    fn visit(
+        graph: &[(String, Vec<String>)],
+        node: &str,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut circle = path[at..].to_vec();
+            circle.push(node.to_owned());
+            return Some(circle);
+        }
+        if done.iter().any(|d| d == node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        let edges = graph
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, e)| e.clone());
+        for next in edges.unwrap_or_default() {
+            if let Some(c) = visit(graph, &next, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.push(node.to_owned());
+        None
+    }
+    let mut done = Vec::new();
+    graph
+        .iter()
+        .find_map(|(n, _)| visit(graph, n, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_storey_check_sees_an_import_across_storeys() {
+    assert_eq!(
+        storey_violation("edge", "triggers.rs", "use crate::runs::run::check;"),
+        None
+    );
+    assert!(storey_violation("kit", "gate.rs", "use crate::runs::run::deploy;").is_some());
+    assert!(storey_violation("kit", "gate.rs", "use crate::runs::edge::sweep;").is_some());
+    assert!(storey_violation("run", "check.rs", "use crate::runs::config;").is_some());
+    assert!(storey_violation("run", "check.rs", "use super::deploy::X;").is_some());
+    assert_eq!(
+        storey_violation("run", "check.rs", "mod tests { use super::*; }"),
+        None
+    );
+    assert_eq!(
+        storey_violation("run", "release/notes.rs", "use super::Decision;"),
+        None
+    );
+    let circle = |a: &str, b: &str| {
+        vec![
+            (a.to_owned(), vec![b.to_owned()]),
+            (b.to_owned(), vec![a.to_owned()]),
+        ]
+    };
+    assert!(a_circle(&circle("config", "schedule")).is_some());
+    let line = vec![
+        ("config".to_owned(), vec!["schedule".to_owned()]),
+        ("schedule".to_owned(), vec![]),
+    ];
+    assert_eq!(a_circle(&line), None);
+}
+
+/// Every `ADR-NNNN` the code cites is a record in `docs/adr/`, and each
+/// file that cites one names the record's file, so a reader can open it.
+#[test]
+fn adr_citations_name_records_that_exist() {
+    let adr_dir = root().join("docs/adr");
+    let records: Vec<String> = fs::read_dir(&adr_dir)
+        .expect("docs/adr")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut paths = Vec::new();
+    rust_files(&root().join("src"), &mut paths);
+    rust_files(&root().join("crates"), &mut paths);
+    for path in paths {
+        let text = fs::read_to_string(&path).unwrap();
+        for cited in text.split("ADR-").skip(1) {
+            let num: String = cited.chars().take_while(char::is_ascii_digit).collect();
+            if num.len() != 4 {
+                continue;
+            }
+            let record = records.iter().find(|r| r.starts_with(&format!("{num}-")));
+            let record = record.unwrap_or_else(|| {
+                panic!("{} cites ADR-{num}, which docs/adr/ lacks", path.display())
+            });
+            assert!(
+                text.contains(&format!("docs/adr/{record}")),
+                "{} cites ADR-{num} without naming docs/adr/{record}",
+                path.display()
+            );
         }
     }
 }

@@ -6,8 +6,8 @@ use serde_json::json;
 use sluice::github::webhook::sign;
 use sluice::http::body::{BodyLimit, BODY_PART_BYTES};
 use sluice::http::webhook::{
-    check_declared_length, intake, plan_verified, preflight, read_signed, Intake, IntakeConfig,
-    WebhookHeaders,
+    check_declared_length, intake, plan_verified, preflight, read_signed, Delivery, Intake,
+    IntakeConfig, Planned, WebhookHeaders,
 };
 use sluice::http::ApiError;
 use sluice::limits::WEBHOOK_BODY_BYTES_MAX;
@@ -95,9 +95,11 @@ fn status(r: &Req) -> Result<Intake, (u16, &'static str)> {
 #[test]
 fn a_signed_pull_request_plans_one_check() {
     let r = Req::signed("pull_request", pr_body("opened", false, "User"));
-    let Ok(Intake::Act {
-        creates, delivery, ..
-    }) = status(&r)
+    let Ok(Intake::Act(Delivery {
+        planned: Planned::Create(creates),
+        delivery,
+        ..
+    })) = status(&r)
     else {
         panic!("{:?}", status(&r))
     };
@@ -106,7 +108,7 @@ fn a_signed_pull_request_plans_one_check() {
     // Content-Type parameters are allowed.
     let mut r = r;
     r.content_type = Some("application/json; charset=utf-8");
-    assert!(matches!(status(&r), Ok(Intake::Act { .. })));
+    assert!(matches!(status(&r), Ok(Intake::Act(_))));
 }
 
 #[test]
@@ -257,7 +259,10 @@ fn valid_events_sluice_does_not_act_on_are_ignored() {
 fn another_apps_bot_is_treated_like_a_user() {
     let r = Req::signed("pull_request", pr_body("opened", false, "Bot"));
     match status(&r) {
-        Ok(Intake::Act { creates, .. }) => {
+        Ok(Intake::Act(Delivery {
+            planned: Planned::Create(creates),
+            ..
+        })) => {
             assert_eq!(creates.len(), 1, "Dependabot's PR gets its check")
         }
         other => panic!("{other:?}"),
@@ -285,7 +290,7 @@ fn a_signed_event_older_than_the_retention_is_refused() {
     assert_eq!(status(&old).unwrap_err(), (422, "stale_delivery"));
     let fresh = Req::signed("push", push_body(NOT_BEFORE_MS / 1000 + 60));
     assert!(
-        matches!(status(&fresh), Ok(Intake::Act { .. })),
+        matches!(status(&fresh), Ok(Intake::Act(_))),
         "{:?}",
         status(&fresh)
     );
@@ -429,7 +434,7 @@ fn a_webhook_without_its_headers_is_refused_before_its_body_is_read() {
     let pulled = std::cell::Cell::new(0);
     let halves = vec![body[..50].to_vec(), body[50..].to_vec()];
     let planned = serve(&good, counted(&pulled, halves), &config(SECRET));
-    assert!(matches!(planned, Ok(Intake::Act { .. })), "{planned:?}");
+    assert!(matches!(planned, Ok(Intake::Act(_))), "{planned:?}");
     assert_eq!(pulled.get(), 2);
 }
 
@@ -472,7 +477,7 @@ fn a_body_streams_into_its_signature_within_the_cap_without_doubling() {
         );
         assert!(got.parts() > 1, "kept in parts, never gathered into one");
         let planned = plan_verified(&pre, &got, &cfg);
-        assert!(matches!(planned, Ok(Intake::Act { .. })), "{planned:?}");
+        assert!(matches!(planned, Ok(Intake::Act(_))), "{planned:?}");
     }
 
     let pulled = std::cell::Cell::new(0usize);
@@ -512,11 +517,7 @@ fn the_previous_webhook_secret_is_accepted_while_rotating() {
         "unknown without rotation"
     );
     r.previous = Some("old-secret");
-    assert!(
-        matches!(status(&r), Ok(Intake::Act { .. })),
-        "{:?}",
-        status(&r)
-    );
+    assert!(matches!(status(&r), Ok(Intake::Act(_))), "{:?}", status(&r));
     r.signature = Some(sign(b"some-other", &body));
     assert_eq!(status(&r).unwrap_err(), (401, "bad_signature"));
 }

@@ -9,7 +9,7 @@
 // full (every URL field GitHub sends), the others carry the documented fields without the
 // repetitive *_url ones, to keep the corpus small and the fuzzer fast. The `.sluice.toml`
 // seeds are README.md's example (read from README.md when this runs) and the configurations the
-// unit tests of src/runs/config.rs use. Routes are the ones src/http/routes.rs serves.
+// unit tests of src/runs/kit/config.rs use. Routes are the ones src/http/routes.rs serves.
 //
 // Inputs that once made a target fail belong in REGRESSIONS below (base64), so regenerating
 // the corpus keeps them.

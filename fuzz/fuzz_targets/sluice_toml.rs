@@ -25,7 +25,7 @@ use sluice::runs::config::{
     command_timeout_ms, parse, parse_duration_ms, ConfigState,
 };
 use sluice::runs::deploy::{group_key, policy_of};
-use sluice::runs::triggers::DeployInput;
+use sluice::runs::inputs::DeployInput;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -19,8 +19,9 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use sluice::github::webhook::{parse, Event, ParseError};
-use sluice::runs::release::{Decision, ReleaseInput};
-use sluice::runs::triggers::{plan, CheckInput, DeployInput, Plan, RouteKey, Rerun, RerunOf};
+use sluice::runs::inputs::{Decision, ReleaseInput};
+use sluice::runs::inputs::{CheckInput, DeployInput};
+use sluice::runs::triggers::{plan, Plan, RouteKey, Rerun, RerunOf};
 use sluice_fuzz::{check_planned_create, is_lower_sha, line, plan_context, APP_ID, APP_SLUG};
 
 /// Pull request actions that mean new code to check (`runs::triggers`).
@@ -88,8 +89,8 @@ fuzz_target!(|data: &[u8]| {
             // button or re-run of its check run; routed, never created.
             assert_eq!(routes.len(), 1);
             let r = &routes[0];
-            assert_eq!(r.event_type, sluice::runs::release::RELEASE_EVENT);
-            let decision: sluice::runs::release::Decision =
+            assert_eq!(r.event_type, sluice::runs::approval::RELEASE_EVENT);
+            let decision: sluice::runs::inputs::Decision =
                 serde_json::from_value(r.payload.clone()).expect("a decision decodes");
             match (&ev, r.by, decision) {
                 (Event::PullRequest(pr), RouteKey::Pull(n), Decision::PullClosed { number, .. }) => {
@@ -140,7 +141,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(input.sha, sha);
             assert_eq!(input.repo, pr.repository.full_name);
             assert_eq!(input.installation_id, pr.installation.id);
-            assert_eq!(input.pr_number, pr.number);
+            assert_eq!(input.pr_number.map(|n| n.get()), Some(pr.number));
         }
         Event::Push(push) if push.git_ref.starts_with("refs/tags/") => {
             assert!(!push.deleted);

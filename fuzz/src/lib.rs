@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 use sluice::engine::{CreateRequest, InstanceId};
-use sluice::runs::triggers::{CheckInput, DeployInput};
+use sluice::runs::inputs::{CheckInput, DeployInput};
 
 /// The webhook secret a `webhook_intake` input uses unless it names its own
 /// (`X-Fuzz-Secret:`). Only ever a fuzzing value: no deployment has it.
@@ -168,14 +168,15 @@ pub fn check_planned_create(c: &CreateRequest) {
             // A pull request's check names it (two pull requests at one
             // commit are two checks); a re-run is a new attempt: the key
             // gains `:rerun-<attempt>`.
-            let key = format!("check:{}:{sha_key}:pr{}", input.repo, input.pr_number);
+            let pr = input.pr_number.expect("a webhook's check names its pull request");
+            let key = format!("check:{}:{sha_key}:pr{pr}", input.repo);
             assert!(
                 c.key == key || c.key.starts_with(&format!("{key}:rerun-")),
                 "{} / {key}",
                 c.key
             );
             assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
-            assert_eq!(c.entity, Some(format!("pr:{}", input.pr_number)));
+            assert_eq!(c.entity, Some(format!("pr:{pr}")));
         }
         "deploy" => {
             let input: DeployInput =
@@ -188,7 +189,7 @@ pub fn check_planned_create(c: &CreateRequest) {
             assert_eq!(c.entity, Some(format!("branch:{}", input.branch)));
         }
         "schedules" => {
-            let input: sluice::runs::schedule::SchedulesInput =
+            let input: sluice::runs::inputs::SchedulesInput =
                 serde_json::from_value(c.input.clone()).expect("schedules input decodes");
             assert_eq!(input.sha, sha);
             assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
@@ -196,7 +197,7 @@ pub fn check_planned_create(c: &CreateRequest) {
             assert!(c.key.starts_with(&format!("schedules:{}:{sha_key}:", input.repo)), "{}", c.key);
         }
         "release-notes" => {
-            let input: sluice::runs::release::ReleaseInput =
+            let input: sluice::runs::inputs::ReleaseInput =
                 serde_json::from_value(c.input.clone()).expect("release input decodes");
             assert_eq!(input.sha, sha);
             assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));

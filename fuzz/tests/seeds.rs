@@ -43,7 +43,7 @@ fn intake_outcome(name: &str) -> String {
     };
     // 0: the seeds' timestamps are all accepted; staleness is the target's.
     match intake(&h, &input.body, &sluice_fuzz::intake_config(input.secret.as_deref(), 0)) {
-        Ok(Intake::Act { .. }) => "act".into(),
+        Ok(Intake::Act(_)) => "act".into(),
         Ok(Intake::Ignored { .. }) => "ignore".into(),
         Err(e) => e.status.to_string(),
     }

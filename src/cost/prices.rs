@@ -24,6 +24,7 @@
 //! costs once a month's included usage is spent, which is what scales.
 //! CPU time is not counted on either side (an isolate cannot measure its
 //! own CPU), so neither model charges it.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use serde::Serialize;
 

@@ -175,6 +175,7 @@ impl<'a> Ctx<'a> {
     /// earlier generation ran it. A step that acts on the world must look
     /// for its earlier effect first exactly then; otherwise it may act at
     /// once (ADR-0001 rule 2 without the extra round trip).
+    /// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
     pub fn may_have_run(&self, attempt: u32) -> bool {
         attempt > 1 || self.generation > 0 || self.unclean_history.get()
     }

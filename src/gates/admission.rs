@@ -6,6 +6,7 @@
 //! its group (ADR-0004), so a serial waiter holds no slot.
 //!
 //! Architecture invariant: no I/O but `Database`, no clock, no `worker`.
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use serde::{Deserialize, Serialize};
 

@@ -16,6 +16,7 @@
 //! process that may still run.
 //!
 //! Architecture invariant: no I/O but `Database`, no clock, no `worker`.
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use serde::{Deserialize, Serialize};
 

@@ -8,6 +8,7 @@
 //! `store::Database`, never read a clock (`now_ms` is an argument) and know
 //! no `worker` types; the engine calls them inside durable steps, so every
 //! operation is safe to replay.
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 pub mod admission;
 pub mod fence;

@@ -15,6 +15,7 @@
 //! Architecture invariant: no I/O but `Database`, no clock (`now_ms` is an
 //! argument), no `worker` types. Policy decisions are in `gates::policy`;
 //! the SQL here binds them and `tests/gates.rs` checks the two agree.
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use serde::{Deserialize, Serialize};
 

@@ -13,6 +13,7 @@
 //! from the branch is updated rather than doubled, a comment carrying its
 //! marker is not posted twice, and a release is found by its tag before one
 //! is created.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;

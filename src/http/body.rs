@@ -30,6 +30,7 @@ impl BodyLimit {
     };
     /// An event's payload is journaled as its wait's result, so it is
     /// capped as a step result is (ADR-0001).
+    /// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
     pub const EVENT: BodyLimit = BodyLimit {
         what: "event payloads",
         bytes: STEP_RESULT_BYTES_MAX,

@@ -41,11 +41,14 @@ use sha2::Sha256;
 
 use crate::engine::CreateRequest;
 use crate::github::{GitHub, GitHubError};
-use crate::runs::check::NO_PULL_REQUEST;
 use crate::runs::config::{self, ConfigState, CONFIG_PATH};
+use crate::runs::deploy::DeployRun;
 use crate::runs::environment::Environments;
-use crate::runs::triggers::{check_create, deploy_create, DeployInput, Dispatched, RunTarget};
-use crate::runs::RunName;
+use crate::runs::inputs::{DeployInput, Dispatched};
+use crate::runs::key::{InstanceKey, Subject};
+use crate::runs::registry;
+use crate::runs::triggers::{check_request, deploy_request, RunTarget};
+use crate::runs::Run;
 use crate::secret::Secret;
 
 use super::oidc::VerifiedToken;
@@ -188,15 +191,20 @@ pub fn parse(body: &[u8]) -> Result<DispatchRequest, ApiError> {
             ApiError::bad_request("bad_json", e.to_string())
         }
     })?;
-    match RunName::parse(&req.run) {
-        Some(RunName::Check | RunName::Deploy) => {}
-        _ => {
-            return Err(ApiError::new(
-                422,
-                "unknown_run",
-                format!("run {:?} cannot be dispatched (check, deploy)", req.run),
-            ))
-        }
+    if registry::dispatchable(&req.run).is_none() {
+        let may: Vec<&str> = registry::names()
+            .filter(|n| registry::dispatchable(n.as_str()).is_some())
+            .map(|n| n.as_str())
+            .collect();
+        return Err(ApiError::new(
+            422,
+            "unknown_run",
+            format!(
+                "run {:?} cannot be dispatched ({})",
+                req.run,
+                may.join(", ")
+            ),
+        ));
     }
     check_repo(&req.repo)?;
     if let Some(b) = &req.branch {
@@ -309,12 +317,13 @@ pub struct Proof<'a> {
 impl Proof<'_> {
     /// What names the instance: the token when there is one (one token,
     /// one run of a kind), else the signature.
-    fn instance_suffix(&self) -> String {
+    /// (The key's `dispatch-` prefix is `kit::key`'s.)
+    fn instance_proof(&self) -> String {
         match self.token {
-            Some(t) => format!("dispatch-oidc-{}", t.id),
+            Some(t) => format!("oidc-{}", t.id),
             None => {
                 let sig = self.signature_hex;
-                format!("dispatch-{}", &sig[..sig.len().min(16)])
+                sig[..sig.len().min(16)].to_owned()
             }
         }
     }
@@ -347,7 +356,7 @@ pub async fn plan(
         .branch
         .clone()
         .unwrap_or_else(|| found.default_branch.clone());
-    let is_deploy = req.run == RunName::Deploy.as_str();
+    let is_deploy = DeployRun::NAME == req.run.as_str();
     let dispatched = Dispatched {
         origin: proof.token.map(|t| t.origin.clone()),
     };
@@ -369,15 +378,18 @@ pub async fn plan(
         sender: "dispatch",
     };
     let planned = if is_deploy {
-        deploy_create(&at, &branch, None, None)
+        deploy_request(&at, &branch, None, None)
     } else {
-        check_create(&at, NO_PULL_REQUEST, false, None).map(|mut c| {
+        check_request(&at, None, false, None).map(|mut c| {
             c.entity = Some(format!("branch:{branch}"));
             c
         })
     };
     let mut create = planned.ok_or_else(|| wrong_input(format!("{sha} is not a commit id")))?;
-    create.key = format!("{}:{repo}:{}", create.run, proof.instance_suffix());
+    let subject = Subject::Dispatch {
+        proof: proof.instance_proof(),
+    };
+    create.key = InstanceKey::new(&create.run, repo, subject).to_string();
     with_dispatch_input(&mut create, req, dispatched)?;
     Ok(create)
 }
@@ -492,7 +504,7 @@ fn with_dispatch_input(
             input.insert("inputs".into(), inputs);
         }
     }
-    if create.run == RunName::Deploy.as_str() {
+    if DeployRun::NAME == create.run.as_str() {
         let mut deploy: DeployInput = serde_json::from_value(create.input.clone())
             .map_err(|e| ApiError::internal(e.to_string()))?;
         deploy.imperative = req.sha.is_some();

@@ -2,9 +2,10 @@
 //! pure function over the request's parts. The Worker glue only reads the
 //! request and carries the plan out.
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::engine::{CreateRequest, Created};
+use crate::engine::{CreateRequest, Created, InstanceId};
 use crate::github::webhook::{self, BodyMac, Event, ParseError, Signature, SignatureError};
 use crate::obs::{self, Kind, Subject};
 use crate::runs::triggers::{
@@ -31,19 +32,74 @@ pub struct WebhookHeaders<'a> {
 pub enum Intake {
     /// Valid, signed, and not something Sluice acts on: 200, nothing written.
     Ignored { event: String, reason: String },
-    Act {
-        delivery: String,
-        event: String,
-        action: Option<String>,
-        repo: Option<String>,
-        creates: Vec<CreateRequest>,
-        /// Events for existing instances (a pressed check-run button).
-        sends: Vec<EventSend>,
-        /// Events for the instance an index names (a release's decision).
-        routes: Vec<RoutedEvent>,
-        /// Fresh attempts of existing runs, resolved in `accept`.
-        reruns: Vec<Rerun>,
+    /// A delivery Sluice acts on, as planning decided.
+    Act(Delivery),
+}
+
+/// A delivery Sluice acts on: what GitHub sent, and what it asks for. It
+/// travels as this one value from planning (`plan_verified`) to the
+/// delivery's record, its answer and its log line (`accept`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    pub delivery: String,
+    pub event: String,
+    pub action: Option<String>,
+    pub repo: Option<String>,
+    pub planned: Planned,
+}
+
+/// What a delivery asks for: one kind of action (`triggers::Plan` less
+/// the deliveries it ignores).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Planned {
+    /// New instances.
+    Create(Vec<CreateRequest>),
+    /// Events for existing instances (a pressed check-run button).
+    Send(Vec<EventSend>),
+    /// Events for the instance an index names (a release's decision).
+    Route(Vec<RoutedEvent>),
+    /// Fresh attempts of existing runs, resolved in `accept`.
+    Rerun(Vec<Rerun>),
+}
+
+impl Planned {
+    /// The new instances it asks for, if it asks for instances.
+    pub fn creates(&self) -> &[CreateRequest] {
+        match self {
+            Planned::Create(c) => c,
+            _ => &[],
+        }
+    }
+}
+
+/// One instance a delivery named, as its answer, its record and its log
+/// line name it: serialized once into each.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+enum Named {
+    /// An instance it asked for: `created` when its row is new.
+    Instance {
+        id: InstanceId,
+        run: String,
+        created: bool,
     },
+    /// An instance it sent an event.
+    Sent {
+        id: String,
+        event: String,
+        delivered: bool,
+    },
+}
+
+impl Named {
+    /// As the delivery's record keeps it, for a redelivery's answer: a
+    /// redelivery created nothing, and an event's instance has no run.
+    fn recorded(&self) -> Value {
+        match self {
+            Named::Instance { id, run, .. } => json!({ "id": id, "run": run, "created": false }),
+            Named::Sent { id, .. } => json!({ "id": id, "run": Value::Null, "created": false }),
+        }
+    }
 }
 
 /// Delivery ids are GUIDs; anything this long is not one.
@@ -230,26 +286,25 @@ pub fn plan_verified(
         app_id: cfg.app_id,
         app_slug: cfg.app_slug,
     };
-    let act = |creates, sends, routes, reruns| Intake::Act {
+    let planned = match triggers::plan(&parsed, &context) {
+        Plan::Ignore(reason) => {
+            return Ok(Intake::Ignored {
+                event: event.to_owned(),
+                reason,
+            })
+        }
+        Plan::Create(creates) => Planned::Create(creates),
+        Plan::Send(sends) => Planned::Send(sends),
+        Plan::Route(routes) => Planned::Route(routes),
+        Plan::Rerun(reruns) => Planned::Rerun(reruns),
+    };
+    Ok(Intake::Act(Delivery {
         delivery: delivery.to_owned(),
         event: event.to_owned(),
-        action: action.clone(),
-        repo: repo.clone(),
-        creates,
-        sends,
-        routes,
-        reruns,
-    };
-    Ok(match triggers::plan(&parsed, &context) {
-        Plan::Ignore(reason) => Intake::Ignored {
-            event: event.to_owned(),
-            reason,
-        },
-        Plan::Create(creates) => act(creates, Vec::new(), Vec::new(), Vec::new()),
-        Plan::Send(sends) => act(Vec::new(), sends, Vec::new(), Vec::new()),
-        Plan::Route(routes) => act(Vec::new(), Vec::new(), routes, Vec::new()),
-        Plan::Rerun(reruns) => act(Vec::new(), Vec::new(), Vec::new(), reruns),
-    })
+        action,
+        repo,
+        planned,
+    }))
 }
 
 /// The most runs one commit's "Re-run all" repeats: a check per pull
@@ -371,25 +426,7 @@ pub async fn accept(
                 create_after: Vec::new(),
             });
         }
-        Intake::Act {
-            delivery,
-            event,
-            action,
-            repo,
-            creates,
-            sends,
-            routes,
-            reruns,
-        } => Act {
-            delivery,
-            event,
-            action,
-            repo,
-            creates,
-            sends,
-            routes,
-            reruns,
-        },
+        Intake::Act(act) => act,
     };
     let received = obs::event(Kind::DeliveryReceived)
         .request(request_id)
@@ -400,25 +437,7 @@ pub async fn accept(
     let delivery = act.delivery.clone();
     match carry_out(db, creator, act, now_ms).await {
         Ok(Outcome::Duplicate(prev)) => Ok(duplicate(received, &delivery, prev)),
-        Ok(Outcome::Recorded(accepted, sends)) => {
-            // One line a delivery, naming the instances it created (a
-            // burst's logging is a cost of its own: each line crosses to
-            // the log sink).
-            let created: Vec<&str> = accepted.body["instances"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|i| i["created"] == true)
-                .filter_map(|i| i["id"].as_str())
-                .collect();
-            received
-                .field("duplicate", false)
-                .field("creates", accepted.create_after.len())
-                .field("created_ids", json!(created))
-                .field("sends", sends)
-                .emit();
-            Ok(accepted)
-        }
+        Ok(Outcome::Recorded(recorded)) => Ok(answer(received, recorded)),
         Err(e) => {
             // The line is written for a delivery that failed too (GitHub
             // shows it failed; the operator finds why by its id).
@@ -428,78 +447,132 @@ pub async fn accept(
     }
 }
 
-/// A delivery Sluice acts on, as intake planned it.
-struct Act {
-    delivery: String,
-    event: String,
-    action: Option<String>,
-    repo: Option<String>,
-    creates: Vec<CreateRequest>,
-    sends: Vec<EventSend>,
-    routes: Vec<RoutedEvent>,
-    reruns: Vec<Rerun>,
+/// A delivery recorded now: its log line (one a delivery, naming the
+/// instances it created: a burst's logging is a cost of its own, each line
+/// crossing to the log sink) and its answer, from the same named list.
+fn answer(received: obs::Event, r: Recorded) -> Accepted {
+    let created: Vec<&str> = r
+        .named
+        .iter()
+        .filter_map(|n| match n {
+            Named::Instance {
+                id, created: true, ..
+            } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    received
+        .field("duplicate", false)
+        .field("creates", r.creates.len())
+        .field("created_ids", json!(created))
+        .field("sends", r.sends)
+        .emit();
+    let body = json!({ "delivery": r.delivery, "duplicate": false, "instances": r.named });
+    Accepted {
+        status: 202,
+        body,
+        create_after: r.creates,
+    }
 }
 
 enum Outcome {
     /// Acted on already: what its first arrival recorded.
     Duplicate(Option<DeliveryRow>),
-    /// Recorded now: the answer, and how many events were sent.
-    Recorded(Accepted, usize),
+    Recorded(Recorded),
+}
+
+/// A delivery recorded now.
+struct Recorded {
+    delivery: String,
+    /// Every instance it named: those it asked for, then those it sent.
+    named: Vec<Named>,
+    /// Instances whose objects are created after the answer.
+    creates: Vec<CreateRequest>,
+    /// Events sent.
+    sends: usize,
+}
+
+/// What a delivery does, once routes and re-runs are resolved against the
+/// index: instances to create and events to send.
+struct Resolved {
+    creates: Vec<CreateRequest>,
+    sends: Vec<EventSend>,
+}
+
+async fn resolve(db: &dyn Database, planned: Planned, now_ms: i64) -> Result<Resolved, ApiError> {
+    // A decision's instance is looked up in the index, never scanned for;
+    // one nobody waits on (decided already, not Sluice's) is dropped.
+    let (creates, sends) = match planned {
+        Planned::Create(c) => (c, Vec::new()),
+        Planned::Send(s) => (Vec::new(), s),
+        Planned::Route(routes) => (Vec::new(), routed(db, &routes, now_ms).await?),
+        Planned::Rerun(reruns) => (resolve_reruns(db, &reruns).await?, Vec::new()),
+    };
+    Ok(Resolved { creates, sends })
 }
 
 /// Sends the delivery's events and records it with its instances' rows.
 async fn carry_out(
     db: &dyn Database,
     creator: &dyn InstanceCreator,
-    act: Act,
+    act: Delivery,
     now_ms: i64,
 ) -> Result<Outcome, ApiError> {
-    let Act {
-        delivery,
-        event,
-        action,
-        repo,
-        mut creates,
-        mut sends,
-        routes,
-        reruns,
-    } = act;
     // A delivery that only creates needs no lookup first: its record batch
     // inserts nothing when the delivery is known (one D1 round trip on the
     // ack path). One that sends events looks first, so a redelivery never
     // sends them again.
-    let creates_only = sends.is_empty() && routes.is_empty() && reruns.is_empty();
-    if !creates_only {
-        if let Some(prev) = executions::delivery(db, &delivery).await? {
+    if !matches!(act.planned, Planned::Create(_)) {
+        if let Some(prev) = executions::delivery(db, &act.delivery).await? {
             return Ok(Outcome::Duplicate(Some(prev)));
         }
     }
-    // A decision's instance is looked up in the index, never scanned for;
-    // one nobody waits on (decided already, not Sluice's) is dropped.
-    sends.extend(routed(db, &routes, now_ms).await?);
-    creates.extend(resolve_reruns(db, &reruns).await?);
+    let Resolved { creates, sends } = resolve(db, act.planned, now_ms).await?;
     // Events first: the delivery is recorded only once they were sent, so
     // a redelivery after a failure sends them again.
     let mut sent = Vec::with_capacity(sends.len());
     for e in &sends {
         let delivered = creator.send(e).await?;
-        sent.push(json!({ "id": e.instance_id, "event": e.event_type, "delivered": delivered }));
+        sent.push(Named::Sent {
+            id: e.instance_id.clone(),
+            event: e.event_type.clone(),
+            delivered,
+        });
     }
-    let row = delivery_row(&delivery, &event, &action, &repo, &creates, &sent, now_ms);
-    let Some(mut instances) = record(db, &creates, &row, now_ms).await? else {
+    let mut named: Vec<Named> = creates
+        .iter()
+        .map(|c| Named::Instance {
+            id: c.id(),
+            run: c.run.clone(),
+            created: false,
+        })
+        .chain(sent)
+        .collect();
+    let row = delivery_row(
+        &act.delivery,
+        &act.event,
+        &act.action,
+        &act.repo,
+        &named,
+        now_ms,
+    );
+    let Some(created) = record(db, &creates, &row, now_ms).await? else {
         // Recorded meanwhile (a redelivery racing this one): it created.
         return Ok(Outcome::Duplicate(
-            executions::delivery(db, &delivery).await?,
+            executions::delivery(db, &act.delivery).await?,
         ));
     };
-    instances.extend(sent);
-    let body = json!({ "delivery": delivery, "duplicate": false, "instances": instances });
-    let accepted = Accepted {
-        status: 202,
-        body,
-        create_after: creates,
-    };
-    Ok(Outcome::Recorded(accepted, sends.len()))
+    for (n, new) in named.iter_mut().zip(created) {
+        if let Named::Instance { created, .. } = n {
+            *created = new;
+        }
+    }
+    Ok(Outcome::Recorded(Recorded {
+        delivery: act.delivery,
+        named,
+        creates,
+        sends: sends.len(),
+    }))
 }
 
 /// The answer to a delivery acted on already: the instances its first
@@ -523,18 +596,10 @@ fn delivery_row(
     event: &str,
     action: &Option<String>,
     repo: &Option<String>,
-    creates: &[CreateRequest],
-    sent: &[Value],
+    named: &[Named],
     now_ms: i64,
 ) -> DeliveryRow {
-    let recorded: Vec<Value> = creates
-        .iter()
-        .map(|c| json!({ "id": c.id().as_str(), "run": c.run, "created": false }))
-        .chain(
-            sent.iter()
-                .map(|i| json!({ "id": i["id"], "run": Value::Null, "created": false })),
-        )
-        .collect();
+    let recorded: Vec<Value> = named.iter().map(Named::recorded).collect();
     DeliveryRow {
         delivery_id: delivery.to_owned(),
         event: event.to_owned(),
@@ -546,14 +611,14 @@ fn delivery_row(
 }
 
 /// Writes the instances' rows and the delivery's record in one batch;
-/// returns the instances as the answer names them (created: the row is
-/// new), or None when the delivery was recorded already (nothing written).
+/// returns whether each instance's row is new, or None when the delivery
+/// was recorded already (nothing written).
 async fn record(
     db: &dyn Database,
     creates: &[CreateRequest],
     row: &DeliveryRow,
     now_ms: i64,
-) -> Result<Option<Vec<Value>>, ApiError> {
+) -> Result<Option<Vec<bool>>, ApiError> {
     let ids: Vec<_> = creates.iter().map(CreateRequest::id).collect();
     let inputs: Vec<String> = creates.iter().map(|c| c.input.to_string()).collect();
     let mut stmts: Vec<_> = creates
@@ -577,12 +642,11 @@ async fn record(
     if changes.last() != Some(&1) {
         return Ok(None);
     }
-    let mut instances = Vec::with_capacity(creates.len());
-    for (i, c) in creates.iter().enumerate() {
-        let created = changes.get(i) == Some(&1);
-        instances.push(json!({ "id": ids[i].as_str(), "run": c.run, "created": created }));
-    }
-    Ok(Some(instances))
+    Ok(Some(
+        (0..creates.len())
+            .map(|i| changes.get(i) == Some(&1))
+            .collect(),
+    ))
 }
 
 /// The sends that routed events resolve to: the instance each waits on.

@@ -29,6 +29,7 @@ use crate::secret::Secret;
 
 /// ADR-0001: the peer's containers slept after 10 idle minutes
 /// (`sleepAfter = "10m"`); the same window here, `CONTAINER_SLEEP_AFTER`.
+/// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 pub const SLEEP_AFTER_MS_DEFAULT: i64 = 10 * 60_000;
 /// Shorter would reap a container between the long-polls of one command
 /// step; a minute is three polls.

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod metered;
 pub mod releases;
 pub mod schedules;
+pub mod schema;
 pub mod sql;
 
 #[cfg(not(target_arch = "wasm32"))]

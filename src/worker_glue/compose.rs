@@ -29,7 +29,7 @@ pub struct EnvSecrets {
 impl SecretSource for EnvSecrets {
     fn secret(&self, name: &str) -> Option<Secret> {
         // Config validation refuses these already; never hand them out.
-        if !crate::runs::config::deploy_may_read(name) {
+        if !crate::runs::environment::deploy_may_read(name) {
             return None;
         }
         bindings::secret(&self.env, name)
@@ -218,6 +218,7 @@ impl RegistryOwner<'_> {
     fn registry(&self) -> Registry<'_> {
         let p = self.parts;
         Registry {
+            runs: &crate::runs::registry::RUNS,
             env: RunEnv {
                 clock: self.clock,
                 http: &p.transport,

@@ -624,7 +624,7 @@ async fn create_executions(req: &mut Request, env: &Env, request_id: &str) -> An
     let decode = |v: Value| {
         let c = serde_json::from_value::<CreateRequest>(v)
             .map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))?;
-        crate::runs::registry::check_create(&c.run, &c.input)
+        crate::runs::registry::validate_create(&c.run, &c.input)
             .map_err(|m| ApiError::new(422, "wrong_input", m))?;
         Ok::<_, ApiError>(c)
     };

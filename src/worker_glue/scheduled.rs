@@ -5,7 +5,7 @@ use serde_json::Value;
 use worker::Env;
 
 use crate::engine::{Clock, CreateRequest, InstanceId, RunRegistry, Status};
-use crate::runs::schedule::{FireReport, Scheduler};
+use crate::runs::edge::scheduler::{FireReport, Scheduler};
 use crate::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
 
 use super::bindings;

@@ -11,8 +11,6 @@ use crate::http::setup::{report as judged, Findings};
 use crate::net::{HttpRequest, Transport};
 use crate::runs::environment::Environments;
 use crate::secret::Secret;
-use crate::stmt;
-use crate::store::Database;
 
 use super::bindings::{self, text};
 use super::compose::run_env_parts;
@@ -80,14 +78,9 @@ async fn dispatch_oidc(env: &Env) -> Result<String, String> {
 }
 
 async fn tables(db: &D1) -> Result<Vec<String>, String> {
-    let rows = db
-        .all(stmt!("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    crate::store::schema::tables(db)
         .await
-        .map_err(|e| format!("D1 did not answer: {e}"))?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| r.get("name").and_then(Value::as_str).map(str::to_owned))
-        .collect())
+        .map_err(|e| format!("D1 did not answer: {e}"))
 }
 
 async fn r2(env: &Env) -> Result<(), String> {

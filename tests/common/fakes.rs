@@ -33,8 +33,8 @@ use sluice::journal::{Entry, InstanceRecord};
 use sluice::net::{HttpRequest, HttpResponse, Transport};
 use sluice::runs::command::CommandResult;
 use sluice::runs::environment::Environments;
+use sluice::runs::inputs::{CheckInput, DeployInput, PullNumber};
 use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
-use sluice::runs::triggers::{CheckInput, DeployInput};
 use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Terminator, Waker};
 use sluice::sandbox::{
     Checkout, ProcessSpec, ProcessState, ProcessStatus, Sandbox, SandboxError, WorkspaceState,
@@ -1965,6 +1965,7 @@ impl Rig {
     /// as its Durable Object's pass does.
     pub fn registry_for<'r>(&'r self, meter: Option<&'r sluice::cost::Meter>) -> Registry<'r> {
         Registry {
+            runs: &sluice::runs::registry::RUNS,
             meter,
             env: RunEnv {
                 clock: &self.clock,
@@ -2027,7 +2028,7 @@ impl Rig {
             repo: repo.into(),
             sha: sha.into(),
             installation_id: INSTALLATION,
-            pr_number: PR_NUMBER,
+            pr_number: PullNumber::new(PR_NUMBER),
             needs_approval: false,
             sender: "ana".into(),
             inputs: Default::default(),

@@ -1,6 +1,7 @@
 //! Detached processes keyed by a caller-chosen id (ADR-0001 rule 2, "runDetached then
 //! waitForExit"): a durable step that died mid-attempt re-posts the same id and observes the
 //! process it already started instead of starting a second one.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,7 @@
 //! Serial groups (ADR-0004): the overview (who holds each group, how many
 //! wait) and one group (its holder, each waiter and why it waits, recent
 //! skips and takeovers).
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use crate::gates::serial::{
     ExplainedEnd, ExplainedWaiter, GroupSummary, GroupView, RowState, WaitReason,

@@ -10,6 +10,7 @@
 //! confirmation], then with the group, a slot and the sandbox held
 //! (`gate::with_gates`): re-read the head, mark the deployment in progress,
 //! run the command; then conclude the deployment and report.
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -20,28 +21,26 @@ use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, Status, StepConfi
 use crate::gates::policy::{QueuePolicy, SkipReason};
 use crate::limits::RUN_DURATION_MS_DEFAULT;
 
-use super::check::verdict_of;
-use super::command::{run_command, step_log_url, CommandSpec};
-use super::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
-use super::deployment;
-use super::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
-use super::notify::{self, AutoSkipped};
-use super::registry::{CheckRunOf, Run, RunName};
-use super::report::{github_step, reported, CheckTarget, Verdict};
-use super::tags::{FailureTag, SkipTag};
-use super::triggers::DeployInput;
-use super::{configured_at, unless_ignored, Configured, RunEnv};
+use crate::runs::kit::approval::{CONFIRM_EVENT, CONFIRM_WAIT};
+use crate::runs::kit::command::verdict_of;
+use crate::runs::kit::command::{run_command, step_log_url, CommandSpec};
+use crate::runs::kit::config::{command_timeout_ms, parse_duration_ms, DeployConfig, RepoConfig};
+use crate::runs::kit::deployment;
+use crate::runs::kit::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
+use crate::runs::kit::inputs::DeployInput;
+use crate::runs::kit::notify::{self, AutoSkipped};
+use crate::runs::kit::report::CheckRunOf;
+use crate::runs::kit::report::{github_step, reported, CheckTarget, Verdict};
+use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::tags::{FailureTag, SkipTag};
+use crate::runs::kit::{configured_at, unless_ignored, Configured, RunEnv};
 use crate::secret::Secret;
 
 pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
-/// The event an operator sends to confirm a deploy that asks for it.
-pub const CONFIRM_EVENT: &str = "deploy-confirm";
-/// The wait for it; a restart never reuses a confirmation (see
-/// `prepare_restart`).
-pub const CONFIRM_WAIT: &str = "confirmation";
 /// A confirmation nobody gives is bounded (ADR-0001 rule 3: hibernation
 /// only for bounded human decisions): 72 h, as release approval.
-const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = 72 * 3600 * 1000;
+/// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
+const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = crate::limits::HUMAN_DECISION_WINDOW_MS_DEFAULT;
 /// What a deploy may take once confirmed: the default run ceiling. A
 /// deploy that asks for confirmation gets the confirmation window plus this.
 const DEPLOY_BUDGET_MS: i64 = RUN_DURATION_MS_DEFAULT;
@@ -75,7 +74,11 @@ pub struct DeployRun;
 
 #[async_trait(?Send)]
 impl Run for DeployRun {
-    const NAME: RunName = RunName::Deploy;
+    const NAME: RunName = RunName::new("deploy");
+    const CHECK_RUN: Option<&'static str> = Some(DEPLOY_CHECK_NAME);
+    const RERUNNABLE: bool = true;
+    const DISPATCHABLE: bool = true;
+    const SCHEDULABLE: bool = true;
     const GATED: bool = true;
     type Input = DeployInput;
 
@@ -140,23 +143,9 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         Configured::Run(deploy) => deploy,
         Configured::Done(outcome) => return nothing_deployed(ctx, env, input, outcome).await,
     };
-    if let Some(summary) = refused_environment(ctx, env, input, &deploy).await? {
-        let failed = reported(ctx, env, &target, |_| async {
-            Ok(Verdict::Failed { summary })
-        })
-        .await?;
-        return nothing_deployed(ctx, env, input, failed).await;
-    }
-    let policy = match policy_of(&deploy) {
-        Ok(p) => p,
-        Err(m) => {
-            let summary = format!("`[deploy.queue]` is invalid: {m}");
-            let failed = reported(ctx, env, &target, |_| async {
-                Ok(Verdict::Failed { summary })
-            })
-            .await?;
-            return nothing_deployed(ctx, env, input, failed).await;
-        }
+    let policy = match admitted_policy(ctx, env, input, &target, &deploy).await? {
+        Ok(policy) => policy,
+        Err(refused) => return nothing_deployed(ctx, env, input, refused).await,
     };
     let group = group_key(input, &deploy);
     let gates = Gates {
@@ -193,6 +182,30 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     .await?;
     notify_auto_skip(ctx, env, input, &outcome, newer.as_deref()).await?;
     Ok(outcome)
+}
+
+/// The deploy's queue policy once its environment admits it; a refusal
+/// (the environment's, or an invalid `[deploy.queue]`) reported as the
+/// check run's failure.
+async fn admitted_policy(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    target: &CheckTarget<'_>,
+    deploy: &DeployConfig,
+) -> Result<Result<QueuePolicy, RunOutcome>, RunError> {
+    let summary = match refused_environment(ctx, env, input, deploy).await? {
+        Some(summary) => summary,
+        None => match policy_of(deploy) {
+            Ok(policy) => return Ok(Ok(policy)),
+            Err(m) => format!("`[deploy.queue]` is invalid: {m}"),
+        },
+    };
+    let failed = reported(ctx, env, target, |_| async {
+        Ok(Verdict::Failed { summary })
+    })
+    .await?;
+    Ok(Err(failed))
 }
 
 /// What the deploy's work needs beside the gates.
@@ -365,7 +378,7 @@ async fn deploy_held(
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
     let spec = CommandSpec {
-        step: super::command::DEPLOY_COMMAND_STEP,
+        step: crate::runs::kit::command::DEPLOY_COMMAND_STEP,
         repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,
@@ -384,7 +397,7 @@ fn command_vars(
     deploy: &DeployConfig,
     head: Option<String>,
 ) -> BTreeMap<String, String> {
-    let mut vars = super::command::input_vars(&input.inputs);
+    let mut vars = crate::runs::kit::command::input_vars(&input.inputs);
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert(
         "SLUICE_HEAD_SHA".to_owned(),

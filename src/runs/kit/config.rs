@@ -7,48 +7,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::environment;
+pub use super::schedule::ScheduleConfig;
 use crate::limits::{COMMAND_TIMEOUT_MS_DEFAULT, COMMAND_TIMEOUT_MS_MAX, CONFIG_BYTES_MAX};
 
 pub const CONFIG_PATH: &str = ".sluice.toml";
-
-/// Sluice's own credentials and settings (the bindings named in
-/// `src/worker_glue/bindings.rs`): a deploy may never export them, or any
-/// commit could read the App's key.
-pub const RESERVED_SECRET_NAMES: &[&str] = &[
-    "GITHUB_APP_PRIVATE_KEY",
-    "GITHUB_APP_ID",
-    "GITHUB_APP_SLUG",
-    "GITHUB_WEBHOOK_SECRET",
-    "GITHUB_WEBHOOK_SECRET_PREVIOUS",
-    "DISPATCH_SECRET",
-    "DISPATCH_OIDC_AUDIENCE",
-    "GITHUB_OIDC_ISSUER",
-    "GITHUB_API_URL",
-    "ADMIN_TOKEN",
-    "SANDBOX_AGENT_TOKEN",
-    "SANDBOX_URL",
-    "SANDBOX_BACKEND",
-    "NOTIFY_SECRET",
-    "NOTIFY_URL",
-    "PUBLIC_URL",
-    "POOL_CAPACITY",
-    "CHECKS_CAPACITY",
-    "CHECKS_PER_REPO",
-    "RETENTION_DAYS",
-    "ENVIRONMENTS",
-    "GITHUB_GIT_URL",
-    "CONTAINER_SLEEP_AFTER",
-    "ACCESS_TEAM_DOMAIN",
-    "ACCESS_AUD",
-    "ACCESS_CERTS_URL",
-    "LOG_LINK_SECRET",
-    "LOG_LEVEL",
-];
-
-/// Whether a deploy may read this Worker secret.
-pub fn deploy_may_read(name: &str) -> bool {
-    !RESERVED_SECRET_NAMES.contains(&name)
-}
 
 /// Why `[deploy] secrets` is refused, and what replaces it.
 pub const SECRETS_MOVED: &str = "[deploy] secrets is no longer read from .sluice.toml: anyone \
@@ -91,19 +53,6 @@ pub struct ReleaseNotesConfig {
     pub confirmation_timeout: Option<String>,
 }
 
-/// One `[[schedule]]`: a run fired on a cron, on a branch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleConfig {
-    /// Five fields, UTC: `"0 3 * * *"`.
-    pub cron: String,
-    /// `check` or `deploy`.
-    pub run: String,
-    /// Default: the repository's default branch.
-    #[serde(default)]
-    pub branch: Option<String>,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckConfig {
@@ -129,6 +78,7 @@ pub struct DeployConfig {
     #[serde(default)]
     pub secrets: Option<Vec<String>>,
     /// Distinguishes two deploy lanes of one branch (ADR-0004's checkLabel).
+    /// (ADR-0004: docs/adr/0004-serialized-run-groups.md)
     #[serde(default)]
     pub label: Option<String>,
     #[serde(default)]
@@ -184,10 +134,45 @@ pub fn parse(text: &str) -> ConfigState {
     ConfigState::Valid { config }
 }
 
+/// A release nobody answers is bounded (ADR-0001's reference: 72 h).
+/// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
+pub const RELEASE_WINDOW_MS_DEFAULT: i64 = crate::limits::HUMAN_DECISION_WINDOW_MS_DEFAULT;
+/// The longest window a repository may ask for: a replan restarts it, and
+/// the ceiling (run start + waits + budget) must still fit.
+pub const RELEASE_WINDOW_MS_MAX: i64 = 5 * 24 * 3600 * 1000;
+
+/// The window `[release_notes] confirmation_timeout` asks for.
+pub fn release_window_ms(cfg: &ReleaseNotesConfig) -> Result<i64, String> {
+    let ms = match cfg.confirmation_timeout.as_deref() {
+        None => return Ok(RELEASE_WINDOW_MS_DEFAULT),
+        Some(v) => parse_duration_ms(v)?,
+    };
+    if !(1..=RELEASE_WINDOW_MS_MAX).contains(&ms) {
+        return Err(format!(
+            "{ms} ms is outside 1 ms to {} hours",
+            RELEASE_WINDOW_MS_MAX / 3_600_000
+        ));
+    }
+    Ok(ms)
+}
+
+/// `[release_notes]` as `config::parse` checks it.
+fn validate_release_notes(cfg: &ReleaseNotesConfig) -> Result<(), String> {
+    if cfg.tags.trim().is_empty() {
+        return Err("[release_notes] tags is empty".into());
+    }
+    if cfg.approvers.iter().any(|a| a.trim().is_empty()) {
+        return Err("[release_notes] approvers names an empty login".into());
+    }
+    release_window_ms(cfg)
+        .map(|_| ())
+        .map_err(|e| format!("[release_notes] confirmation_timeout: {e}"))
+}
+
 fn validate(c: &RepoConfig) -> Result<(), String> {
     super::schedule::validate(&c.schedule)?;
     if let Some(r) = &c.release_notes {
-        super::release::validate(r)?;
+        validate_release_notes(r)?;
     }
     if let Some(check) = &c.check {
         if check.command.trim().is_empty() {

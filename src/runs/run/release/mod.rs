@@ -23,6 +23,9 @@
 //! take stay within the engine's cap (checked below at compile time). A
 //! merge or close GitHub dated inside the window decides even when it
 //! arrives after the deadline, within `decision_grace_ms`.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
+
+pub mod notes;
 
 use std::collections::BTreeSet;
 
@@ -39,21 +42,23 @@ use crate::store::releases::{
     self, Approval, SENDERS_PER_WINDOW_MAX, SENDER_EVENTS_PER_WINDOW_MAX,
 };
 
-use super::approval::{may_decide_as, Deciders};
-use super::config::{parse_duration_ms, ReleaseNotesConfig, RepoConfig};
-use super::notes::{self, NotesInput};
-use super::notify::{self, AutoSkipped};
-use super::registry::{CheckRunOf, Run, RunName};
-use super::report::{details_url, github_failure, github_step, reported, CheckTarget, Verdict};
-use super::tags::{FailureTag, SkipTag};
-use super::{configured_at, unless_ignored, Configured, RunEnv};
+use crate::runs::kit::approval::{may_decide_as, Deciders, RELEASE_EVENT, RELEASE_WAIT};
+use crate::runs::kit::config::{
+    release_window_ms, ReleaseNotesConfig, RepoConfig, RELEASE_WINDOW_MS_DEFAULT,
+    RELEASE_WINDOW_MS_MAX,
+};
+use crate::runs::kit::inputs::{Decision, ReleaseInput};
+use crate::runs::kit::notify::{self, AutoSkipped};
+use crate::runs::kit::report::CheckRunOf;
+use crate::runs::kit::report::{
+    details_url, github_failure, github_step, reported, CheckTarget, Verdict,
+};
+use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::tags::{FailureTag, SkipTag};
+use crate::runs::kit::{configured_at, unless_ignored, Configured, RunEnv};
+use notes::NotesInput;
 
 pub const RELEASE_CHECK_NAME: &str = "sluice/release-notes";
-/// The event every decision about a release arrives as (a merge, a close,
-/// a button, a re-run; a wake with no payload asks it to read its row).
-pub const RELEASE_EVENT: &str = "release-decision";
-/// The wait for it (each round after the first is `release approval#2`).
-pub const RELEASE_WAIT: &str = "release approval";
 /// Where approval pull requests live: `sluice/release-notes/<tag>-<push>`,
 /// one branch per push of a tag (`branch_of`).
 pub const BRANCH_PREFIX: &str = "sluice/release-notes/";
@@ -62,14 +67,9 @@ pub const BRANCH_PREFIX: &str = "sluice/release-notes/";
 const BRANCH_PUSH_HEX_CHARS: usize = 8;
 /// The file an approval pull request adds: `release-notes/<tag>.md`.
 const NOTES_DIR: &str = "release-notes";
-/// A release nobody answers is bounded (ADR-0001's reference: 72 h).
-const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = 72 * 3600 * 1000;
 /// What a release may take besides its wait: composing notes, opening the
 /// pull request, publishing.
 const RELEASE_BUDGET_MS: i64 = 3600 * 1000;
-/// The longest window a repository may ask for: a replan restarts it, and
-/// the ceiling (run start + waits + budget) must still fit.
-const CONFIRMATION_TIMEOUT_MS_MAX: i64 = 5 * 24 * 3600 * 1000;
 /// A decider's answers one instance takes before it stops listening (a
 /// replan, a merge of a changed pull request; an approval or a rejection
 /// ends the wait at once): a decision that never comes ends at the window.
@@ -111,7 +111,7 @@ const STEPS_OUTSIDE_WAIT_MAX: u32 = 50;
 const PULLS_READ_MAX: usize = 100;
 
 const _: () = assert!(
-    CONFIRMATION_TIMEOUT_MS_MAX + DECISION_GRACE_MS_MAX + RELEASE_BUDGET_MS <= RUN_DURATION_MS_MAX
+    RELEASE_WINDOW_MS_MAX + DECISION_GRACE_MS_MAX + RELEASE_BUDGET_MS <= RUN_DURATION_MS_MAX
 );
 const _: () = assert!(CLOSING_MS < RELEASE_BUDGET_MS);
 // No flood of events can exhaust the engine's steps before the window ends.
@@ -119,59 +119,7 @@ const _: () = assert!(
     WINDOWS_MAX * STEPS_PER_WINDOW_MAX + ROUNDS_MAX * STEPS_PER_ROUND_MAX + STEPS_OUTSIDE_WAIT_MAX
         <= STEPS_PER_RUN_MAX_DEFAULT
 );
-const _: () = assert!(CONFIRMATION_TIMEOUT_MS_DEFAULT <= CONFIRMATION_TIMEOUT_MS_MAX);
-
-/// What a `release-notes` instance needs, decided at the edge.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReleaseInput {
-    pub repo: String,
-    pub tag: String,
-    /// The commit the tag names.
-    pub sha: String,
-    pub installation_id: u64,
-    /// Where `[release_notes]` is read and the pull request is based.
-    pub default_branch: String,
-    #[serde(default)]
-    pub sender: String,
-}
-
-/// What a decision says, as the instance receives it (`runs::triggers`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Decision {
-    /// Approve or Reject on the check run.
-    Button {
-        check_run_id: u64,
-        identifier: String,
-        sender: String,
-    },
-    /// The approval pull request was closed, merged or not.
-    PullClosed {
-        number: u64,
-        merged: bool,
-        sender: String,
-        /// The pull request's head when it closed: a merge approves only
-        /// the notes as Sluice proposed them.
-        #[serde(default)]
-        head_sha: Option<String>,
-        /// When GitHub dated it (merged, else closed), ms since the epoch:
-        /// a decision is judged by when it was made.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        decided_ms: Option<i64>,
-    },
-    /// Re-run on the check run: regenerate the notes, restart the window.
-    Replan { check_run_id: u64, sender: String },
-}
-
-impl Decision {
-    fn sender(&self) -> &str {
-        match self {
-            Decision::Button { sender, .. }
-            | Decision::PullClosed { sender, .. }
-            | Decision::Replan { sender, .. } => sender,
-        }
-    }
-}
+const _: () = assert!(RELEASE_WINDOW_MS_DEFAULT <= RELEASE_WINDOW_MS_MAX);
 
 /// How long past its deadline a window of `window_ms` still takes a dated
 /// decision (`DECISION_GRACE_MS_MAX`, at most the window itself).
@@ -190,40 +138,13 @@ pub const REJECT: Button = Button {
     identifier: "release-reject",
 };
 
-/// The window `[release_notes] confirmation_timeout` asks for.
-pub fn window_ms(cfg: &ReleaseNotesConfig) -> Result<i64, String> {
-    let ms = match cfg.confirmation_timeout.as_deref() {
-        None => return Ok(CONFIRMATION_TIMEOUT_MS_DEFAULT),
-        Some(v) => parse_duration_ms(v)?,
-    };
-    if !(1..=CONFIRMATION_TIMEOUT_MS_MAX).contains(&ms) {
-        return Err(format!(
-            "{ms} ms is outside 1 ms to {} hours",
-            CONFIRMATION_TIMEOUT_MS_MAX / 3_600_000
-        ));
-    }
-    Ok(ms)
-}
-
-/// `[release_notes]` as `config::parse` checks it.
-pub fn validate(cfg: &ReleaseNotesConfig) -> Result<(), String> {
-    if cfg.tags.trim().is_empty() {
-        return Err("[release_notes] tags is empty".into());
-    }
-    if cfg.approvers.iter().any(|a| a.trim().is_empty()) {
-        return Err("[release_notes] approvers names an empty login".into());
-    }
-    window_ms(cfg)
-        .map(|_| ())
-        .map_err(|e| format!("[release_notes] confirmation_timeout: {e}"))
-}
-
 /// The `release-notes` run.
 pub struct ReleaseNotesRun;
 
 #[async_trait(?Send)]
 impl Run for ReleaseNotesRun {
-    const NAME: RunName = RunName::ReleaseNotes;
+    const NAME: RunName = RunName::new("release-notes");
+    const CHECK_RUN: Option<&'static str> = Some(RELEASE_CHECK_NAME);
     const GATED: bool = false;
     type Input = ReleaseInput;
 
@@ -328,7 +249,7 @@ async fn run(
         Configured::Run(cfg) => cfg,
         Configured::Done(outcome) => return Ok(outcome),
     };
-    let window = window_ms(&cfg).map_err(|m| RunError::InvalidInput { message: m })?;
+    let window = release_window_ms(&cfg).map_err(|m| RunError::InvalidInput { message: m })?;
     let ceiling_ms = window + decision_grace_ms(window) + RELEASE_BUDGET_MS;
     ctx.set_ceiling("run ceiling", ceiling_ms).await?;
     let release = Release {

@@ -1,5 +1,6 @@
 //! Which events start which runs, and how each instance is named (the name
 //! is the idempotency key: ADR-0001 rule 1).
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use std::collections::BTreeMap;
 
@@ -13,15 +14,22 @@ use crate::github::webhook::{
     SuiteRef,
 };
 
-use super::environment::ActionsOrigin;
-use super::release::{Decision, ReleaseInput, BRANCH_PREFIX, RELEASE_EVENT};
-use super::RunName;
+use crate::runs::kit::approval::RELEASE_EVENT;
+use crate::runs::kit::inputs::{
+    CheckAction, CheckInput, Decision, DeployInput, PullNumber, ReleaseInput, SchedulesInput,
+    CHECK_ACTION_EVENT,
+};
+use crate::runs::kit::key::{short, Attempt, InstanceKey, Subject};
+use crate::runs::kit::Run;
+use crate::runs::run::check::CheckRun;
+use crate::runs::run::deploy::DeployRun;
+use crate::runs::run::release::{ReleaseNotesRun, BRANCH_PREFIX, RELEASE_CHECK_NAME};
+use crate::runs::run::schedules::SchedulesRun;
+
+use super::registry;
 
 /// Pull request actions that mean "there is new code to check".
 const CHECK_ACTIONS: [&str; 4] = ["opened", "synchronize", "reopened", "ready_for_review"];
-
-/// Characters of the sha in an instance key: as in ADR-0001's examples.
-const KEY_SHA_CHARS: usize = 12;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
@@ -93,26 +101,22 @@ pub struct RerunSource<'a> {
     pub sha: Option<&'a str>,
 }
 
-/// The marker between a run's key and its attempt.
-const RERUN_MARK: &str = ":rerun-";
+pub use crate::runs::kit::key::base_key;
 
-/// The key a run's attempts share: its key without any attempt suffix.
-pub fn base_key(key: &str) -> &str {
-    key.find(RERUN_MARK).map_or(key, |i| &key[..i])
-}
-
-/// A fresh attempt of `source` (a check or a deploy; other runs are not
-/// re-run from GitHub): the same input under `<base key>:<attempt>`, a
-/// deploy's as a new arrival (`as_new_arrival`).
+/// A fresh attempt of `source` (a run whose `Run::RERUNNABLE` is set; no
+/// other is re-run from GitHub): the same input under `<base key>:<attempt>`,
+/// a deploy's as a new arrival (`as_new_arrival`).
 pub fn rerun_create(source: &RerunSource<'_>, attempt: &str) -> Option<CreateRequest> {
-    let name = RunName::parse(source.run)?;
-    let input = match name {
-        RunName::Check => serde_json::from_str(source.input_json).ok()?,
-        RunName::Deploy => as_new_arrival(source.input_json)?,
-        _ => return None,
+    let name = registry::rerunnable(source.run)?;
+    let attempt = Attempt::parse(attempt)?;
+    let input = if name == DeployRun::NAME {
+        as_new_arrival(source.input_json)?
+    } else {
+        serde_json::from_str(source.input_json).ok()?
     };
+    let key = InstanceKey::parse(source.key)?.with_attempt(Some(attempt));
     Some(CreateRequest {
-        key: format!("{}:{attempt}", base_key(source.key)),
+        key: key.to_string(),
         run: name.as_str().into(),
         input,
         repo: source.repo.map(str::to_owned),
@@ -144,38 +148,6 @@ pub struct EventSend {
     pub payload: serde_json::Value,
 }
 
-/// The event a pressed check-run button sends its instance.
-pub const CHECK_ACTION_EVENT: &str = "check-run-action";
-
-/// What a pressed button says, as the instance receives it: it checks the
-/// check run is its own and the sender may decide (`runs::approval`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckAction {
-    pub check_run_id: u64,
-    pub identifier: String,
-    pub sender: String,
-}
-
-/// What a `check` instance needs, decided at the edge.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckInput {
-    pub repo: String,
-    pub sha: String,
-    pub installation_id: u64,
-    pub pr_number: u64,
-    /// A first-time contributor's fork: the check waits for someone with
-    /// write access to press "Approve and run" (GitHub Actions' default).
-    #[serde(default)]
-    pub needs_approval: bool,
-    /// Who caused the event: a bot the repository names in `ignore_bots`
-    /// is skipped.
-    #[serde(default)]
-    pub sender: String,
-    /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub inputs: BTreeMap<String, String>,
-}
-
 /// `author_association` values of someone who never contributed.
 const FIRST_TIME_ASSOCIATIONS: [&str; 3] = ["FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE"];
 
@@ -194,44 +166,6 @@ fn needs_approval(pr: &PullRequestEvent) -> bool {
         .as_deref()
         .is_none_or(|a| FIRST_TIME_ASSOCIATIONS.contains(&a));
     from_fork && first_time
-}
-
-/// What a `deploy` instance needs: the pushed commit and where it came
-/// from. Whether the branch deploys at all is decided inside the run, by
-/// `.sluice.toml` on the default branch and the operator's environments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeployInput {
-    pub repo: String,
-    pub branch: String,
-    pub sha: String,
-    pub installation_id: u64,
-    /// Where the deploy policy is read (`repository.default_branch`).
-    pub default_branch: String,
-    /// Who caused the event (`ignore_bots`).
-    #[serde(default)]
-    pub sender: String,
-    /// A dispatched deploy of an explicit revision (a rollback, a hotfix):
-    /// the queue policy neither skips it nor lets it skip others, and its
-    /// head is not re-read, but it waits for the group like any deploy.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub imperative: bool,
-    /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub inputs: BTreeMap<String, String>,
-    /// Set by `POST /v1/dispatch`: how the request proved where it came
-    /// from, which the deploy's grant step weighs against its environment
-    /// (`Environments::dispatch_check`). None for a push or a schedule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dispatch: Option<Dispatched>,
-}
-
-/// How a dispatched deploy was authenticated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Dispatched {
-    /// What GitHub Actions' OIDC token proved; None: the repository's HMAC
-    /// key alone.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<ActionsOrigin>,
 }
 
 /// What planning knows besides the event: who Sluice is on GitHub. (The
@@ -286,7 +220,7 @@ fn plan_check_run(run: &CheckRunEvent, cx: &PlanContext<'_>) -> Plan {
     if !is_ours(run.check_run.app.as_ref().map(|a| a.id), cx) {
         return Plan::Ignore("a check run of another App".into());
     }
-    if run.check_run.name.as_deref() == Some(super::release::RELEASE_CHECK_NAME) {
+    if run.check_run.name.as_deref() == Some(RELEASE_CHECK_NAME) {
         return plan_release_check_run(run);
     }
     if run.action == "rerequested" {
@@ -383,17 +317,18 @@ fn is_ours(app_id: Option<u64>, cx: &PlanContext<'_>) -> bool {
 /// `updated_at` and is another. Without `updated_at` (GitHub always sends
 /// it) the thing rerequested is re-run at most once.
 fn rerun_attempt(what: &str, suite: Option<&SuiteRef>) -> String {
-    match suite.and_then(SuiteRef::updated_ms) {
-        Some(ms) => format!("rerun-{what}-{}", ms.div_euclid(1_000)),
-        None => format!("rerun-{what}"),
-    }
+    let attempt = Attempt::Rerun(match suite.and_then(SuiteRef::updated_ms) {
+        Some(ms) => format!("{what}-{}", ms.div_euclid(1_000)),
+        None => what.to_owned(),
+    });
+    attempt.to_string()
 }
 
 /// `check_run` `rerequested` (the Re-run button): a fresh attempt of the
 /// instance its Sluice check run reported.
 fn plan_rerun(run: &CheckRunEvent) -> Plan {
     match run.check_run.name.as_deref() {
-        Some(super::check::CHECK_RUN_NAME | super::deploy::DEPLOY_CHECK_NAME) => {}
+        Some(name) if registry::rerunnable_by_check_run(name) => {}
         other => return Plan::Ignore(format!("check run {other:?} is not Sluice's")),
     }
     match run
@@ -474,27 +409,17 @@ impl<'a> RunTarget<'a> {
     }
 }
 
-/// A check's key: the repository, the pull request (none for a dispatch's
-/// or a schedule's check, `check::NO_PULL_REQUEST`) and the commit. Two
-/// pull requests at one commit are two checks: a fork's pull request opened
-/// at a maintainer's commit neither shares nor, superseded, cancels the
+/// A check of pull request `number` (none for a dispatch's or a
+/// schedule's) at `at.sha`; None when the sha is not a commit id.
+/// `attempt` names a re-run or a schedule's slot. Two pull requests at one
+/// commit are two checks (`kit::key`): a fork's pull request opened at a
+/// maintainer's commit neither shares nor, superseded, cancels the
 /// maintainer's.
-fn check_key(repo: &str, pr_number: u64, sha: &str) -> String {
-    let sha = short(sha);
-    if pr_number == super::check::NO_PULL_REQUEST {
-        format!("check:{repo}:{sha}")
-    } else {
-        format!("check:{repo}:{sha}:pr{pr_number}")
-    }
-}
-
-/// A check of pull request `number` at `at.sha`; None when the sha is not
-/// a commit id. `attempt` names a re-run.
-pub(crate) fn check_create(
+pub(crate) fn check_request(
     at: &RunTarget<'_>,
-    number: u64,
+    number: Option<PullNumber>,
     needs_approval: bool,
-    attempt: Option<&str>,
+    attempt: Option<Attempt>,
 ) -> Option<CreateRequest> {
     let sha = at.sha.to_ascii_lowercase();
     if !valid_sha(&sha) {
@@ -510,13 +435,17 @@ pub(crate) fn check_create(
         sender: at.sender.to_owned(),
         inputs: BTreeMap::new(),
     };
-    let base = check_key(&repo, number, &sha);
+    let subject = Subject::Check {
+        sha: sha.clone(),
+        pr: number,
+    };
+    let key = InstanceKey::new(CheckRun::NAME.as_str(), &repo, subject).with_attempt(attempt);
     Some(CreateRequest {
-        key: attempt.map_or_else(|| base.clone(), |a| format!("{base}:{a}")),
-        run: RunName::Check.as_str().into(),
+        key: key.to_string(),
+        run: CheckRun::NAME.as_str().into(),
         input: json!(input),
         repo: Some(repo),
-        entity: Some(format!("pr:{number}")),
+        entity: Some(format!("pr:{}", number.map_or(0, PullNumber::get))),
         sha: Some(sha),
         max_steps: None,
         max_duration_ms: None,
@@ -524,13 +453,13 @@ pub(crate) fn check_create(
 }
 
 /// A deploy of `at.sha` pushed to `branch`; `before` is the push's (a
-/// rollback is a new deploy), `attempt` names a re-run. None without a
-/// commit id or a default branch to read the policy on.
-pub(crate) fn deploy_create(
+/// rollback is a new deploy), `attempt` names a re-run or a slot. None
+/// without a commit id or a default branch to read the policy on.
+pub(crate) fn deploy_request(
     at: &RunTarget<'_>,
     branch: &str,
     before: Option<&str>,
-    attempt: Option<&str>,
+    attempt: Option<Attempt>,
 ) -> Option<CreateRequest> {
     let sha = at.sha.to_ascii_lowercase();
     if !valid_sha(&sha) || sha.bytes().all(|b| b == b'0') {
@@ -549,16 +478,15 @@ pub(crate) fn deploy_create(
         inputs: BTreeMap::new(),
         dispatch: None,
     };
-    let mut key = format!("deploy:{repo}:{branch}:{}", &sha[..KEY_SHA_CHARS]);
-    if let Some(before) = before {
-        key.push_str(&format!(":{}", short(before)));
-    }
-    if let Some(attempt) = attempt {
-        key.push_str(&format!(":{attempt}"));
-    }
+    let subject = Subject::Deploy {
+        branch: branch.to_owned(),
+        sha: sha.clone(),
+        before: before.map(str::to_owned),
+    };
+    let key = InstanceKey::new(DeployRun::NAME.as_str(), &repo, subject).with_attempt(attempt);
     Some(CreateRequest {
-        key,
-        run: RunName::Deploy.as_str().into(),
+        key: key.to_string(),
+        run: DeployRun::NAME.as_str().into(),
         input: json!(input),
         repo: Some(repo),
         entity: Some(format!("branch:{branch}")),
@@ -590,17 +518,13 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
         &pr.pull_request.head.sha,
         &pr.sender,
     );
-    match check_create(&at, pr.number, needs_approval(pr), None) {
+    match check_request(&at, PullNumber::new(pr.number), needs_approval(pr), None) {
         Some(create) => Plan::Create(vec![create]),
         None => Plan::Ignore(format!(
             "head sha {:?} is not a commit id",
             pr.pull_request.head.sha
         )),
     }
-}
-
-fn short(sha: &str) -> &str {
-    sha.get(..KEY_SHA_CHARS).unwrap_or(sha)
 }
 
 fn plan_push(push: &PushEvent) -> Plan {
@@ -625,7 +549,7 @@ fn plan_push(push: &PushEvent) -> Plan {
     );
     // `before` is part of the identity: pushing an older commit back (a
     // rollback) is a new deploy, while a redelivery is the same one.
-    let Some(deploy) = deploy_create(&at, branch, Some(&push.before), None) else {
+    let Some(deploy) = deploy_request(&at, branch, Some(&push.before), None) else {
         return Plan::Ignore(format!("after {:?} is not a commit id", push.after));
     };
     let mut creates = vec![deploy];
@@ -668,13 +592,14 @@ fn plan_tag(push: &PushEvent, tag: &str) -> Plan {
         default_branch,
         sender: push.sender.login.clone(),
     };
+    let subject = Subject::Release {
+        tag: tag.to_owned(),
+        sha: sha.clone(),
+        push: push_identity(push),
+    };
     Plan::Create(vec![CreateRequest {
-        key: format!(
-            "release-notes:{repo}:{tag}:{}:{}",
-            &sha[..KEY_SHA_CHARS],
-            push_identity(push)
-        ),
-        run: RunName::ReleaseNotes.as_str().into(),
+        key: InstanceKey::new(ReleaseNotesRun::NAME.as_str(), &repo, subject).to_string(),
+        run: ReleaseNotesRun::NAME.as_str().into(),
         input: json!(input),
         repo: Some(repo),
         entity: Some(format!("tag:{tag}")),
@@ -699,20 +624,23 @@ fn push_identity(push: &PushEvent) -> String {
 /// The `schedules` run of a push to the default branch.
 fn schedules_create(at: &RunTarget<'_>, before: &str) -> Option<CreateRequest> {
     let sha = at.sha.to_ascii_lowercase();
-    let input = super::schedule::SchedulesInput {
+    let input = SchedulesInput {
         repo: at.repo.to_owned(),
         installation_id: at.installation_id,
         default_branch: at.default_branch?.to_owned(),
         sha: sha.clone(),
     };
     Some(CreateRequest {
-        key: format!(
-            "schedules:{}:{}:{}",
+        key: InstanceKey::new(
+            SchedulesRun::NAME.as_str(),
             at.repo,
-            &sha[..KEY_SHA_CHARS],
-            short(before)
-        ),
-        run: RunName::Schedules.as_str().into(),
+            Subject::Schedules {
+                sha: sha.clone(),
+                before: before.to_owned(),
+            },
+        )
+        .to_string(),
+        run: SchedulesRun::NAME.as_str().into(),
         input: json!(input),
         repo: Some(at.repo.to_owned()),
         entity: Some(format!("branch:{}", input.default_branch)),

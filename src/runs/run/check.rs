@@ -11,19 +11,22 @@ use async_trait::async_trait;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
 use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
-use crate::limits::{RUN_DURATION_MS_DEFAULT, RUN_DURATION_MS_MAX};
+use crate::limits::{
+    HUMAN_DECISION_WINDOW_MS_DEFAULT, RUN_DURATION_MS_DEFAULT, RUN_DURATION_MS_MAX,
+};
 use crate::store::executions;
 
-use super::approval::{self, Ask, Decided};
-use super::command::{run_command, CommandResult, CommandSpec};
-use super::config::RepoConfig;
-use super::config::{command_timeout_ms, CheckConfig};
-use super::gate::{self, with_gates, Gates, Held, Pool};
-use super::registry::{CheckRunOf, Run, RunName};
-use super::report::{github_failure, github_step, reported, CheckTarget, Verdict};
-use super::tags::{FailureTag, SkipTag};
-use super::triggers::CheckInput;
-use super::{configured, unless_ignored, Configured, RunEnv};
+use crate::runs::kit::approval::{self, Ask, Decided};
+use crate::runs::kit::command::{run_command, verdict_of, CommandSpec};
+use crate::runs::kit::config::RepoConfig;
+use crate::runs::kit::config::{command_timeout_ms, CheckConfig};
+use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
+use crate::runs::kit::inputs::{CheckInput, PullNumber};
+use crate::runs::kit::report::CheckRunOf;
+use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
+use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::tags::{FailureTag, SkipTag};
+use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv};
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
@@ -32,7 +35,11 @@ pub struct CheckRun;
 
 #[async_trait(?Send)]
 impl Run for CheckRun {
-    const NAME: RunName = RunName::Check;
+    const NAME: RunName = RunName::new("check");
+    const CHECK_RUN: Option<&'static str> = Some(CHECK_RUN_NAME);
+    const RERUNNABLE: bool = true;
+    const DISPATCHABLE: bool = true;
+    const SCHEDULABLE: bool = true;
     const GATED: bool = true;
     type Input = CheckInput;
 
@@ -96,8 +103,8 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
     reported(ctx, env, target, |check_run_id| async move {
         // A dispatched or scheduled check of a branch has no pull request
         // whose newer head could supersede it.
-        if input.pr_number != NO_PULL_REQUEST {
-            if let Some(v) = superseded(ctx, env, input).await? {
+        if let Some(pr) = input.pr_number {
+            if let Some(v) = superseded(ctx, env, input, pr).await? {
                 return Ok(v);
             }
         }
@@ -114,13 +121,10 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
     .await
 }
 
-/// `CheckInput.pr_number` of a check no pull request asked for (a
-/// dispatch, a schedule): GitHub numbers pull requests from 1.
-pub const NO_PULL_REQUEST: u64 = 0;
-
 /// A first-time contributor's fork waits this long for "Approve and run":
 /// the bound of a human decision (ADR-0001 rule 3), as release approval.
-const APPROVAL_WINDOW_MS: i64 = 72 * 3600 * 1000;
+/// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
+const APPROVAL_WINDOW_MS: i64 = HUMAN_DECISION_WINDOW_MS_DEFAULT;
 
 const _: () = assert!(APPROVAL_WINDOW_MS + RUN_DURATION_MS_DEFAULT <= RUN_DURATION_MS_MAX);
 
@@ -172,11 +176,12 @@ async fn superseded(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &CheckInput,
+    pr: PullNumber,
 ) -> Result<Option<Verdict>, RunError> {
     let head: Option<String> = ctx
         .step("read pull request head", github_step(), |_| async {
             env.github
-                .pull_head(input.installation_id, &input.repo, input.pr_number)
+                .pull_head(input.installation_id, &input.repo, pr.get())
                 .await
                 .map_err(github_failure)
         })
@@ -188,22 +193,21 @@ async fn superseded(
         Some(h) if !h.eq_ignore_ascii_case(&input.sha) => {
             return Ok(Some(Verdict::Superseded {
                 summary: format!(
-                    "Not run: pull request #{} moved on to {h}, which is checked instead.",
-                    input.pr_number
+                    "Not run: pull request #{pr} moved on to {h}, which is checked instead."
                 ),
                 newer: h,
             }))
         }
         Some(_) => {}
     }
-    let entity = format!("pr:{}", input.pr_number);
+    let entity = format!("pr:{pr}");
     let _ended: Vec<String> = ctx
         .step("supersede older heads", github_step(), |_| async {
             let older = executions::live_checks_of(env.db, &input.repo, &entity, &input.sha)
                 .await
                 .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
             for (id, sha) in &older {
-                cancel_older(env, input, id, sha).await?;
+                cancel_older(env, input, pr, id, sha).await?;
             }
             Ok(older.into_iter().map(|(id, _)| id).collect())
         })
@@ -218,6 +222,7 @@ async fn superseded(
 async fn cancel_older(
     env: &RunEnv<'_>,
     input: &CheckInput,
+    pr: PullNumber,
     id: &str,
     sha: &str,
 ) -> Result<(), StepFailure> {
@@ -234,8 +239,8 @@ async fn cancel_older(
             output: Some(CheckOutput {
                 title: "Superseded".into(),
                 summary: format!(
-                    "Cancelled: pull request #{} moved on to {}, which is checked instead.",
-                    input.pr_number, input.sha
+                    "Cancelled: pull request #{pr} moved on to {}, which is checked instead.",
+                    input.sha
                 ),
             }),
             actions: Some(Vec::new()),
@@ -265,14 +270,14 @@ async fn check_held(
 ) -> Result<Verdict, RunError> {
     let timeout_ms = command_timeout_ms(check.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
-    let mut vars = super::command::input_vars(&input.inputs);
+    let mut vars = crate::runs::kit::command::input_vars(&input.inputs);
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
-    if input.pr_number != NO_PULL_REQUEST {
-        vars.insert("SLUICE_PR".to_owned(), input.pr_number.to_string());
+    if let Some(pr) = input.pr_number {
+        vars.insert("SLUICE_PR".to_owned(), pr.to_string());
     }
     let spec = CommandSpec {
-        step: super::command::CHECK_COMMAND_STEP,
+        step: crate::runs::kit::command::CHECK_COMMAND_STEP,
         repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,
@@ -284,27 +289,4 @@ async fn check_held(
     };
     let result = run_command(ctx, env, &spec).await?;
     Ok(verdict_of(&check.command, &result))
-}
-
-/// Maps a command's end to a verdict, with the log tail in the summary.
-pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
-    let seconds = r.duration_ms.unwrap_or(0) as f64 / 1000.0;
-    let how = match (r.timed_out, r.exit_code) {
-        (true, _) => "timed out".to_owned(),
-        (false, Some(code)) => format!("exited with code {code}"),
-        (false, None) => "was killed by a signal".to_owned(),
-    };
-    let full = match &r.log_url {
-        Some(url) => format!("[the full log]({url}), link valid 7 days"),
-        None => format!("stored at `{}`", r.log_key),
-    };
-    let summary = format!(
-        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
-        r.output_bytes, r.tail
-    );
-    match (r.timed_out, r.exit_code) {
-        (true, _) => Verdict::TimedOut { summary },
-        (false, Some(0)) => Verdict::Passed { summary },
-        _ => Verdict::Failed { summary },
-    }
 }

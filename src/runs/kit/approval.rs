@@ -6,14 +6,15 @@
 //! checks the event is about its own check run and that the sender may
 //! decide (write access, asked of GitHub), so neither the button nor the
 //! webhook route decides anything.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Ctx, RunError, StepConfig};
 use crate::github::{CheckAction as Button, CheckOutput, CheckRunUpdate};
 
+use super::inputs::{CheckAction, CHECK_ACTION_EVENT};
 use super::report::{github_failure, github_step, CheckTarget};
-use super::triggers::{CheckAction, CHECK_ACTION_EVENT};
 use super::RunEnv;
 
 /// Presses one instance may receive before it stops listening: a decision
@@ -250,12 +251,24 @@ pub struct HumanWait {
     pub decider: Decider,
 }
 
+// The waits people decide, named here (the runs that wait import them).
+/// The event an operator sends to confirm a deploy that asks for it.
+pub const CONFIRM_EVENT: &str = "deploy-confirm";
+/// The wait for it; a restart never reuses a confirmation (see
+/// `prepare_restart`).
+pub const CONFIRM_WAIT: &str = "confirmation";
+/// The event every decision about a release arrives as (a merge, a close,
+/// a button, a re-run; a wake with no payload asks it to read its row).
+pub const RELEASE_EVENT: &str = "release-decision";
+/// The wait for it (each round after the first is `release approval#2`).
+pub const RELEASE_WAIT: &str = "release approval";
+
 /// Every wait of every run that a person decides: what the dashboard lists
 /// as waiting approvals. A run that adds one adds it here.
 pub const HUMAN_WAITS: [HumanWait; 3] = [
     HumanWait {
-        wait: super::deploy::CONFIRM_WAIT,
-        event_type: super::deploy::CONFIRM_EVENT,
+        wait: CONFIRM_WAIT,
+        event_type: CONFIRM_EVENT,
         decider: Decider::Operator,
     },
     HumanWait {
@@ -264,8 +277,8 @@ pub const HUMAN_WAITS: [HumanWait; 3] = [
         decider: Decider::GitHubWriteAccess,
     },
     HumanWait {
-        wait: super::release::RELEASE_WAIT,
-        event_type: super::release::RELEASE_EVENT,
+        wait: RELEASE_WAIT,
+        event_type: RELEASE_EVENT,
         decider: Decider::ReleaseApprovers,
     },
 ];

@@ -12,9 +12,9 @@ use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
 use crate::limits::STEPS_PER_RUN_MAX_CEILING;
 use crate::net::HttpRequest;
 
-use super::registry::{Run, RunName};
-use super::tags::FailureTag;
-use super::RunEnv;
+use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::tags::FailureTag;
+use crate::runs::kit::RunEnv;
 
 /// A probe step's artificial duration is capped: it is a diagnostic.
 const PROBE_STEP_DELAY_MS_MAX: i64 = 10_000;
@@ -45,7 +45,7 @@ pub struct ProbeRun;
 
 #[async_trait::async_trait(?Send)]
 impl Run for ProbeRun {
-    const NAME: RunName = RunName::Probe;
+    const NAME: RunName = RunName::new("probe");
     const GATED: bool = false;
     type Input = ProbeInput;
 

@@ -22,6 +22,7 @@
 //! queue afresh) or refuses a restart that would skip them; [`finalize`]
 //! releases what an instance that ended from outside still holds, and the
 //! sweep calls it again until it succeeds.
+//! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -19,8 +19,8 @@ use crate::limits::{PURGE_BATCH_MAX, SWEEP_BATCH_MAX, SWEEP_OVERDUE_MS};
 use crate::store::executions;
 use crate::store::Database;
 
-use super::gate::TURN_EVENT;
-use super::Waker;
+use crate::runs::kit::gate::TURN_EVENT;
+use crate::runs::kit::Waker;
 
 /// The run instances themselves (their Durable Objects in the Worker).
 #[async_trait(?Send)]

@@ -87,6 +87,7 @@ pub enum SkipTag {
     /// Not run on purpose: superseded, not current, an operator's skip.
     RunSkipped,
     /// Waited past its queued timeout behind a live holder (ADR-0004).
+    /// (ADR-0004: docs/adr/0004-serialized-run-groups.md)
     SerialQueueTimedOut,
 }
 

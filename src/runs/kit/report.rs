@@ -13,10 +13,17 @@ use crate::github::client::NewCheckRun;
 use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate, GitHubError};
 use crate::limits::CHECK_SUMMARY_CHARS_MAX;
 
-use super::registry::CheckRunOf;
 use super::tags::{FailureTag, SkipTag};
 use super::RunEnv;
 use crate::gates::SkipReason;
+
+/// The check run a run reports through, named from its input.
+pub struct CheckRunOf {
+    pub name: &'static str,
+    pub installation_id: u64,
+    pub repo: String,
+    pub sha: String,
+}
 
 /// GitHub calls: a few quick retries ride out a blip or a rate limit.
 const GITHUB_STEP_RETRIES: u32 = 4;

@@ -6,6 +6,7 @@
 //! retried step (rule 5). Every spawn passes the gates' fence first
 //! (`gate::Held::fence`): it is recorded, and refused when the execution
 //! lost its group or another process of the group or sandbox still runs.
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md)
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,7 @@ use crate::secret::Secret;
 use sluice_redact::Redactor;
 
 use super::gate::{FenceWindow, Held};
+use super::report::Verdict;
 use super::tags::FailureTag;
 use super::RunEnv;
 use super::{log, loglink};
@@ -648,6 +650,29 @@ pub fn tail(log: &str) -> String {
         cut += 1;
     }
     joined[cut..].to_owned()
+}
+
+/// Maps a command's end to a verdict, with the log tail in the summary.
+pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
+    let seconds = r.duration_ms.unwrap_or(0) as f64 / 1000.0;
+    let how = match (r.timed_out, r.exit_code) {
+        (true, _) => "timed out".to_owned(),
+        (false, Some(code)) => format!("exited with code {code}"),
+        (false, None) => "was killed by a signal".to_owned(),
+    };
+    let full = match &r.log_url {
+        Some(url) => format!("[the full log]({url}), link valid 7 days"),
+        None => format!("stored at `{}`", r.log_key),
+    };
+    let summary = format!(
+        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
+        r.output_bytes, r.tail
+    );
+    match (r.timed_out, r.exit_code) {
+        (true, _) => Verdict::TimedOut { summary },
+        (false, Some(0)) => Verdict::Passed { summary },
+        _ => Verdict::Failed { summary },
+    }
 }
 
 #[cfg(test)]

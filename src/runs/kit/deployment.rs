@@ -28,9 +28,9 @@ use crate::github::{DeploymentState, NewDeployment, NewStatus};
 use super::command::{self, publishable_url, DEPLOY_COMMAND_STEP};
 use super::config::DeployConfig;
 use super::gate::Held;
+use super::inputs::DeployInput;
 use super::report::{details_url, github_failure, github_step, Verdict};
 use super::tags::FailureTag;
-use super::triggers::DeployInput;
 use super::RunEnv;
 
 pub const CREATE_STEP: &str = "create deployment";
@@ -731,7 +731,7 @@ pub async fn conclude_abandoned(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::tags::SkipTag;
+    use crate::runs::kit::tags::SkipTag;
 
     fn skipped(reason: Option<SkipReason>, newer: Option<&str>, summary: &str) -> Verdict {
         Verdict::Skipped {

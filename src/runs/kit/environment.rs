@@ -30,7 +30,44 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::deploy_may_read;
+/// Sluice's own credentials and settings (the bindings named in
+/// `src/worker_glue/bindings.rs`): a deploy may never export them, or any
+/// commit could read the App's key.
+pub const RESERVED_SECRET_NAMES: &[&str] = &[
+    "GITHUB_APP_PRIVATE_KEY",
+    "GITHUB_APP_ID",
+    "GITHUB_APP_SLUG",
+    "GITHUB_WEBHOOK_SECRET",
+    "GITHUB_WEBHOOK_SECRET_PREVIOUS",
+    "DISPATCH_SECRET",
+    "DISPATCH_OIDC_AUDIENCE",
+    "GITHUB_OIDC_ISSUER",
+    "GITHUB_API_URL",
+    "ADMIN_TOKEN",
+    "SANDBOX_AGENT_TOKEN",
+    "SANDBOX_URL",
+    "SANDBOX_BACKEND",
+    "NOTIFY_SECRET",
+    "NOTIFY_URL",
+    "PUBLIC_URL",
+    "POOL_CAPACITY",
+    "CHECKS_CAPACITY",
+    "CHECKS_PER_REPO",
+    "RETENTION_DAYS",
+    "ENVIRONMENTS",
+    "GITHUB_GIT_URL",
+    "CONTAINER_SLEEP_AFTER",
+    "ACCESS_TEAM_DOMAIN",
+    "ACCESS_AUD",
+    "ACCESS_CERTS_URL",
+    "LOG_LINK_SECRET",
+    "LOG_LEVEL",
+];
+
+/// Whether a deploy may read this Worker secret.
+pub fn deploy_may_read(name: &str) -> bool {
+    !RESERVED_SECRET_NAMES.contains(&name)
+}
 
 /// Longest `ENVIRONMENTS` value: a Worker var is at most 5 KiB on the free
 /// plan and 64 KiB (bindings in total) otherwise.

@@ -1,0 +1,184 @@
+//! What each run receives: its input, decided at the edge (`edge::triggers`,
+//! dispatch, the scheduler) and recorded with the instance, and the events a
+//! waiting run is sent. Inputs are read back from every journal and index
+//! row ever written, so a field's wire shape never changes: new fields come
+//! with `#[serde(default)]`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::environment::ActionsOrigin;
+
+/// A pull request's number (never 0: GitHub numbers from 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PullNumber(u64);
+
+impl PullNumber {
+    /// None for 0, which names no pull request.
+    pub fn new(n: u64) -> Option<PullNumber> {
+        (n != 0).then_some(PullNumber(n))
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for PullNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// `Option<PullNumber>` on the wire as the number, 0 for none: the shape
+/// `pr_number` has had since the first check was recorded.
+mod pull_number_or_zero {
+    use super::PullNumber;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(n: &Option<PullNumber>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(n.map_or(0, PullNumber::get))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PullNumber>, D::Error> {
+        Ok(PullNumber::new(u64::deserialize(d)?))
+    }
+}
+
+/// What a `check` instance needs, decided at the edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckInput {
+    pub repo: String,
+    pub sha: String,
+    pub installation_id: u64,
+    /// The pull request checked; none for a dispatched or scheduled check.
+    /// Written as 0 when none (what instances made before it was typed
+    /// recorded, and still read).
+    #[serde(with = "pull_number_or_zero")]
+    pub pr_number: Option<PullNumber>,
+    /// A first-time contributor's fork: the check waits for someone with
+    /// write access to press "Approve and run" (GitHub Actions' default).
+    #[serde(default)]
+    pub needs_approval: bool,
+    /// Who caused the event: a bot the repository names in `ignore_bots`
+    /// is skipped.
+    #[serde(default)]
+    pub sender: String,
+    /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
+}
+
+/// What a `deploy` instance needs: the pushed commit and where it came
+/// from. Whether the branch deploys at all is decided inside the run, by
+/// `.sluice.toml` on the default branch and the operator's environments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployInput {
+    pub repo: String,
+    pub branch: String,
+    pub sha: String,
+    pub installation_id: u64,
+    /// Where the deploy policy is read (`repository.default_branch`).
+    pub default_branch: String,
+    /// Who caused the event (`ignore_bots`).
+    #[serde(default)]
+    pub sender: String,
+    /// A dispatched deploy of an explicit revision (a rollback, a hotfix):
+    /// the queue policy neither skips it nor lets it skip others, and its
+    /// head is not re-read, but it waits for the group like any deploy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imperative: bool,
+    /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
+    /// Set by `POST /v1/dispatch`: how the request proved where it came
+    /// from, which the deploy's grant step weighs against its environment
+    /// (`Environments::dispatch_check`). None for a push or a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<Dispatched>,
+}
+
+/// How a dispatched deploy was authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dispatched {
+    /// What GitHub Actions' OIDC token proved; None: the repository's HMAC
+    /// key alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<ActionsOrigin>,
+}
+
+/// What a `release-notes` instance needs, decided at the edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseInput {
+    pub repo: String,
+    pub tag: String,
+    /// The commit the tag names.
+    pub sha: String,
+    pub installation_id: u64,
+    /// Where `[release_notes]` is read and the pull request is based.
+    pub default_branch: String,
+    #[serde(default)]
+    pub sender: String,
+}
+
+/// A push to a default branch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulesInput {
+    pub repo: String,
+    pub installation_id: u64,
+    pub default_branch: String,
+    pub sha: String,
+}
+
+/// The event a pressed check-run button sends its instance.
+pub const CHECK_ACTION_EVENT: &str = "check-run-action";
+
+/// What a pressed button says, as the instance receives it: it checks the
+/// check run is its own and the sender may decide (`runs::approval`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckAction {
+    pub check_run_id: u64,
+    pub identifier: String,
+    pub sender: String,
+}
+
+/// What a decision says, as the instance receives it (`runs::triggers`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Decision {
+    /// Approve or Reject on the check run.
+    Button {
+        check_run_id: u64,
+        identifier: String,
+        sender: String,
+    },
+    /// The approval pull request was closed, merged or not.
+    PullClosed {
+        number: u64,
+        merged: bool,
+        sender: String,
+        /// The pull request's head when it closed: a merge approves only
+        /// the notes as Sluice proposed them.
+        #[serde(default)]
+        head_sha: Option<String>,
+        /// When GitHub dated it (merged, else closed), ms since the epoch:
+        /// a decision is judged by when it was made.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decided_ms: Option<i64>,
+    },
+    /// Re-run on the check run: regenerate the notes, restart the window.
+    Replan { check_run_id: u64, sender: String },
+}
+
+impl Decision {
+    pub fn sender(&self) -> &str {
+        match self {
+            Decision::Button { sender, .. }
+            | Decision::PullClosed { sender, .. }
+            | Decision::Replan { sender, .. } => sender,
+        }
+    }
+}
