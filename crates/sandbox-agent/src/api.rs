@@ -7,6 +7,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::host_tools::HostTools;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -31,16 +32,19 @@ use crate::workspace::Workspaces;
 pub struct State {
     token: Option<String>,
     workspaces: Workspaces,
+    /// The host's toolchains as commands reach them.
+    tools: HostTools,
     processes: Arc<Registry>,
 }
 
 impl State {
     /// `token: None` (`--insecure-no-token`) accepts `/v1/` requests without a token, but only
     /// those addressed to a loopback host.
-    pub fn new(token: Option<String>, workspaces: Workspaces) -> Self {
+    pub fn new(token: Option<String>, workspaces: Workspaces, tools: HostTools) -> Self {
         State {
             token,
             workspaces,
+            tools,
             processes: Arc::default(),
         }
     }
@@ -381,7 +385,7 @@ fn spawn(state: &State, spec: &CommandSpec) -> Result<exec::Running, ApiError> {
     let redactor = Redactor::new(&spec.redact);
     state.workspaces.start_in(&spec.workspace, |dir, run_as| {
         exec::spawn(
-            exec::shell_command(dir, &spec.command, &env),
+            exec::shell_command(dir, &spec.command, &env, &state.tools),
             run_as,
             redactor,
         )

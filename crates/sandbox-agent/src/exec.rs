@@ -12,6 +12,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::host_tools::HostTools;
 use crate::limits::{
     KILL_REAP_MS, OUTPUT_BYTES_MAX, OUTPUT_DRAIN_MS, OUTPUT_HEAD_BYTES, OUTPUT_READ_CHUNK_BYTES,
     WAIT_POLL_MS_MAX, WAIT_POLL_MS_MIN,
@@ -29,17 +30,18 @@ pub fn path_env() -> OsString {
 }
 
 /// Builds `sh -c <command>` for a step: runs in `dir` with a minimal environment (so the agent's
-/// own secrets never leak into user code) plus the caller's `env`, which may override it.
-pub fn shell_command(dir: &Path, command: &str, env: &BTreeMap<String, String>) -> Command {
+/// own secrets never leak into user code): the host's toolchains as `tools` makes them
+/// reachable, plus the caller's `env`, which may override it.
+pub fn shell_command(
+    dir: &Path,
+    command: &str,
+    env: &BTreeMap<String, String>,
+    tools: &HostTools,
+) -> Command {
     let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", path_env())
-        .env("HOME", dir)
-        .env("LANG", "C.UTF-8")
-        .envs(env);
+    cmd.arg("-c").arg(command).current_dir(dir).env_clear();
+    tools.apply(&mut cmd);
+    cmd.env("HOME", dir).env("LANG", "C.UTF-8").envs(env);
     cmd
 }
 
@@ -516,14 +518,14 @@ mod tests {
         let dir = std::env::temp_dir();
         let timeout = Duration::from_secs(10);
         let none = Redactor::default;
-        let cmd = shell_command(&dir, "echo a; exit 7", &env);
+        let cmd = shell_command(&dir, "echo a; exit 7", &env, &HostTools::as_is(path_env()));
         let (fin, out) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!(
             (fin.exit_code, fin.signal, fin.timed_out),
             (Some(7), None, false)
         );
         assert_eq!(out.text, "a\n");
-        let cmd = shell_command(&dir, "kill -TERM $$", &env);
+        let cmd = shell_command(&dir, "kill -TERM $$", &env, &HostTools::as_is(path_env()));
         let (fin, _) = run(cmd, RunAs::Agent, timeout, none()).expect("run");
         assert_eq!((fin.exit_code, fin.signal), (None, Some(libc::SIGTERM)));
     }

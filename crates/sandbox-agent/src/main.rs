@@ -5,6 +5,7 @@ mod api;
 mod clone_url;
 mod error;
 mod exec;
+mod host_tools;
 mod limits;
 mod process;
 mod uid_block;
@@ -151,8 +152,37 @@ fn prepare(args: &Args, token: Option<String>) -> Result<api::State, String> {
         "commands run as {users}; checkouts clone only from {:?}",
         urls.prefixes()
     );
+    let tools = host_tools(&args.root, block.is_some());
     let workspaces = workspace::Workspaces::open(&args.root, block, urls)?;
-    Ok(api::State::new(token, workspaces))
+    Ok(api::State::new(token, workspaces, tools))
+}
+
+/// The host's toolchains as the workspace users reach them (`host_tools`), said at startup.
+fn host_tools(root: &Path, isolated: bool) -> host_tools::HostTools {
+    let path = exec::path_env();
+    if !isolated {
+        return host_tools::HostTools::as_is(path);
+    }
+    // rustup's home: where it says, else its default under the agent's home.
+    let rustup = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".rustup")));
+    let (tools, notes) = host_tools::HostTools::discover(&path, rustup.as_deref(), root);
+    match tools.prepare(path, root) {
+        Ok(tools) => {
+            for note in notes {
+                eprintln!("{note}: mounted read-only for their commands");
+            }
+            tools
+        }
+        Err((tools, why)) => {
+            for note in notes {
+                eprintln!("warning: {note}: its commands are not found there");
+            }
+            eprintln!("warning: the toolchains above are not mounted: {why}");
+            tools
+        }
+    }
 }
 
 /// Isolation needs root: only root can make a child another user.

@@ -227,12 +227,18 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::{shell_command, spawn};
+    use crate::exec::{path_env, shell_command, spawn};
+    use crate::host_tools::HostTools;
     use std::collections::BTreeMap;
 
     fn start(registry: &Arc<Registry>, id: &str, command: &str) -> (Arc<Process>, bool) {
         let dir = std::env::temp_dir();
-        let cmd = shell_command(&dir, command, &BTreeMap::new());
+        let cmd = shell_command(
+            &dir,
+            command,
+            &BTreeMap::new(),
+            &HostTools::as_is(path_env()),
+        );
         let spawn = || {
             spawn(cmd, RunAs::Agent, Default::default())
                 .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))
@@ -274,7 +280,12 @@ mod tests {
             start(&registry, &format!("s{i}"), "sleep 5");
         }
         let dir = std::env::temp_dir();
-        let cmd = shell_command(&dir, "true", &BTreeMap::new());
+        let cmd = shell_command(
+            &dir,
+            "true",
+            &BTreeMap::new(),
+            &HostTools::as_is(path_env()),
+        );
         let over = registry.start("one-too-many", "w", Duration::from_secs(1), || {
             spawn(cmd, RunAs::Agent, Default::default())
                 .map_err(|e| ApiError::new(500, "spawn_failed", e.to_string()))

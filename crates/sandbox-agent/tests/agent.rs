@@ -106,6 +106,10 @@ struct AgentOptions<'a> {
     as_nobody: bool,
     /// Serve this root instead of a fresh one (a restarted agent).
     root: Option<&'a Path>,
+    /// The agent's PATH, instead of the test's.
+    path: Option<String>,
+    /// More of the agent's environment.
+    env: Vec<(&'a str, String)>,
 }
 
 impl Default for AgentOptions<'_> {
@@ -120,6 +124,8 @@ impl Default for AgentOptions<'_> {
             listen: "127.0.0.1:0",
             as_nobody: false,
             root: None,
+            path: None,
+            env: Vec::new(),
         }
     }
 }
@@ -180,6 +186,10 @@ impl Agent {
         if let Some(token) = &options.token {
             cmd.env("SANDBOX_AGENT_TOKEN", token);
         }
+        if let Some(path) = &options.path {
+            cmd.env("PATH", path);
+        }
+        cmd.envs(options.env.iter().map(|(k, v)| (k, v)));
         (cmd, root)
     }
 
@@ -1865,4 +1875,65 @@ fn output_streams_in_chunks_with_since() {
     assert_eq!(joined, expected);
     assert!(chunks >= 2, "it came in more than one chunk ({chunks})");
     assert_eq!(at, expected.len() as u64);
+}
+
+/// Writes an executable script.
+fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path.parent().unwrap()).expect("script dir");
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// A toolchain installed the way rustup installs one for root: `<home>/.cargo/bin/<tool>` and
+/// `<home>/.rustup` (`RUSTUP_HOME`), in a home only its owner may enter (mode 700). The agent
+/// lets a workspace's user run the tool, which finds its rustup home, and neither can be
+/// written through; the host's home keeps its mode.
+#[test]
+fn a_toolchain_in_a_home_the_workspace_users_cannot_enter_runs_read_only() {
+    use std::os::unix::fs::PermissionsExt;
+    if !isolation_available("a_toolchain_in_a_home_the_workspace_users_cannot_enter_runs_read_only")
+    {
+        return;
+    }
+    let dir = TempDir::new("tool-home");
+    let home = dir.0.join("root-home");
+    write_script(
+        &home.join(".cargo/bin/mytool"),
+        "echo \"tool ran as $(id -u) with $(cat \"$RUSTUP_HOME/settings.toml\")\"",
+    );
+    std::fs::create_dir_all(home.join(".rustup")).unwrap();
+    std::fs::write(home.join(".rustup/settings.toml"), "stable").unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let bin = home.join(".cargo/bin");
+    let agent = Agent::start_with(AgentOptions {
+        path: Some(format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display())),
+        env: vec![("RUSTUP_HOME", home.join(".rustup").display().to_string())],
+        ..Default::default()
+    });
+    agent.empty_workspace("w");
+    let run = |command: &str| {
+        let body = json!({"workspace": "w", "command": command, "timeout_ms": 10_000});
+        let (status, reply) = agent.post("/v1/exec", body);
+        assert_eq!(status, 200, "{reply}");
+        reply
+    };
+    let ran = run("mytool");
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    let out = ran["output"].as_str().unwrap();
+    assert!(
+        out.starts_with("tool ran as ") && out.ends_with(" with stable\n"),
+        "{out}"
+    );
+    assert!(
+        !out.starts_with("tool ran as 0 "),
+        "the tool ran as root: {out}"
+    );
+    let write = run("touch \"$(dirname \"$(command -v mytool)\")/x\" \"$RUSTUP_HOME/x\"");
+    assert_ne!(write["exit_code"], 0, "a toolchain was writable: {write}");
+    assert!(!bin.join("x").exists() && !home.join(".rustup/x").exists());
+    let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the host's home changed mode");
+    let log = agent.stderr.lock().unwrap().clone();
+    assert!(log.contains("mounted read-only"), "{log}");
 }
