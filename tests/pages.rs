@@ -301,6 +301,53 @@ fn executions_are_grouped_by_repository_then_entity() {
     assert_eq!(count(&html, "<tr><td data-label=\"Execution\">"), 6);
 }
 
+/// What a person reads first is what a run came to: a check whose command
+/// failed is "failed", not the engine's green "complete"; a run that reports
+/// no conclusion (a probe) keeps "complete"; a live one shows its status.
+#[test]
+fn a_completed_run_leads_with_its_outcome() {
+    let ended = |id: &str, conclusion: Option<&str>| {
+        let mut row = exec(id, Some("octo/hello"), Some("pr:12"), "complete");
+        row.output_json =
+            conclusion.map(|c| format!("{{\"check_run_id\":1,\"conclusion\":\"{c}\"}}"));
+        ExecutionView::new(row)
+    };
+    let items = vec![
+        ended("pass-1", Some("success")),
+        ended("fail-1", Some("failure")),
+        ended("slow-1", Some("timed_out")),
+        ended("gone-1", Some("cancelled")),
+        ended("skip-1", Some("neutral")),
+        ended("probe-1", None),
+    ];
+    let html = render_executions(&list_page(items, None), NOW);
+    parse(&html);
+    let badge = |id: &str| {
+        let row = html
+            .split(&format!("/ui/executions/{id}\""))
+            .nth(1)
+            .expect(id);
+        let badge = row.split("<td data-label=\"Outcome\">").nth(1).expect(id);
+        badge.split("</td>").next().unwrap().to_owned()
+    };
+    let shown = |class: &str, label: &str| {
+        format!("<span class=\"st st-{class}\" title=\"complete\">{label}</span>")
+    };
+    assert_eq!(badge("pass-1"), shown("passed", "passed"));
+    assert_eq!(badge("fail-1"), shown("failed", "failed"));
+    assert_eq!(badge("slow-1"), shown("failed", "timed out"));
+    assert_eq!(badge("gone-1"), shown("cancelled", "cancelled"));
+    assert_eq!(badge("skip-1"), shown("skipped", "skipped"));
+    assert_eq!(
+        badge("probe-1"),
+        "<span class=\"st st-complete\">complete</span>"
+    );
+    let mut page = exec_page("complete");
+    page.execution.row.output_json = Some("{\"conclusion\":\"failure\"}".into());
+    let one = render_execution(&page, NOW);
+    assert!(one.contains(&shown("failed", "failed")), "{one}");
+}
+
 #[test]
 fn rows_show_status_duration_reason_and_the_newer_revision() {
     let mut skipped = exec("dep-1", Some("octo/hello"), Some("branch:main"), "skipped");

@@ -218,6 +218,12 @@ uiTest('the demo shows up on an open page without a reload, grouped by repositor
   for (const label of ['pull request #101', 'pull request #102', 'branch main', skippedDeploy.reason]) {
     assert.ok(text.includes(label), `the list shows ${label}: ${text}`);
   }
+  // A person reads each run's outcome first: the failing pull request's check reads failed,
+  // the passing one's passed (both are the engine's `complete`).
+  const outcome = async (id) => (await list.locator('tr', { has: page.locator(`a.exec:has-text("${id}")`) })
+    .first().locator('td[data-label="Outcome"]').innerText()).trim();
+  assert.equal(await outcome(failing.id), 'failed');
+  assert.equal(await outcome(passing.id), 'passed');
   await shot(page, 'executions');
   // Readable on a phone: nothing scrolls sideways at a phone's width.
   await page.setViewportSize(PHONE);

@@ -60,7 +60,9 @@ pub fn render(page: &ExecutionPage, now_ms: i64) -> String {
 fn facts(h: &mut Html, page: &ExecutionPage, now_ms: i64) {
     let r = &page.execution.row;
     h.raw("<section id=\"facts\" data-live><dl class=\"facts\">");
-    fact(h, "Status", |h| layout::status_badge(h, &r.status));
+    fact(h, "Outcome", |h| {
+        layout::outcome_badge(h, &r.status, r.output_json.as_deref())
+    });
     fact(h, "Run", |h| {
         h.text(&r.run);
     });

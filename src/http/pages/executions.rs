@@ -94,7 +94,7 @@ fn entity_table(
         .href(&paths::entity(repo, entity))
         .raw(">")
         .text(&layout::entity_label(entity))
-        .raw("</a></h3><table><thead><tr><th>Execution</th><th>Run</th><th>Status</th>")
+        .raw("</a></h3><table><thead><tr><th>Execution</th><th>Run</th><th>Outcome</th>")
         .raw("<th>Created</th><th>Duration</th><th>Revision</th><th>Reason</th>")
         .raw("</tr></thead><tbody>");
     for item in items {
@@ -110,7 +110,9 @@ fn row(h: &mut Html, item: &ExecutionView, now_ms: i64) {
     cell(h, "Run", |h| {
         h.text(&r.run);
     });
-    cell(h, "Status", |h| layout::status_badge(h, &r.status));
+    cell(h, "Outcome", |h| {
+        layout::outcome_badge(h, &r.status, r.output_json.as_deref())
+    });
     cell(h, "Created", |h| layout::time_el(h, r.created_ms, now_ms));
     cell(h, "Duration", |h| {
         h.text(&run_time(r.created_ms, r.finished_ms, now_ms));

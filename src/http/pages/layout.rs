@@ -115,6 +115,41 @@ pub(crate) fn opt_text(h: &mut Html, value: Option<&str>) {
     }
 }
 
+/// What a finished run came to, from the conclusion its check run was given
+/// (`runs::report`: `{"conclusion": ..}` in the output), as a person reads it.
+fn outcome_of(output_json: Option<&str>) -> Option<(&'static str, &'static str)> {
+    let output: serde_json::Value = serde_json::from_str(output_json?).ok()?;
+    Some(match output.get("conclusion")?.as_str()? {
+        "success" => ("passed", "passed"),
+        "failure" => ("failed", "failed"),
+        "timed_out" => ("timed out", "failed"),
+        "cancelled" => ("cancelled", "cancelled"),
+        "neutral" => ("skipped", "skipped"),
+        _ => return None,
+    })
+}
+
+/// The outcome first: a run that completed shows what it came to (passed,
+/// failed, timed out, cancelled, skipped), the engine's `complete` only in
+/// its title; anything else shows its status (`status_badge`).
+pub(crate) fn outcome_badge(h: &mut Html, status: &str, output_json: Option<&str>) {
+    let outcome = (Status::parse(status) == Some(Status::Complete))
+        .then(|| outcome_of(output_json))
+        .flatten();
+    match outcome {
+        Some((label, class)) => {
+            h.raw("<span class=\"st st-")
+                .raw(class)
+                .raw("\" title=\"")
+                .text(status)
+                .raw("\">")
+                .text(label)
+                .raw("</span>");
+        }
+        None => status_badge(h, status),
+    }
+}
+
 /// A status badge; the class comes from the closed set of statuses, an
 /// unknown status shows as text with a neutral class.
 pub(crate) fn status_badge(h: &mut Html, status: &str) {
