@@ -1460,7 +1460,10 @@ impl<'t> Model<'t> {
             predicted.clear();
         }
         let (out, n) = trips(&self.db, || enq_with(&self.db, &a, &p, now));
-        let line = format!("enqueue {} {:?} imp {} -> {out:?}", e.id, e.current, e.imperative);
+        let line = format!(
+            "enqueue {} {:?} imp {} -> {out:?}",
+            e.id, e.current, e.imperative
+        );
         self.log(line);
         assert_eq!(n, 1, "a first enqueue is one round trip");
         let step = self.step;
@@ -1893,9 +1896,9 @@ const TRACE_DIGEST_START: u64 = 0xcbf2_9ce4_8422_2325;
 /// operation, draw and outcome) exactly when the printed digest is the same,
 /// which a refactor of the model can be checked by.
 fn trace_digest(digest: u64, line: &str) -> u64 {
-    line.bytes()
-        .chain([b'\n'])
-        .fold(digest, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    line.bytes().chain([b'\n']).fold(digest, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[test]

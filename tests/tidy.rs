@@ -565,15 +565,28 @@ fn the_tooling_check_sees_an_upward_import_and_a_circle() {
     ];
     assert_eq!(tooling_violation(&fine), None);
     let upward = [
-        file("tools/stack/index.mjs", "export * from '../../tests/e2e/harness.mjs';"),
+        file(
+            "tools/stack/index.mjs",
+            "export * from '../../tests/e2e/harness.mjs';",
+        ),
         file("tests/e2e/harness.mjs", ""),
     ];
-    assert!(tooling_violation(&upward).is_some_and(|v| v.contains("tools/stack/index.mjs imports tests/e2e/harness.mjs")));
-    let dynamic = [file("scripts/soak.mjs", "const m = await import('../tests/e2e/harness.mjs');")];
+    assert!(tooling_violation(&upward)
+        .is_some_and(|v| v.contains("tools/stack/index.mjs imports tests/e2e/harness.mjs")));
+    let dynamic = [file(
+        "scripts/soak.mjs",
+        "const m = await import('../tests/e2e/harness.mjs');",
+    )];
     assert!(tooling_violation(&dynamic).is_some());
     let circle = [
-        file("scripts/bench.mjs", "import { benchAgent } from './bench-agent.mjs';"),
-        file("scripts/bench-agent.mjs", "import { median } from './bench.mjs';"),
+        file(
+            "scripts/bench.mjs",
+            "import { benchAgent } from './bench-agent.mjs';",
+        ),
+        file(
+            "scripts/bench-agent.mjs",
+            "import { median } from './bench.mjs';",
+        ),
     ];
     assert!(tooling_violation(&circle).is_some_and(|v| v.starts_with("import circle")));
 }
