@@ -12,7 +12,7 @@ const MAX_OUTPUT_CHARS = 65535;
 // GitHub's documented maximum number of annotations per check run request.
 const MAX_ANNOTATIONS_PER_REQUEST = 50;
 
-// In-memory check runs, deployments and live tokens are likewise bounded.
+// Check runs kept in memory are bounded, so a long `npm start` session cannot grow without bound.
 const MAX_CHECK_RUNS = 100_000;
 
 // GitHub's limits on check run buttons (`actions`).

@@ -7,6 +7,7 @@ import { ApiError, charCount, DOCS, invalidRequest, isoSeconds, notFound, option
 import { R } from './router.mjs';
 import { requirePermission } from './tokens.mjs';
 
+// Deployments kept in memory are bounded like check runs.
 const MAX_DEPLOYMENTS = 100_000;
 
 // GitHub's deployment status states, and its documented maximum description length.

@@ -7,7 +7,7 @@ import { ApiError, decodeSegment, DOCS, invalidRequest, isoSeconds, notFound, op
 import { R } from './router.mjs';
 import { requirePermission } from './tokens.mjs';
 
-// Issue comments and releases kept in memory are bounded like check runs.
+// Issue comments kept in memory are bounded like check runs.
 const MAX_COMMENTS = 100_000;
 
 // GET /repos/{o}/{r}/pulls/{n}: the pull requests the test registered (`_standin/.../pulls/{n}`).

@@ -7,6 +7,7 @@ import { ApiError, decodeSegment, DOCS, invalidRequest, isoSeconds, notFound, op
 import { R } from './router.mjs';
 import { requirePermission } from './tokens.mjs';
 
+// Releases kept in memory are bounded like check runs.
 const MAX_RELEASES = 100_000;
 
 // GET /repos/{o}/{r}/releases/tags/{tag} and POST /repos/{o}/{r}/releases: one release per tag

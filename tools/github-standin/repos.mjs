@@ -156,7 +156,7 @@ async function compareCommits(s, ctx, owner, repo, rawBasehead) {
   const [aheadBy, behindBy] = [await count(`${base}..${head}`), await count(`${head}..${base}`)];
   const status = aheadBy === 0 && behindBy === 0 ? 'identical' : behindBy === 0 ? 'ahead' : aheadBy === 0 ? 'behind' : 'diverged';
   const mergeBase = (await tryGit(dir, ['merge-base', base, head]))?.toString().trim() ?? null;
-  const listed = aheadBy === 0 ? [] : (await readGit(dir, ['rev-list', '--reverse', '--max-count=250', `${base}..${head}`])).toString().trim().split('\n');
+  const listed = aheadBy === 0 ? [] : (await readGit(dir, ['rev-list', '--reverse', `--max-count=${MAX_COMPARE_COMMITS}`, `${base}..${head}`])).toString().trim().split('\n');
   const urls = repoUrls(s, owner, repo);
   sendJson(ctx.res, 200, {
     url: `${urls.api}/compare/${basehead}`,

@@ -12,6 +12,8 @@ const MAX_JWT_EXP_AHEAD_SECONDS = 600;
 // Clock drift allowance for a JWT 'iat' slightly in the future (GitHub tolerates small drift and
 // recommends back-dating iat by 60 s).
 const MAX_JWT_IAT_AHEAD_SECONDS = 60;
+
+// Live tokens kept in memory are bounded like check runs; the oldest goes first.
 const MAX_LIVE_TOKENS = 10_000;
 const APP_PERMISSIONS = { checks: 'write', contents: 'write', deployments: 'write', metadata: 'read', pull_requests: 'write' };
 const PERMISSION_RANK = { read: 1, write: 2 };
