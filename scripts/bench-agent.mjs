@@ -3,7 +3,7 @@
 // past its timeout comes back killed, and how soon a short wait on a running process returns.
 // The stack's own agent is used; each figure is the median of a few rounds.
 
-import { median } from './bench.mjs';
+import { median } from './bench-stats.mjs';
 
 // A process that ends on its own after this long; its long-poll waits up to the agent's cap.
 const EXIT_AFTER_MS = 300;

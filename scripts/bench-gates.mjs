@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
 import { pushPayload } from '../tools/github-standin/webhooks.mjs';
-import { ROOT, delay, pollUntil } from './lib.mjs';
+import { ROOT, delay, pollUntil } from '../tools/stack/index.mjs';
 
 const OWNER = 'bench';
 // The burst: 100 pushes over 10 s, each a new commit, to a branch whose deploy takes 5 s.

@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
-import { pollUntil } from './lib.mjs';
+import { pollUntil } from '../tools/stack/index.mjs';
+import { pct } from './bench-stats.mjs';
 
 const OWNER = 'scale';
 // The burst: what a monorepo opening pull requests at once, or a bot, sends.
@@ -30,10 +31,6 @@ const FINISH_TIMEOUT_MS = 300_000;
 const POLL_MS = 100;
 const TERMINAL = new Set(['complete', 'skipped', 'errored', 'terminated']);
 
-export const pct = (xs, p) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] : NaN;
-};
 const until = (fn, what, timeoutMs = FINISH_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 const ms = (v) => (Number.isFinite(v) ? `${Math.round(v)} ms` : 'n/a');
 const usd = (v) => `$${v.toFixed(4)}`;

@@ -12,11 +12,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, scratchRoot, delay, freePort, pollUntil, spawnGroup, stopGroup, waitForHttp, wranglerEnv } from './lib.mjs';
-import { startStack } from '../tests/e2e/harness.mjs';
+import {
+  NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, scratchRoot, delay, freePort, pollUntil, spawnGroup, startStack, stopGroup, waitForHttp, wranglerEnv,
+} from '../tools/stack/index.mjs';
 import { benchAgent } from './bench-agent.mjs';
+import { median } from './bench-stats.mjs';
 import { benchGates } from './bench-gates.mjs';
-import { benchContainers } from '../tests/e2e-containers/measure.mjs';
+import { benchContainers } from './bench-containers.mjs';
 import { benchScale, POOL_CAPACITY } from './bench-scale.mjs';
 import { soakSummary } from './soak.mjs';
 
@@ -38,14 +40,6 @@ const rounds = Number(args.rounds ?? ROUNDS_DEFAULT);
 const ackFirst = args['ack-first'] ?? 'on';
 if (!['on', 'off'].includes(ackFirst)) throw new Error(`--ack-first takes on or off, not ${ackFirst}`);
 
-export const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
-};
-export const pct = (xs, p) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] : NaN;
-};
 
 const until = (fn, what, timeoutMs = RUN_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 

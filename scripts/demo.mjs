@@ -15,7 +15,7 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { commitFiles, headSha, repoPath } from '../tools/github-standin/git.mjs';
 import { pullRequestPayload, pushPayload, sendWebhook } from '../tools/github-standin/webhooks.mjs';
-import { DEV, readEnvFile } from './lib.mjs';
+import { DEV, readEnvFile } from '../tools/stack/index.mjs';
 
 // The installation id the stand-in started by `npm start` accepts.
 const INSTALLATION_ID = 42;

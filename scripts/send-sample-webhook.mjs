@@ -10,7 +10,7 @@ import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { commitFiles, headSha, repoPath } from '../tools/github-standin/git.mjs';
 import { pullRequestPayload, sendWebhook } from '../tools/github-standin/webhooks.mjs';
-import { DEV, readEnvFile } from './lib.mjs';
+import { DEV, readEnvFile } from '../tools/stack/index.mjs';
 
 // The Worker answers a webhook after recording it, well under a second; 30 s means it is wedged.
 const SEND_TIMEOUT_MS = 30_000;

@@ -26,7 +26,7 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhooks.mjs';
-import { AGENT_ISOLATED, ROOT, delay } from './lib.mjs';
+import { AGENT_ISOLATED, ROOT, delay } from '../tools/stack/index.mjs';
 
 const OWNER = 'soak';
 // At least 20 trials; 25 is 5 of each of the five kinds.
@@ -328,7 +328,7 @@ async function main() {
   const { values } = parseArgs({ options: { trials: { type: 'string' }, seed: { type: 'string' } } });
   const trials = Number(values.trials ?? TRIALS_DEFAULT);
   const seed = Number(values.seed ?? Date.now() % 1_000_000);
-  const { startStack } = await import('../tests/e2e/harness.mjs');
+  const { startStack } = await import('../tools/stack/index.mjs');
   console.log(`soak: ${trials} trials, seed ${seed}; starting the stack...`);
   if (!AGENT_ISOLATED) console.log('soak: not root, so the agent runs unisolated and no trial kills it (its commands would outlive it)');
   const stack = await startStack();

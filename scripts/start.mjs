@@ -11,11 +11,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { commitFiles, headSha } from '../tools/github-standin/git.mjs';
 import { startStandin } from '../tools/github-standin/server.mjs';
-import { prepareContainerLayer, removeContainers, sandboxContainers } from './containers/layer.mjs';
 import {
-  AGENT_ISOLATED, DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, localAgentGitUrlPrefixes, randomToken, readEnvFile, runBounded,
-  spawnGroup, startAgent, stopGroup, waitForHttp, wranglerEnv,
-} from './lib.mjs';
+  AGENT_ISOLATED, DEV, ROOT, WRANGLER_BIN, formatEnvFile, generateAppKeyPair, localAgentGitUrlPrefixes, prepareContainerLayer, randomToken,
+  readEnvFile, removeContainers, runBounded, sandboxContainers, spawnGroup, startAgent, stopGroup, waitForHttp, wranglerEnv,
+} from '../tools/stack/index.mjs';
 
 const WORKER_URL = DEV.workerUrl;
 const { hostname: WORKER_HOST, port: WORKER_PORT } = new URL(WORKER_URL);

@@ -36,6 +36,19 @@ impl RunRegistry for Runs {
         ctx: &Ctx<'_>,
         input: &Value,
     ) -> Result<RunOutcome, RunError> {
+        self.step_runs(run, ctx, input).await
+    }
+}
+
+impl Runs {
+    /// Runs made of steps: replay, retries, failures, timeouts, many and big results.
+    /// Any other run goes on to `wait_runs`.
+    async fn step_runs(
+        &self,
+        run: &str,
+        ctx: &Ctx<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError> {
         let fx = &self.effects;
         match run {
             "replay" => {
@@ -101,30 +114,6 @@ impl RunRegistry for Runs {
                     .await?;
                 Ok(RunOutcome::Complete(json!(n)))
             }
-            "event" => {
-                let v = ctx.wait_for_event("approval", "approve", 10_000).await?;
-                fx.hit("after-event");
-                Ok(RunOutcome::Complete(v))
-            }
-            "two-events" => {
-                let a = ctx.wait_for_event("first", "tick", 10_000).await?;
-                let b = ctx.wait_for_event("second", "tick", 10_000).await?;
-                Ok(RunOutcome::Complete(json!([a, b])))
-            }
-            "event-timeout-caught" => {
-                match ctx.wait_for_event("approval", "approve", 1_000).await {
-                    Err(RunError::EventTimedOut { .. }) => {
-                        Ok(RunOutcome::Complete(json!("timed out")))
-                    }
-                    other => Ok(RunOutcome::Complete(other?)),
-                }
-            }
-            "ceiling" => {
-                ctx.step("quick", StepConfig::default(), |_| async { Ok(1) })
-                    .await?;
-                ctx.sleep("too-long", 60_000).await?;
-                Ok(RunOutcome::Complete(Value::Null))
-            }
             "many-steps" => {
                 let n = input.as_u64().unwrap_or(0);
                 for i in 0..n {
@@ -151,6 +140,80 @@ impl RunRegistry for Runs {
                 .await?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
+            other => self.wait_runs(other, ctx, input).await,
+        }
+    }
+
+    /// Runs that wait: for events, sleeps, an alarm, past the ceiling, or skip.
+    /// Any other run goes on to `changed_runs`.
+    async fn wait_runs(
+        &self,
+        run: &str,
+        ctx: &Ctx<'_>,
+        input: &Value,
+    ) -> Result<RunOutcome, RunError> {
+        let fx = &self.effects;
+        match run {
+            "event" => {
+                let v = ctx.wait_for_event("approval", "approve", 10_000).await?;
+                fx.hit("after-event");
+                Ok(RunOutcome::Complete(v))
+            }
+            "two-events" => {
+                let a = ctx.wait_for_event("first", "tick", 10_000).await?;
+                let b = ctx.wait_for_event("second", "tick", 10_000).await?;
+                Ok(RunOutcome::Complete(json!([a, b])))
+            }
+            "event-timeout-caught" => {
+                match ctx.wait_for_event("approval", "approve", 1_000).await {
+                    Err(RunError::EventTimedOut { .. }) => {
+                        Ok(RunOutcome::Complete(json!("timed out")))
+                    }
+                    other => Ok(RunOutcome::Complete(other?)),
+                }
+            }
+            "ceiling" => {
+                ctx.step("quick", StepConfig::default(), |_| async { Ok(1) })
+                    .await?;
+                ctx.sleep("too-long", 60_000).await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "until" => {
+                let at = input.as_i64().unwrap_or(0);
+                ctx.sleep_until("alarm clock", at).await?;
+                Ok(RunOutcome::Complete(json!(ctx.now_ms())))
+            }
+            "cleanup-past-ceiling" => {
+                let slept = ctx.sleep("too-long", 60_000).await;
+                ctx.cleanup_step("release", StepConfig::default(), |_| async {
+                    fx.hit("release");
+                    Ok(())
+                })
+                .await?;
+                slept?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "skips" => Ok(RunOutcome::Skipped {
+                reason: Some("not-configured".into()),
+                tag: None,
+            }),
+            "loop-sleep" => {
+                for i in 0..3 {
+                    ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) })
+                        .await?;
+                    ctx.sleep("pause", 100).await?;
+                }
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            other => self.changed_runs(other, ctx).await,
+        }
+    }
+
+    /// Runs whose code or process changes under them: a renamed step, a crash, an
+    /// over-long name, steps that take virtual time.
+    async fn changed_runs(&self, run: &str, ctx: &Ctx<'_>) -> Result<RunOutcome, RunError> {
+        let fx = &self.effects;
+        match run {
             "renamed" => {
                 // The step's name depends on the input's "v", as if the run's
                 // code changed under a live instance.
@@ -176,11 +239,6 @@ impl RunRegistry for Runs {
                 .await?;
                 Ok(RunOutcome::Complete(json!(fx.count("work"))))
             }
-            "until" => {
-                let at = input.as_i64().unwrap_or(0);
-                ctx.sleep_until("alarm clock", at).await?;
-                Ok(RunOutcome::Complete(json!(ctx.now_ms())))
-            }
             "long-name" => {
                 let name = "n".repeat(257);
                 ctx.step(&name, StepConfig::default(), |_| async { Ok(1) })
@@ -199,28 +257,6 @@ impl RunRegistry for Runs {
                         Ok(())
                     })
                     .await?;
-                }
-                Ok(RunOutcome::Complete(Value::Null))
-            }
-            "cleanup-past-ceiling" => {
-                let slept = ctx.sleep("too-long", 60_000).await;
-                ctx.cleanup_step("release", StepConfig::default(), |_| async {
-                    fx.hit("release");
-                    Ok(())
-                })
-                .await?;
-                slept?;
-                Ok(RunOutcome::Complete(Value::Null))
-            }
-            "skips" => Ok(RunOutcome::Skipped {
-                reason: Some("not-configured".into()),
-                tag: None,
-            }),
-            "loop-sleep" => {
-                for i in 0..3 {
-                    ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) })
-                        .await?;
-                    ctx.sleep("pause", 100).await?;
                 }
                 Ok(RunOutcome::Complete(Value::Null))
             }

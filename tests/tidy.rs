@@ -442,3 +442,151 @@ fn migrations_have_headers() {
     }
     assert!(n >= 3);
 }
+
+/// The tooling's `.mjs` files under `dir` (recursively), as paths relative to
+/// the repository root with `/` separators.
+fn mjs_files(dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() && p.file_name().is_some_and(|n| n != "node_modules") {
+            mjs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "mjs") {
+            let rel = p.strip_prefix(root()).expect("under the root");
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+/// The relative `.mjs` modules `text` imports or re-exports (`import ... from
+/// './x.mjs'`, `export ... from`, `import('./x.mjs')`, over several lines or
+/// one), resolved against `file`'s folder.
+fn mjs_imports(file: &str, text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for lead in ["from ", "import(", "import "] {
+        for (at, _) in text.match_indices(lead) {
+            let rest = &text[at + lead.len()..];
+            let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"') else {
+                continue;
+            };
+            let Some(spec) = rest[1..].split(quote).next() else {
+                continue;
+            };
+            if spec.starts_with('.') && spec.ends_with(".mjs") {
+                out.push(resolve_mjs(file, spec));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `spec` (`./x.mjs`, `../../y/z.mjs`) from `file`'s folder, normalised.
+fn resolve_mjs(file: &str, spec: &str) -> String {
+    let mut parts: Vec<&str> = file.split('/').collect();
+    parts.pop();
+    for seg in spec.split('/') {
+        match seg {
+            "." | "" => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    parts.join("/")
+}
+
+/// How low a tooling folder stands: tools/ is the library, scripts/ use it,
+/// tests/ use both. An import may only point to the same rank or lower.
+fn tooling_rank(path: &str) -> usize {
+    ["tools/", "scripts/", "tests/"]
+        .iter()
+        .position(|top| path.starts_with(top))
+        .unwrap_or(usize::MAX)
+}
+
+/// The first upward import or import circle among `files` (path, text), or
+/// None.
+fn tooling_violation(files: &[(String, String)]) -> Option<String> {
+    let graph: Vec<(String, Vec<String>)> = files
+        .iter()
+        .map(|(path, text)| (path.clone(), mjs_imports(path, text)))
+        .collect();
+    for (from, tos) in &graph {
+        if let Some(to) = tos.iter().find(|to| tooling_rank(to) > tooling_rank(from)) {
+            return Some(format!(
+                "{from} imports {to}: tools/ must not import scripts/ or tests/, nor scripts/ tests/"
+            ));
+        }
+    }
+    a_circle(&graph).map(|c| format!("import circle: {}", c.join(" -> ")))
+}
+
+/// The tooling's module graph points down and has no circle: the stack
+/// harness (tools/stack/) and the stand-in are libraries the scripts and the
+/// tests import, never the other way round.
+#[test]
+fn tooling_imports_have_no_circle_and_point_down() {
+    let mut paths = Vec::new();
+    for dir in ["tools", "scripts", "tests"] {
+        mjs_files(&root().join(dir), &mut paths);
+    }
+    assert!(
+        paths.iter().any(|p| p == "tools/stack/index.mjs"),
+        "the walk finds the harness: {paths:?}"
+    );
+    let files: Vec<(String, String)> = paths
+        .into_iter()
+        .map(|p| {
+            let text = fs::read_to_string(root().join(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+            (p, text)
+        })
+        .collect();
+    if let Some(violation) = tooling_violation(&files) {
+        panic!("{violation}");
+    }
+}
+
+#[test]
+fn the_tooling_check_sees_an_upward_import_and_a_circle() {
+    let file = |p: &str, t: &str| (p.to_owned(), t.to_owned());
+    let fine = [
+        file(
+            "tests/e2e/check.test.mjs",
+            "import {\n  startStack,\n} from '../../tools/stack/index.mjs';\nimport { x } from '../../scripts/demo.mjs';",
+        ),
+        file("scripts/demo.mjs", "import { y } from \"../tools/stack/index.mjs\";"),
+        file("tools/stack/index.mjs", "export * from './env.mjs';\nimport { z } from 'node:fs';"),
+        file("tools/stack/env.mjs", "// the values come from './nowhere' in prose"),
+    ];
+    assert_eq!(tooling_violation(&fine), None);
+    let upward = [
+        file(
+            "tools/stack/index.mjs",
+            "export * from '../../tests/e2e/harness.mjs';",
+        ),
+        file("tests/e2e/harness.mjs", ""),
+    ];
+    assert!(tooling_violation(&upward)
+        .is_some_and(|v| v.contains("tools/stack/index.mjs imports tests/e2e/harness.mjs")));
+    let dynamic = [file(
+        "scripts/soak.mjs",
+        "const m = await import('../tests/e2e/harness.mjs');",
+    )];
+    assert!(tooling_violation(&dynamic).is_some());
+    let circle = [
+        file(
+            "scripts/bench.mjs",
+            "import { benchAgent } from './bench-agent.mjs';",
+        ),
+        file(
+            "scripts/bench-agent.mjs",
+            "import { median } from './bench.mjs';",
+        ),
+    ];
+    assert!(tooling_violation(&circle).is_some_and(|v| v.starts_with("import circle")));
+}

@@ -17,7 +17,7 @@ bash scripts/build.sh
 
 if [[ "${1:-}" == --measure ]]; then
   sluice_header "container layer figures"
-  SLUICE_PREBUILT=1 node tests/e2e-containers/measure.mjs
+  SLUICE_PREBUILT=1 node scripts/bench-containers.mjs
 else
   sluice_header "end-to-end tests inside containers (node --test)"
   SLUICE_PREBUILT=1 node --test --test-concurrency=1 tests/e2e-containers/

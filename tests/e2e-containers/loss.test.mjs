@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
-import { docker } from '../../scripts/containers/layer.mjs';
+import { docker } from '../../tools/stack/index.mjs';
 import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
 import {
   OWNER, checkRuns, containerAtGate, gate, marker1, markers, openGate, storedLogs, waitForTerminal,

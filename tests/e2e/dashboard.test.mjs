@@ -16,7 +16,7 @@ import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { chromium } from 'playwright-core';
-import { ROOT } from '../../scripts/lib.mjs';
+import { ROOT } from '../../tools/stack/index.mjs';
 import { runDemo, waitFinished } from '../../scripts/demo.mjs';
 import { pushPayload } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';

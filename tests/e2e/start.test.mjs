@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { GIT_URL_DEFAULT, gitUrlPrefix, localAgentGitUrlPrefixes } from '../../scripts/lib.mjs';
+import { GIT_URL_DEFAULT, gitUrlPrefix, localAgentGitUrlPrefixes } from '../../tools/stack/index.mjs';
 
 test("npm start's agent allows clones from GITHUB_GIT_URL as the Worker reads it", () => {
   const ghes = { GITHUB_API_URL: 'https://ghe.example.com/api/v3', GITHUB_APP_ID: '7', GITHUB_GIT_URL: 'https://ghe.example.com/' };

@@ -1,6 +1,6 @@
 // The local container layer (docs/containers-local.md): what a stack needs to run
 // SANDBOX_BACKEND = "container" under `wrangler dev` on this machine's Docker. Used by
-// tests/e2e/harness.mjs (startStack({ containers: true })).
+// tools/stack/stack.mjs (startStack({ containers: true })).
 //
 // prepareContainerLayer() runs scripts/containers/setup.sh (packages, dockerd, base and sidecar
 // images), builds the agent for the image, stages it as the image's build context, and writes
@@ -10,7 +10,8 @@ import { execFile } from 'node:child_process';
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { ROOT, readEnvFile, runBounded } from '../lib.mjs';
+import { ROOT, readEnvFile } from './env.mjs';
+import { runBounded } from './process.mjs';
 
 const execFileAsync = promisify(execFile);
 
@@ -88,7 +89,7 @@ export function containersConfig(text, { baseImage }) {
     if (matches.length !== 1) throw new Error(`wrangler.toml: expected one line matching ${pattern}, found ${matches.length}`);
     out = out.replace(pattern, replacement);
   }
-  return `# Generated from wrangler.toml by scripts/containers/layer.mjs for the local container layer\n# (docs/containers-local.md). Do not edit: edit wrangler.toml.\n${out}`;
+  return `# Generated from wrangler.toml by tools/stack/containers.mjs for the local container layer\n# (docs/containers-local.md). Do not edit: edit wrangler.toml.\n${out}`;
 }
 
 // `max_instances` of wrangler.toml's [[containers]] entry: the most sandbox containers at once.

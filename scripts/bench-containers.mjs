@@ -19,11 +19,10 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
-import { ROOT, randomToken, startAgent, stopGroup } from '../../scripts/lib.mjs';
-import { docker } from '../../scripts/containers/layer.mjs';
-import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
-import { containerAtGate, gate, ingressPort, openGate, tunnelledAt } from './helpers.mjs';
+import { pullRequestPayload } from '../tools/github-standin/webhooks.mjs';
+import {
+  INSTALLATION_ID, ROOT, containerAtGate, docker, gate, ingressPort, openGate, randomToken, startAgent, startStack, stopGroup, tunnelledAt,
+} from '../tools/stack/index.mjs';
 
 // Checks per backend: each one a fresh sandbox; 5 gives a p50 and a spread in ~30 s.
 const CHECKS = Number(process.env.SLUICE_MEASURE_CHECKS ?? 5);
