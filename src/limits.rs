@@ -197,7 +197,7 @@ const _: () = assert!(WAITERS_LISTED_MAX <= SKIP_ALL_MAX);
 /// than this (`POOL_CAPACITY`), or the run past it cannot start its
 /// container: `tests/container_lifecycle.rs` reads wrangler.toml and keeps
 /// `max_instances` equal to this and any `POOL_CAPACITY` set there within
-/// it, and `scripts/containers/layer.mjs` checks the same of the local
+/// it, and `tools/stack/containers.mjs` checks the same of the local
 /// layer's vars.
 pub const CONTAINER_INSTANCES_MAX: u32 = 20;
 const _: () = assert!(CONTAINER_INSTANCES_MAX <= POOL_CAPACITY_MAX);

@@ -112,7 +112,7 @@ mod tests {
                 .any(|l| l.replace(' ', "") == "ACK_FIRST=\"off\""),
             "wrangler.toml's [vars] sets ACK_FIRST = \"off\""
         );
-        for local in ["scripts/start.mjs", "tests/e2e/harness.mjs"] {
+        for local in ["scripts/start.mjs", "tools/stack/stack.mjs"] {
             assert!(
                 read(local).contains("ACK_FIRST: 'on'"),
                 "{local} turns burst deferral on for wrangler dev"
