@@ -590,3 +590,234 @@ fn the_tooling_check_sees_an_upward_import_and_a_circle() {
     ];
     assert!(tooling_violation(&circle).is_some_and(|v| v.starts_with("import circle")));
 }
+
+/// Longest function in the Worker and the crates' libraries (STYLE.md).
+const FN_LINES_MAX: usize = 70;
+/// Longest function in tests and tools, whose setup is spelled out in place.
+const TEST_FN_LINES_MAX: usize = 150;
+
+/// `text` with the contents of comments, strings and character literals
+/// replaced by spaces (newlines kept), so braces in them do not count.
+/// Lifetimes and labels (`'a`) stay: they are not character literals.
+fn blank_literals(text: &str) -> Vec<char> {
+    let s: Vec<char> = text.chars().collect();
+    let mut out = s.clone();
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let blank = |out: &mut Vec<char>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(s.len())] {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+    };
+    let mut i = 0;
+    while i < s.len() {
+        let at = |k: usize| s.get(k).copied().unwrap_or('\0');
+        let end = if s[i] == '/' && at(i + 1) == '/' {
+            (i..s.len()).find(|&k| s[k] == '\n').unwrap_or(s.len())
+        } else if s[i] == '/' && at(i + 1) == '*' {
+            block_comment_end(&s, i)
+        } else if s[i] == '"' {
+            quoted_end(&s, i, '"')
+        } else if s[i] == 'r'
+            && (i == 0 || !ident(s[i - 1]) || (s[i - 1] == 'b' && (i < 2 || !ident(s[i - 2]))))
+        {
+            let hashes = (i + 1..s.len()).take_while(|&k| s[k] == '#').count();
+            if at(i + 1 + hashes) != '"' {
+                i += 1;
+                continue;
+            }
+            let close: Vec<char> = std::iter::once('"')
+                .chain(std::iter::repeat_n('#', hashes))
+                .collect();
+            let from = i + 2 + hashes;
+            (from..s.len())
+                .find(|&k| s[k..].starts_with(&close))
+                .map_or(s.len(), |k| k + close.len())
+        } else if s[i] == '\'' && (at(i + 1) == '\\' || (at(i + 2) == '\'' && at(i + 1) != '\'')) {
+            quoted_end(&s, i, '\'')
+        } else {
+            i += 1;
+            continue;
+        };
+        blank(&mut out, i, end);
+        i = end;
+    }
+    out
+}
+
+/// Where a (nested) block comment opened at `from` ends.
+fn block_comment_end(s: &[char], from: usize) -> usize {
+    let (mut depth, mut k) = (0, from);
+    while k + 1 < s.len() {
+        if s[k] == '/' && s[k + 1] == '*' {
+            depth += 1;
+            k += 2;
+        } else if s[k] == '*' && s[k + 1] == '/' {
+            depth -= 1;
+            k += 2;
+            if depth == 0 {
+                return k;
+            }
+        } else {
+            k += 1;
+        }
+    }
+    s.len()
+}
+
+/// Where a string or character literal opened by `quote` at `from` ends,
+/// past its escapes.
+fn quoted_end(s: &[char], from: usize, quote: char) -> usize {
+    let mut k = from + 1;
+    while k < s.len() {
+        match s[k] {
+            '\\' => k += 2,
+            c if c == quote => return k + 1,
+            _ => k += 1,
+        }
+    }
+    s.len()
+}
+
+/// Every function with a body in Rust source: its name, the line of its
+/// `fn` (1-based) and its length in lines, from that line to its closing brace.
+fn functions_of(text: &str) -> Vec<(String, usize, usize)> {
+    let s = blank_literals(text);
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let line_at = |k: usize| 1 + s[..k].iter().filter(|&&c| c == '\n').count();
+    let mut found = Vec::new();
+    for i in 0..s.len().saturating_sub(2) {
+        let keyword = s[i] == 'f' && s[i + 1] == 'n' && s[i + 2].is_whitespace();
+        if !keyword || (i > 0 && ident(s[i - 1])) {
+            continue;
+        }
+        let name_at = (i + 2..s.len())
+            .find(|&k| !s[k].is_whitespace())
+            .unwrap_or(s.len());
+        let name: String = s[name_at..].iter().take_while(|&&c| ident(c)).collect();
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(close) = body_end(&s, name_at) {
+            found.push((name, line_at(i), line_at(close) - line_at(i) + 1));
+        }
+    }
+    found
+}
+
+/// The index of the closing brace of the body of the function whose name
+/// starts at `from`, or `None` for a declaration without one (`fn f();`).
+fn body_end(s: &[char], from: usize) -> Option<usize> {
+    let mut nesting = 0i32;
+    let mut k = from;
+    while k < s.len() {
+        match s[k] {
+            '(' | '[' => nesting += 1,
+            ')' | ']' => nesting -= 1,
+            ';' if nesting == 0 => return None,
+            '{' if nesting == 0 => break,
+            _ => {}
+        }
+        k += 1;
+    }
+    let mut depth = 0;
+    for (j, &c) in s.iter().enumerate().skip(k) {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The bound for a file (by its path from the repository root), or `None`
+/// when it is not checked (documents, build files).
+fn fn_lines_max_of(rel: &str) -> Option<usize> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    match parts.as_slice() {
+        ["src", ..] | ["crates", _, "src", ..] => Some(FN_LINES_MAX),
+        ["tests" | "tools" | "scripts", ..] | ["crates", _, "tests", ..] => Some(TEST_FN_LINES_MAX),
+        _ => None,
+    }
+}
+
+/// Functions stay short: at most `FN_LINES_MAX` lines in `src/` and the
+/// crates' `src/`, `TEST_FN_LINES_MAX` in tests and tools.
+#[test]
+fn functions_stay_short() {
+    let mut paths = Vec::new();
+    for dir in ["src", "crates", "tests", "tools", "scripts"] {
+        rust_files(&root().join(dir), &mut paths);
+    }
+    let mut long = Vec::new();
+    let mut checked = 0;
+    for p in paths {
+        let rel = p
+            .strip_prefix(root())
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let Some(max) = fn_lines_max_of(&rel) else {
+            continue;
+        };
+        let text = fs::read_to_string(&p).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        for (name, line, lines) in functions_of(&text) {
+            checked += 1;
+            if lines > max {
+                long.push(format!(
+                    "{rel}:{line} fn {name}: {lines} lines (at most {max})"
+                ));
+            }
+        }
+    }
+    assert!(
+        checked > 500,
+        "saw only {checked} functions: is the scan broken?"
+    );
+    assert!(
+        long.is_empty(),
+        "functions over their bound; split them into named steps:\n{}",
+        long.join("\n")
+    );
+}
+
+/// The scan sees a long function, measures it to its own closing brace past
+/// braces in strings, raw strings, characters and comments, and keeps
+/// lifetimes, declarations and `fn` types out of the count.
+#[test]
+fn functions_stay_short_sees_a_long_function() {
+    let filler = "    let _x = 1;\n".repeat(FN_LINES_MAX - 8);
+    let long = format!(
+        "fn long<'a>(s: &'a str) -> [u8; 2] {{\n    let _ = \"{{ \\\" }}\";\n    let _ = r#\"}} \"{{ \"#;\n    let _ = '{{';\n    let _ = '\\'';\n    // }} a comment\n    /* }} /* nested }} */ */\n{filler}    [0; 2]\n}}\n"
+    );
+    let text = format!(
+        "trait T {{\n    fn declared(&self) -> u8;\n}}\n{long}fn short(f: fn(u8) -> u8) -> u8 {{\n    f(1)\n}}\n"
+    );
+    let fns = functions_of(&text);
+    let names: Vec<(&str, usize, usize)> =
+        fns.iter().map(|(n, a, b)| (n.as_str(), *a, *b)).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("long", 4, FN_LINES_MAX + 1),
+            ("short", FN_LINES_MAX + 5, 3)
+        ]
+    );
+    assert_eq!(fn_lines_max_of("src/engine/context.rs"), Some(FN_LINES_MAX));
+    assert_eq!(
+        fn_lines_max_of("crates/redact/src/lib.rs"),
+        Some(FN_LINES_MAX)
+    );
+    assert_eq!(
+        fn_lines_max_of("crates/sandbox-agent/tests/agent.rs"),
+        Some(TEST_FN_LINES_MAX)
+    );
+    assert_eq!(fn_lines_max_of("tests/tidy.rs"), Some(TEST_FN_LINES_MAX));
+}

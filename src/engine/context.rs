@@ -291,14 +291,7 @@ impl<'a> Ctx<'a> {
                 None => return Err(self.fail_ceiling(&slot, attempt - 1, started_ms, "step")),
             };
             self.bump(|s| s.bodies_run += 1);
-            let outcome = {
-                let work = Box::pin(body(attempt));
-                let timer = self.clock.sleep(limit_ms);
-                match select(work, timer).await {
-                    Either::Left((r, _)) => Some(r),
-                    Either::Right(_) => None,
-                }
-            };
+            let outcome = self.race_attempt(body(attempt), limit_ms).await;
             let (failure, timed_out) = match outcome {
                 Some(Ok(value)) => return self.complete_step(&slot, attempt, started_ms, value),
                 Some(Err(f)) => (f, false),
@@ -331,6 +324,19 @@ impl<'a> Ctx<'a> {
             let wake = self.clock.now_ms() + delay_ms;
             self.write_retrying(&slot, attempt, started_ms, &failure, wake)?;
             return Err(self.suspend_step(wake, &slot, kind));
+        }
+    }
+
+    /// One attempt of a step's body against its time limit: the body's
+    /// result, or `None` when the limit passed first.
+    async fn race_attempt<T, Fut>(&self, work: Fut, limit_ms: i64) -> Option<Result<T, StepFailure>>
+    where
+        Fut: Future<Output = Result<T, StepFailure>>,
+    {
+        let timer = self.clock.sleep(limit_ms);
+        match select(Box::pin(work), timer).await {
+            Either::Left((r, _)) => Some(r),
+            Either::Right(_) => None,
         }
     }
 

@@ -109,15 +109,27 @@ pub fn missing_tables(present: &[String]) -> Vec<&'static str> {
         .collect()
 }
 
-/// Every check, in the order an operator fixes them.
+/// Every check, in the order an operator fixes them: the required ones,
+/// then the optional ones.
 pub fn checks(f: &Findings) -> Vec<SetupCheck> {
-    let api = f.api.clone().and_then(|slug| match &f.app_slug {
+    let mut all = required_checks(f);
+    all.extend(optional_checks(f));
+    all
+}
+
+/// GitHub's answer for the App, which must be the App Sluice is configured as.
+fn github_api_check(f: &Findings) -> Result<String, String> {
+    f.api.clone().and_then(|slug| match &f.app_slug {
         Some(s) if !s.eq_ignore_ascii_case(&slug) => Err(format!(
             "GitHub calls this App {slug:?} but GITHUB_APP_SLUG is {s:?}: Sluice would not recognise its own events"
         )),
         _ => Ok(format!("GitHub answered as App {slug:?}")),
-    });
-    let d1 = f.tables.clone().and_then(|present| {
+    })
+}
+
+/// D1 holds every table the migrations create.
+fn d1_check(f: &Findings) -> Result<String, String> {
+    f.tables.clone().and_then(|present| {
         let missing = missing_tables(&present);
         if missing.is_empty() {
             Ok("every migration applied".into())
@@ -127,7 +139,13 @@ pub fn checks(f: &Findings) -> Vec<SetupCheck> {
                 missing.join(", ")
             ))
         }
-    });
+    })
+}
+
+/// The checks without which Sluice does not work.
+fn required_checks(f: &Findings) -> Vec<SetupCheck> {
+    let api = github_api_check(f);
+    let d1 = d1_check(f);
     vec![
         check(
             "webhook_secret",
@@ -165,6 +183,12 @@ pub fn checks(f: &Findings) -> Vec<SetupCheck> {
             "environments",
             f.environments_error.clone().map_or(Ok("valid".into()), Err),
         ),
+    ]
+}
+
+/// The checks of features an operator may leave off.
+fn optional_checks(f: &Findings) -> Vec<SetupCheck> {
+    vec![
         optional(
             "webhook_secret_previous",
             f.webhook_secret_previous,
