@@ -652,6 +652,46 @@ pub fn tail(log: &str) -> String {
     joined[cut..].to_owned()
 }
 
+/// The exit status POSIX shells give when they find no command of that name
+/// (`sh -c` runs every command Sluice starts).
+const EXIT_COMMAND_NOT_FOUND: i32 = 127;
+/// Longest command name quoted back from a shell's "not found" line: longer
+/// is not a name a person typed, and the summary stays readable.
+const MISSING_COMMAND_CHARS_MAX: usize = 100;
+
+/// The command a shell said it could not find, from the log's last lines:
+/// dash's `sh: 1: cargo: not found`, bash's `bash: line 1: cargo: command
+/// not found`, busybox's `sh: cargo: not found`. The last such line wins.
+pub fn missing_command(tail: &str) -> Option<&str> {
+    tail.lines().rev().find_map(|line| {
+        let line = line.trim_end();
+        let front = line
+            .strip_suffix(": command not found")
+            .or_else(|| line.strip_suffix(": not found"))?;
+        let name = front.rsplit(": ").next()?.trim();
+        let plain = !name.is_empty()
+            && name.len() <= MISSING_COMMAND_CHARS_MAX
+            && !name.contains(|c: char| c.is_whitespace() || c == '`' || c.is_control());
+        plain.then_some(name)
+    })
+}
+
+/// Why a command ended 127, for the summary: which command the shell did not
+/// find, and where Sluice's sandboxes take their tools from.
+fn not_found_explained(tail: &str) -> String {
+    let what = match missing_command(tail) {
+        Some(name) => format!("`{name}` was not found"),
+        None => "a command it runs was not found".to_owned(),
+    };
+    format!(
+        " {what}: exit 127 is the shell's \"command not found\", so no directory on the \
+         sandbox's `PATH` holds it. Commands have the tools of the sandbox image \
+         (`crates/sandbox-agent/Dockerfile` on Cloudflare), or locally those on the `PATH` \
+         the sandbox agent was started with (toolchains in its user's home are mounted \
+         read-only; the agent names at startup any it could not reach)."
+    )
+}
+
 /// Maps a command's end to a verdict, with the log tail in the summary.
 pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
     let seconds = r.duration_ms.unwrap_or(0) as f64 / 1000.0;
@@ -664,8 +704,12 @@ pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
         Some(url) => format!("[the full log]({url}), link valid 7 days"),
         None => format!("stored at `{}`", r.log_key),
     };
+    let why = match (r.timed_out, r.exit_code) {
+        (false, Some(EXIT_COMMAND_NOT_FOUND)) => not_found_explained(&r.tail),
+        _ => String::new(),
+    };
     let summary = format!(
-        "`{command}` {how} after {seconds:.1} s.\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
+        "`{command}` {how} after {seconds:.1} s.{why}\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
         r.output_bytes, r.tail
     );
     match (r.timed_out, r.exit_code) {
@@ -678,6 +722,66 @@ pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ended(exit_code: Option<i32>, tail: &str) -> CommandResult {
+        CommandResult {
+            exit_code,
+            timed_out: false,
+            tail: tail.to_owned(),
+            log_key: "logs/x".to_owned(),
+            output_bytes: tail.len() as u64,
+            duration_ms: Some(12),
+            log_url: None,
+            environment_url: None,
+        }
+    }
+
+    #[test]
+    fn a_command_the_shell_did_not_find_is_named_with_why() {
+        for (tail, name) in [
+            ("sh: 1: cargo: not found", "cargo"),
+            ("building\nbash: line 1: npm: command not found", "npm"),
+            ("sh: pnpm: not found\n", "pnpm"),
+            ("/bin/sh: 1: ./scripts/ci.sh: not found", "./scripts/ci.sh"),
+        ] {
+            assert_eq!(missing_command(tail), Some(name), "{tail:?}");
+            let Verdict::Failed { summary } = verdict_of("x", &ended(Some(127), tail)) else {
+                panic!("127 is a failure");
+            };
+            assert!(
+                summary.contains(&format!("`{name}` was not found: exit 127")),
+                "{summary}"
+            );
+            assert!(summary.contains("sandbox's `PATH`"), "{summary}");
+        }
+        for tail in [
+            "",
+            "error: file not found",
+            "sh: 1: a b: not found",
+            "sh: 1: : not found",
+        ] {
+            assert_eq!(missing_command(tail), None, "{tail:?}");
+        }
+        let Verdict::Failed { summary } = verdict_of("x", &ended(Some(127), "quiet")) else {
+            panic!("127 is a failure");
+        };
+        assert!(
+            summary.contains("a command it runs was not found: exit 127"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn other_exits_carry_no_not_found_explanation() {
+        let tail = "sh: 1: cargo: not found";
+        for code in [Some(1), Some(126), None] {
+            let verdict = verdict_of("x", &ended(code, tail));
+            let (Verdict::Failed { summary } | Verdict::Passed { summary }) = verdict else {
+                panic!("{verdict:?}");
+            };
+            assert!(!summary.contains("was not found"), "{summary}");
+        }
+    }
 
     #[test]
     fn the_last_environment_url_line_is_taken_when_it_is_publishable() {
