@@ -2897,3 +2897,73 @@ fn a_restarted_commands_log_is_its_own_processs() {
         "no splice of the killed process: {log}"
     );
 }
+
+/// The check GitHub's merge queue asks for, planned from a `merge_group`
+/// `checks_requested` delivery for `queue` (the group's branch) at `sha`.
+fn merge_group_check(queue: &str, sha: &str) -> sluice::engine::CreateRequest {
+    use sluice::github::webhook::parse;
+    use sluice::runs::triggers::{plan, Plan, PlanContext};
+    let body = json!({
+        "action": "checks_requested",
+        "merge_group": {"head_sha": sha, "head_ref": format!("refs/heads/{queue}"),
+                        "base_sha": sha, "base_ref": "refs/heads/main"},
+        "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
+                       "clone_url": "https://github.com/octo/hello.git"},
+        "sender": {"login": "ana", "type": "User"},
+        "installation": {"id": INSTALLATION}
+    });
+    let event = parse("merge_group", body.to_string().as_bytes()).expect("a merge_group");
+    let cx = PlanContext {
+        app_id: None,
+        app_slug: None,
+    };
+    match plan(&event, &cx) {
+        Plan::Create(mut reqs) if reqs.len() == 1 => reqs.remove(0),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A merge queue's group is checked at its commit, as a pull request's head
+/// is, while GitHub keeps the group's branch; a group destroyed before its
+/// check started (its branch deleted) is skipped neutral and runs nothing,
+/// so no sandbox is spent on a commit nobody will merge.
+#[test]
+fn a_merge_group_is_checked_while_its_branch_stands_and_skipped_once_destroyed() {
+    let rig = Rig::new();
+    let (kept, gone) = (sha('c'), sha('d'));
+    let kept_queue = format!("gh-readonly-queue/main/pr-7-{}", sha('a'));
+    let gone_queue = format!("gh-readonly-queue/main/pr-8-{}", sha('b'));
+    for s in [&kept, &gone] {
+        rig.github.commit(REPO, s, &[(".sluice.toml", CHECK_TOML)]);
+    }
+    rig.github.set_head(REPO, &kept_queue, &kept);
+    rig.sandbox
+        .script("cargo test", 0, "test result: ok. 1 passed\n");
+
+    let checked = rig.create(merge_group_check(&kept_queue, &kept));
+    assert_eq!(rig.run_to_end(&checked), Status::Complete);
+    let run = rig.github.only_check_run(&kept, "sluice/check");
+    assert_eq!(
+        run.conclusion.as_deref(),
+        Some("success"),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(rig.sandbox.all_runs().len(), 1);
+
+    let skipped = rig.create(merge_group_check(&gone_queue, &gone));
+    assert_eq!(rig.run_to_end(&skipped), Status::Skipped);
+    let run = rig.github.only_check_run(&gone, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("neutral"));
+    assert!(
+        run.summary()
+            .contains(&format!("group `{gone_queue}` is gone")),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(
+        rig.sandbox.all_runs().len(),
+        1,
+        "the destroyed group ran nothing"
+    );
+}

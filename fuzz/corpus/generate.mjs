@@ -387,6 +387,28 @@ function checkSuiteEvent(action) {
   return { action, check_suite: checkSuite(action), repository: repo(OCTO(false), 'hello'), sender: ANA(false), installation: INSTALLATION };
 }
 
+// GitHub's merge queue: `merge_group` with `checks_requested` (a group's commit to check) or
+// `destroyed` (with a reason). The group's head commit is GitHub's simple commit shape.
+function mergeGroupEvent(action, reason) {
+  const headRef = `refs/heads/gh-readonly-queue/main/pr-7-${SHA_BASE}`;
+  const head = commit(SHA_HEAD, 'Merge pull request #7');
+  const event = {
+    action,
+    merge_group: {
+      head_sha: SHA_HEAD,
+      head_ref: headRef,
+      base_sha: SHA_BASE,
+      base_ref: 'refs/heads/main',
+      head_commit: { id: head.id, tree_id: head.tree_id, message: head.message, timestamp: head.timestamp, author: head.author, committer: head.committer },
+    },
+    repository: repo(OCTO(false), 'hello'),
+    sender: ANA(false),
+    installation: INSTALLATION,
+  };
+  if (reason) event.reason = reason;
+  return event;
+}
+
 // Each event as (X-GitHub-Event, file name, payload).
 const EVENTS = [
   ['pull_request', 'pull_request-opened-full', pullRequestEvent('opened', { full: true })],
@@ -406,6 +428,8 @@ const EVENTS = [
   ['check_run', 'check_run-requested_action', checkRunEvent('requested_action')],
   ['check_suite', 'check_suite-requested', checkSuiteEvent('requested')],
   ['check_suite', 'check_suite-rerequested', checkSuiteEvent('rerequested')],
+  ['merge_group', 'merge_group-checks_requested', mergeGroupEvent('checks_requested')],
+  ['merge_group', 'merge_group-destroyed', mergeGroupEvent('destroyed', 'dequeued')],
 ];
 
 // --- seeds per target --------------------------------------------------------------------------
@@ -430,6 +454,9 @@ for (const [event, name, payload] of EVENTS) {
   add('webhook_intake', name, request(event, body));
   add('webhook_parse', name, `${event}\n${body}`);
 }
+// Caused by Sluice's own App (its bot user, fuzz/src/lib.rs's APP_SLUG): starts nothing.
+const ownAppBody = JSON.stringify(pullRequestEvent('opened', { sender: user('sluice[bot]', 49699334, 'Bot') }));
+add('webhook_intake', 'pull_request-opened-by-own-app', request('pull_request', ownAppBody));
 const prBody = JSON.stringify(pullRequestEvent('synchronize'));
 const pushBody = JSON.stringify(pushEvent());
 add('webhook_intake', 'signed-literally', request('pull_request', prBody, { signature: hmac(FUZZ_SECRET, prBody) }));

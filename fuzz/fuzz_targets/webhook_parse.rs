@@ -40,7 +40,10 @@ fuzz_target!(|data: &[u8]| {
         Err(ParseError::WrongShape { event: e, .. }) => {
             assert!(is_object);
             assert_eq!(e, event);
-            assert!(matches!(event, "pull_request" | "push" | "check_run" | "check_suite"));
+            assert!(matches!(
+                event,
+                "pull_request" | "push" | "check_run" | "check_suite" | "merge_group"
+            ));
         }
         Ok(ev) => {
             assert!(is_object, "a non-object decoded");
@@ -49,12 +52,13 @@ fuzz_target!(|data: &[u8]| {
                 Event::Push(_) => assert_eq!(event, "push"),
                 Event::CheckRun(_) => assert_eq!(event, "check_run"),
                 Event::CheckSuite(_) => assert_eq!(event, "check_suite"),
+                Event::MergeGroup(_) => assert_eq!(event, "merge_group"),
                 Event::Ping => assert_eq!(event, "ping"),
                 Event::Other(name) => {
                     assert_eq!(name, event);
                     assert!(!matches!(
                         event,
-                        "pull_request" | "push" | "ping" | "check_run" | "check_suite"
+                        "pull_request" | "push" | "ping" | "check_run" | "check_suite" | "merge_group"
                     ));
                 }
             }
@@ -165,6 +169,16 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Some(&input.default_branch), push.repository.default_branch.as_ref());
             assert_eq!(input.installation_id, push.installation.id);
         }
+        Event::MergeGroup(group) => {
+            assert_eq!(group.action, "checks_requested");
+            let branch = group.merge_group.head_ref.strip_prefix("refs/heads/").expect("a branch");
+            let input: CheckInput = serde_json::from_value(c.input.clone()).expect("decoded");
+            assert_eq!(c.run, "check");
+            assert_eq!(input.sha, group.merge_group.head_sha.to_ascii_lowercase());
+            assert_eq!(input.merge_group.as_deref(), Some(branch));
+            assert_eq!(input.pr_number, None);
+            assert!(!input.needs_approval, "queued pull requests passed the branch's rules");
+        }
         Event::CheckRun(_) | Event::CheckSuite(_) | Event::Ping | Event::Other(_) => {
             panic!("{ev:?} planned {p:?}")
         }
@@ -178,6 +192,7 @@ fn repo_of(ev: &Event) -> String {
         Event::Push(e) => e.repository.full_name.clone(),
         Event::CheckRun(e) => e.repository.full_name.clone(),
         Event::CheckSuite(e) => e.repository.full_name.clone(),
+        Event::MergeGroup(e) => e.repository.full_name.clone(),
         Event::Ping | Event::Other(_) => String::new(),
     }
 }
@@ -188,6 +203,7 @@ fn from_own_bot(ev: &Event) -> bool {
         Event::Push(e) => &e.sender.login,
         Event::CheckRun(e) => &e.sender.login,
         Event::CheckSuite(e) => &e.sender.login,
+        Event::MergeGroup(e) => &e.sender.login,
         Event::Ping | Event::Other(_) => return false,
     };
     login.eq_ignore_ascii_case(&format!("{APP_SLUG}[bot]"))

@@ -71,6 +71,9 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("check_run-requested_action", "act"),
         ("check_suite-requested", "ignore"),
         ("check_suite-rerequested", "act"),
+        // A merge queue's group gets its check; a destroyed one starts nothing.
+        ("merge_group-checks_requested", "act"),
+        ("merge_group-destroyed", "ignore"),
         ("signed-literally", "act"),
         ("signed-uppercase-hex", "act"),
         ("content-type-charset", "act"),
@@ -104,7 +107,7 @@ fn parse_seeds_decode() {
         assert!(parse(event, body).is_ok(), "{event}");
         n += 1;
     }
-    assert!(n >= 17, "{n} seeds");
+    assert!(n >= 19, "{n} seeds");
 }
 
 #[test]

@@ -264,6 +264,33 @@ pub struct PullRequestEvent {
     pub installation: Installation,
 }
 
+/// `merge_group`: GitHub's merge queue made a commit the branch's required
+/// checks must report on (`checks_requested`), or threw a group away
+/// (`destroyed`: merged, dequeued or invalidated).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MergeGroupEvent {
+    pub action: String,
+    pub merge_group: MergeGroup,
+    /// Why a group was destroyed: `merged`, `dequeued`, `invalidated`.
+    #[serde(default)]
+    pub reason: Option<String>,
+    pub repository: Repository,
+    pub sender: Account,
+    pub installation: Installation,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MergeGroup {
+    /// The commit to check: the base with the queued pull requests merged.
+    pub head_sha: String,
+    /// The queue's branch for this group,
+    /// `refs/heads/gh-readonly-queue/<base>/pr-<n>-<sha>`; GitHub deletes it
+    /// when the group is destroyed.
+    pub head_ref: String,
+    /// The branch the group merges into, `refs/heads/<base>`.
+    pub base_ref: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PushEvent {
     #[serde(rename = "ref")]
@@ -292,6 +319,7 @@ pub enum Event {
     Push(Box<PushEvent>),
     CheckRun(Box<CheckRunEvent>),
     CheckSuite(Box<CheckSuiteEvent>),
+    MergeGroup(Box<MergeGroupEvent>),
     /// Sent when a hook is created; acknowledged, nothing to do.
     Ping,
     /// An event Sluice does not act on (still valid JSON).
@@ -339,14 +367,25 @@ impl Event {
                 c.check_run.check_suite.as_ref()?.updated_ms()
             }
             Event::CheckSuite(c) if c.action == "rerequested" => c.check_suite.updated_ms(),
-            Event::CheckRun(_) | Event::CheckSuite(_) | Event::Ping | Event::Other(_) => None,
+            // A merge group carries only its commit's own (author) date.
+            Event::CheckRun(_)
+            | Event::CheckSuite(_)
+            | Event::MergeGroup(_)
+            | Event::Ping
+            | Event::Other(_) => None,
         }
     }
 }
 
 /// The events Sluice acts on: the App subscribes to exactly these
 /// (`github-app-manifest.json`); `ping` comes unasked.
-pub const EVENTS_ACTED_ON: &[&str] = &["check_run", "check_suite", "pull_request", "push"];
+pub const EVENTS_ACTED_ON: &[&str] = &[
+    "check_run",
+    "check_suite",
+    "merge_group",
+    "pull_request",
+    "push",
+];
 
 /// Decodes a body by its `X-GitHub-Event` name.
 pub fn parse(event: &str, body: &[u8]) -> Result<Event, ParseError> {
@@ -378,6 +417,7 @@ fn decode(event: &str, value: serde_json::Value) -> Result<Event, ParseError> {
         "push" => Event::Push(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "check_run" => Event::CheckRun(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "check_suite" => Event::CheckSuite(Box::new(serde_json::from_value(value).map_err(shape)?)),
+        "merge_group" => Event::MergeGroup(Box::new(serde_json::from_value(value).map_err(shape)?)),
         "ping" => Event::Ping,
         other => Event::Other(other.to_owned()),
     })

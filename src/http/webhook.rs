@@ -280,6 +280,7 @@ pub fn plan_verified(
         Event::Push(p) => (None, Some(p.repository.full_name.clone())),
         Event::CheckRun(c) => (Some(c.action.clone()), Some(c.repository.full_name.clone())),
         Event::CheckSuite(c) => (Some(c.action.clone()), Some(c.repository.full_name.clone())),
+        Event::MergeGroup(g) => (Some(g.action.clone()), Some(g.repository.full_name.clone())),
         _ => (None, None),
     };
     let context = PlanContext {

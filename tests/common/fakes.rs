@@ -2032,6 +2032,7 @@ impl Rig {
             needs_approval: false,
             sender: "ana".into(),
             inputs: Default::default(),
+            merge_group: None,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),

@@ -9,7 +9,9 @@ import { createHmac, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
-import { checkRunRequestedActionPayload, pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
+import { execFileSync } from 'node:child_process';
+import { repoPath } from '../../tools/github-standin/git.mjs';
+import { checkRunRequestedActionPayload, mergeGroupPayload, pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, startStack } from './harness.mjs';
 
 const CHECK_NAME = 'sluice/check';
@@ -239,6 +241,47 @@ sluiceTest('a passing command completes the check run with success', async () =>
   const expired = await fetch(`${url.origin}${url.pathname}?exp=${exp}&sig=${sig}`);
   assert.equal(expired.status, 403, 'an expired link');
   assert.equal((await expired.json()).error.code, 'link_expired');
+});
+
+// GitHub's merge queue: a group's commit on its gh-readonly-queue branch gets sluice/check, so a
+// required check never stalls the queue; `destroyed` starts nothing; a group whose branch is gone
+// by the time its check starts is skipped, neutral, without running its command.
+sluiceTest('a merge queue group is checked on its commit; a destroyed one runs nothing', async () => {
+  const repo = 'queued';
+  const files = { '.sluice.toml': PASSING_CONFIG, 'README.md': '# queued\n' };
+  const baseSha = stack.commit(OWNER, repo, files);
+  const group = (n, headSha, action = 'checks_requested') => mergeGroupPayload({
+    action, owner: OWNER, repo, headSha, baseSha, installationId: INSTALLATION_ID,
+    headRef: `refs/heads/gh-readonly-queue/main/pr-${n}-${baseSha}`, reason: 'dequeued',
+  });
+  const queue = (n) => `gh-readonly-queue/main/pr-${n}-${baseSha}`;
+  const headSha = stack.commit(OWNER, repo, { ...files, 'fix.txt': 'fixed\n' }, { branch: queue(7) });
+  const res = await stack.sendWebhook('merge_group', group(7, headSha), randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  assert.equal(res.body.instances.length, 1, JSON.stringify(res.body));
+  assert.equal(res.body.instances[0].run, 'check');
+  const { execution } = await waitForTerminal(res.body.instances[0].id, 'complete');
+  assert.equal(execution.sha, headSha);
+  const [run] = (await checkRunsFor(repo)).filter((r) => r.head_sha === headSha);
+  assert.equal(run?.name, CHECK_NAME);
+  assert.equal(run.conclusion, 'success', run.output.summary);
+  assert.ok(run.output.summary.includes(PASS_MARKER), run.output.summary);
+
+  const destroyed = await stack.sendWebhook('merge_group', group(7, headSha, 'destroyed'), randomUUID());
+  assert.equal(destroyed.status, 200, JSON.stringify(destroyed.body));
+  assert.equal(destroyed.body.ignored, true, JSON.stringify(destroyed.body));
+  assert.match(destroyed.body.reason, /merge_group action "destroyed" starts no run/);
+
+  // Dequeued before its check started: GitHub deleted the group's branch.
+  const goneSha = stack.commit(OWNER, repo, { ...files, 'other.txt': 'other\n' }, { branch: queue(8) });
+  execFileSync('git', ['--git-dir', repoPath(stack.reposDir, OWNER, repo), 'update-ref', '-d', `refs/heads/${queue(8)}`]);
+  const late = await stack.sendWebhook('merge_group', group(8, goneSha), randomUUID());
+  assert.equal(late.status, 202, JSON.stringify(late.body));
+  await waitForTerminal(late.body.instances[0].id, 'skipped');
+  const [skipped] = (await checkRunsFor(repo)).filter((r) => r.head_sha === goneSha);
+  assert.equal(skipped?.conclusion, 'neutral', JSON.stringify(skipped));
+  assert.match(skipped.output.summary, /merge queue's group `gh-readonly-queue\/main\/pr-8-[0-9a-f]{40}` is gone/);
+  assert.ok(!skipped.output.summary.includes(PASS_MARKER), 'its command never ran');
 });
 
 sluiceTest('a failing command completes the check run with failure', async () => {

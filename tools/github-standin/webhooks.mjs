@@ -277,3 +277,29 @@ export function checkSuitePayload({
     installation: installation(installationId),
   };
 }
+
+// `merge_group` (GitHub's merge queue, https://docs.github.com/webhooks/webhook-events-and-payloads#merge_group):
+// `checks_requested` when the queue made a group's commit that required checks must report on,
+// `destroyed` (with `reason`: merged, invalidated, dequeued) when it threw the group away.
+// `headRef` is the group's branch, refs/heads/gh-readonly-queue/<base>/pr-<n>-<base sha>.
+export function mergeGroupPayload({
+  action, owner, repo, headSha, headRef, baseSha, baseRef = 'refs/heads/main', reason,
+  senderLogin = 'octocat', installationId = 42, message = 'Merge queue group',
+}) {
+  const who = { name: senderLogin, email: `${senderLogin}@users.noreply.github.com` };
+  const payload = {
+    action,
+    merge_group: {
+      head_sha: headSha,
+      head_ref: headRef,
+      base_sha: baseSha,
+      base_ref: baseRef,
+      head_commit: { id: headSha, tree_id: null, message, timestamp: isoNow(), author: who, committer: who },
+    },
+    repository: repository(owner, repo),
+    sender: account(senderLogin, 'User'),
+    installation: installation(installationId),
+  };
+  if (action === 'destroyed') payload.reason = reason ?? 'merged';
+  return payload;
+}

@@ -10,8 +10,8 @@ use serde_json::json;
 use crate::engine::CreateRequest;
 use crate::engine::InstanceId;
 use crate::github::webhook::{
-    Account, CheckRunEvent, CheckSuiteEvent, Event, PullRequestEvent, PushEvent, Repository,
-    SuiteRef,
+    Account, CheckRunEvent, CheckSuiteEvent, Event, MergeGroupEvent, PullRequestEvent, PushEvent,
+    Repository, SuiteRef,
 };
 
 use crate::runs::kit::approval::RELEASE_EVENT;
@@ -188,6 +188,7 @@ pub fn plan(event: &Event, cx: &PlanContext<'_>) -> Plan {
         Event::Push(push) => plan_push(push),
         Event::CheckRun(run) => plan_check_run(run, cx),
         Event::CheckSuite(suite) => plan_check_suite(suite, cx),
+        Event::MergeGroup(group) => plan_merge_group(group),
         Event::Ping => Plan::Ignore("ping".into()),
         Event::Other(name) => Plan::Ignore(format!("{name} events start no run")),
     }
@@ -199,6 +200,7 @@ fn sender_of(event: &Event) -> Option<&str> {
         Event::Push(e) => Some(&e.sender.login),
         Event::CheckRun(e) => Some(&e.sender.login),
         Event::CheckSuite(e) => Some(&e.sender.login),
+        Event::MergeGroup(e) => Some(&e.sender.login),
         Event::Ping | Event::Other(_) => None,
     }
 }
@@ -421,35 +423,50 @@ pub(crate) fn check_request(
     needs_approval: bool,
     attempt: Option<Attempt>,
 ) -> Option<CreateRequest> {
+    let input = check_input(at, number, needs_approval)?;
+    Some(check_request_of(input, attempt))
+}
+
+/// A check's input at `at.sha`; None when the sha is not a commit id.
+fn check_input(
+    at: &RunTarget<'_>,
+    number: Option<PullNumber>,
+    needs_approval: bool,
+) -> Option<CheckInput> {
     let sha = at.sha.to_ascii_lowercase();
     if !valid_sha(&sha) {
         return None;
     }
-    let repo = at.repo.to_owned();
-    let input = CheckInput {
-        repo: repo.clone(),
-        sha: sha.clone(),
+    Some(CheckInput {
+        repo: at.repo.to_owned(),
+        sha,
         installation_id: at.installation_id,
         pr_number: number,
         needs_approval,
         sender: at.sender.to_owned(),
         inputs: BTreeMap::new(),
-    };
+        merge_group: None,
+    })
+}
+
+/// The creation of a check with `input`, keyed by its commit and pull
+/// request (`kit::key`).
+fn check_request_of(input: CheckInput, attempt: Option<Attempt>) -> CreateRequest {
     let subject = Subject::Check {
-        sha: sha.clone(),
-        pr: number,
+        sha: input.sha.clone(),
+        pr: input.pr_number,
     };
-    let key = InstanceKey::new(CheckRun::NAME.as_str(), &repo, subject).with_attempt(attempt);
-    Some(CreateRequest {
+    let key = InstanceKey::new(CheckRun::NAME.as_str(), &input.repo, subject).with_attempt(attempt);
+    CreateRequest {
         key: key.to_string(),
         run: CheckRun::NAME.as_str().into(),
+        repo: Some(input.repo.clone()),
+        entity: Some(format!("pr:{}", input.pr_number.map_or(0, PullNumber::get))),
+        sha: Some(input.sha.clone()),
         input: json!(input),
-        repo: Some(repo),
-        entity: Some(format!("pr:{}", number.map_or(0, PullNumber::get))),
-        sha: Some(sha),
         max_steps: None,
         max_duration_ms: None,
-    })
+    }
 }
 
 /// A deploy of `at.sha` pushed to `branch`; `before` is the push's (a
@@ -525,6 +542,43 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
             pr.pull_request.head.sha
         )),
     }
+}
+
+/// `merge_group`: the queue's commit gets the repository's check as a pull
+/// request's head does, so a required `sluice/check` never stalls GitHub's
+/// merge queue. Nothing needs approval: only pull requests that passed the
+/// branch's rules are queued. `destroyed` starts nothing: a check that has
+/// not started finds the group's branch gone and skips (`runs::run::check`).
+fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
+    if group.action != "checks_requested" {
+        return Plan::Ignore(format!(
+            "merge_group action {:?} starts no run (a check not yet started skips itself once \
+             the group's branch is gone)",
+            group.action
+        ));
+    }
+    let Some(branch) = group.merge_group.head_ref.strip_prefix("refs/heads/") else {
+        return Plan::Ignore(format!(
+            "merge group ref {:?} is not a branch",
+            group.merge_group.head_ref
+        ));
+    };
+    let at = RunTarget::of(
+        &group.repository,
+        group.installation.id,
+        &group.merge_group.head_sha,
+        &group.sender,
+    );
+    let Some(mut input) = check_input(&at, None, false) else {
+        return Plan::Ignore(format!(
+            "merge group head sha {:?} is not a commit id",
+            group.merge_group.head_sha
+        ));
+    };
+    input.merge_group = Some(branch.to_owned());
+    let mut create = check_request_of(input, None);
+    create.entity = Some(format!("branch:{branch}"));
+    Plan::Create(vec![create])
 }
 
 fn plan_push(push: &PushEvent) -> Plan {
@@ -688,6 +742,47 @@ mod tests {
         assert_eq!(reqs[0].run, "check");
         assert_eq!(reqs[0].entity.as_deref(), Some("pr:7"));
         assert_eq!(reqs[0].input["installation_id"], 42);
+    }
+
+    fn merge_group(action: &str, head_ref: &str) -> Event {
+        let body = json!({
+            "action": action,
+            "reason": "dequeued",
+            "merge_group": {
+                "head_sha": "0123456789ABCDEF0123456789abcdef01234567",
+                "head_ref": head_ref,
+                "base_sha": "fedcba9876543210fedcba9876543210fedcba98",
+                "base_ref": "refs/heads/main"
+            },
+            "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
+                           "clone_url": "https://github.com/octo/hello.git"},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": 42}
+        });
+        parse("merge_group", body.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_merge_queue_group_gets_the_check_and_a_destroyed_one_starts_nothing() {
+        let queue = "gh-readonly-queue/main/pr-7-fedcba9876543210fedcba9876543210fedcba98";
+        let event = merge_group("checks_requested", &format!("refs/heads/{queue}"));
+        let Plan::Create(reqs) = plan(&event, &CX) else {
+            panic!("{:?}", plan(&event, &CX))
+        };
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].run, "check");
+        assert_eq!(reqs[0].key, "check:octo/hello:0123456789ab");
+        assert_eq!(reqs[0].entity.as_deref(), Some(&*format!("branch:{queue}")));
+        let input: CheckInput = serde_json::from_value(reqs[0].input.clone()).unwrap();
+        assert_eq!(input.sha, "0123456789abcdef0123456789abcdef01234567");
+        assert_eq!(input.merge_group.as_deref(), Some(queue));
+        assert_eq!(input.pr_number, None);
+        assert!(!input.needs_approval);
+
+        let destroyed = merge_group("destroyed", &format!("refs/heads/{queue}"));
+        assert!(matches!(plan(&destroyed, &CX), Plan::Ignore(_)));
+        let tag = merge_group("checks_requested", "refs/tags/v1");
+        assert!(matches!(plan(&tag, &CX), Plan::Ignore(r) if r.contains("not a branch")));
     }
 
     /// A fork's pull request opened at a maintainer's commit is a check of

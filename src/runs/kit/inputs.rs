@@ -70,6 +70,12 @@ pub struct CheckInput {
     /// A dispatch's inputs, exported to the command as `SLUICE_INPUT_<NAME>`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, String>,
+    /// A merge queue's group: the queue's branch (`gh-readonly-queue/...`)
+    /// whose commit this checks. The check reads it before it runs and
+    /// skips when GitHub has destroyed the group. Absent in instances made
+    /// before merge queues were handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_group: Option<String>,
 }
 
 /// What a `deploy` instance needs: the pushed commit and where it came

@@ -10,6 +10,7 @@
 use async_trait::async_trait;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
+use crate::gates::SkipReason;
 use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
 use crate::limits::{
     HUMAN_DECISION_WINDOW_MS_DEFAULT, RUN_DURATION_MS_DEFAULT, RUN_DURATION_MS_MAX,
@@ -105,6 +106,11 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         // whose newer head could supersede it.
         if let Some(pr) = input.pr_number {
             if let Some(v) = superseded(ctx, env, input, pr).await? {
+                return Ok(v);
+            }
+        }
+        if let Some(branch) = &input.merge_group {
+            if let Some(v) = group_gone(ctx, env, input, branch).await? {
                 return Ok(v);
             }
         }
@@ -213,6 +219,40 @@ async fn superseded(
         })
         .await?;
     Ok(None)
+}
+
+/// A merge queue's group is checked only while GitHub keeps it: once the
+/// group is destroyed (merged, dequeued, invalidated by an earlier entry)
+/// its branch is deleted and the check skips (not current) instead of
+/// running for a commit nobody will merge. A branch GitHub did not answer
+/// for (an error) fails the step, which retries.
+async fn group_gone(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    branch: &str,
+) -> Result<Option<Verdict>, RunError> {
+    let head: Option<String> = ctx
+        .step("read merge group branch", github_step(), |_| async {
+            env.github
+                .branch_head(input.installation_id, &input.repo, branch)
+                .await
+                .map_err(github_failure)
+        })
+        .await?;
+    if head.is_some_and(|h| h.eq_ignore_ascii_case(&input.sha)) {
+        return Ok(None);
+    }
+    Ok(Some(Verdict::Skipped {
+        reason: Some(SkipReason::NotCurrent),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not run: the merge queue's group `{branch}` is gone (merged, dequeued or \
+             invalidated), so nothing will merge {}.",
+            input.sha
+        ),
+        newer: None,
+    }))
 }
 
 /// Concludes an older head's check run `cancelled` naming this head (unless
