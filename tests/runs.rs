@@ -2967,3 +2967,126 @@ fn a_merge_group_is_checked_while_its_branch_stands_and_skipped_once_destroyed()
         "the destroyed group ran nothing"
     );
 }
+
+/// The one creation `event` plans (its name as `X-GitHub-Event`).
+fn planned_one(name: &str, event: Value) -> sluice::engine::CreateRequest {
+    use sluice::github::webhook::parse;
+    use sluice::runs::triggers::{plan, Plan, PlanContext};
+    let event = parse(name, event.to_string().as_bytes()).expect("an event");
+    let cx = PlanContext {
+        app_id: None,
+        app_slug: None,
+    };
+    match plan(&event, &cx) {
+        Plan::Create(mut reqs) if reqs.len() == 1 => reqs.remove(0),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Closing a pull request ends its live check as a newer head does: the
+/// check run concluded `cancelled` saying the pull request was closed, the
+/// instance terminated, its process killed, nothing of it left held. A
+/// check of another pull request is left alone, and a redelivered close is
+/// the same instance.
+#[test]
+fn closing_a_pull_request_cancels_its_live_check_and_kills_its_process() {
+    let (a, other) = (sha('a'), sha('e'));
+    let rig = Rig::new();
+    for s in [&a, &other] {
+        rig.github.commit(REPO, s, &[(".sluice.toml", CHECK_TOML)]);
+    }
+    rig.sandbox
+        .script_timed("cargo test", 0, "ok\n", 30 * MINUTE_MS);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+    let ca = rig.check(&a);
+    assert_eq!(rig.pass(&ca).status, Status::Waiting, "A's command runs");
+    let pull = |action: &str, number: u64, head: &str| {
+        json!({
+            "action": action, "number": number,
+            "pull_request": {"number": number, "draft": false, "merged": false,
+                             "closed_at": "2026-12-05T07:00:00Z",
+                             "head": {"sha": head, "ref": "feature"},
+                             "base": {"sha": sha('b'), "ref": "main"}},
+            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
+                           "clone_url": "https://github.com/octo/hello.git"},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": INSTALLATION}
+        })
+    };
+    rig.github.set_pull_head(REPO, 99, &other);
+    let unrelated = rig.create(planned_one("pull_request", pull("opened", 99, &other)));
+    assert_eq!(rig.pass(&unrelated).status, Status::Waiting);
+
+    let closed = pull("closed", PR_NUMBER, &a);
+    let req = planned_one("pull_request", closed.clone());
+    assert_eq!(planned_one("pull_request", closed).key, req.key);
+    let end = rig.create(req);
+    assert_eq!(rig.run_to_end(&end), Status::Complete);
+    assert_eq!(rig.terminator.asked.borrow().as_slice(), [ca.id.clone()]);
+    assert_eq!(rig.apply_terminations(&[&ca]), 1);
+
+    assert!(
+        rig.sandbox.only_run_in(&ca.id).killed,
+        "A's process was killed"
+    );
+    let run_a = rig.github.only_check_run(&a, "sluice/check");
+    assert_eq!(run_a.conclusion.as_deref(), Some("cancelled"));
+    assert!(
+        run_a
+            .summary()
+            .contains(&format!("pull request #{PR_NUMBER} was closed")),
+        "{}",
+        run_a.summary()
+    );
+    assert_eq!(rig.row(&ca).status, "terminated");
+    assert!(rig.held_by(&ca).is_empty(), "{:?}", rig.held_by(&ca));
+    assert_ne!(
+        rig.row(&unrelated).status,
+        "terminated",
+        "another pull request's check goes on"
+    );
+    assert!(rig
+        .github
+        .check_runs_on(&other)
+        .iter()
+        .all(|r| r.conclusion.is_none()));
+}
+
+/// GitHub destroying a merge queue group ends the group's running check:
+/// its check run concluded `cancelled` naming the group and the reason,
+/// its process killed.
+#[test]
+fn a_destroyed_merge_group_cancels_its_running_check() {
+    let rig = Rig::new();
+    let head = sha('c');
+    let queue = format!("gh-readonly-queue/main/pr-7-{}", sha('a'));
+    rig.github
+        .commit(REPO, &head, &[(".sluice.toml", CHECK_TOML)]);
+    rig.github.set_head(REPO, &queue, &head);
+    rig.sandbox
+        .script_timed("cargo test", 0, "ok\n", 30 * MINUTE_MS);
+    let check = rig.create(merge_group_check(&queue, &head));
+    assert_eq!(rig.pass(&check).status, Status::Waiting, "its command runs");
+
+    let destroyed = json!({
+        "action": "destroyed", "reason": "invalidated",
+        "merge_group": {"head_sha": head, "head_ref": format!("refs/heads/{queue}"),
+                        "base_sha": sha('a'), "base_ref": "refs/heads/main"},
+        "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
+                       "clone_url": "https://github.com/octo/hello.git"},
+        "sender": {"login": "ana", "type": "User"},
+        "installation": {"id": INSTALLATION}
+    });
+    let end = rig.create(planned_one("merge_group", destroyed));
+    assert_eq!(rig.run_to_end(&end), Status::Complete);
+    assert_eq!(rig.apply_terminations(&[&check]), 1);
+    assert!(rig.sandbox.only_run_in(&check.id).killed);
+    let run = rig.github.only_check_run(&head, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("cancelled"));
+    assert!(
+        run.summary()
+            .contains(&format!("destroyed the group `{queue}` (invalidated)")),
+        "{}",
+        run.summary()
+    );
+}

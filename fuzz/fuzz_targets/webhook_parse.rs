@@ -131,6 +131,16 @@ fuzz_target!(|data: &[u8]| {
     let c = &creates[0];
     check_planned_create(c);
     match &ev {
+        // A closed pull request or a destroyed merge group ends its checks.
+        Event::PullRequest(pr) if pr.action == "closed" => {
+            assert_eq!(c.run, "cancel-checks");
+            assert_eq!(c.entity.as_deref(), Some(&*format!("pr:{}", pr.number)));
+        }
+        Event::MergeGroup(group) if group.action == "destroyed" => {
+            assert_eq!(c.run, "cancel-checks");
+            let branch = group.merge_group.head_ref.strip_prefix("refs/heads/").expect("a branch");
+            assert_eq!(c.entity.as_deref(), Some(&*format!("branch:{branch}")));
+        }
         Event::PullRequest(pr) => {
             assert!(
                 CHECK_ACTIONS.contains(&pr.action.as_str()),

@@ -157,10 +157,30 @@ pub fn check_planned_create(c: &CreateRequest) {
         InstanceId::parse(id.as_str()).is_ok(),
         "planned id {id} must parse"
     );
+    if c.run == "cancel-checks" {
+        // Ends checks; about no commit.
+        let input: sluice::runs::inputs::CancelChecksInput =
+            serde_json::from_value(c.input.clone()).expect("cancel input decodes");
+        assert_eq!(c.sha, None);
+        assert_eq!(c.repo.as_deref(), Some(input.repo.as_str()));
+        assert_eq!(c.entity, Some(input.of.entity()));
+        assert!(c.key.starts_with(&format!("cancel-checks:{}:", input.repo)), "{}", c.key);
+        return;
+    }
     let sha = c.sha.as_deref().expect("a planned create names its sha");
     assert!(is_lower_sha(sha), "planned sha {sha:?}");
     let sha_key = &sha[..KEY_SHA_CHARS];
     match c.run.as_str() {
+        "check" if c.input.get("merge_group").is_some() => {
+            // A merge queue group's check: keyed by its commit, entity its branch.
+            let input: CheckInput =
+                serde_json::from_value(c.input.clone()).expect("check input decodes");
+            let branch = input.merge_group.as_deref().expect("a queue branch");
+            assert_eq!(input.sha, sha);
+            assert_eq!(input.pr_number, None);
+            assert_eq!(c.key, format!("check:{}:{sha_key}", input.repo));
+            assert_eq!(c.entity, Some(format!("branch:{branch}")));
+        }
         "check" => {
             let input: CheckInput =
                 serde_json::from_value(c.input.clone()).expect("check input decodes");

@@ -57,7 +57,8 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("pull_request-reopened", "act"),
         ("pull_request-ready_for_review", "act"),
         ("pull_request-opened-from-fork", "act"),
-        ("pull_request-closed", "ignore"),
+        // A closed pull request ends its live checks (`cancel-checks`).
+        ("pull_request-closed", "act"),
         ("pull_request-opened-draft", "ignore"),
         ("pull_request-opened-by-bot", "act"),
         ("pull_request-opened-by-own-app", "ignore"),
@@ -71,9 +72,9 @@ fn webhook_seeds_reach_the_plan_or_the_refusal_they_stand_for() {
         ("check_run-requested_action", "act"),
         ("check_suite-requested", "ignore"),
         ("check_suite-rerequested", "act"),
-        // A merge queue's group gets its check; a destroyed one starts nothing.
+        // A merge queue's group gets its check; a destroyed one ends it.
         ("merge_group-checks_requested", "act"),
-        ("merge_group-destroyed", "ignore"),
+        ("merge_group-destroyed", "act"),
         ("signed-literally", "act"),
         ("signed-uppercase-hex", "act"),
         ("content-type-charset", "act"),

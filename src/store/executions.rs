@@ -626,7 +626,7 @@ pub async fn live_checks_of(
     db: &dyn Database,
     repo: &str,
     entity: &str,
-    sha: &str,
+    except_sha: Option<&str>,
 ) -> Result<Vec<(String, String)>, StoreError> {
     #[derive(Deserialize)]
     struct Row {
@@ -636,11 +636,12 @@ pub async fn live_checks_of(
     let rows: Vec<Row> = decode(
         db.all(stmt!(
             "SELECT id, sha FROM executions WHERE entity = ?1 AND repo = ?2 AND run = 'check' \
-               AND sha <> ?3 AND status IN ('queued','running','waiting','paused') \
+               AND (?3 IS NULL OR sha <> ?3) \
+               AND status IN ('queued','running','waiting','paused') \
              ORDER BY created_ms LIMIT ?4",
             entity,
             repo,
-            sha,
+            except_sha,
             SUPERSEDED_PER_HEAD_MAX,
         ))
         .await?,

@@ -246,7 +246,7 @@ sluiceTest('a passing command completes the check run with success', async () =>
 // GitHub's merge queue: a group's commit on its gh-readonly-queue branch gets sluice/check, so a
 // required check never stalls the queue; `destroyed` starts nothing; a group whose branch is gone
 // by the time its check starts is skipped, neutral, without running its command.
-sluiceTest('a merge queue group is checked on its commit; a destroyed one runs nothing', async () => {
+sluiceTest('a merge queue group is checked on its commit; one destroyed before its check starts runs nothing', async () => {
   const repo = 'queued';
   const files = { '.sluice.toml': PASSING_CONFIG, 'README.md': '# queued\n' };
   const baseSha = stack.commit(OWNER, repo, files);
@@ -267,10 +267,13 @@ sluiceTest('a merge queue group is checked on its commit; a destroyed one runs n
   assert.equal(run.conclusion, 'success', run.output.summary);
   assert.ok(run.output.summary.includes(PASS_MARKER), run.output.summary);
 
+  // `destroyed` ends the group's live checks; this one had already finished and stays.
   const destroyed = await stack.sendWebhook('merge_group', group(7, headSha, 'destroyed'), randomUUID());
-  assert.equal(destroyed.status, 200, JSON.stringify(destroyed.body));
-  assert.equal(destroyed.body.ignored, true, JSON.stringify(destroyed.body));
-  assert.match(destroyed.body.reason, /merge_group action "destroyed" starts no run/);
+  assert.equal(destroyed.status, 202, JSON.stringify(destroyed.body));
+  assert.equal(destroyed.body.instances[0]?.run, 'cancel-checks', JSON.stringify(destroyed.body));
+  await waitForTerminal(destroyed.body.instances[0].id, 'complete');
+  const [still] = (await checkRunsFor(repo)).filter((r) => r.head_sha === headSha);
+  assert.equal(still.conclusion, 'success', 'a finished check keeps its conclusion');
 
   // Dequeued before its check started: GitHub deleted the group's branch.
   const goneSha = stack.commit(OWNER, repo, { ...files, 'other.txt': 'other\n' }, { branch: queue(8) });
@@ -405,7 +408,6 @@ sluiceTest('valid events Sluice does not act on are ignored and write nothing', 
 
   const cases = [
     ['issues event', 'issues', issue],
-    ['pull_request closed', 'pull_request', prPayload(repo, sha, { action: 'closed' })],
     ['draft pull_request', 'pull_request', prPayload(repo, sha, { draft: true })],
     ["pull_request caused by Sluice's own App", 'pull_request', prPayload(repo, sha, { senderLogin: 'sluice[bot]', senderType: 'Bot' })],
   ];
@@ -472,6 +474,28 @@ sluiceTest('a newer head of the pull request cancels the older check and kills i
   assert.equal(runA.conclusion, 'cancelled');
   assert.ok(runA.output.summary.includes(b), `names the newer head: ${runA.output.summary}`);
   // Its process is gone: the kill came before the release.
+  await stack.waitFor(async () => !existsSync(`/proc/${pid}`), { timeoutMs: 10_000, message: `pid ${pid} to be gone` });
+});
+
+sluiceTest('closing a pull request cancels its running check and kills its process', async () => {
+  const repo = 'closed';
+  const pids = stack.sharedFile('closed.pids');
+  // Records its pid, then runs long; only a kill ends it early.
+  const config = `[check]\ncommand = "echo $$ >> ${pids}; sleep 300"\n`;
+  const a = stack.commit(OWNER, repo, { '.sluice.toml': config, 'v': '1\n' });
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/1`, { head_sha: a });
+  const { instance } = await openPullRequest(repo, a);
+  const pid = await stack.waitFor(async () => readFileSync(pids, 'utf8').trim() || null, { timeoutMs: RUN_TIMEOUT_MS, message: 'the check to start' });
+
+  const closed = prPayload(repo, a, { action: 'closed', closedAt: new Date().toISOString() });
+  const res = await stack.sendWebhook('pull_request', closed, randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  assert.equal(res.body.instances[0]?.run, 'cancel-checks', JSON.stringify(res.body));
+  await waitForTerminal(res.body.instances[0].id, 'complete');
+  await waitForTerminal(instance.id, 'terminated');
+  const [run] = await checkRunsFor(repo);
+  assert.equal(run.conclusion, 'cancelled');
+  assert.match(run.output.summary, /pull request #1 was closed/);
   await stack.waitFor(async () => !existsSync(`/proc/${pid}`), { timeoutMs: 10_000, message: `pid ${pid} to be gone` });
 });
 

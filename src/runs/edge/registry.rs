@@ -153,8 +153,9 @@ pub type Entry = &'static (dyn AnyRun + Sync);
 
 /// Every run: the one place a name meets its run. Adding a run adds a
 /// line here.
-pub static RUNS: [Entry; 5] = [
+pub static RUNS: [Entry; 6] = [
     &Registered(check::CheckRun),
+    &Registered(check::cancel::CancelChecksRun),
     &Registered(deploy::DeployRun),
     &Registered(probe::ProbeRun),
     &Registered(schedules::SchedulesRun),

@@ -16,11 +16,12 @@ use crate::github::webhook::{
 
 use crate::runs::kit::approval::RELEASE_EVENT;
 use crate::runs::kit::inputs::{
-    CheckAction, CheckInput, Decision, DeployInput, PullNumber, ReleaseInput, SchedulesInput,
-    CHECK_ACTION_EVENT,
+    CancelChecksInput, CancelOf, CheckAction, CheckInput, Decision, DeployInput, PullNumber,
+    ReleaseInput, SchedulesInput, CHECK_ACTION_EVENT,
 };
-use crate::runs::kit::key::{short, Attempt, InstanceKey, Subject};
+use crate::runs::kit::key::{short, Attempt, CancelScope, InstanceKey, Subject};
 use crate::runs::kit::Run;
+use crate::runs::run::check::cancel::CancelChecksRun;
 use crate::runs::run::check::CheckRun;
 use crate::runs::run::deploy::DeployRun;
 use crate::runs::run::release::{ReleaseNotesRun, BRANCH_PREFIX, RELEASE_CHECK_NAME};
@@ -521,6 +522,9 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     if pr.action == "closed" && pr.pull_request.head.name.starts_with(BRANCH_PREFIX) {
         return plan_release_pull(pr);
     }
+    if pr.action == "closed" {
+        return plan_closed_pull(pr);
+    }
     if !CHECK_ACTIONS.contains(&pr.action.as_str()) {
         return Plan::Ignore(format!("pull_request action {:?} starts no run", pr.action));
     }
@@ -550,19 +554,31 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
 /// branch's rules are queued. `destroyed` starts nothing: a check that has
 /// not started finds the group's branch gone and skips (`runs::run::check`).
 fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
-    if group.action != "checks_requested" {
-        return Plan::Ignore(format!(
-            "merge_group action {:?} starts no run (a check not yet started skips itself once \
-             the group's branch is gone)",
-            group.action
-        ));
-    }
     let Some(branch) = group.merge_group.head_ref.strip_prefix("refs/heads/") else {
         return Plan::Ignore(format!(
             "merge group ref {:?} is not a branch",
             group.merge_group.head_ref
         ));
     };
+    match group.action.as_str() {
+        "checks_requested" => {}
+        "destroyed" => {
+            let of = CancelOf::Group {
+                branch: branch.to_owned(),
+                reason: group.reason.clone(),
+            };
+            let scope = CancelScope::Group(branch.to_owned());
+            let (repo, installation) = (&group.repository.full_name, group.installation.id);
+            return Plan::Create(vec![cancel_request(
+                repo,
+                installation,
+                of,
+                scope,
+                "destroyed".into(),
+            )]);
+        }
+        other => return Plan::Ignore(format!("merge_group action {other:?} starts no run")),
+    }
     let at = RunTarget::of(
         &group.repository,
         group.installation.id,
@@ -579,6 +595,57 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
     let mut create = check_request_of(input, None);
     create.entity = Some(format!("branch:{branch}"));
     Plan::Create(vec![create])
+}
+
+/// A closed pull request (merged or not) ends its live checks: a
+/// `cancel-checks` instance per close, named by when GitHub closed it, so a
+/// redelivery is the same instance and a close after a reopen another.
+fn plan_closed_pull(pr: &PullRequestEvent) -> Plan {
+    let closed_ms = pr.pull_request.decided_ms().or_else(|| {
+        (pr.pull_request.updated_at.as_deref()).and_then(crate::github::client::parse_rfc3339_ms)
+    });
+    let (Some(number), Some(closed_ms)) = (PullNumber::new(pr.number), closed_ms) else {
+        return Plan::Ignore("closed pull request without a number or a close date".into());
+    };
+    let of = CancelOf::Pull { number };
+    let when = format!("closed-{}", closed_ms / 1000);
+    Plan::Create(vec![cancel_request(
+        &pr.repository.full_name,
+        pr.installation.id,
+        of,
+        CancelScope::Pull(number),
+        when,
+    )])
+}
+
+/// The creation of a `cancel-checks` instance for `of`.
+fn cancel_request(
+    repo: &str,
+    installation_id: u64,
+    of: CancelOf,
+    scope: CancelScope,
+    when: String,
+) -> CreateRequest {
+    let key = InstanceKey::new(
+        CancelChecksRun::NAME.as_str(),
+        repo,
+        Subject::Cancel { of: scope, when },
+    );
+    let input = CancelChecksInput {
+        repo: repo.to_owned(),
+        installation_id,
+        of,
+    };
+    CreateRequest {
+        key: key.to_string(),
+        run: CancelChecksRun::NAME.as_str().into(),
+        repo: Some(repo.to_owned()),
+        entity: Some(input.of.entity()),
+        sha: None,
+        input: json!(input),
+        max_steps: None,
+        max_duration_ms: None,
+    }
 }
 
 fn plan_push(push: &PushEvent) -> Plan {
@@ -763,7 +830,7 @@ mod tests {
     }
 
     #[test]
-    fn a_merge_queue_group_gets_the_check_and_a_destroyed_one_starts_nothing() {
+    fn a_merge_queue_group_gets_the_check_and_a_destroyed_one_ends_it() {
         let queue = "gh-readonly-queue/main/pr-7-fedcba9876543210fedcba9876543210fedcba98";
         let event = merge_group("checks_requested", &format!("refs/heads/{queue}"));
         let Plan::Create(reqs) = plan(&event, &CX) else {
@@ -779,8 +846,21 @@ mod tests {
         assert_eq!(input.pr_number, None);
         assert!(!input.needs_approval);
 
+        // A destroyed group ends the group's live checks.
         let destroyed = merge_group("destroyed", &format!("refs/heads/{queue}"));
-        assert!(matches!(plan(&destroyed, &CX), Plan::Ignore(_)));
+        let Plan::Create(ends) = plan(&destroyed, &CX) else {
+            panic!("{:?}", plan(&destroyed, &CX))
+        };
+        assert_eq!(ends[0].run, "cancel-checks");
+        assert_eq!(
+            ends[0].key,
+            format!("cancel-checks:octo/hello:group:{queue}:destroyed")
+        );
+        assert_eq!(ends[0].entity, reqs[0].entity, "it ends the group's checks");
+        assert_eq!(
+            ends[0].input["of"],
+            json!({"kind": "group", "branch": queue, "reason": "dequeued"})
+        );
         let tag = merge_group("checks_requested", "refs/tags/v1");
         assert!(matches!(plan(&tag, &CX), Plan::Ignore(r) if r.contains("not a branch")));
     }
@@ -912,25 +992,43 @@ mod tests {
         ));
     }
 
+    fn closed(head_ref: &str, merged: bool) -> Plan {
+        let body = json!({
+            "action": "closed", "number": 12,
+            "pull_request": {"number": 12, "merged": merged,
+                "merged_at": merged.then_some("2026-12-04T10:00:00Z"),
+                "closed_at": "2026-12-04T10:00:00Z",
+                "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": head_ref},
+                "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main"}},
+            "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
+            "sender": {"login": "maint", "type": "User"},
+            "installation": {"id": 42}
+        });
+        plan(
+            &parse("pull_request", body.to_string().as_bytes()).unwrap(),
+            &CX,
+        )
+    }
+
+    /// Any other closed pull request ends its live checks, named by when
+    /// GitHub closed it (a redelivery is the same instance).
+    #[test]
+    fn a_closed_pull_request_ends_its_live_checks() {
+        let Plan::Create(ends) = closed("feature", true) else {
+            panic!("{:?}", closed("feature", true))
+        };
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends[0].run, "cancel-checks");
+        assert_eq!(
+            ends[0].key,
+            "cancel-checks:octo/hello:pull:12:closed-1796378400"
+        );
+        assert_eq!(ends[0].entity.as_deref(), Some("pr:12"));
+        assert_eq!(ends[0].input["of"], json!({"kind": "pull", "number": 12}));
+    }
+
     #[test]
     fn a_release_decision_is_routed_by_its_pull_request_or_check_run() {
-        let closed = |head_ref: &str, merged: bool| {
-            let body = json!({
-                "action": "closed", "number": 12,
-                "pull_request": {"number": 12, "merged": merged,
-                    "merged_at": merged.then_some("2026-12-04T10:00:00Z"),
-                    "closed_at": "2026-12-04T10:00:00Z",
-                    "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": head_ref},
-                    "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "main"}},
-                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"}},
-                "sender": {"login": "maint", "type": "User"},
-                "installation": {"id": 42}
-            });
-            plan(
-                &parse("pull_request", body.to_string().as_bytes()).unwrap(),
-                &CX,
-            )
-        };
         let Plan::Route(routes) = closed("sluice/release-notes/v1.2.0", true) else {
             panic!()
         };
@@ -945,7 +1043,6 @@ mod tests {
         // Dated by GitHub's signed merge time; routed as the sender's.
         assert_eq!(routes[0].dated_ms, Some(1_796_378_400_000));
         assert_eq!(routes[0].sender, "maint");
-        assert!(matches!(closed("feature", true), Plan::Ignore(_)));
         let check_run = |action: &str| {
             let body = json!({
                 "action": action,

@@ -188,3 +188,39 @@ impl Decision {
         }
     }
 }
+
+/// What a `cancel-checks` instance ends: the live checks of a pull request
+/// GitHub closed, or of a merge queue group GitHub destroyed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum CancelOf {
+    Pull {
+        number: PullNumber,
+    },
+    Group {
+        /// The group's branch (`gh-readonly-queue/...`).
+        branch: String,
+        /// GitHub's `reason`: `merged`, `dequeued`, `invalidated`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl CancelOf {
+    /// The `executions.entity` of the checks it ends (what the check's
+    /// trigger recorded: `pr:<n>`, or `branch:<queue branch>`).
+    pub fn entity(&self) -> String {
+        match self {
+            CancelOf::Pull { number } => format!("pr:{number}"),
+            CancelOf::Group { branch, .. } => format!("branch:{branch}"),
+        }
+    }
+}
+
+/// What a `cancel-checks` instance needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelChecksInput {
+    pub repo: String,
+    pub installation_id: u64,
+    pub of: CancelOf,
+}

@@ -11,6 +11,8 @@
 //!   names it);
 //! - schedules: `<sha12>:<before12>`;
 //! - a dispatch: `dispatch-<signature16>` or `dispatch-oidc-<token id>`;
+//! - ending checks: `pull:<n>:closed-<closed at, s>` (a pull request GitHub
+//!   closed) or `group:<queue branch>:destroyed` (a merge queue group);
 //!
 //! and the attempt, when there is one, `rerun-…` (GitHub's Re-run) or
 //! `schedule-…` (a schedule's slot). Git forbids `:` in branch and tag
@@ -62,6 +64,19 @@ pub enum Subject {
     Dispatch {
         proof: String,
     },
+    /// The end of what live checks were for: `pull:<n>:<when>` or
+    /// `group:<branch>:<when>`.
+    Cancel {
+        of: CancelScope,
+        when: String,
+    },
+}
+
+/// Whose checks a `Subject::Cancel` ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelScope {
+    Pull(PullNumber),
+    Group(String),
 }
 
 /// Which attempt of its subject an instance is.
@@ -117,6 +132,14 @@ impl fmt::Display for Subject {
             Subject::Release { tag, sha, push } => write!(f, "{tag}:{}:{push}", short(sha)),
             Subject::Schedules { sha, before } => write!(f, "{}:{}", short(sha), short(before)),
             Subject::Dispatch { proof } => write!(f, "{DISPATCH_PREFIX}{proof}"),
+            Subject::Cancel {
+                of: CancelScope::Pull(n),
+                when,
+            } => write!(f, "pull:{n}:{when}"),
+            Subject::Cancel {
+                of: CancelScope::Group(branch),
+                when,
+            } => write!(f, "group:{branch}:{when}"),
         }
     }
 }
@@ -219,6 +242,14 @@ fn parse_subject(run: &str, rest: &[&str]) -> Option<Subject> {
             sha: owned(sha),
             before: owned(before),
         }),
+        ("cancel-checks", ["pull", n, when]) => Some(Subject::Cancel {
+            of: CancelScope::Pull(PullNumber::new(n.parse().ok()?)?),
+            when: owned(when),
+        }),
+        ("cancel-checks", ["group", branch, when]) => Some(Subject::Cancel {
+            of: CancelScope::Group(owned(branch)),
+            when: owned(when),
+        }),
         _ => None,
     }
 }
@@ -281,7 +312,7 @@ mod tests {
         }
 
         fn key(&mut self) -> InstanceKey {
-            let (run, subject) = match self.below(6) {
+            let (run, subject) = match self.below(8) {
                 0 => (
                     "check",
                     Subject::Check {
@@ -316,6 +347,20 @@ mod tests {
                     },
                 ),
                 4 => ("check", Subject::Dispatch { proof: self.sha() }),
+                5 => (
+                    "cancel-checks",
+                    Subject::Cancel {
+                        of: CancelScope::Pull(PullNumber::new(1 + self.below(99)).unwrap()),
+                        when: format!("closed-{}", self.below(9)),
+                    },
+                ),
+                6 => (
+                    "cancel-checks",
+                    Subject::Cancel {
+                        of: CancelScope::Group(self.name()),
+                        when: "destroyed".to_owned(),
+                    },
+                ),
                 _ => (
                     "deploy",
                     Subject::Dispatch {
@@ -356,6 +401,8 @@ mod tests {
             format!("release-notes:octo/hello:v1.0.0:{sha}:{sha}-p1796403600"),
             format!("schedules:octo/hello:{sha}:{sha}"),
             format!("check:octo/hello:{sha}:schedule-abcdef012345-1796403600"),
+            "cancel-checks:octo/hello:pull:7:closed-1796403600".to_owned(),
+            format!("cancel-checks:octo/hello:group:gh-readonly-queue/main/pr-7-{sha}:destroyed"),
         ];
         for text in cases {
             let key = InstanceKey::parse(&text).unwrap_or_else(|| panic!("{text}"));

@@ -29,6 +29,8 @@ use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv};
 
+pub mod cancel;
+
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
 /// The `check` run.
@@ -209,7 +211,7 @@ async fn superseded(
     let entity = format!("pr:{pr}");
     let _ended: Vec<String> = ctx
         .step("supersede older heads", github_step(), |_| async {
-            let older = executions::live_checks_of(env.db, &input.repo, &entity, &input.sha)
+            let older = executions::live_checks_of(env.db, &input.repo, &entity, Some(&input.sha))
                 .await
                 .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
             for (id, sha) in &older {
@@ -255,10 +257,7 @@ async fn group_gone(
     }))
 }
 
-/// Concludes an older head's check run `cancelled` naming this head (unless
-/// it already completed), terminates it, then kills its processes: a
-/// terminate alone is honoured only at the older instance's next durable
-/// call, which a running command step reaches when its process ends.
+/// Ends an older head's check: see `cancel_check`.
 async fn cancel_older(
     env: &RunEnv<'_>,
     input: &CheckInput,
@@ -266,7 +265,34 @@ async fn cancel_older(
     id: &str,
     sha: &str,
 ) -> Result<(), StepFailure> {
-    let (installation, repo) = (input.installation_id, input.repo.as_str());
+    let ending = Ending {
+        title: "Superseded",
+        summary: format!(
+            "Cancelled: pull request #{pr} moved on to {}, which is checked instead.",
+            input.sha
+        ),
+    };
+    cancel_check(env, input.installation_id, &input.repo, (id, sha), &ending).await
+}
+
+/// Why a live check is ended, as its check run shows it.
+pub struct Ending {
+    pub title: &'static str,
+    pub summary: String,
+}
+
+/// Concludes a live check's check run `cancelled` with `ending` (unless it
+/// already completed), terminates the instance, then kills its processes:
+/// a terminate alone is honoured only at the instance's next durable call,
+/// which a running command step reaches when its process ends. Repeating
+/// it is harmless (a completed check run is left as it is).
+pub async fn cancel_check(
+    env: &RunEnv<'_>,
+    installation: u64,
+    repo: &str,
+    (id, sha): (&str, &str),
+    ending: &Ending,
+) -> Result<(), StepFailure> {
     let state = env
         .github
         .find_check_run_state(installation, repo, sha, CHECK_RUN_NAME, id)
@@ -277,11 +303,8 @@ async fn cancel_older(
             status: Some("completed"),
             conclusion: Some(CheckConclusion::Cancelled),
             output: Some(CheckOutput {
-                title: "Superseded".into(),
-                summary: format!(
-                    "Cancelled: pull request #{pr} moved on to {}, which is checked instead.",
-                    input.sha
-                ),
+                title: ending.title.into(),
+                summary: ending.summary.clone(),
             }),
             actions: Some(Vec::new()),
             ..CheckRunUpdate::default()
@@ -296,7 +319,7 @@ async fn cancel_older(
         .await
         .map_err(|m| FailureTag::Gate.retryable(m))?;
     // Unconfirmed kills are finalize's to repeat: it releases nothing of
-    // the older head until its process is known to have ended.
+    // the check until its process is known to have ended.
     gate::kill_live(env, id, env.clock.now_ms()).await?;
     Ok(())
 }
