@@ -14,6 +14,7 @@ use sluice::gates::serial::{
 };
 use sluice::gates::SkipReason;
 use sluice::http::pages::escape::{escape, percent_decode, percent_encode, Html, Url};
+use sluice::http::pages::phases::{percent, Bar, Phase};
 use sluice::http::pages::query::form_pairs;
 use sluice::http::pages::time::{datetime_local, duration, iso8601, parse_utc, relative};
 use sluice::http::pages::{
@@ -22,6 +23,9 @@ use sluice::http::pages::{
     ApprovalView, ExecutionPage, ExecutionView, ExecutionsPage, ExecutionsQuery, GroupPage,
     GroupsPage, StepView, APP_CSS, APP_JS, CONTENT_SECURITY_POLICY, REFRESH_MS, SECURITY_HEADERS,
 };
+use sluice::runs::command::{summary_parts, verdict_of, CommandResult};
+use sluice::runs::registry;
+use sluice::runs::report::Verdict;
 use sluice::store::executions::{ExecutionRow, StepRow};
 
 const NOW: i64 = 1_760_000_000_000; // 2025-10-09T08:53:20Z
@@ -552,6 +556,369 @@ fn the_execution_page_shows_its_step_timeline() {
             "{region}"
         );
     }
+}
+
+/// A finished check whose command ended as `result` did: its output is
+/// what `runs::report` records, with the summary `verdict_of` wrote.
+fn ended_check(result: &CommandResult) -> ExecutionPage {
+    let verdict = verdict_of("cargo test", result);
+    let conclusion = match (result.timed_out, result.exit_code) {
+        (true, _) => "timed_out",
+        (false, Some(0)) => "success",
+        _ => "failure",
+    };
+    let mut page = exec_page("complete");
+    page.execution.row.finished_ms = Some(NOW - 7 * MIN);
+    page.execution.row.output_json = Some(
+        serde_json::json!({ "check_run_id": 1, "conclusion": conclusion, "verdict": verdict })
+            .to_string(),
+    );
+    page
+}
+
+fn command_result(exit_code: Option<i32>, timed_out: bool, tail: &str) -> CommandResult {
+    CommandResult {
+        exit_code,
+        timed_out,
+        tail: tail.to_owned(),
+        log_key: "logs/exec-1/run check command".into(),
+        output_bytes: 4096,
+        duration_ms: Some(2_000),
+        log_url: None,
+        environment_url: None,
+    }
+}
+
+#[test]
+fn a_failed_run_leads_with_its_log_tail() {
+    let tail = "running 3 tests\ntest demo::adds ... FAILED\n<script>alert(1)</script> & \"q\"";
+    let result = command_result(Some(1), false, tail);
+    // The summary's parts are found again exactly as verdict_of wrote them.
+    let Verdict::Failed { summary } = verdict_of("cargo test", &result) else {
+        panic!("exit 1 fails");
+    };
+    assert_eq!(
+        summary_parts(&summary),
+        Some(("`cargo test` exited with code 1 after 2.0 s.", tail))
+    );
+    let html = render_execution(&ended_check(&result), NOW);
+    let tags = parse(&html);
+    // It reads failed, and the log's last lines are near the top, escaped.
+    assert!(html.contains("<span class=\"st st-failed\" title=\"complete\">failed</span>"));
+    let shown = "<pre class=\"tail\"><code>running 3 tests\ntest demo::adds ... FAILED\n\
+                 &lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot;</code></pre>";
+    assert!(html.contains(shown), "{html}");
+    assert!(html.contains("<p class=\"how\">`cargo test` exited with code 1 after 2.0 s.</p>"));
+    let at = |needle: &str| html.find(needle).expect(needle);
+    assert!(at("<pre class=\"tail\">") < at("id=\"actions\""));
+    assert!(at("<pre class=\"tail\">") < at("id=\"phases\""));
+    // The whole log is the command step's own link.
+    let full = tags
+        .iter()
+        .find(|t| t.attr("class") == Some("full-log"))
+        .expect("a link to the whole log");
+    assert_eq!(full.attr("href"), Some("https://logs.example.com/x"));
+
+    // Timed out: the same, reading timed out.
+    let slow = render_execution(
+        &ended_check(&command_result(None, true, "still going")),
+        NOW,
+    );
+    parse(&slow);
+    assert!(slow.contains("title=\"complete\">timed out</span>"));
+    assert!(slow.contains("<pre class=\"tail\"><code>still going</code></pre>"));
+    // Passed, or failed by no command (its summary is not a command's): no tail.
+    let passed = render_execution(&ended_check(&command_result(Some(0), false, "ok")), NOW);
+    assert!(!passed.contains("Why it failed") && !passed.contains("class=\"tail\""));
+    let mut config = exec_page("complete");
+    config.execution.row.output_json = Some(
+        "{\"conclusion\":\"failure\",\"verdict\":{\"verdict\":\"failed\",\"summary\":\"bad config\"}}"
+            .into(),
+    );
+    let config = render_execution(&config, NOW);
+    assert!(config.contains("st-failed") && !config.contains("Why it failed"));
+}
+
+/// A check's steps from `T0` (the run's creation): (name, kind, start and
+/// end in seconds after it).
+fn check_steps(t0: i64, end_s: Option<i64>) -> Vec<StepView> {
+    let spans: [(&str, &str, i64, Option<i64>); 9] = [
+        ("create check run", "step", 0, Some(30)),
+        ("read config", "step", 30, Some(60)),
+        ("gate: enter", "step", 60, Some(60)),
+        ("gate: turn", "wait", 60, Some(240)),
+        ("run check command", "step", 240, Some(420)),
+        ("run check command#2", "step", 420, Some(480)),
+        ("complete check run", "step", 480, Some(570)),
+        ("release gates", "step", 570, Some(570)),
+        ("tidy the journal", "step", 570, end_s),
+    ];
+    spans
+        .iter()
+        .enumerate()
+        .map(|(i, (name, kind, from, to))| {
+            let mut row = step(i as i64 + 1, name, kind, "done");
+            row.started_ms = t0 + from * 1000;
+            row.finished_ms = to.map(|s| t0 + s * 1000);
+            StepView::new(row)
+        })
+        .collect()
+}
+
+fn phased_page(end_s: Option<i64>) -> ExecutionPage {
+    let t0 = NOW - 10 * MIN;
+    let mut page = exec_page(if end_s.is_some() {
+        "complete"
+    } else {
+        "running"
+    });
+    page.execution.row.created_ms = t0;
+    page.execution.row.finished_ms = end_s.map(|s| t0 + s * 1000);
+    page.steps = check_steps(t0, end_s);
+    page
+}
+
+/// The phase row of `class` (`ph-command`) in a rendered page.
+fn phase_row(html: &str, class: &str) -> String {
+    let row = html
+        .split(&format!("<tr class=\"phase {class}\">"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {class} row"));
+    row.split("</tr>").next().unwrap().to_owned()
+}
+
+#[test]
+fn phases_are_grouped_with_their_durations() {
+    for (name, phase) in [
+        ("gate: enter", Phase::Admission),
+        ("gate: lease#2", Phase::Admission),
+        ("release gates", Phase::Admission),
+        ("read pull request head", Phase::Setup),
+        ("re-read head", Phase::Setup),
+        ("run deploy command#3", Phase::Command),
+        ("command still running", Phase::Command),
+        ("create deployment", Phase::Report),
+        ("deployment: conclude", Phase::Report),
+        ("complete check run", Phase::Report),
+        ("mystery#x", Phase::Engine),
+        ("", Phase::Engine),
+    ] {
+        assert_eq!(Phase::of(name), phase, "{name}");
+    }
+    let html = render_execution(&phased_page(Some(600)), NOW);
+    parse(&html);
+    let rows: Vec<(&str, &str, &str)> = vec![
+        (
+            "ph-admission",
+            "3 min",
+            "<code>gate: enter</code>, <code>gate: turn</code>, <code>release gates</code>",
+        ),
+        ("ph-setup", "30 s", "<code>read config</code>"),
+        ("ph-command", "4 min", "<code>run check command</code>"),
+        (
+            "ph-report",
+            "2 min",
+            "<code>create check run</code>, <code>complete check run</code>",
+        ),
+        ("ph-engine", "30 s", "<code>tidy the journal</code>"),
+    ];
+    let mut last = 0;
+    for (class, duration, steps) in rows {
+        let row = phase_row(&html, class);
+        assert!(
+            row.contains(&format!("<td data-label=\"Duration\">{duration}</td>")),
+            "{row}"
+        );
+        assert!(
+            row.contains(&format!("<td data-label=\"Steps\">{steps}</td>")),
+            "{row}"
+        );
+        let at = html.find(&format!("phase {class}")).unwrap();
+        assert!(at > last, "phases in order");
+        last = at;
+    }
+    assert!(phase_row(&html, "ph-admission").contains("Waiting for the group and admission"));
+    assert!(phase_row(&html, "ph-setup").contains("Checkout and config"));
+    // The engine's own list is one click away, every step in it.
+    let details = html
+        .split("<details class=\"engine-steps\">")
+        .nth(1)
+        .expect("details");
+    assert!(details.starts_with("<summary>The engine's steps (9)</summary>"));
+    assert_eq!(
+        count(
+            details.split("</details>").next().unwrap(),
+            "<tr class=\"step-"
+        ),
+        9
+    );
+    // A run with no steps yet says so.
+    let mut empty = phased_page(None);
+    empty.steps.clear();
+    assert!(render_execution(&empty, NOW).contains("<h2>Phases</h2><p class=\"empty\">"));
+}
+
+/// Every `<rect>` of a phase row, as (x, width) in tenths of a percent.
+fn rects(row: &str) -> Vec<(i64, i64)> {
+    let tenths = |v: &str| {
+        let (whole, tenth) = v.trim_end_matches('%').split_once('.').unwrap();
+        whole.parse::<i64>().unwrap() * 10 + tenth.parse::<i64>().unwrap()
+    };
+    row.split("<rect x=\"")
+        .skip(1)
+        .map(|r| {
+            let (x, rest) = r.split_once('"').unwrap();
+            let w = rest
+                .split("width=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            (tenths(x), tenths(w))
+        })
+        .collect()
+}
+
+#[test]
+fn the_timeline_is_drawn_to_scale() {
+    let bar = |from, to, start, end| Bar::of(from, to, start, end);
+    assert_eq!(
+        bar(240, 420, 0, 600),
+        Some(Bar {
+            x_permille: 400,
+            width_permille: 300
+        })
+    );
+    assert_eq!(
+        bar(0, 1, 0, 3).map(|b| percent(b.width_permille)),
+        Some("33.3%".into())
+    );
+    assert_eq!(
+        bar(-50, 700, 0, 600),
+        Some(Bar {
+            x_permille: 0,
+            width_permille: 1000
+        })
+    );
+    assert_eq!(bar(10, 5, 0, 600).map(|b| b.width_permille), Some(0));
+    assert_eq!(bar(0, 10, 5, 5), None, "a run of no length has no scale");
+    assert_eq!(percent(375), "37.5%");
+
+    // Finished in 600 s: each bar's offset and width are its share of them.
+    let html = render_execution(&phased_page(Some(600)), NOW);
+    parse(&html);
+    assert_eq!(
+        rects(&phase_row(&html, "ph-command")),
+        [(400, 300), (700, 100)]
+    );
+    assert_eq!(
+        rects(&phase_row(&html, "ph-admission")),
+        [(100, 0), (100, 300), (950, 0)]
+    );
+    assert_eq!(rects(&phase_row(&html, "ph-report")), [(0, 50), (800, 150)]);
+    assert!(phase_row(&html, "ph-command")
+        .contains("<rect x=\"40.0%\" width=\"30.0%\" y=\"0\" height=\"100%\">"));
+    // The widths of all bars add up to the run, as its steps do.
+    let total: i64 = [
+        "ph-admission",
+        "ph-setup",
+        "ph-command",
+        "ph-report",
+        "ph-engine",
+    ]
+    .iter()
+    .flat_map(|c| rects(&phase_row(&html, c)))
+    .map(|(_, w)| w)
+    .sum();
+    assert_eq!(total, 1000);
+
+    // A live run is drawn up to now (NOW is 600 s after its creation); its
+    // running step reaches the end.
+    let live = render_execution(&phased_page(None), NOW);
+    parse(&live);
+    assert_eq!(rects(&phase_row(&live, "ph-engine")), [(950, 50)]);
+}
+
+#[test]
+fn bookkeeping_is_listed_apart_from_the_runs_users_asked_for() {
+    let apart: Vec<&str> = registry::bookkeeping().map(|r| r.as_str()).collect();
+    assert_eq!(apart, ["schedules"]);
+    // By default the list leaves bookkeeping out; `bookkeeping=1` lists it
+    // alone; a run filter holds as it is. Other filters hold in all three.
+    let plain = ExecutionsQuery::parse("repo=octo/hello&status=complete");
+    let f = plain.list_filter_apart(&apart);
+    assert_eq!(
+        (f.runs_excluded.clone(), f.runs_only.clone()),
+        (vec!["schedules".to_owned()], None)
+    );
+    assert_eq!(
+        (f.repo.as_deref(), f.status.as_deref()),
+        (Some("octo/hello"), Some("complete"))
+    );
+    let kept = ExecutionsQuery::parse("repo=octo/hello&status=complete&bookkeeping=1");
+    let f = kept.list_filter_apart(&apart);
+    assert_eq!(
+        (f.runs_excluded.len(), f.runs_only),
+        (0, Some(vec!["schedules".to_owned()]))
+    );
+    assert_eq!(f.repo.as_deref(), Some("octo/hello"));
+    let named = ExecutionsQuery::parse("run=schedules").list_filter_apart(&apart);
+    assert_eq!(
+        (
+            named.run.as_deref(),
+            named.runs_excluded.len(),
+            named.runs_only
+        ),
+        (Some("schedules"), 0, None)
+    );
+    assert_eq!(
+        ExecutionsQuery::parse(kept.url(Some("c1")).as_str().split_once('?').unwrap().1),
+        ExecutionsQuery {
+            cursor: Some("c1".into()),
+            ..kept.clone()
+        }
+    );
+
+    // The default page links to the bookkeeping, keeping its filters.
+    let mut page = list_page(Vec::new(), None);
+    page.query = plain;
+    let html = render_executions(&page, NOW);
+    let tags = parse(&html);
+    assert!(html.contains("<h1>Executions</h1>"));
+    let link = |tags: &[Tag]| {
+        tags.iter()
+            .find(|t| t.attr("class") == Some("apart-link"))
+            .and_then(|t| t.attr("href"))
+            .map(|h| h.replace("&amp;", "&"))
+    };
+    assert_eq!(
+        link(&tags).as_deref(),
+        Some("/ui/executions?repo=octo%2Fhello&status=complete&bookkeeping=1")
+    );
+    // The bookkeeping page links back, and its form and next page keep it.
+    let mut page = list_page(
+        vec![ExecutionView::new(exec(
+            "sch-1",
+            Some("octo/hello"),
+            Some("branch:main"),
+            "complete",
+        ))],
+        Some("c2"),
+    );
+    page.query = kept;
+    let html = render_executions(&page, NOW);
+    let tags = parse(&html);
+    assert!(html.contains("<h1>Bookkeeping</h1>"));
+    assert_eq!(
+        link(&tags).as_deref(),
+        Some("/ui/executions?repo=octo%2Fhello&status=complete")
+    );
+    assert!(html.contains("<input type=\"hidden\" name=\"bookkeeping\" value=\"1\">"));
+    assert!(html.contains("<a href=\"/ui/executions?bookkeeping=1\">Clear</a>"));
+    assert!(hrefs(&tags).iter().any(|h| h
+        .replace("&amp;", "&")
+        .ends_with("&bookkeeping=1&cursor=c2")));
 }
 
 #[test]

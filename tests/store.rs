@@ -157,6 +157,53 @@ fn all_pages(db: &SqliteDb, filter: &ListFilter, limit: u32) -> (Vec<String>, us
 }
 
 #[test]
+fn run_sets_leave_runs_out_or_list_them_alone_across_pages() {
+    let db = SqliteDb::with_migrations().unwrap();
+    for i in 0..30 {
+        let run = ["check", "deploy", "schedules"][i % 3];
+        let repo = if i % 2 == 0 { "octo/a" } else { "octo/b" };
+        row(
+            &db,
+            &format!("r-{i:02}"),
+            run,
+            repo,
+            "branch:main",
+            "complete",
+            T0 + i as i64 / 2,
+        );
+    }
+    let ids = |f: &ListFilter| all_pages(&db, f, 4).0;
+    let wanted = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
+        (0..30)
+            .rev()
+            .filter(|i| keep(*i))
+            .map(|i| format!("r-{i:02}"))
+            .collect()
+    };
+    let out = ListFilter {
+        runs_excluded: vec!["schedules".into()],
+        ..ListFilter::default()
+    };
+    assert_eq!(ids(&out), wanted(&|i| i % 3 != 2));
+    let alone = ListFilter {
+        runs_only: Some(vec!["schedules".into()]),
+        repo: Some("octo/a".into()),
+        ..ListFilter::default()
+    };
+    assert_eq!(ids(&alone), wanted(&|i| i % 3 == 2 && i % 2 == 0));
+    let two = ListFilter {
+        runs_excluded: vec!["schedules".into(), "check".into()],
+        ..ListFilter::default()
+    };
+    assert_eq!(ids(&two), wanted(&|i| i % 3 == 1));
+    let none = ListFilter {
+        runs_only: Some(Vec::new()),
+        ..ListFilter::default()
+    };
+    assert!(ids(&none).is_empty(), "an empty set matches nothing");
+}
+
+#[test]
 fn the_executions_list_pages_through_every_row_newest_first() {
     let db = SqliteDb::with_migrations().unwrap();
     // 450 rows (more than the old 200-row cap), many sharing a millisecond

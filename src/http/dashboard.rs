@@ -18,12 +18,14 @@ use crate::journal::EntryState;
 use crate::limits::STEPS_LISTED_MAX;
 use crate::runs::approval::{github_only, human_wait_of, Decider, HUMAN_WAITS};
 use crate::runs::command;
+use crate::runs::registry;
 use crate::store::executions::{self, ExecutionRow, HumanWait, StepRow};
 use crate::store::Database;
 
 use super::auth;
 use super::error::ApiError;
 use super::pages::paths;
+use super::pages::phases::base_name;
 use super::pages::query::form_pairs;
 use super::pages::{
     self, Action, ActionForm, ActionResult, Actions, ApprovalView, ApprovalsPage, ExecutionPage,
@@ -167,8 +169,14 @@ pub async fn page(
 async fn executions_page(db: &dyn Database, query: &str, now_ms: i64) -> Result<String, ApiError> {
     let q = ExecutionsQuery::parse(query);
     let after = q.after();
-    let found =
-        executions::list_page(db, &q.list_filter(), after.as_ref(), EXECUTIONS_PAGE_ROWS).await?;
+    let apart: Vec<&str> = registry::bookkeeping().map(|r| r.as_str()).collect();
+    let found = executions::list_page(
+        db,
+        &q.list_filter_apart(&apart),
+        after.as_ref(),
+        EXECUTIONS_PAGE_ROWS,
+    )
+    .await?;
     let items = with_newer_revisions(db, found.items).await?;
     let approvals = approvals(db)
         .await?
@@ -257,15 +265,6 @@ fn with_log_links(id: &InstanceId, steps: Vec<StepRow>) -> Vec<StepView> {
         }
     }
     views
-}
-
-/// A timeline name without its occurrence count (`execution_steps` names
-/// a repeated step `name#3`).
-fn base_name(name: &str) -> &str {
-    match name.rsplit_once('#') {
-        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
-        _ => name,
-    }
 }
 
 /// Who decides, in words, and whether the dashboard may.

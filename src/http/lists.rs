@@ -141,6 +141,7 @@ pub fn executions_query(query: &str) -> Result<(ListFilter, Option<Cursor>, u32)
         entity: p.text("entity"),
         since_ms: p.time_ms("since")?,
         until_ms: p.time_ms("until")?,
+        ..ListFilter::default()
     };
     Ok((
         filter,

@@ -266,6 +266,14 @@ pub struct ListFilter {
     /// Created before (ms since epoch).
     #[serde(default)]
     pub until_ms: Option<i64>,
+    /// Runs whose instances are left out (the dashboard lists Sluice's
+    /// bookkeeping apart); empty: none.
+    #[serde(default)]
+    pub runs_excluded: Vec<String>,
+    /// Only these runs' instances; None: any run (`Some(vec![])` matches
+    /// nothing).
+    #[serde(default)]
+    pub runs_only: Option<Vec<String>>,
 }
 
 /// Where a page of a time-ordered list ends: the time and the unique key of
@@ -344,7 +352,11 @@ pub async fn list_page(
 ) -> Result<Page<ExecutionRow>, StoreError> {
     // Each filter is `(?n IS NULL OR col = ?n)` so one statement serves all;
     // the order is `executions_by_created`'s (migration 0005), so an
-    // unfiltered page is an index range scan.
+    // unfiltered page is an index range scan. The run sets go as JSON
+    // arrays (`json_each`, in D1 and SQLite alike): a statement's parameters
+    // are fixed.
+    let runs_excluded = (!f.runs_excluded.is_empty()).then(|| json_array(&f.runs_excluded));
+    let runs_only = f.runs_only.as_deref().map(json_array);
     let rows = db
         .all(stmt!(
             format!(
@@ -353,6 +365,8 @@ pub async fn list_page(
                  AND (?4 IS NULL OR entity = ?4) AND (?5 IS NULL OR created_ms >= ?5) \
                  AND (?6 IS NULL OR created_ms < ?6) \
                  AND (?7 IS NULL OR created_ms < ?7 OR (created_ms = ?7 AND id < ?8)) \
+                 AND (?10 IS NULL OR run NOT IN (SELECT value FROM json_each(?10))) \
+                 AND (?11 IS NULL OR run IN (SELECT value FROM json_each(?11))) \
                  ORDER BY created_ms DESC, id DESC LIMIT ?9"
             ),
             f.run.clone(),
@@ -364,6 +378,8 @@ pub async fn list_page(
             after.map(|c| c.at_ms),
             after.map(|c| c.key.clone()),
             limit.saturating_add(1),
+            runs_excluded,
+            runs_only,
         ))
         .await?;
     let rows: Vec<ExecutionRow> = decode(rows)?;
@@ -374,6 +390,11 @@ pub async fn list_page(
         }
         .encode()
     }))
+}
+
+/// `["a","b"]`: a list of names as a JSON array.
+fn json_array(names: &[String]) -> String {
+    serde_json::Value::from(names.to_vec()).to_string()
 }
 
 /// One page of an execution's steps in `seq` order, after `after_seq`.

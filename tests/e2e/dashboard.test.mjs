@@ -253,6 +253,46 @@ uiTest('the demo shows up on an open page without a reload, grouped by repositor
   assert.match(await log.text(), /all tests pass/);
   const anonymous = await stack.rawRequest('GET', href);
   assert.equal(anonymous.status, 401, 'a log needs a credential');
+
+  // The failing pull request's page leads with the failing command's last log lines, then the
+  // phases a person knows with their durations, drawn to scale; the engine's own step list is
+  // folded one click away.
+  await page.goto(`${stack.url}/ui/executions/${failing.id}`);
+  const failure = page.locator('#facts .failure');
+  assert.match(await failure.locator('pre.tail').innerText(), /test demo::adds \.\.\. FAILED/);
+  assert.match(await failure.locator('.how').innerText(), /exited with code 1/);
+  assert.equal((await page.locator('#facts dd').first().innerText()).trim(), 'failed');
+  const phases = page.locator('#phases');
+  const phaseText = await phases.innerText();
+  for (const label of ['Checkout and config', 'Command', 'Report', 'run check command', 'read pull request head']) {
+    assert.ok(phaseText.includes(label), `the phases show ${label}: ${phaseText}`);
+  }
+  assert.match(await phases.locator('tr.ph-command td[data-label="Duration"]').innerText(), /\d+ (ms|s|min)/);
+  // Each bar is drawn as wide as its width says (SVG geometry: the CSP allows no inline style).
+  const drawn = await page.evaluate(() => [...document.querySelectorAll('#phases svg.bars rect')].map((r) => ({
+    attr: parseFloat(r.getAttribute('width')),
+    px: r.getBoundingClientRect().width,
+    track: r.ownerSVGElement.getBoundingClientRect().width,
+  })));
+  assert.ok(drawn.length >= 4 && drawn.some((d) => d.px > 0), JSON.stringify(drawn));
+  for (const d of drawn) {
+    assert.ok(Math.abs((d.px / d.track) * 100 - d.attr) <= 1.5, `a bar is drawn to scale: ${JSON.stringify(d)}`);
+  }
+  const engineSteps = page.locator('details.engine-steps');
+  assert.equal(await engineSteps.locator('table.steps').isVisible(), false, 'the step list is folded');
+  await engineSteps.locator('summary').click();
+  await engineSteps.locator('table.steps').waitFor({ state: 'visible' });
+  assert.ok(await engineSteps.locator('tbody tr').count() >= 5, 'one row per step');
+  await shot(page, 'execution-failed');
+
+  // Sluice's own bookkeeping (each push's `schedules` instance) is listed apart.
+  await page.goto(`${stack.url}/ui/executions?repo=${OWNER}/${repo}`);
+  const asked = await page.locator('#executions td[data-label="Run"]').allInnerTexts();
+  assert.ok(asked.length >= ends.length && !asked.includes('schedules'), asked.join());
+  await page.locator('a.apart-link').click();
+  await page.waitForURL(/bookkeeping=1/);
+  const kept = await page.locator('#executions td[data-label="Run"]').allInnerTexts();
+  assert.ok(kept.length > 0 && kept.every((r) => r === 'schedules'), kept.join());
   await context.close();
 });
 

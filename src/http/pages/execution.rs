@@ -1,8 +1,11 @@
-//! One execution: what it is, why it ended or waits, its actions, and its
-//! step timeline (attempts, errors with their tags, durations, waits with
-//! their deadlines, log links).
+//! One execution: what it is, why it ended or waits (a failed command's
+//! last log lines inline), its actions, its phases with their durations
+//! drawn to scale (`phases`), and the engine's own step list one click
+//! away (attempts, errors with their tags, durations, waits with their
+//! deadlines, log links).
 
 use crate::engine::Status;
+use crate::runs::command::summary_parts;
 
 use super::actions::{self, Action, Actions, Fields};
 use super::approvals::{self, ApprovalView};
@@ -10,6 +13,7 @@ use super::escape::{Html, Url};
 use super::executions::{reason, run_time};
 use super::layout::{self, cell, Nav, REFRESH_MS};
 use super::paths;
+use super::phases::{self, Phase};
 use super::{ExecutionView, StepView};
 
 /// What the execution page shows. The caller fills it.
@@ -51,7 +55,13 @@ pub fn render(page: &ExecutionPage, now_ms: i64) -> String {
     if !page.approvals.is_empty() {
         approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
     }
+    let run_end_ms = r.finished_ms.unwrap_or(now_ms);
+    phases::section(&mut h, &page.steps, r.created_ms, run_end_ms, now_ms);
+    h.raw("<details class=\"engine-steps\"><summary>The engine's steps (")
+        .num(page.steps.len() as i64)
+        .raw(")</summary>");
     timeline(&mut h, page, now_ms);
+    h.raw("</details>");
     let live = Status::parse(&r.status).is_none_or(|s| !s.is_terminal());
     let refresh_ms = if live { REFRESH_MS } else { 0 };
     layout::page(&r.id, Nav::Executions, refresh_ms, now_ms, &h)
@@ -90,7 +100,46 @@ fn facts(h: &mut Html, page: &ExecutionPage, now_ms: i64) {
     fact(h, "Key", |h| {
         h.raw("<code>").text(&r.key).raw("</code>");
     });
-    h.raw("</dl></section>");
+    h.raw("</dl>");
+    failure(h, page);
+    h.raw("</section>");
+}
+
+/// How a run whose command failed or timed out ended, and the last lines
+/// of the command's log: from the verdict its check run was given
+/// (`runs::report`: `{"conclusion": .., "verdict": {"summary": ..}}` in
+/// the output), whose summary `runs::command::verdict_of` wrote.
+pub fn failure_of(output_json: Option<&str>) -> Option<(String, String)> {
+    let output: serde_json::Value = serde_json::from_str(output_json?).ok()?;
+    let failed = matches!(output.get("conclusion")?.as_str()?, "failure" | "timed_out");
+    let summary = output.get("verdict")?.get("summary")?.as_str()?;
+    let (how, tail) = summary_parts(summary).filter(|_| failed)?;
+    Some((how.to_owned(), tail.to_owned()))
+}
+
+fn failure(h: &mut Html, page: &ExecutionPage) {
+    let r = &page.execution.row;
+    let ended = Status::parse(&r.status) == Some(Status::Complete);
+    let Some((how, tail)) = failure_of(r.output_json.as_deref()).filter(|_| ended) else {
+        return;
+    };
+    h.raw("<div class=\"failure\"><h2>Why it failed</h2><p class=\"how\">")
+        .text(&how)
+        .raw("</p><pre class=\"tail\"><code>")
+        .text(&tail)
+        .raw("</code></pre>");
+    let log = page
+        .steps
+        .iter()
+        .rev()
+        .filter(|s| Phase::of(&s.row.name) == Phase::Command)
+        .find_map(|s| s.log_url.as_deref().and_then(Url::checked));
+    if let Some(u) = log {
+        h.raw("<p><a class=\"full-log\" rel=\"noopener noreferrer\"")
+            .href(&u)
+            .raw(">The whole log</a></p>");
+    }
+    h.raw("</div>");
 }
 
 fn fact(h: &mut Html, term: &'static str, value: impl FnOnce(&mut Html)) {

@@ -1,5 +1,7 @@
 //! The executions list: filters as a GET form, waiting approvals, then
 //! executions grouped by repository and entity, and a "next page" link.
+//! Sluice's own bookkeeping (the `schedules` run) is listed apart from the
+//! runs users asked for: left out by default, with a link to list it.
 
 use crate::engine::Status;
 
@@ -36,9 +38,16 @@ const ERROR_CHARS_LISTED: usize = 160;
 
 pub fn render(page: &ExecutionsPage, now_ms: i64) -> String {
     let mut h = Html::new();
-    h.raw("<h1>Executions</h1>");
+    if page.query.bookkeeping {
+        h.raw("<h1>Bookkeeping</h1>");
+    } else {
+        h.raw("<h1>Executions</h1>");
+    }
     filter_form(&mut h, &page.query);
-    approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
+    apart_link(&mut h, &page.query);
+    if !page.query.bookkeeping {
+        approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
+    }
     h.raw("<section id=\"executions\" data-live>");
     if page.items.is_empty() {
         h.raw("<p class=\"empty\">No executions match.</p>");
@@ -59,6 +68,23 @@ pub fn render(page: &ExecutionsPage, now_ms: i64) -> String {
     }
     h.raw("</section>");
     layout::page("Executions", Nav::Executions, REFRESH_MS, now_ms, &h)
+}
+
+/// The way between the runs users asked for and Sluice's bookkeeping.
+fn apart_link(h: &mut Html, q: &ExecutionsQuery) {
+    h.raw("<p class=\"apart\">");
+    if q.bookkeeping {
+        h.raw("Sluice's own bookkeeping (recording schedules), apart from the runs users ")
+            .raw("asked for. <a class=\"apart-link\"")
+            .href(&q.with_bookkeeping(false).url(None))
+            .raw(">Show the runs users asked for</a>");
+    } else {
+        h.raw("Sluice's own bookkeeping (recording schedules) is listed apart. ")
+            .raw("<a class=\"apart-link\"")
+            .href(&q.with_bookkeeping(true).url(None))
+            .raw(">Show bookkeeping</a>");
+    }
+    h.raw("</p>");
 }
 
 type Entities<'a> = Vec<(Option<&'a str>, Vec<&'a ExecutionView>)>;
@@ -209,9 +235,13 @@ fn filter_form(h: &mut Html, q: &ExecutionsQuery) {
     );
     time_input(h, "Since (UTC)", "since", q.since_ms);
     time_input(h, "Until (UTC)", "until", q.until_ms);
+    if q.bookkeeping {
+        h.raw("<input type=\"hidden\" name=\"bookkeeping\" value=\"1\">");
+    }
     h.raw("<div class=\"buttons\"><button type=\"submit\">Filter</button>");
     if q.is_filtered() {
-        h.raw(" <a").href(&paths::executions()).raw(">Clear</a>");
+        let cleared = ExecutionsQuery::default().with_bookkeeping(q.bookkeeping);
+        h.raw(" <a").href(&cleared.url(None)).raw(">Clear</a>");
     }
     h.raw("</div></form>");
 }

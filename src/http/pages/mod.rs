@@ -6,9 +6,10 @@
 //! Pages (routes in [`paths`]):
 //! - [`render_executions`]: executions grouped by repository and entity
 //!   (pull request, branch, tag), filters, a "next page" link, waiting
-//!   approvals;
-//! - [`render_execution`]: one execution, its step timeline, log links
-//!   and actions;
+//!   approvals; Sluice's own bookkeeping (the `schedules` run) apart;
+//! - [`render_execution`]: one execution, a failed command's log tail,
+//!   its phases drawn to scale ([`phases`]), its step list, log links and
+//!   actions;
 //! - [`render_groups`] and [`render_group`]: serial groups, their holder,
 //!   each waiter and why it waits, recent skips;
 //! - [`render_approvals`]: every execution waiting for a person;
@@ -32,6 +33,7 @@ pub mod executions;
 pub mod groups;
 mod layout;
 pub mod paths;
+pub mod phases;
 pub mod query;
 pub mod time;
 

@@ -32,7 +32,8 @@ pub fn form_pairs(encoded: &str) -> Vec<(String, String)> {
 /// The filters and page of the executions list, as the filter form and the
 /// "next page" link send them: `repo`, `run`, `status`, `entity`, `since`
 /// and `until` (UTC, `YYYY-MM-DDTHH:MM` as `datetime-local` sends it, or
-/// with seconds and `Z`), `cursor`.
+/// with seconds and `Z`), `cursor`, and `bookkeeping=1` (Sluice's own
+/// bookkeeping instances, which the list shows apart).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecutionsQuery {
     pub repo: Option<String>,
@@ -46,6 +47,9 @@ pub struct ExecutionsQuery {
     pub until_ms: Option<i64>,
     /// The opaque cursor of the page to show; None: the first page.
     pub cursor: Option<String>,
+    /// `bookkeeping=1`: list Sluice's own bookkeeping instances (the
+    /// `schedules` run), which the default list leaves out.
+    pub bookkeeping: bool,
 }
 
 impl ExecutionsQuery {
@@ -66,6 +70,7 @@ impl ExecutionsQuery {
                 "since" => q.since_ms = parse_utc(v),
                 "until" => q.until_ms = parse_utc(v),
                 "cursor" => q.cursor = Some(v.to_owned()),
+                "bookkeeping" => q.bookkeeping = v == "1",
                 _ => {}
             }
         }
@@ -82,7 +87,25 @@ impl ExecutionsQuery {
             entity: self.entity.clone(),
             since_ms: self.since_ms,
             until_ms: self.until_ms,
+            ..ListFilter::default()
         }
+    }
+
+    /// [`Self::list_filter`] with the bookkeeping runs
+    /// (`runs::registry::bookkeeping`) apart: left out by default, alone
+    /// with `bookkeeping=1`. A `run` filter names its run, so it holds as
+    /// it is.
+    pub fn list_filter_apart(&self, bookkeeping_runs: &[&str]) -> ListFilter {
+        let mut f = self.list_filter();
+        if f.run.is_none() {
+            let runs: Vec<String> = bookkeeping_runs.iter().map(|r| (*r).to_owned()).collect();
+            if self.bookkeeping {
+                f.runs_only = Some(runs);
+            } else {
+                f.runs_excluded = runs;
+            }
+        }
+        f
     }
 
     /// The page start the cursor names; None for the first page and for a
@@ -121,10 +144,22 @@ impl ExecutionsQuery {
                 url = url.query(key, &t);
             }
         }
+        if self.bookkeeping {
+            url = url.query("bookkeeping", "1");
+        }
         if let Some(c) = cursor {
             url = url.query("cursor", c);
         }
         url
+    }
+
+    /// The first page of the same filters with bookkeeping shown or not.
+    pub fn with_bookkeeping(&self, bookkeeping: bool) -> ExecutionsQuery {
+        ExecutionsQuery {
+            bookkeeping,
+            cursor: None,
+            ..self.clone()
+        }
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Capabilities {
     pub rerunnable: bool,
     pub dispatchable: bool,
     pub schedulable: bool,
+    /// Sluice's own bookkeeping, listed apart (`Run::BOOKKEEPING`).
+    pub bookkeeping: bool,
 }
 
 /// A run as the registry holds it (`Registered(MyRun)` in `RUNS`).
@@ -140,6 +142,7 @@ impl<R: Run> AnyRun for Registered<R> {
             rerunnable: R::RERUNNABLE,
             dispatchable: R::DISPATCHABLE,
             schedulable: R::SCHEDULABLE,
+            bookkeeping: R::BOOKKEEPING,
         }
     }
 
@@ -197,6 +200,14 @@ pub fn rerunnable(name: &str) -> Option<RunName> {
 pub fn dispatchable(name: &str) -> Option<RunName> {
     run_named(name)
         .filter(|r| r.capabilities().dispatchable)
+        .map(|r| r.name())
+}
+
+/// The runs that are Sluice's own bookkeeping (`Run::BOOKKEEPING`): the
+/// dashboard lists their instances apart.
+pub fn bookkeeping() -> impl Iterator<Item = RunName> {
+    RUNS.iter()
+        .filter(|r| r.capabilities().bookkeeping)
         .map(|r| r.name())
 }
 

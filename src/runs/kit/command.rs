@@ -692,6 +692,21 @@ fn not_found_explained(tail: &str) -> String {
     )
 }
 
+// The parts of a command's summary that `summary_parts` finds again.
+const TAIL_INTRO: &str = "\n\nLast lines of the log (";
+const TAIL_OPEN: &str = "):\n\n```\n";
+const TAIL_CLOSE: &str = "\n```";
+
+/// What a summary `verdict_of` wrote says, in two parts: how the command
+/// ended (its first paragraph) and the last lines of its log. None for a
+/// summary `verdict_of` did not write. The dashboard shows them on a failed
+/// run's page (`http::pages::execution`).
+pub fn summary_parts(summary: &str) -> Option<(&str, &str)> {
+    let (how, rest) = summary.split_once(TAIL_INTRO)?;
+    let (_, fenced) = rest.split_once(TAIL_OPEN)?;
+    Some((how, fenced.strip_suffix(TAIL_CLOSE)?))
+}
+
 /// Maps a command's end to a verdict, with the log tail in the summary.
 pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
     let seconds = r.duration_ms.unwrap_or(0) as f64 / 1000.0;
@@ -709,7 +724,7 @@ pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
         _ => String::new(),
     };
     let summary = format!(
-        "`{command}` {how} after {seconds:.1} s.{why}\n\nLast lines of the log ({} bytes in all, {full}):\n\n```\n{}\n```",
+        "`{command}` {how} after {seconds:.1} s.{why}{TAIL_INTRO}{} bytes in all, {full}{TAIL_OPEN}{}{TAIL_CLOSE}",
         r.output_bytes, r.tail
     );
     match (r.timed_out, r.exit_code) {

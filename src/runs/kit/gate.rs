@@ -386,6 +386,14 @@ const STILL_HELD_STEP: &str = "check group still held";
 const RELEASE_STEP: &str = "release gates";
 const HANDOVER_STEP: &str = "hand over";
 
+/// Whether `name` (without its `#n` occurrence count) is one of the gates'
+/// own steps: entering, waiting for and holding the group, a slot and the
+/// sandbox, and releasing them. The dashboard groups these as one phase
+/// (`http::pages::phases`).
+pub fn is_gate_step(name: &str) -> bool {
+    ACQUIRE_STEPS.contains(&name) || [STILL_HELD_STEP, RELEASE_STEP, HANDOVER_STEP].contains(&name)
+}
+
 // --- the serial gate ---
 
 enum Turn {

@@ -63,6 +63,10 @@ pub trait Run {
     /// Whether a `[[schedule]]` may start it (`kit::schedule::SCHEDULABLE_RUNS`
     /// lists the same runs for the config's validation).
     const SCHEDULABLE: bool = false;
+    /// Whether it is Sluice's own bookkeeping (recording a repository's
+    /// schedules), not work a person or a push asked for: the dashboard
+    /// lists its instances apart from the runs users asked for.
+    const BOOKKEEPING: bool = false;
     /// Whether it touches a sandbox through the gates: then finalize
     /// releases them (killing its process first) and a restart re-enters
     /// them (`gate::prepare_restart`).

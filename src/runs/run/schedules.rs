@@ -24,6 +24,7 @@ pub struct SchedulesRun;
 impl Run for SchedulesRun {
     const NAME: RunName = RunName::new("schedules");
     const GATED: bool = false;
+    const BOOKKEEPING: bool = true;
     type Input = SchedulesInput;
 
     async fn run(
