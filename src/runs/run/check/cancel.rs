@@ -29,6 +29,8 @@ pub struct CancelChecksRun;
 impl Run for CancelChecksRun {
     const NAME: RunName = RunName::new("cancel-checks");
     const GATED: bool = false;
+    // Nobody asked for it: the dashboard lists it apart from the runs.
+    const BOOKKEEPING: bool = true;
     type Input = CancelChecksInput;
 
     async fn run(
