@@ -3005,7 +3005,8 @@ fn closing_a_pull_request_cancels_its_live_check_and_kills_its_process() {
             "action": action, "number": number,
             "pull_request": {"number": number, "draft": false, "merged": false,
                              "closed_at": "2026-12-05T07:00:00Z",
-                             "head": {"sha": head, "ref": "feature"},
+                             "author_association": "MEMBER",
+                             "head": {"sha": head, "ref": "feature", "repo": {"full_name": REPO}},
                              "base": {"sha": sha('b'), "ref": "main"}},
             "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
                            "clone_url": "https://github.com/octo/hello.git"},
@@ -3088,5 +3089,64 @@ fn a_destroyed_merge_group_cancels_its_running_check() {
             .contains(&format!("destroyed the group `{queue}` (invalidated)")),
         "{}",
         run.summary()
+    );
+}
+
+/// `[check] paths`: a pull request that changes none of the globs is
+/// skipped (GitHub's `skipped`, which branch protection counts as passed)
+/// and runs nothing; one that changes a matching file runs; a change
+/// GitHub cannot list (the base unknown to it) runs too.
+#[test]
+fn a_change_outside_the_checks_paths_is_skipped_and_runs_nothing() {
+    let rig = Rig::new();
+    let base = sha('b');
+    let (docs, code, unknown) = (sha('d'), sha('c'), sha('e'));
+    let toml = "[check]\ncommand = \"cargo test\"\npaths = [\"src/**\", \"Cargo.*\"]\n";
+    for s in [&docs, &code, &unknown] {
+        rig.github.commit(REPO, s, &[(".sluice.toml", toml)]);
+    }
+    rig.github
+        .set_changed_files(REPO, &base, &docs, &["README.md", "docs/guide.md"]);
+    rig.github
+        .set_changed_files(REPO, &base, &code, &["docs/x.md", "src/lib/deep.rs"]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let pull = |number: u64, head: &str| {
+        json!({
+            "action": "opened", "number": number,
+            "pull_request": {"number": number, "draft": false,
+                             "author_association": "MEMBER",
+                             "head": {"sha": head, "ref": "feature", "repo": {"full_name": REPO}},
+                             "base": {"sha": base, "ref": "main"}},
+            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
+                           "clone_url": "https://github.com/octo/hello.git"},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": INSTALLATION}
+        })
+    };
+    for (number, head) in [(21, &docs), (22, &code), (23, &unknown)] {
+        rig.github.set_pull_head(REPO, number, head);
+        let check = rig.create(planned_one("pull_request", pull(number, head)));
+        rig.run_to_end(&check);
+    }
+    let skipped = rig.github.only_check_run(&docs, "sluice/check");
+    assert_eq!(skipped.conclusion.as_deref(), Some("skipped"));
+    assert!(
+        skipped.summary().contains("no matching change") && skipped.summary().contains("src/**"),
+        "{}",
+        skipped.summary()
+    );
+    for ran in [&code, &unknown] {
+        let run = rig.github.only_check_run(ran, "sluice/check");
+        assert_eq!(
+            run.conclusion.as_deref(),
+            Some("success"),
+            "{}",
+            run.summary()
+        );
+    }
+    assert_eq!(
+        rig.sandbox.all_runs().len(),
+        2,
+        "the docs-only change ran nothing"
     );
 }

@@ -52,16 +52,20 @@ pub enum SkipReason {
     /// bound: it deploys nothing rather than deploy blind (the serial queue
     /// never sets it; the holder releases).
     HeadUnknown,
+    /// The change touches none of the files a check's `paths` names (the
+    /// serial queue never sets it).
+    NoMatchingChange,
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 6] = [
+    pub const ALL: [SkipReason; 7] = [
         SkipReason::Superseded,
         SkipReason::NotCurrent,
         SkipReason::QueuedTimeout,
         SkipReason::ConfirmationTimeout,
         SkipReason::Rejected,
         SkipReason::HeadUnknown,
+        SkipReason::NoMatchingChange,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +76,7 @@ impl SkipReason {
             SkipReason::ConfirmationTimeout => "confirmation_timeout",
             SkipReason::Rejected => "rejected",
             SkipReason::HeadUnknown => "head_unknown",
+            SkipReason::NoMatchingChange => "no_matching_change",
         }
     }
 

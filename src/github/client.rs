@@ -159,6 +159,18 @@ pub(super) fn segs(path: &str) -> String {
     path.split('/').map(seg).collect::<Vec<_>>().join("/")
 }
 
+/// The most files GitHub's compare lists ("Compare two commits": the
+/// response includes a maximum of 300 files); a list this long may be cut.
+pub const COMPARE_FILES_MAX: usize = 300;
+
+/// What a comparison says changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangedFiles {
+    pub files: Vec<String>,
+    /// False when GitHub may have left files out.
+    pub complete: bool,
+}
+
 /// The repository's name without its owner: what `repositories` takes.
 fn repo_name(repo: &str) -> &str {
     repo.rsplit_once('/').map_or(repo, |(_, name)| name)
@@ -550,6 +562,49 @@ impl<'a> GitHub<'a> {
             .get::<Comparison>(installation, repo, &path, "comparison")
             .await?;
         Ok(found.is_some_and(|c| c.status == "identical" || c.status == "behind"))
+    }
+
+    /// The files `head` changes against `base` (GitHub's three-dot compare:
+    /// from their merge base), renamed files under both names; None when
+    /// either commit is unknown (404). `complete` is false when GitHub's
+    /// list may be cut short (it lists at most `COMPARE_FILES_MAX`).
+    pub async fn changed_files(
+        &self,
+        installation: u64,
+        repo: &str,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<ChangedFiles>, GitHubError> {
+        #[derive(Deserialize)]
+        struct File {
+            filename: String,
+            #[serde(default)]
+            previous_filename: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Comparison {
+            #[serde(default)]
+            files: Vec<File>,
+        }
+        let path = format!(
+            "/repos/{}/compare/{}...{}",
+            segs(repo),
+            seg(base),
+            seg(head)
+        );
+        let Some(found) = self
+            .get::<Comparison>(installation, repo, &path, "comparison")
+            .await?
+        else {
+            return Ok(None);
+        };
+        let complete = found.files.len() < COMPARE_FILES_MAX;
+        let files = found
+            .files
+            .into_iter()
+            .flat_map(|f| std::iter::once(f.filename).chain(f.previous_filename))
+            .collect();
+        Ok(Some(ChangedFiles { files, complete }))
     }
 
     /// The commit a branch points at, or None when the branch is gone.

@@ -289,6 +289,9 @@ pub struct MergeGroup {
     pub head_ref: String,
     /// The branch the group merges into, `refs/heads/<base>`.
     pub base_ref: String,
+    /// The commit the group's changes are made on (the base's head).
+    #[serde(default)]
+    pub base_sha: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

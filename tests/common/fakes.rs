@@ -205,6 +205,8 @@ pub struct GitHubState {
     pub ancestors: HashSet<(String, String, String)>,
     /// Pull request heads by (repo, number).
     pub pulls: HashMap<(String, u64), String>,
+    /// The files a comparison lists, by (repo, base, head).
+    pub changes: HashMap<(String, String, String), Vec<String>>,
     /// Repository permissions by (repo, login).
     pub permissions: HashMap<(String, String), String>,
     /// Issued installation tokens and what each may do.
@@ -304,6 +306,14 @@ impl FakeGitHub {
             .borrow_mut()
             .ancestors
             .insert((repo.into(), branch.into(), sha.into()));
+    }
+
+    /// What `compare/{base}...{head}` lists as changed (its `files`).
+    pub fn set_changed_files(&self, repo: &str, base: &str, head: &str, files: &[&str]) {
+        self.st.borrow_mut().changes.insert(
+            (repo.into(), base.into(), head.into()),
+            files.iter().map(|f| f.to_string()).collect(),
+        );
     }
 
     pub fn set_head(&self, repo: &str, branch: &str, sha: &str) {
@@ -685,6 +695,11 @@ impl FakeGitHub {
             return not_found();
         };
         let st = self.st.borrow();
+        let range = (repo.to_owned(), branch.to_owned(), sha.to_owned());
+        if let Some(files) = st.changes.get(&range) {
+            let files: Vec<Value> = files.iter().map(|f| json!({ "filename": f })).collect();
+            return reply(200, json!({ "status": "ahead", "files": files }));
+        }
         let Some(head) = st.heads.get(&(repo.to_owned(), branch.to_owned())) else {
             return not_found();
         };
@@ -2033,6 +2048,7 @@ impl Rig {
             sender: "ana".into(),
             inputs: Default::default(),
             merge_group: None,
+            base_sha: None,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),

@@ -287,6 +287,35 @@ sluiceTest('a merge queue group is checked on its commit; one destroyed before i
   assert.ok(!skipped.output.summary.includes(PASS_MARKER), 'its command never ran');
 });
 
+// `[check] paths`: a docs-only pull request reports `skipped` (branch protection counts it as
+// passed, so a required check never hangs) and runs nothing; one touching src/ runs.
+sluiceTest('a change outside [check] paths is skipped without running; one inside runs', async () => {
+  const repo = 'paths';
+  const config = `[check]\ncommand = "echo sluice passed | tr ' ' -"\npaths = ["src/**"]\n`;
+  const base = stack.commit(OWNER, repo, { '.sluice.toml': config, 'src/lib.txt': 'v1\n' });
+  const branchFrom = (branch) => execFileSync('git', ['--git-dir', repoPath(stack.reposDir, OWNER, repo), 'update-ref', `refs/heads/${branch}`, base]);
+  branchFrom('docs');
+  branchFrom('code');
+  const docs = stack.commit(OWNER, repo, { 'README.md': '# docs only\n' }, { branch: 'docs' });
+  const code = stack.commit(OWNER, repo, { 'src/lib.txt': 'v2\n' }, { branch: 'code' });
+  const open = async (number, sha) => {
+    await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/${number}`, { head_sha: sha });
+    const res = await stack.sendWebhook('pull_request', prPayload(repo, sha, { number, baseSha: base }), randomUUID());
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    return res.body.instances[0].id;
+  };
+  await waitForTerminal(await open(1, docs), 'skipped');
+  await waitForTerminal(await open(2, code), 'complete');
+  const runs = await checkRunsFor(repo);
+  const skipped = runs.find((r) => r.head_sha === docs);
+  assert.equal(skipped?.conclusion, 'skipped', JSON.stringify(skipped));
+  assert.match(skipped.output.summary, /no matching change/);
+  assert.ok(!skipped.output.summary.includes(PASS_MARKER), 'its command never ran');
+  const ran = runs.find((r) => r.head_sha === code);
+  assert.equal(ran?.conclusion, 'success', JSON.stringify(ran));
+  assert.ok(ran.output.summary.includes(PASS_MARKER), ran.output.summary);
+});
+
 sluiceTest('a failing command completes the check run with failure', async () => {
   const repo = 'failing';
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': FAILING_CONFIG, 'README.md': '# failing\n' });

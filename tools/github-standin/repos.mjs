@@ -14,6 +14,10 @@ const MAX_INLINE_CONTENT_BYTES = 1024 * 1024;
 
 // GitHub's cap on the commits one comparison lists.
 const MAX_COMPARE_COMMITS = 250;
+// GitHub's cap on the files one comparison lists ("a maximum of 300 files").
+const MAX_COMPARE_FILES = 300;
+// Git's empty tree: what a commit with no common history with base is compared from.
+const EMPTY_TREE = '4b825dc642cb6eb9a060e54bf8d69288fbee4904';
 
 async function getRepo(s, ctx, owner, repo) {
   const { state } = s;
@@ -167,7 +171,27 @@ async function compareCommits(s, ctx, owner, repo, rawBasehead) {
     base_commit: { sha: base },
     merge_base_commit: { sha: mergeBase },
     commits: await Promise.all(listed.filter(Boolean).map((sha) => commitObject(dir, urls, sha))),
+    // Without a common history, everything head holds is new to base.
+    files: await changedFiles(dir, mergeBase ?? EMPTY_TREE, head),
   });
+}
+
+// The files head changes from the merge base, as a comparison lists them (at most
+// MAX_COMPARE_FILES, as GitHub: "the response includes a maximum of 300 files"); a rename has
+// its `previous_filename`.
+async function changedFiles(dir, base, head) {
+  const out = (await readGit(dir, ['diff', '--name-status', '-M', '-z', base, head])).toString();
+  const fields = out.split('\0').filter((f) => f !== '');
+  const STATUS = { A: 'added', D: 'removed', M: 'modified', T: 'changed', C: 'copied', R: 'renamed' };
+  const files = [];
+  for (let i = 0; i < fields.length && files.length < MAX_COMPARE_FILES;) {
+    const code = fields[i][0];
+    const renamed = code === 'R' || code === 'C';
+    const [from, to] = renamed ? [fields[i + 1], fields[i + 2]] : [null, fields[i + 1]];
+    files.push({ filename: to, status: STATUS[code] ?? 'modified', ...(renamed ? { previous_filename: from } : {}) });
+    i += renamed ? 3 : 2;
+  }
+  return files;
 }
 
 // A commit as a comparison lists it: its message and signatures, and its `author` the GitHub

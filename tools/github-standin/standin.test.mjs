@@ -195,6 +195,9 @@ test('compare: how a commit relates to a branch (identical, behind, ahead or div
   const feature = await cmp(`main...${featureSha}`);
   assert.ok(['ahead', 'diverged'].includes(feature.json.status), feature.text);
   assert.ok(feature.json.commits.some((c) => c.sha === featureSha));
+  // The files head changes from the merge base, as GitHub lists them.
+  assert.deepEqual(feature.json.files.map((f) => [f.filename, f.status]), [['feature.txt', 'added']]);
+  assert.deepEqual(same.json.files, []);
   assert.equal((await cmp(`main...${'f'.repeat(40)}`)).status, 404);
   assert.equal((await cmp('main')).status, 404);
 });

@@ -447,6 +447,7 @@ fn check_input(
         sender: at.sender.to_owned(),
         inputs: BTreeMap::new(),
         merge_group: None,
+        base_sha: None,
     })
 }
 
@@ -514,6 +515,12 @@ pub(crate) fn deploy_request(
     })
 }
 
+/// `sha` as a lowercase commit id, if it is one.
+fn commit_id(sha: &str) -> Option<String> {
+    let sha = sha.to_ascii_lowercase();
+    valid_sha(&sha).then_some(sha)
+}
+
 fn valid_sha(sha: &str) -> bool {
     sha.len() == 40 && sha.chars().all(|c| c.is_ascii_hexdigit())
 }
@@ -539,8 +546,11 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
         &pr.pull_request.head.sha,
         &pr.sender,
     );
-    match check_request(&at, PullNumber::new(pr.number), needs_approval(pr), None) {
-        Some(create) => Plan::Create(vec![create]),
+    match check_input(&at, PullNumber::new(pr.number), needs_approval(pr)) {
+        Some(mut input) => {
+            input.base_sha = commit_id(&pr.pull_request.base.sha);
+            Plan::Create(vec![check_request_of(input, None)])
+        }
         None => Plan::Ignore(format!(
             "head sha {:?} is not a commit id",
             pr.pull_request.head.sha
@@ -592,6 +602,7 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
         ));
     };
     input.merge_group = Some(branch.to_owned());
+    input.base_sha = group.merge_group.base_sha.as_deref().and_then(commit_id);
     let mut create = check_request_of(input, None);
     create.entity = Some(format!("branch:{branch}"));
     Plan::Create(vec![create])

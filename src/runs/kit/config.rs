@@ -61,6 +61,27 @@ pub struct CheckConfig {
     /// Go-style duration ("30m"); default 30 minutes, at most 1 hour.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Globs (`src/**`, `*.md`; `**` spans directories) of the files whose
+    /// change needs this check: a pull request or merge group that changes
+    /// none of them concludes `skipped` ("no matching change"), which
+    /// branch protection counts as passed. Empty: every change runs it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// Most `[check] paths` globs: a filter is a few directories, and the
+/// match costs globs times changed files.
+pub const CHECK_PATHS_MAX: usize = 100;
+/// Longest `[check] paths` glob: a path in a repository, with room.
+pub const CHECK_PATH_CHARS_MAX: usize = 512;
+
+/// Whether a change to `files` needs the check `paths` filters (every
+/// change does when `paths` is empty).
+pub fn paths_match(paths: &[String], files: &[String]) -> bool {
+    paths.is_empty()
+        || files
+            .iter()
+            .any(|f| paths.iter().any(|g| glob_match::glob_match(g, f)))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -169,6 +190,24 @@ fn validate_release_notes(cfg: &ReleaseNotesConfig) -> Result<(), String> {
         .map_err(|e| format!("[release_notes] confirmation_timeout: {e}"))
 }
 
+fn validate_paths(paths: &[String]) -> Result<(), String> {
+    if paths.len() > CHECK_PATHS_MAX {
+        return Err(format!(
+            "[check] paths has {} globs, at most {CHECK_PATHS_MAX}",
+            paths.len()
+        ));
+    }
+    match paths
+        .iter()
+        .find(|g| g.trim().is_empty() || g.len() > CHECK_PATH_CHARS_MAX)
+    {
+        Some(g) => Err(format!(
+            "[check] paths: {g:?} is not a glob of at most {CHECK_PATH_CHARS_MAX} characters"
+        )),
+        None => Ok(()),
+    }
+}
+
 fn validate(c: &RepoConfig) -> Result<(), String> {
     super::schedule::validate(&c.schedule)?;
     if let Some(r) = &c.release_notes {
@@ -179,6 +218,7 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
             return Err("[check] command is empty".into());
         }
         command_timeout_ms(check.timeout.as_deref())?;
+        validate_paths(&check.paths)?;
     }
     if let Some(d) = &c.deploy {
         if d.command.trim().is_empty() {
@@ -276,6 +316,40 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_paths_select_the_changes_that_need_the_check() {
+        let paths = vec!["src/**".to_owned(), "Cargo.*".to_owned()];
+        let changed = |files: &[&str]| files.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        assert!(paths_match(
+            &paths,
+            &changed(&["docs/a.md", "src/deep/x.rs"])
+        ));
+        assert!(paths_match(&paths, &changed(&["Cargo.lock"])));
+        assert!(!paths_match(
+            &paths,
+            &changed(&["README.md", "docs/src/x.rs"])
+        ));
+        assert!(
+            !paths_match(&paths, &[]),
+            "nothing changed, nothing to check"
+        );
+        assert!(
+            paths_match(&[], &changed(&["anything"])),
+            "no paths: every change"
+        );
+        let refused =
+            |paths: &str| match parse(&format!("[check]\ncommand = \"x\"\npaths = {paths}\n")) {
+                ConfigState::Invalid { message } => Some(message),
+                _ => None,
+            };
+        assert_eq!(refused("[\"src/**\"]"), None);
+        assert!(refused("[\"\"]").unwrap().contains("[check] paths"));
+        let many = format!("[{}]", vec!["\"a\""; CHECK_PATHS_MAX + 1].join(","));
+        assert!(refused(&many).unwrap().contains("at most"));
+        let long = format!("[\"{}\"]", "a".repeat(CHECK_PATH_CHARS_MAX + 1));
+        assert!(refused(&long).is_some());
+    }
 
     #[test]
     fn durations() {

@@ -76,6 +76,12 @@ pub struct CheckInput {
     /// before merge queues were handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge_group: Option<String>,
+    /// The commit the change is judged against for `[check] paths`: the
+    /// pull request's base, the merge group's base. None for a dispatched
+    /// or scheduled check, and in instances made before paths existed:
+    /// then every change runs the check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_sha: Option<String>,
 }
 
 /// What a `deploy` instance needs: the pushed commit and where it came

@@ -88,6 +88,12 @@ impl Verdict {
             Verdict::Failed { .. } => CheckConclusion::Failure,
             Verdict::TimedOut { .. } => CheckConclusion::TimedOut,
             Verdict::InfraFault { .. } => CheckConclusion::Cancelled,
+            // GitHub's `skipped`: branch protection counts it as passed, and
+            // nothing was wrong with the change.
+            Verdict::Skipped {
+                reason: Some(SkipReason::NoMatchingChange),
+                ..
+            } => CheckConclusion::Skipped,
             Verdict::Skipped { .. } => CheckConclusion::Neutral,
             Verdict::Superseded { .. } => CheckConclusion::Cancelled,
         }

@@ -10,6 +10,8 @@
 use async_trait::async_trait;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
+use serde::{Deserialize, Serialize};
+
 use crate::gates::SkipReason;
 use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRunUpdate};
 use crate::limits::{
@@ -20,7 +22,7 @@ use crate::store::executions;
 use crate::runs::kit::approval::{self, Ask, Decided};
 use crate::runs::kit::command::{run_command, verdict_of, CommandSpec};
 use crate::runs::kit::config::RepoConfig;
-use crate::runs::kit::config::{command_timeout_ms, CheckConfig};
+use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig};
 use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
 use crate::runs::kit::inputs::{CheckInput, PullNumber};
 use crate::runs::kit::report::CheckRunOf;
@@ -115,6 +117,9 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
             if let Some(v) = group_gone(ctx, env, input, branch).await? {
                 return Ok(v);
             }
+        }
+        if let Some(v) = unchanged(ctx, env, input, check).await? {
+            return Ok(v);
         }
         if input.needs_approval {
             if let Some(v) = approval(ctx, env, target, check_run_id).await? {
@@ -221,6 +226,63 @@ async fn superseded(
         })
         .await?;
     Ok(None)
+}
+
+/// What `[check] paths` made of a change, as journaled: never the list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PathsRead {
+    /// Whether a changed file matched (or the list was cut short).
+    needed: bool,
+    files: usize,
+}
+
+/// `[check] paths`: a change that touches none of them is skipped
+/// (`skipped`, which branch protection counts as passed). A change Sluice
+/// cannot list (no base, commits GitHub does not know, a list GitHub cut
+/// short) runs the check: when in doubt, check.
+async fn unchanged(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    check: &CheckConfig,
+) -> Result<Option<Verdict>, RunError> {
+    let Some(base) = input
+        .base_sha
+        .as_deref()
+        .filter(|_| !check.paths.is_empty())
+    else {
+        return Ok(None);
+    };
+    let read: Option<PathsRead> = ctx
+        .step("read changed files", github_step(), |_| async {
+            let changed = env
+                .github
+                .changed_files(input.installation_id, &input.repo, base, &input.sha)
+                .await
+                .map_err(github_failure)?;
+            Ok(changed.map(|c| PathsRead {
+                needed: !c.complete || paths_match(&check.paths, &c.files),
+                files: c.files.len(),
+            }))
+        })
+        .await?;
+    match read {
+        Some(PathsRead {
+            needed: false,
+            files,
+        }) => Ok(Some(Verdict::Skipped {
+            reason: Some(SkipReason::NoMatchingChange),
+            tag: SkipTag::RunSkipped,
+            summary: format!(
+                "Not run: no matching change. None of the {files} files changed since {} \
+                 matches `[check] paths` ({}).",
+                &base[..12.min(base.len())],
+                check.paths.join(", ")
+            ),
+            newer: None,
+        })),
+        _ => Ok(None),
+    }
 }
 
 /// A merge queue's group is checked only while GitHub keeps it: once the
