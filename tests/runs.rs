@@ -577,6 +577,19 @@ fn a_journal_that_released_before_concluding_replays_in_its_order() {
     assert_eq!(run.conclusion.as_deref(), Some("success"));
 }
 
+/// A deploy keeps the other order: its gates are released (the group
+/// handed over) before its check run is concluded, since its verdict is
+/// settled after the gates (`Gates::report` is None for it).
+#[test]
+fn a_deploy_releases_its_gates_before_it_concludes_its_check_run() {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let d = rig.deploy(&a);
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    assert!(position(&rig, &d, "release gates") < position(&rig, &d, "complete check run"));
+}
+
 /// An operator's restart from the top runs the check again on the check run
 /// the first generation created.
 #[test]
