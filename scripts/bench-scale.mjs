@@ -242,11 +242,11 @@ async function crowd(stack) {
 }
 
 // One check alone, OVERHEAD_ROUNDS times: webhook -> in_progress, and webhook -> completed minus
-// the checkout's and the command's own time, from the stand-in's record of each update.
-async function overhead(stack) {
-  const repo = 'overhead';
+// the checkout's and the command's own time, from the stand-in's record of each update. `warmup`
+// rounds first are run and dropped (the check-latency section's first-request compilation).
+async function overhead(stack, { rounds: n = OVERHEAD_ROUNDS, warmup = 0, repo = 'overhead' } = {}) {
   const rounds = [];
-  for (let i = 0; i < OVERHEAD_ROUNDS; i++) {
+  for (let i = 0; i < n + warmup; i++) {
     const sha = stack.commit(OWNER, repo, i === 0 ? { '.sluice.toml': '[check]\ncommand = "true"\n', V: '0' } : { V: `${i}` });
     const sent = Date.now();
     const res = await stack.sendWebhook('pull_request', prPayload(stack, repo, sha, i + 1));
@@ -255,7 +255,11 @@ async function overhead(stack) {
     const run = runs.find((r) => r.head_sha === sha);
     const at = (status) => run.history.find((h) => h.status === status)?.at_ms;
     const own = (name) => e.steps.filter((s) => s.name.startsWith(name)).reduce((t, s) => t + (s.finished_ms - s.started_ms), 0);
-    rounds.push({ bytes: JSON.stringify(e).length, sent, inProgress: at('in_progress') - sent, completed: at('completed') - sent, work: own('checkout') + own('run check command') });
+    // Each step from the webhook: when it started and how long it took (docs/capacity.md reads
+    // where a trivial check's time goes from these), and the index's round trips.
+    const steps = e.steps.map((s) => [s.name, s.started_ms - sent, s.finished_ms - s.started_ms]);
+    const round = { bytes: JSON.stringify(e).length, sent, inProgress: at('in_progress') - sent, completed: at('completed') - sent, work: own('checkout') + own('run check command'), finished: e.execution.finished_ms - sent, indexRoundTrips: e.execution.index_round_trips, steps };
+    if (i >= warmup) rounds.push(round);
   }
   const last = rounds.at(-1);
   const calls = await callsBeforeInProgress(stack, last.sent, last.sent + last.inProgress);
@@ -267,6 +271,23 @@ async function overhead(stack) {
 async function callsBeforeInProgress(stack, sentMs, inProgressMs) {
   const { calls } = await stack.standinGet('/_standin/calls');
   return calls.filter((c) => c.at_ms >= sentMs && c.at_ms <= inProgressMs).map((c) => `${c.method} ${c.path.replace(/^\/repos\/[^/]+\/[^/]+/, '')}`);
+}
+
+// `npm run bench -- --only check-latency [--rounds N]`: the one-check rows alone (webhook ->
+// in_progress, webhook -> completed), N rounds after one dropped warm-up round, with each round's
+// step timings printed; no peer, no burst, no crowd.
+const CHECK_LATENCY_WARMUP_ROUNDS = 1;
+export async function benchCheckLatency(stack, { rounds = OVERHEAD_ROUNDS } = {}) {
+  const o = await overhead(stack, { rounds, warmup: CHECK_LATENCY_WARMUP_ROUNDS, repo: 'latency' });
+  for (const r of o.rounds) console.log('check-latency: round', JSON.stringify({ inProgress: r.inProgress, completed: r.completed, finished: r.finished, indexRoundTrips: r.indexRoundTrips, steps: r.steps }));
+  const col = (k) => o.rounds.map((r) => r[k]);
+  const own = o.rounds.map((r) => r.completed - r.work);
+  return [
+    { figure: `one check: webhook -> check run in_progress p50 / p99 (${rounds} rounds)`, sluice: `${ms(pct(col('inProgress'), 50))} / ${ms(pct(col('inProgress'), 99))}`, target: 'p50 <= 60 ms', met: pct(col('inProgress'), 50) <= 60 },
+    { figure: `one check (\`true\`): webhook -> completed p50 / p99 (${rounds} rounds)`, sluice: `${ms(pct(col('completed'), 50))} / ${ms(pct(col('completed'), 99))}`, target: 'p50 <= 200 ms, p99 <= 300 ms', met: pct(col('completed'), 50) <= 200 && pct(col('completed'), 99) <= 300 },
+    { figure: 'one check: webhook -> instance finished (gates released) p50 / p99', sluice: `${ms(pct(col('finished'), 50))} / ${ms(pct(col('finished'), 99))}`, target: '' },
+    { figure: "one check: Sluice's own time (completed minus checkout and command) p50 / p99", sluice: `${ms(pct(own, 50))} / ${ms(pct(own, 99))}`, target: '' },
+  ];
 }
 
 // Deploys alone, for their cost units.

@@ -4,9 +4,10 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only scale] [-- --ack-first off]   (builds the Worker
-// first unless SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes the last
-// soak). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
+// Usage: npm run bench [-- --rounds N] [-- --only scale|check-latency] [-- --ack-first off]   (builds
+// the Worker first unless SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes
+// the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
+// webhook -> completed, --rounds times (default 10), with no peer. `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
 
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -19,7 +20,7 @@ import { benchAgent } from './bench-agent.mjs';
 import { median } from './bench-stats.mjs';
 import { benchGates } from './bench-gates.mjs';
 import { benchContainers } from './bench-containers.mjs';
-import { benchScale, POOL_CAPACITY } from './bench-scale.mjs';
+import { benchCheckLatency, benchScale, POOL_CAPACITY } from './bench-scale.mjs';
 import { soakSummary } from './soak.mjs';
 
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
@@ -167,6 +168,13 @@ async function main() {
   console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
   // The scale section's pool: POOL_CAPACITY sandboxes, all check slots open to one repository.
   const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1), ACK_FIRST: ackFirst } });
+  if (args.only === 'check-latency') {
+    try {
+      return finish(await benchCheckLatency(stack, args.rounds ? { rounds } : {}));
+    } finally {
+      await stack.stop();
+    }
+  }
   const peer = await startPeer();
   const rows = [];
   try {

@@ -17,6 +17,7 @@ use sluice::net::HttpRequest;
 use sluice::runs::environment::Environments;
 use sluice::runs::gate::TURN_EVENT;
 use sluice::runs::Waker;
+use sluice::store::journal::JournalStore;
 use sluice::store::Database;
 
 // ---------------------------------------------------------------------------
@@ -422,6 +423,171 @@ fn a_pass_that_dies_after_creating_the_check_run_finds_it_instead_of_creating_an
     let run = rig.github.only_check_run(&s, "sluice/check");
     assert_eq!(run.conclusion.as_deref(), Some("success"));
     assert_eq!(run.statuses, ["in_progress", "completed"]);
+}
+
+/// What an instance holds of the gates in the index: its pool slots and
+/// the holder of its sandbox's lease.
+fn gate_rows(rig: &Rig, c: &Inst) -> (usize, Option<String>) {
+    let slots = block_on(rig.index.db.all(sluice::stmt!(
+        "SELECT pool FROM pool_slots WHERE holder = ?1",
+        c.id.as_str()
+    )))
+    .unwrap()
+    .len();
+    let lease = block_on(rig.index.db.all(sluice::stmt!(
+        "SELECT holder FROM container_leases WHERE sandbox_id = ?1",
+        c.id.as_str()
+    )))
+    .unwrap()
+    .first()
+    .map(|r| r["holder"].as_str().unwrap().to_owned());
+    (slots, lease)
+}
+
+/// Where a step sits in an instance's journal.
+fn position(rig: &Rig, c: &Inst, name: &str) -> usize {
+    let names = rig.step_names(c);
+    names
+        .iter()
+        .position(|n| n == name)
+        .unwrap_or_else(|| panic!("no step {name:?} in {names:?}"))
+}
+
+/// Issue 26: a check's verdict reaches GitHub before its gates are
+/// released (the release is off the path from the webhook to the
+/// conclusion). The pass dies inside the conclusion, after GitHub applied
+/// it: every gate is still held then, and the replay releases them.
+#[test]
+fn a_check_run_is_concluded_before_the_gates_are_released_and_a_crash_there_still_releases() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    rig.github.hang_after_applying_next("update-check-run");
+
+    rig.clock.freeze_timers(true);
+    let mut dying = rig.start_pass(&c);
+    assert!(dying.as_mut().now_or_never().is_none());
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("success"), "concluded");
+    assert_eq!(
+        gate_rows(&rig, &c),
+        (3, Some(c.id.clone())),
+        "while its three pool slots and its lease are still held"
+    );
+    assert!(!rig.step_names(&c).contains(&"release gates".to_owned()));
+    drop(dying);
+    rig.clock.freeze_timers(false);
+
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    assert_eq!(gate_rows(&rig, &c), (0, None), "released on replay");
+    assert!(position(&rig, &c, "complete check run") < position(&rig, &c, "release gates"));
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.statuses, ["in_progress", "completed"], "concluded once");
+    assert_eq!(rig.output(&c)["conclusion"], "success");
+}
+
+/// The pass dies after the conclusion was journaled, in the release (its
+/// first statement failed and the retry's wait never came): the replay
+/// does not conclude again and releases everything.
+#[test]
+fn a_pass_that_dies_between_the_conclusion_and_the_release_releases_on_replay() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    // The release's first statement: the instance's live processes.
+    rig.index
+        .fail_next_matching("SELECT process_id, sandbox_id, start_by_ms FROM sandbox", 1);
+
+    rig.clock.freeze_timers(true);
+    let mut dying = rig.start_pass(&c);
+    assert!(dying.as_mut().now_or_never().is_none());
+    assert_eq!(
+        rig.entry(&c, "complete check run").state,
+        sluice::journal::EntryState::Done
+    );
+    assert_eq!(
+        rig.github
+            .only_check_run(&s, "sluice/check")
+            .conclusion
+            .as_deref(),
+        Some("success")
+    );
+    assert_eq!(gate_rows(&rig, &c).0, 3, "held when the pass died");
+    drop(dying);
+    rig.clock.freeze_timers(false);
+
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    assert_eq!(gate_rows(&rig, &c), (0, None));
+    assert_eq!(
+        rig.entry(&c, "release gates").state,
+        sluice::journal::EntryState::Done,
+        "the body's own release, not only the finalize after it"
+    );
+    assert_eq!(rig.github.calls_to("update-check-run").len(), 1);
+}
+
+/// An instance an older version left in flight, whose journal holds the
+/// release where the conclusion now goes (that version released, then
+/// concluded), replays in its own order: no journal mismatch, the check
+/// run concluded after the release it journaled.
+#[test]
+fn a_journal_that_released_before_concluding_replays_in_its_order() {
+    let rig = Rig::new();
+    let s = sha('a');
+    rig.github.commit(REPO, &s, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    // The older version's journal as it died after its release: the
+    // conclusion dropped, the release in its place.
+    let (conclude, release) = (
+        position(&rig, &c, "complete check run"),
+        position(&rig, &c, "release gates"),
+    );
+    assert_eq!(release, conclude + 1);
+    let mut released = rig.journal(&c)[release].clone();
+    released.seq = conclude as u32;
+    let journal = &c.world.journal;
+    journal.truncate_from(conclude as u32).unwrap();
+    journal.put_entry(&released).unwrap();
+    let mut record = journal.load_instance().unwrap().unwrap();
+    record.status = Status::Running;
+    (record.finished_ms, record.output) = (None, None);
+    journal.save_instance(&record).unwrap();
+    {
+        let mut st = rig.github.st.borrow_mut();
+        let run = st.check_runs.iter_mut().find(|r| r.head_sha == s).unwrap();
+        run.statuses.pop();
+        run.conclusion = None;
+    }
+
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    let names = rig.step_names(&c);
+    assert_eq!(
+        names[conclude..],
+        ["release gates", "complete check run"],
+        "{names:?}"
+    );
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.statuses, ["in_progress", "completed"]);
+    assert_eq!(run.conclusion.as_deref(), Some("success"));
+}
+
+/// A deploy keeps the other order: its gates are released (the group
+/// handed over) before its check run is concluded, since its verdict is
+/// settled after the gates (`Gates::report` is None for it).
+#[test]
+fn a_deploy_releases_its_gates_before_it_concludes_its_check_run() {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], DEPLOY_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let d = rig.deploy(&a);
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    assert!(position(&rig, &d, "release gates") < position(&rig, &d, "complete check run"));
 }
 
 /// An operator's restart from the top runs the check again on the check run

@@ -162,6 +162,19 @@ impl<'a> Ctx<'a> {
         self.generation
     }
 
+    /// The name of the entry the journal holds at the next durable call's
+    /// position, if it holds one (a later occurrence of a name carries its
+    /// `#n`). A body whose step order changed between versions reads it to
+    /// replay an instance the older version journaled in that version's
+    /// order: a durable call that does not match its entry is a
+    /// `JournalMismatch`, never a silent re-run.
+    pub fn journaled_next(&self) -> Option<String> {
+        self.entries
+            .borrow()
+            .get(self.cursor.get() as usize)
+            .map(|e| e.name.clone())
+    }
+
     /// Marks that an earlier pass of this generation died before ending
     /// (the executor's record shows more passes started than ended).
     pub(crate) fn set_unclean_history(&self) {

@@ -10,7 +10,11 @@
 //! 3. releases on every exit path exactly once (a journaled cleanup step),
 //!    after killing and confirming the end of any process the instance
 //!    still has (kill before release), and hands what it freed to the next
-//!    waiter in a durable step with retries.
+//!    waiter in a durable step with retries. A run whose verdict is the
+//!    gates' names its check run in [`Gates::report`]: the primitive
+//!    concludes it just before the release (a journaled step, bounded), so
+//!    the release is off the path to the verdict and still follows on
+//!    every path (a failed conclusion is `reported`'s again after it).
 //!
 //! The body spawns processes only through [`Held::fence`] (via
 //! `command::run_command`), which verifies in the same D1 statement that
@@ -39,7 +43,7 @@ use crate::limits::{HEARTBEAT_INTERVAL_MS, HOLDER_STALE_MS, SANDBOX_CLOCK_SKEW_M
 use crate::obs::{self, Kind, Subject};
 use crate::store::{Database, StoreError};
 
-use super::report::{github_failure, github_step, Verdict};
+use super::report::{github_failure, github_step, Report, Verdict};
 use super::tags::{FailureTag, SkipTag};
 use super::RunEnv;
 
@@ -127,6 +131,11 @@ pub struct Gates<'a> {
     /// The pools it takes a slot in, in this order (narrowest first: every
     /// run acquires in the same global order, so no two wait on each other).
     pub pools: &'a [Pool<'a>],
+    /// The check run to conclude with the gates' verdict before they are
+    /// released (`Report::conclude_held`), when that verdict is the run's
+    /// (nothing after `with_gates` changes it). None: the run's `reported`
+    /// concludes it after the release.
+    pub report: Option<&'a Report<'a>>,
 }
 
 /// An admission pool and its capacity.
@@ -275,12 +284,9 @@ where
     if let Some(s) = &gates.serial {
         match serial_turn(ctx, env, s, &held).await {
             Ok(Turn::Holding) => {}
-            Ok(Turn::Skipped(v)) => {
-                // Leaving the line passes the turn on.
-                leave(ctx, env, &held).await?;
-                return Ok(v);
-            }
-            Err(e) => return left_on(ctx, env, &held, e).await,
+            // Leaving the line passes the turn on.
+            Ok(Turn::Skipped(v)) => return leave_with(ctx, env, gates, &held, Ok(v)).await,
+            Err(e) => return leave_with(ctx, env, gates, &held, Err(e)).await,
         }
     }
     let work = async {
@@ -299,25 +305,42 @@ where
         {
             lost_verdict()
         }
-        Err(e) => return left_on(ctx, env, &held, e).await,
+        Err(e) => return leave_with(ctx, env, gates, &held, Err(e)).await,
     };
     let verdict = note_if_lost(ctx, env, &held, verdict).await?;
-    leave(ctx, env, &held).await?;
-    Ok(verdict)
+    leave_with(ctx, env, gates, &held, Ok(verdict)).await
 }
 
-/// The body failed or the gate wait did: release (unless it only
-/// suspended), then fail with the body's error.
-async fn left_on(
+/// Leaves the gates with how the work (or the wait for the group) ended:
+/// a suspension keeps them (the instance resumes holding); otherwise the
+/// check run the run named (`Gates::report`) is concluded first, then
+/// everything is released. The conclusion is a journaled step before the
+/// release step: a pass that dies between them replays the conclusion and
+/// releases; one that failed is `reported`'s again, after the release.
+async fn leave_with(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
+    gates: &Gates<'_>,
     held: &Held<'_>,
-    e: RunError,
+    outcome: Result<Verdict, RunError>,
 ) -> Result<Verdict, RunError> {
-    if !e.is_suspension() {
-        leave(ctx, env, held).await?;
+    if matches!(&outcome, Err(e) if e.is_suspension()) {
+        return outcome;
     }
-    Err(e)
+    if let Some(report) = gates.report.filter(|_| !released_first(ctx)) {
+        report.conclude_held(ctx, env, &outcome).await?;
+    }
+    leave(ctx, env, held).await?;
+    outcome
+}
+
+/// Whether this instance's journal has its release where the conclusion
+/// would go: a version before `Gates::report` released first and concluded
+/// after (in `reported`), and an instance it left in flight replays in that
+/// order (the engine compares each durable call with its journal entry).
+fn released_first(ctx: &Ctx<'_>) -> bool {
+    ctx.journaled_next()
+        .is_some_and(|name| name.split('#').next() == Some(RELEASE_STEP))
 }
 
 fn lost_verdict() -> Verdict {

@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -11,7 +12,9 @@ use serde_json::json;
 use crate::engine::{Backoff, Ctx, RunError, RunOutcome, StepConfig, StepFailure};
 use crate::github::client::NewCheckRun;
 use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate, GitHubError};
-use crate::limits::CHECK_SUMMARY_CHARS_MAX;
+use crate::limits::{
+    CHECK_SUMMARY_CHARS_MAX, HEARTBEAT_INTERVAL_MS, HOLDER_STALE_MS, LEASE_TTL_MS, SLOT_TTL_MS,
+};
 
 use super::tags::{FailureTag, SkipTag};
 use super::RunEnv;
@@ -147,6 +150,9 @@ pub fn details_url(env: &RunEnv<'_>, instance_id: &str) -> String {
     )
 }
 
+/// The step that concludes a check run.
+pub const CONCLUDE_STEP: &str = "complete check run";
+
 /// Where a check run lives.
 pub struct CheckTarget<'a> {
     pub name: &'a str,
@@ -155,39 +161,127 @@ pub struct CheckTarget<'a> {
     pub sha: &'a str,
 }
 
+/// The check run a body reports through, handed to it by [`reported`]: its
+/// id, and whether the body already concluded it. A run whose verdict is its
+/// gates' verdict names it in `gate::Gates::report`, and `gate::with_gates`
+/// concludes it ([`Report::conclude_held`]) before it releases the gates, so
+/// the release is off the path to the verdict; `reported` then concludes
+/// only a check run the body did not.
+#[derive(Clone)]
+pub struct Report<'a> {
+    pub id: u64,
+    target: &'a CheckTarget<'a>,
+    concluded: Rc<Cell<bool>>,
+}
+
+/// The conclusion taken while the gates are still held keeps them (pool
+/// slots, the sandbox lease, a serial group) with no heartbeat beside it, so
+/// it gets one quick retry and a shorter attempt timeout than a GitHub
+/// step's; when it still fails, the gates are released and `reported`
+/// concludes after them with a GitHub step's full retries.
+const CONCLUDE_HELD_RETRIES: u32 = 1;
+const CONCLUDE_HELD_RETRY_DELAY_MS: i64 = 1_000;
+const CONCLUDE_HELD_TIMEOUT_MS: i64 = 20_000;
+/// The longest the held conclusion keeps the gates past the body's last
+/// heartbeat: its attempts and the wait between them.
+const CONCLUDE_HELD_MS_MAX: i64 = (CONCLUDE_HELD_RETRIES as i64 + 1) * CONCLUDE_HELD_TIMEOUT_MS
+    + CONCLUDE_HELD_RETRY_DELAY_MS * CONCLUDE_HELD_RETRIES as i64;
+// Nothing held goes stale while the check run is concluded: the last beat
+// was at most one interval before it.
+const _: () = assert!(HEARTBEAT_INTERVAL_MS + CONCLUDE_HELD_MS_MAX < HOLDER_STALE_MS);
+const _: () = assert!(HEARTBEAT_INTERVAL_MS + CONCLUDE_HELD_MS_MAX < SLOT_TTL_MS);
+const _: () = assert!(HEARTBEAT_INTERVAL_MS + CONCLUDE_HELD_MS_MAX < LEASE_TTL_MS);
+// Its one retry waits in-process: no suspension while the gates are held.
+const _: () = assert!(CONCLUDE_HELD_RETRY_DELAY_MS <= crate::limits::STEP_RETRY_INLINE_MS_MAX);
+
+impl Report<'_> {
+    /// Concludes the check run from how the body ended, while the gates are
+    /// still held: a verdict as itself, a failure as [`reported`] would (an
+    /// infrastructure fault), a suspension not at all. It is the journaled
+    /// step `reported` takes after the body, bounded shorter. A step that
+    /// failed leaves the conclusion to `reported`, after the release (a
+    /// failure never keeps the gates); a suspension is returned, so the
+    /// resumed pass concludes and then releases.
+    pub async fn conclude_held(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        outcome: &Result<Verdict, RunError>,
+    ) -> Result<(), RunError> {
+        let verdict = match outcome {
+            Ok(v) => v.clone(),
+            Err(e) => match failure_verdict(e) {
+                Some(v) => v,
+                None => return Ok(()),
+            },
+        };
+        let cfg = github_step()
+            .retries(
+                CONCLUDE_HELD_RETRIES,
+                CONCLUDE_HELD_RETRY_DELAY_MS,
+                Backoff::Exponential,
+            )
+            .timeout_ms(CONCLUDE_HELD_TIMEOUT_MS);
+        match conclude_with(ctx, env, self.target, self.id, &verdict, cfg).await {
+            Ok(()) => {
+                self.concluded.set(true);
+                Ok(())
+            }
+            // GitHub failed or hung past the bound: `reported` concludes
+            // again after the release.
+            Err(e) if e.step_failure().is_some() || matches!(e, RunError::StepTimedOut { .. }) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The verdict a body's failure concludes with; none for a suspension (the
+/// body has not ended).
+fn failure_verdict(e: &RunError) -> Option<Verdict> {
+    match e {
+        e if e.is_suspension() => None,
+        RunError::Terminated => Some(Verdict::InfraFault {
+            summary: "Terminated by an operator.".into(),
+        }),
+        e => Some(Verdict::InfraFault {
+            summary: format!("{} ({})", e, e.tag()),
+        }),
+    }
+}
+
 /// Opens the check run (queued, then in progress), runs `body`, and
-/// concludes the check run from its verdict. A body that fails (not a
-/// suspension) concludes the check run as an infrastructure fault and the
-/// instance errors with the body's typed error.
-pub async fn reported<F, Fut>(
+/// concludes the check run from its verdict unless the body did
+/// ([`Report`]). A body that fails (not a suspension) concludes the check
+/// run as an infrastructure fault and the instance errors with the body's
+/// typed error.
+pub async fn reported<'t, F, Fut>(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
-    target: &CheckTarget<'_>,
+    target: &'t CheckTarget<'t>,
     body: F,
 ) -> Result<RunOutcome, RunError>
 where
-    F: FnOnce(u64) -> Fut,
+    F: FnOnce(Report<'t>) -> Fut,
     Fut: Future<Output = Result<Verdict, RunError>>,
 {
     let id = open_check_run(ctx, env, target).await?;
-    let (verdict, failure) = match body(id).await {
-        Ok(v) => (v, None),
-        Err(e) if e.is_suspension() => return Err(e),
-        Err(RunError::Terminated) => {
-            let v = Verdict::InfraFault {
-                summary: "Terminated by an operator.".into(),
-            };
-            conclude(ctx, env, target, id, &v).await?;
-            return Err(RunError::Terminated);
-        }
-        Err(e) => (
-            Verdict::InfraFault {
-                summary: format!("{} ({})", e, e.tag()),
-            },
-            Some(e),
-        ),
+    let report = Report {
+        id,
+        target,
+        concluded: Rc::default(),
     };
-    conclude(ctx, env, target, id, &verdict).await?;
+    let (verdict, failure) = match body(report.clone()).await {
+        Ok(v) => (v, None),
+        Err(e) => match failure_verdict(&e) {
+            Some(v) => (v, Some(e)),
+            None => return Err(e),
+        },
+    };
+    if !report.concluded.get() {
+        conclude(ctx, env, target, id, &verdict).await?;
+    }
     match (failure, verdict) {
         (Some(e), _) => Err(e),
         (None, Verdict::Skipped { reason, tag, .. }) => Ok(RunOutcome::Skipped {
@@ -316,6 +410,21 @@ pub async fn conclude(
     id: u64,
     verdict: &Verdict,
 ) -> Result<(), RunError> {
+    conclude_with(ctx, env, target, id, verdict, github_step()).await
+}
+
+/// The conclusion step, under `cfg`: one name whoever takes it (`reported`
+/// after the body, or `with_gates` before it releases), so a replay finds
+/// it where either journaled it (a held conclusion that failed is followed,
+/// after the release, by `reported`'s, journaled `#2`).
+async fn conclude_with(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    target: &CheckTarget<'_>,
+    id: u64,
+    verdict: &Verdict,
+    cfg: StepConfig,
+) -> Result<(), RunError> {
     let mut summary = verdict.summary().to_owned();
     if summary.len() > CHECK_SUMMARY_CHARS_MAX {
         let mut cut = CHECK_SUMMARY_CHARS_MAX;
@@ -337,7 +446,7 @@ pub async fn conclude(
     // operator is terminating. One already completed is left as it is: a
     // newer head's check concluded it (naming itself) before ending this
     // instance, or this step's answer was lost after it applied.
-    ctx.cleanup_step("complete check run", github_step(), |_| async {
+    ctx.cleanup_step(CONCLUDE_STEP, cfg, |_| async {
         let (installation, repo) = (target.installation_id, target.repo);
         let state = env
             .github

@@ -165,6 +165,11 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
             name: gate::POOL,
             capacity: env.pool_capacity,
         }],
+        // The check run is concluded after the release: the gates' verdict
+        // is not yet the deploy's (`recorded_work` concludes the GitHub
+        // deployment after the gates on a failure and notes its verdict),
+        // and the group is held no longer than the deployment needs.
+        report: None,
     };
     let window_ms = confirmation_window(&deploy, &policy);
     if let Some(window_ms) = window_ms {

@@ -5,7 +5,9 @@
 //! request's head (a newer head supersedes this one; this one supersedes
 //! older ones still live), [wait for "Approve and run" on a first-time
 //! contributor's fork], then with its pools and the sandbox held
-//! (`gate::with_gates`): run the command.
+//! (`gate::with_gates`): run the command, and conclude the check run from
+//! its verdict before the gates are released (`Gates::report`: the
+//! release is off the path from the webhook to the conclusion).
 
 use async_trait::async_trait;
 
@@ -100,12 +102,8 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
             capacity: env.pool_capacity,
         },
     ];
-    let gates = Gates {
-        serial: None,
-        pools: &pools,
-    };
-    let (target, gates, check) = (&target, &gates, &check);
-    reported(ctx, env, target, |check_run_id| async move {
+    let (target, pools, check) = (&target, &pools, &check);
+    reported(ctx, env, target, |report| async move {
         // A dispatched or scheduled check of a branch has no pull request
         // whose newer head could supersede it.
         if let Some(pr) = input.pr_number {
@@ -122,11 +120,17 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
             return Ok(v);
         }
         if input.needs_approval {
-            if let Some(v) = approval(ctx, env, target, check_run_id).await? {
+            if let Some(v) = approval(ctx, env, target, report.id).await? {
                 return Ok(v);
             }
         }
-        with_gates(ctx, env, gates, |held| {
+        // The gates' verdict is the check's: concluded before the release.
+        let gates = Gates {
+            serial: None,
+            pools,
+            report: Some(&report),
+        };
+        with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, check, held)
         })
         .await
