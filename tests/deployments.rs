@@ -650,6 +650,7 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
             imperative: false,
             inputs: Default::default(),
             dispatch: None,
+            needs_check: None,
         };
         rig.github.set_head(REPO, BRANCH, s);
         let i = rig.create(CreateRequest {

@@ -2899,6 +2899,7 @@ fn a_rerun_of_a_dispatched_rollback_after_a_newer_deploy_deploys_nothing() {
         imperative: true,
         inputs: Default::default(),
         dispatch: None,
+        needs_check: None,
     };
     let rollback = rig.create(sluice::engine::CreateRequest {
         key: format!("deploy:{REPO}:dispatch-feedfacefeedface"),
@@ -3315,4 +3316,135 @@ fn a_change_outside_the_checks_paths_is_skipped_and_runs_nothing() {
         2,
         "the docs-only change ran nothing"
     );
+}
+
+const NEEDS_TOML: &str = "[check]\ncommand = \"cargo test\"\n\n\
+    [deploy]\nbranch = \"main\"\ncommand = \"./deploy.sh\"\nneeds = [\"check\"]\n";
+
+/// The deploy a push of `head` to main plans, as the trigger fills it in
+/// (with the check of its commit, should it need it).
+fn pushed_deploy(rig: &Rig, head: &str) -> Inst {
+    use sluice::github::webhook::parse;
+    use sluice::runs::triggers::{plan, Plan, PlanContext};
+    let body = json!({
+        "ref": "refs/heads/main", "before": sha('0'), "after": head,
+        "repository": {"full_name": REPO, "name": "hello",
+                       "owner": {"login": "octo", "name": "octo"},
+                       "clone_url": "https://github.com/octo/hello.git",
+                       "default_branch": "main"},
+        "sender": {"login": "ana", "type": "User"},
+        "installation": {"id": INSTALLATION}
+    });
+    let event = parse("push", body.to_string().as_bytes()).expect("a push");
+    let cx = PlanContext {
+        app_id: None,
+        app_slug: None,
+    };
+    let Plan::Create(reqs) = plan(&event, &cx) else {
+        panic!("a push plans creations")
+    };
+    let deploy = reqs
+        .into_iter()
+        .find(|r| r.run == "deploy")
+        .expect("a deploy");
+    rig.create(deploy)
+}
+
+/// A deploy that needs the check of its commit starts that check and waits
+/// for it holding nothing (no pool slot, no group); the check, ending,
+/// wakes it, and it deploys only because the check passed.
+#[test]
+fn a_deploy_that_needs_its_check_deploys_once_the_check_passes() {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], NEEDS_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    rig.sandbox.script("cargo test", 0, "test result: ok\n");
+    let d = pushed_deploy(&rig, &a);
+    assert_eq!(
+        rig.pass(&d).status,
+        Status::Waiting,
+        "it waits for its check"
+    );
+    assert!(
+        rig.held_by(&d).is_empty(),
+        "holding nothing: {:?}",
+        rig.held_by(&d)
+    );
+    assert!(rig.sandbox.all_runs().is_empty(), "nothing deployed yet");
+    let [check] = <[Inst; 1]>::try_from(rig.create_spawned())
+        .ok()
+        .expect("one check");
+    assert_eq!(check.run, "check");
+    assert_eq!(rig.run_to_end(&check), Status::Complete);
+    assert_eq!(
+        rig.waker.recorded().last().cloned(),
+        Some((d.id.clone(), "needs-ended".to_owned())),
+        "the check woke the deploy"
+    );
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    let run = rig.github.only_check_run(&a, "sluice/deploy");
+    assert_eq!(
+        run.conclusion.as_deref(),
+        Some("success"),
+        "{}",
+        run.summary()
+    );
+    let (tested, deployed) = (
+        rig.sandbox.only_run_in(&check.id),
+        rig.sandbox.only_run_in(&d.id),
+    );
+    assert!(
+        tested
+            .end_ms()
+            .is_some_and(|end| end <= deployed.started_ms),
+        "the tests, then the deploy: {tested:?} {deployed:?}"
+    );
+}
+
+/// A failing check skips the deploy (`needs_failed`, a neutral check run
+/// naming why) and nothing is deployed.
+#[test]
+fn a_deploy_whose_check_fails_deploys_nothing() {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], NEEDS_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    rig.sandbox
+        .script("cargo test", 101, "test result: FAILED\n");
+    let d = pushed_deploy(&rig, &a);
+    rig.pass(&d);
+    for check in rig.create_spawned() {
+        rig.run_to_end(&check);
+    }
+    assert_eq!(rig.run_to_end(&d), Status::Skipped);
+    assert_eq!(rig.row(&d).reason.as_deref(), Some("needs_failed"));
+    let run = rig.github.only_check_run(&a, "sluice/deploy");
+    assert_eq!(run.conclusion.as_deref(), Some("neutral"));
+    assert!(
+        run.summary().contains("`sluice/check` of") && run.summary().contains("concluded failure"),
+        "{}",
+        run.summary()
+    );
+    assert!(rig.sandbox.runs_in(&d.id).is_empty(), "nothing deployed");
+}
+
+/// A lost wake costs one bounded wait, never the verdict: the deploy reads
+/// the check again after `NEEDS_WAIT_MS` and deploys.
+#[test]
+fn a_lost_wake_from_the_needed_check_delays_the_deploy_by_one_wait() {
+    use sluice::runs::needs::NEEDS_WAIT_MS;
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], NEEDS_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let d = pushed_deploy(&rig, &a);
+    rig.pass(&d);
+    rig.waker.lose_next.set(1);
+    for check in rig.create_spawned() {
+        assert_eq!(rig.run_to_end(&check), Status::Complete);
+    }
+    assert_eq!(rig.waker.lost.get(), 1);
+    assert_eq!(rig.pass(&d).status, Status::Waiting, "no wake came");
+    rig.clock.advance(NEEDS_WAIT_MS);
+    assert_eq!(rig.run_to_end(&d), Status::Complete);
+    assert_eq!(rig.sandbox.runs_in(&d.id).len(), 1, "deployed");
 }

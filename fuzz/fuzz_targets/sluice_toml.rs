@@ -91,6 +91,7 @@ fuzz_target!(|data: &[u8]| {
             imperative: false,
             inputs: Default::default(),
             dispatch: None,
+            needs_check: None,
         };
         let group = group_key(&input, deploy);
         assert!(group.starts_with("deploy:octo/hello:"));

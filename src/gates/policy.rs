@@ -55,10 +55,13 @@ pub enum SkipReason {
     /// The change touches none of the files a check's `paths` names (the
     /// serial queue never sets it).
     NoMatchingChange,
+    /// A job the run needs did not pass (`[deploy] needs`; the serial
+    /// queue never sets it).
+    NeedsFailed,
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 7] = [
+    pub const ALL: [SkipReason; 8] = [
         SkipReason::Superseded,
         SkipReason::NotCurrent,
         SkipReason::QueuedTimeout,
@@ -66,6 +69,7 @@ impl SkipReason {
         SkipReason::Rejected,
         SkipReason::HeadUnknown,
         SkipReason::NoMatchingChange,
+        SkipReason::NeedsFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +81,7 @@ impl SkipReason {
             SkipReason::Rejected => "rejected",
             SkipReason::HeadUnknown => "head_unknown",
             SkipReason::NoMatchingChange => "no_matching_change",
+            SkipReason::NeedsFailed => "needs_failed",
         }
     }
 

@@ -237,6 +237,8 @@ struct CheckRunAnswer {
     #[serde(default)]
     status: Option<String>,
     #[serde(default)]
+    conclusion: Option<String>,
+    #[serde(default)]
     external_id: Option<String>,
     #[serde(default)]
     name: Option<String>,
@@ -684,6 +686,39 @@ impl<'a> GitHub<'a> {
         name: &str,
         external_id: &str,
     ) -> Result<Option<(u64, String)>, GitHubError> {
+        let found = self
+            .find_check_run_answer(installation, repo, sha, name, external_id)
+            .await?;
+        Ok(found.map(|c| (c.id, c.status.unwrap_or_default())))
+    }
+
+    /// The conclusion of this App's check run `name` for instance
+    /// `external_id` at `sha`: None while there is no such run or it has
+    /// not completed (`success`, `failure`, `skipped`, ... once it has).
+    pub async fn check_run_conclusion(
+        &self,
+        installation: u64,
+        repo: &str,
+        sha: &str,
+        name: &str,
+        external_id: &str,
+    ) -> Result<Option<String>, GitHubError> {
+        let found = self
+            .find_check_run_answer(installation, repo, sha, name, external_id)
+            .await?;
+        Ok(found
+            .filter(|c| c.status.as_deref() == Some("completed"))
+            .and_then(|c| c.conclusion))
+    }
+
+    async fn find_check_run_answer(
+        &self,
+        installation: u64,
+        repo: &str,
+        sha: &str,
+        name: &str,
+        external_id: &str,
+    ) -> Result<Option<CheckRunAnswer>, GitHubError> {
         // Only this App's check runs: another App's run of the same name and
         // external id is not ours to update (GitHub filters by `app_id`; the
         // answer is checked again below).
@@ -701,15 +736,11 @@ impl<'a> GitHub<'a> {
         else {
             return Err(GitHubError::permanent(format!("no commit {sha} in {repo}")));
         };
-        Ok(list
-            .check_runs
-            .into_iter()
-            .find(|c| {
-                c.external_id.as_deref() == Some(external_id)
-                    && c.name.as_deref().is_none_or(|n| n == name)
-                    && c.app.as_ref().is_some_and(|a| a.id.to_string() == app_id)
-            })
-            .map(|c| (c.id, c.status.unwrap_or_default())))
+        Ok(list.check_runs.into_iter().find(|c| {
+            c.external_id.as_deref() == Some(external_id)
+                && c.name.as_deref().is_none_or(|n| n == name)
+                && c.app.as_ref().is_some_and(|a| a.id.to_string() == app_id)
+        }))
     }
 
     /// Creates a queued check run, or returns the one this instance already

@@ -231,6 +231,7 @@ impl RegistryOwner<'_> {
                 db: self.db,
                 waker: &p.waker,
                 terminator: &p.waker,
+                spawner: &p.waker,
                 secrets: &p.secrets,
                 environments: &p.environments,
                 git_url: p.git_url.clone(),

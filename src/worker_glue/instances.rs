@@ -7,7 +7,7 @@ use worker::{Env, Method, Request, RequestInit};
 
 use crate::engine::{CreateRequest, Created, InstanceId};
 use crate::http::ApiError;
-use crate::runs::{Terminator, Waker};
+use crate::runs::{Spawner, Terminator, Waker};
 
 use super::bindings;
 
@@ -139,6 +139,17 @@ impl Terminator for InstanceWaker {
             s if s < 300 || s == 409 => Ok(()),
             _ => Err(format!("terminate {instance_id}: {status} {value}")),
         }
+    }
+}
+
+/// Starts a child instance a run needs: created in its own object.
+#[async_trait::async_trait(?Send)]
+impl Spawner for InstanceWaker {
+    async fn spawn(&self, create: &CreateRequest) -> Result<(), String> {
+        self::create(&self.env, create)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.message)
     }
 }
 

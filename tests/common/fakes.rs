@@ -35,7 +35,7 @@ use sluice::runs::command::CommandResult;
 use sluice::runs::environment::Environments;
 use sluice::runs::inputs::{CheckInput, DeployInput, PullNumber};
 use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
-use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Terminator, Waker};
+use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Spawner, Terminator, Waker};
 use sluice::sandbox::{
     Checkout, ProcessSpec, ProcessState, ProcessStatus, Sandbox, SandboxError, WorkspaceState,
 };
@@ -1832,6 +1832,21 @@ impl Terminator for FakeTerminator {
     }
 }
 
+/// Children runs asked to start (`kit::needs`): recorded;
+/// `Rig::create_spawned` creates them as the Worker's spawner does.
+#[derive(Default)]
+pub struct FakeSpawner {
+    pub spawned: RefCell<Vec<CreateRequest>>,
+}
+
+#[async_trait(?Send)]
+impl Spawner for FakeSpawner {
+    async fn spawn(&self, create: &CreateRequest) -> Result<(), String> {
+        self.spawned.borrow_mut().push(create.clone());
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 pub struct FakeWaker {
     pub wakes: RefCell<Vec<Wake>>,
@@ -1931,6 +1946,7 @@ pub struct Rig {
     pub sandbox: FakeSandbox,
     pub waker: FakeWaker,
     pub terminator: FakeTerminator,
+    pub spawner: FakeSpawner,
     pub secrets: FakeSecrets,
     /// The operator's deploy environments (ENVIRONMENTS by default).
     pub environments: Environments,
@@ -1963,6 +1979,7 @@ impl Rig {
             sandbox: FakeSandbox::new(clock.clone()),
             waker: FakeWaker::default(),
             terminator: FakeTerminator::default(),
+            spawner: FakeSpawner::default(),
             secrets: FakeSecrets::default(),
             environments: Environments::parse(Some(ENVIRONMENTS)),
             blobs: MemoryBlobs::default(),
@@ -1998,6 +2015,7 @@ impl Rig {
                 db: self.index.as_ref(),
                 waker: &self.waker,
                 terminator: &self.terminator,
+                spawner: &self.spawner,
                 secrets: &self.secrets,
                 environments: &self.environments,
                 git_url: GIT_URL.into(),
@@ -2049,6 +2067,7 @@ impl Rig {
             inputs: Default::default(),
             merge_group: None,
             base_sha: None,
+            wakes: None,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),
@@ -2090,6 +2109,7 @@ impl Rig {
             imperative: false,
             inputs: Default::default(),
             dispatch: None,
+            needs_check: None,
         };
         self.create(CreateRequest {
             key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),
@@ -2227,6 +2247,13 @@ impl Rig {
 
     fn try_finalize_status(&self, i: &Inst, status: Status) -> Result<(), String> {
         block_on(self.registry().finalize(&i.run, &i.id, &i.input, status))
+    }
+
+    /// Creates the children runs asked to start, as the Worker's spawner
+    /// does (an existing key is the instance it names).
+    pub fn create_spawned(&self) -> Vec<Inst> {
+        let asked: Vec<CreateRequest> = self.spawner.spawned.borrow_mut().drain(..).collect();
+        asked.into_iter().map(|c| self.create(c)).collect()
     }
 
     /// Carries out the terminations recorded for `insts`, as the Worker's

@@ -279,3 +279,38 @@ deployTest('GET /v1/config shows the environments as the Worker reads them, with
   assert.deepEqual(production.secrets, [{ name: 'DEPLOY_TOKEN', set: true }]);
   assert.ok(!JSON.stringify(res.body).includes(DEPLOY_TOKEN));
 });
+
+// `[deploy] needs = ["check"]`: a push to main starts the commit's check and deploys only after it
+// passed; a commit whose check fails is never deployed (skipped `needs_failed`).
+deployTest('a deploy that needs its check deploys after the check passes, and never when it fails', async () => {
+  const repo = 'needs';
+  const log = stack.sharedFile('needs.log');
+  const config = [
+    '[check]',
+    `command = "echo tested $SLUICE_SHA $(date +%s%N) >> ${log}; test -f ok"`,
+    '',
+    '[deploy]',
+    'branch = "main"',
+    `command = "echo deployed $SLUICE_SHA $(date +%s%N) >> ${log}"`,
+    'needs = ["check"]',
+    '',
+  ].join('\n');
+  const good = stack.commit(OWNER, repo, { '.sluice.toml': config, ok: 'yes\n' });
+  const [passed] = await waitAllTerminal([await push(repo, good, '0'.repeat(40))]);
+  assert.equal(passed.status, 'complete', JSON.stringify(passed));
+  const bad = stack.commit(OWNER, repo, { '.sluice.toml': config }, { removeOthers: true });
+  const [failed] = await waitAllTerminal([await push(repo, bad, good)]);
+  assert.equal(failed.status, 'skipped', JSON.stringify(failed));
+  assert.equal(failed.reason, 'needs_failed');
+
+  const lines = readFileSync(log, 'utf8').trim().split('\n').map((l) => l.split(' '));
+  const at = (kind, sha) => lines.find(([k, s]) => k === kind && s === sha)?.[2];
+  assert.ok(at('tested', good) && at('deployed', good), lines.join('\n'));
+  assert.ok(BigInt(at('tested', good)) < BigInt(at('deployed', good)), 'tested before deployed');
+  assert.ok(at('tested', bad), 'the failing commit was tested');
+  assert.equal(at('deployed', bad), undefined, 'and never deployed');
+  const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+  const deployRun = runs.find((r) => r.head_sha === bad && r.name === 'sluice/deploy');
+  assert.equal(deployRun?.conclusion, 'neutral', JSON.stringify(runs));
+  assert.match(deployRun.output.summary, /`sluice\/check` of [0-9a-f]{40} concluded failure/);
+});

@@ -16,13 +16,13 @@ use crate::github::webhook::{
 
 use crate::runs::kit::approval::RELEASE_EVENT;
 use crate::runs::kit::inputs::{
-    CancelChecksInput, CancelOf, CheckAction, CheckInput, Decision, DeployInput, PullNumber,
-    ReleaseInput, SchedulesInput, CHECK_ACTION_EVENT,
+    CancelChecksInput, CancelOf, CheckAction, CheckInput, Decision, DeployInput, NeededCheck,
+    PullNumber, ReleaseInput, SchedulesInput, CHECK_ACTION_EVENT,
 };
 use crate::runs::kit::key::{short, Attempt, CancelScope, InstanceKey, Subject};
 use crate::runs::kit::Run;
 use crate::runs::run::check::cancel::CancelChecksRun;
-use crate::runs::run::check::CheckRun;
+use crate::runs::run::check::{CheckRun, CHECK_RUN_NAME};
 use crate::runs::run::deploy::DeployRun;
 use crate::runs::run::release::{ReleaseNotesRun, BRANCH_PREFIX, RELEASE_CHECK_NAME};
 use crate::runs::run::schedules::SchedulesRun;
@@ -448,6 +448,7 @@ fn check_input(
         inputs: BTreeMap::new(),
         merge_group: None,
         base_sha: None,
+        wakes: None,
     })
 }
 
@@ -496,6 +497,7 @@ pub(crate) fn deploy_request(
         imperative: false,
         inputs: BTreeMap::new(),
         dispatch: None,
+        needs_check: needed_check(at, branch).map(Box::new),
     };
     let subject = Subject::Deploy {
         branch: branch.to_owned(),
@@ -519,6 +521,19 @@ pub(crate) fn deploy_request(
 fn commit_id(sha: &str) -> Option<String> {
     let sha = sha.to_ascii_lowercase();
     valid_sha(&sha).then_some(sha)
+}
+
+/// The check a deploy of `at.sha` pushed to `branch` starts when its
+/// `[deploy] needs` it: the commit's branch check (no pull request; the same
+/// key a merge queue group's check of that commit has, so a group's check
+/// that passed is taken as it is).
+fn needed_check(at: &RunTarget<'_>, branch: &str) -> Option<NeededCheck> {
+    let mut create = check_request(at, None, false, None)?;
+    create.entity = Some(format!("branch:{branch}"));
+    Some(NeededCheck {
+        create,
+        check_run: CHECK_RUN_NAME.to_owned(),
+    })
 }
 
 fn valid_sha(sha: &str) -> bool {

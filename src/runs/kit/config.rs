@@ -110,7 +110,16 @@ pub struct DeployConfig {
     pub confirm: Option<bool>,
     #[serde(default)]
     pub queue: Option<QueueConfig>,
+    /// Jobs of the pushed commit that must pass before the deploy joins
+    /// the queue: `["check"]` (the one job so far) starts the commit's
+    /// `[check]` and waits for it, holding nothing; a failure skips the
+    /// deploy (`needs_failed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
 }
+
+/// The jobs `[deploy] needs` may name.
+pub const NEEDABLE_JOBS: [&str; 1] = ["check"];
 
 /// The queue policy of a deploy group; every setting off when absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -208,6 +217,19 @@ fn validate_paths(paths: &[String]) -> Result<(), String> {
     }
 }
 
+fn validate_needs(needs: &[String], has_check: bool) -> Result<(), String> {
+    if let Some(job) = needs.iter().find(|j| !NEEDABLE_JOBS.contains(&j.as_str())) {
+        return Err(format!(
+            "[deploy] needs names {job:?}, which is no job (jobs: {})",
+            NEEDABLE_JOBS.join(", ")
+        ));
+    }
+    if !needs.is_empty() && !has_check {
+        return Err("[deploy] needs check, but this file has no [check]".into());
+    }
+    Ok(())
+}
+
 fn validate(c: &RepoConfig) -> Result<(), String> {
     super::schedule::validate(&c.schedule)?;
     if let Some(r) = &c.release_notes {
@@ -228,6 +250,7 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
             return Err("[deploy] branch is empty".into());
         }
         command_timeout_ms(d.timeout.as_deref())?;
+        validate_needs(&d.needs, c.check.is_some())?;
         if d.secrets.is_some() {
             return Err(SECRETS_MOVED.into());
         }
@@ -316,6 +339,25 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deploy_needs_name_jobs_that_exist() {
+        let with = |check: &str, needs: &str| {
+            let text =
+                format!("{check}[deploy]\nbranch = \"main\"\ncommand = \"d\"\nneeds = {needs}\n");
+            match parse(&text) {
+                ConfigState::Invalid { message } => Some(message),
+                _ => None,
+            }
+        };
+        let check = "[check]\ncommand = \"t\"\n";
+        assert_eq!(with(check, "[\"check\"]"), None);
+        assert_eq!(with("", "[]"), None);
+        assert!(with(check, "[\"lint\"]")
+            .unwrap()
+            .contains("\"lint\", which is no job"));
+        assert!(with("", "[\"check\"]").unwrap().contains("no [check]"));
+    }
 
     #[test]
     fn check_paths_select_the_changes_that_need_the_check() {

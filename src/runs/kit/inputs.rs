@@ -82,6 +82,10 @@ pub struct CheckInput {
     /// then every change runs the check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_sha: Option<String>,
+    /// The instance that needs this check (a deploy's `needs`): woken
+    /// (`kit::needs::NEEDS_EVENT`) when the check ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wakes: Option<String>,
 }
 
 /// What a `deploy` instance needs: the pushed commit and where it came
@@ -111,6 +115,20 @@ pub struct DeployInput {
     /// (`Environments::dispatch_check`). None for a push or a schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<Dispatched>,
+    /// The check of this commit, as the trigger would start it: started
+    /// and awaited when `[deploy] needs = ["check"]` (`kit::needs`). None
+    /// in instances made before needs existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs_check: Option<Box<NeededCheck>>,
+}
+
+/// The check a run may need (`kit::needs`), as the trigger that made the
+/// run planned it: its creation and the check run that carries its verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeededCheck {
+    pub create: crate::engine::CreateRequest,
+    /// Its check run's name (`sluice/check`).
+    pub check_run: String,
 }
 
 /// How a dispatched deploy was authenticated.

@@ -61,6 +61,7 @@ impl<'a> Metered<'a> {
             db: &self.db,
             waker: env.waker,
             terminator: env.terminator,
+            spawner: env.spawner,
             secrets: env.secrets,
             environments: env.environments,
             git_url: env.git_url.clone(),

@@ -16,6 +16,7 @@ pub mod key;
 pub mod log;
 pub mod loglink;
 pub mod metered;
+pub mod needs;
 pub mod notify;
 pub mod report;
 pub mod run;
@@ -39,6 +40,14 @@ use report::{github_failure, github_step};
 #[async_trait(?Send)]
 pub trait Waker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String>;
+}
+
+/// Starts another instance (a child a run needs, `kit::needs`): the
+/// instance is created in its object, which writes its index row; creating
+/// an existing key creates nothing.
+#[async_trait(?Send)]
+pub trait Spawner {
+    async fn spawn(&self, create: &crate::engine::CreateRequest) -> Result<(), String>;
 }
 
 /// Ends other instances: a check whose pull request moved on to a newer
@@ -75,6 +84,7 @@ pub struct RunEnv<'a> {
     pub db: &'a dyn Database,
     pub waker: &'a dyn Waker,
     pub terminator: &'a dyn Terminator,
+    pub spawner: &'a dyn Spawner,
     pub secrets: &'a dyn SecretSource,
     /// The operator's deploy environments (the `ENVIRONMENTS` var).
     pub environments: &'a environment::Environments,

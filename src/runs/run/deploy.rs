@@ -28,6 +28,7 @@ use crate::runs::kit::config::{command_timeout_ms, parse_duration_ms, DeployConf
 use crate::runs::kit::deployment;
 use crate::runs::kit::gate::{self, with_gates, BranchRef, Gates, Held, Pool, Serial};
 use crate::runs::kit::inputs::DeployInput;
+use crate::runs::kit::needs::{self, Needs};
 use crate::runs::kit::notify::{self, AutoSkipped};
 use crate::runs::kit::report::CheckRunOf;
 use crate::runs::kit::report::{github_step, reported, CheckTarget, Verdict};
@@ -46,7 +47,8 @@ const CONFIRMATION_TIMEOUT_MS_DEFAULT: i64 = crate::limits::HUMAN_DECISION_WINDO
 const DEPLOY_BUDGET_MS: i64 = RUN_DURATION_MS_DEFAULT;
 
 const _: () = assert!(
-    CONFIRMATION_TIMEOUT_MS_DEFAULT + DEPLOY_BUDGET_MS <= crate::limits::RUN_DURATION_MS_MAX
+    CONFIRMATION_TIMEOUT_MS_DEFAULT + needs::NEEDS_WAIT_MS_MAX + DEPLOY_BUDGET_MS
+        <= crate::limits::RUN_DURATION_MS_MAX
 );
 
 /// The serialization group: repository, branch and lane label.
@@ -172,10 +174,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         report: None,
     };
     let window_ms = confirmation_window(&deploy, &policy);
-    if let Some(window_ms) = window_ms {
-        ctx.set_ceiling("run ceiling", window_ms + DEPLOY_BUDGET_MS)
-            .await?;
-    }
+    extend_ceiling(ctx, &deploy, window_ms).await?;
     let mut newer = None;
     let outcome = reported(ctx, env, &target, |_| async {
         let verdict = recorded_work(ctx, env, input, &deploy, &gates, window_ms).await?;
@@ -187,6 +186,25 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     .await?;
     notify_auto_skip(ctx, env, input, &outcome, newer.as_deref()).await?;
     Ok(outcome)
+}
+
+/// Waiting for a confirmation or for what it needs extends the run's
+/// ceiling by that wait's bound (a deploy without either keeps the default).
+async fn extend_ceiling(
+    ctx: &Ctx<'_>,
+    deploy: &DeployConfig,
+    window_ms: Option<i64>,
+) -> Result<(), RunError> {
+    let needs_ms = if deploy.needs.is_empty() {
+        0
+    } else {
+        needs::NEEDS_WAIT_MS_MAX
+    };
+    if window_ms.is_some() || needs_ms > 0 {
+        let ceiling_ms = window_ms.unwrap_or(0) + needs_ms + DEPLOY_BUDGET_MS;
+        ctx.set_ceiling("run ceiling", ceiling_ms).await?;
+    }
+    Ok(())
 }
 
 /// The deploy's queue policy once its environment admits it; a refusal
@@ -255,12 +273,46 @@ async fn deploy_work(
     gates: &Gates<'_>,
     window_ms: Option<i64>,
 ) -> Result<Verdict, RunError> {
+    if let Some(v) = needed(ctx, env, work).await? {
+        return Ok(v);
+    }
     if let Some(window_ms) = window_ms {
         if let Some(v) = confirm(ctx, work.input, window_ms).await? {
             return Ok(v);
         }
     }
     with_gates(ctx, env, gates, |held| deploy_held(ctx, env, work, held)).await
+}
+
+/// `[deploy] needs = ["check"]`: the commit's check passes before the
+/// deploy joins the queue, or it deploys nothing (`needs_failed`). The wait
+/// holds no group and no sandbox. A dispatched revision (a rollback) is an
+/// operator's decision and waits for nothing.
+async fn needed(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    work: &Work<'_>,
+) -> Result<Option<Verdict>, RunError> {
+    let input = work.input;
+    if work.deploy.needs.is_empty() || input.imperative {
+        return Ok(None);
+    }
+    let why = match &input.needs_check {
+        Some(needed) => match needs::await_needed(ctx, env, needed).await? {
+            Needs::Met => return Ok(None),
+            Needs::Failed(why) => why,
+        },
+        None => "this deploy was made before `needs` existed, so its check is unknown".into(),
+    };
+    Ok(Some(Verdict::Skipped {
+        reason: Some(SkipReason::NeedsFailed),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: {why}. `[deploy] needs` ({}) must pass first.",
+            work.deploy.needs.join(", ")
+        ),
+        newer: None,
+    }))
 }
 
 /// A deploy that ends before recording a deployment: on a restart, what

@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 
-use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
+use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
 use serde::{Deserialize, Serialize};
 
 use crate::gates::SkipReason;
@@ -27,6 +27,7 @@ use crate::runs::kit::config::RepoConfig;
 use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig};
 use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
 use crate::runs::kit::inputs::{CheckInput, PullNumber};
+use crate::runs::kit::needs::NEEDS_EVENT;
 use crate::runs::kit::report::CheckRunOf;
 use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use crate::runs::kit::run::{Run, RunName};
@@ -56,7 +57,11 @@ impl Run for CheckRun {
         env: &RunEnv<'_>,
         input: &CheckInput,
     ) -> Result<RunOutcome, RunError> {
-        run(ctx, env, input).await
+        let outcome = run(ctx, env, input).await?;
+        if let Some(parent) = &input.wakes {
+            wake_parent(ctx, env, parent).await?;
+        }
+        Ok(outcome)
     }
 
     fn check_run(&self, input: &CheckInput) -> Option<CheckRunOf> {
@@ -136,6 +141,20 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         .await
     })
     .await
+}
+
+/// Tells the run that needs this check (a deploy's `needs`) that it ended.
+/// Best effort: a parent that is gone needs nothing, and one that missed
+/// the wake reads the verdict again after its bounded wait (`kit::needs`).
+async fn wake_parent(ctx: &Ctx<'_>, env: &RunEnv<'_>, parent: &str) -> Result<(), RunError> {
+    let _woke: bool = ctx
+        .step(
+            "wake the run that needs it",
+            StepConfig::default(),
+            |_| async { Ok(env.waker.wake(parent, NEEDS_EVENT).await.is_ok()) },
+        )
+        .await?;
+    Ok(())
 }
 
 /// A first-time contributor's fork waits this long for "Approve and run":
