@@ -9,7 +9,7 @@ use common::fakes::*;
 use common::{block_on, ManualClock, T0};
 use futures::FutureExt;
 use serde_json::{json, Value};
-use sluice::engine::{Clock, Command, CommandError, Status};
+use sluice::engine::{Clock, Command, CommandError, CreateRequest, Status};
 use sluice::gates::serial;
 use sluice::github::client::parse_rfc3339_ms;
 use sluice::limits::{HOLDER_STALE_MS, SERIAL_QUEUED_TIMEOUT_MS_DEFAULT};
@@ -3381,7 +3381,13 @@ fn a_deploy_that_needs_its_check_deploys_once_the_check_passes() {
         Some((d.id.clone(), "needs-ended".to_owned())),
         "the check woke the deploy"
     );
+    let woken_at = rig.now();
+    assert_eq!(rig.deliver(&d), 1);
     assert_eq!(rig.run_to_end(&d), Status::Complete);
+    assert!(
+        rig.now() < woken_at + sluice::runs::needs::NEEDS_WAIT_MS,
+        "the wake, not the wait's bound, moved it on"
+    );
     let run = rig.github.only_check_run(&a, "sluice/deploy");
     assert_eq!(
         run.conclusion.as_deref(),
@@ -3447,4 +3453,135 @@ fn a_lost_wake_from_the_needed_check_delays_the_deploy_by_one_wait() {
     rig.clock.advance(NEEDS_WAIT_MS);
     assert_eq!(rig.run_to_end(&d), Status::Complete);
     assert_eq!(rig.sandbox.runs_in(&d.id).len(), 1, "deployed");
+}
+
+/// Cases of the seeded needs model: every operation meets every other many
+/// times, in about a second.
+const NEEDS_SCHEDULES: u64 = 300;
+/// Operations per schedule before the drain.
+const NEEDS_OPS_PER_SCHEDULE: u32 = 14;
+
+/// A deploy that needs its check, under every interleaving of: passes of
+/// either, wakes delivered, lost or late, the clock moving past the wait's
+/// bound, an operator's restart of the deploy from any of its needs steps
+/// (or the top, also after it ended), an operator's terminate of the check,
+/// and duplicated spawns. After every operation: the deploy's process never
+/// started unless the check concluded success. At the end: a check that
+/// passed and was not terminated got its commit deployed.
+#[test]
+fn seeded_needs_schedules_never_deploy_an_untested_commit() {
+    let mut seed: u64 = 0x6e65_6564_73;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut deployed, mut refused) = (0, 0);
+    for schedule in 0..NEEDS_SCHEDULES {
+        let passes = next(2) == 0;
+        match needs_schedule(schedule, passes, &mut next) {
+            Status::Complete => deployed += 1,
+            Status::Skipped => refused += 1,
+            _ => {}
+        }
+    }
+    // The schedules reach both ends, many times: the property is not
+    // vacuous.
+    assert!(deployed >= NEEDS_SCHEDULES / 5, "{deployed} deployed");
+    assert!(refused >= NEEDS_SCHEDULES / 5, "{refused} refused");
+}
+
+/// One schedule; how the deploy ended.
+fn needs_schedule(schedule: u64, passes: bool, next: &mut dyn FnMut(u64) -> u64) -> Status {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], NEEDS_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    let code = if passes { 0 } else { 1 };
+    rig.sandbox.script("cargo test", code, "tests\n");
+    let d = pushed_deploy(&rig, &a);
+    let mut check: Option<Inst> = None;
+    let mut check_terminated = false;
+    let ended = |i: &Inst| rig.record(i).status.is_terminal();
+    for _ in 0..NEEDS_OPS_PER_SCHEDULE {
+        match next(8) {
+            0 if !ended(&d) => drop(rig.pass(&d)),
+            1 => {
+                if let Some(c) = check.as_ref().filter(|c| !ended(c)) {
+                    drop(rig.pass(c));
+                }
+            }
+            2 => drop(rig.deliver(&d)),
+            3 => rig.waker.lose_next.set(1),
+            4 => rig.clock.advance(sluice::runs::needs::NEEDS_WAIT_MS / 2),
+            5 => {
+                let steps = [None, Some("start needed check"), Some("read needed check")];
+                let from_step = steps[next(3) as usize].map(str::to_owned);
+                let _ = rig.try_command(&d, Command::Restart { from_step });
+            }
+            6 => {
+                if let Some(c) = check.as_ref().filter(|c| !ended(c)) {
+                    rig.command(c, Command::Terminate);
+                    rig.finalize(c);
+                    check_terminated = true;
+                }
+            }
+            _ => spawn_once(&rig, &mut check),
+        }
+        assert_only_tested_commits_deploy(&rig, &d, schedule);
+    }
+    if !ended(&d) {
+        drop(rig.pass(&d));
+    }
+    spawn_once(&rig, &mut check);
+    let c = check.as_ref().expect("the deploy started its check");
+    if !ended(c) {
+        rig.run_to_end(c);
+    }
+    rig.deliver(&d);
+    let status = rig.run_to_end(&d);
+    assert_only_tested_commits_deploy(&rig, &d, schedule);
+    let concluded = rig
+        .github
+        .check_runs_on(&a)
+        .into_iter()
+        .find(|r| r.name == "sluice/check")
+        .and_then(|r| r.conclusion);
+    if concluded.as_deref() == Some("success") && !check_terminated {
+        assert_eq!(status, Status::Complete, "schedule {schedule}");
+        assert!(
+            !rig.sandbox.runs_in(&d.id).is_empty(),
+            "schedule {schedule}: deployed"
+        );
+    }
+    status
+}
+
+/// Creates the check the deploy asked for, once: a second spawn of the
+/// same key is the same instance, as the Worker's create is.
+fn spawn_once(rig: &Rig, check: &mut Option<Inst>) {
+    let asked: Vec<CreateRequest> = rig.spawner.spawned.borrow_mut().drain(..).collect();
+    for create in asked {
+        match check {
+            Some(c) => assert_eq!(c.id, create.id().as_str(), "one child, one key"),
+            None => *check = Some(rig.create(create)),
+        }
+    }
+}
+
+fn assert_only_tested_commits_deploy(rig: &Rig, d: &Inst, schedule: u64) {
+    if rig.sandbox.runs_in(&d.id).is_empty() {
+        return;
+    }
+    let concluded = rig
+        .github
+        .check_runs_on(&sha('a'))
+        .into_iter()
+        .find(|r| r.name == "sluice/check")
+        .and_then(|r| r.conclusion);
+    assert_eq!(
+        concluded.as_deref(),
+        Some("success"),
+        "schedule {schedule}: a deploy ran before its check passed"
+    );
 }
