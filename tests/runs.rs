@@ -3186,6 +3186,7 @@ fn closing_a_pull_request_cancels_its_live_check_and_kills_its_process() {
     assert_eq!(rig.pass(&unrelated).status, Status::Waiting);
 
     let closed = pull("closed", PR_NUMBER, &a);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
     let req = planned_one("pull_request", closed.clone());
     assert_eq!(planned_one("pull_request", closed).key, req.key);
     let end = rig.create(req);
@@ -3290,7 +3291,11 @@ fn a_change_outside_the_checks_paths_is_skipped_and_runs_nothing() {
             "installation": {"id": INSTALLATION}
         })
     };
-    for (number, head) in [(21, &docs), (22, &code), (23, &unknown)] {
+    let config = sha('f');
+    rig.github.commit(REPO, &config, &[(".sluice.toml", toml)]);
+    rig.github
+        .set_changed_files(REPO, &base, &config, &[".sluice.toml", "README.md"]);
+    for (number, head) in [(21, &docs), (22, &code), (23, &unknown), (24, &config)] {
         rig.github.set_pull_head(REPO, number, head);
         let check = rig.create(planned_one("pull_request", pull(number, head)));
         rig.run_to_end(&check);
@@ -3302,7 +3307,8 @@ fn a_change_outside_the_checks_paths_is_skipped_and_runs_nothing() {
         "{}",
         skipped.summary()
     );
-    for ran in [&code, &unknown] {
+    // A change to `.sluice.toml`, where the paths are written, is checked.
+    for ran in [&code, &unknown, &config] {
         let run = rig.github.only_check_run(ran, "sluice/check");
         assert_eq!(
             run.conclusion.as_deref(),
@@ -3313,7 +3319,7 @@ fn a_change_outside_the_checks_paths_is_skipped_and_runs_nothing() {
     }
     assert_eq!(
         rig.sandbox.all_runs().len(),
-        2,
+        3,
         "the docs-only change ran nothing"
     );
 }
@@ -3464,10 +3470,11 @@ const NEEDS_OPS_PER_SCHEDULE: u32 = 14;
 /// A deploy that needs its check, under every interleaving of: passes of
 /// either, wakes delivered, lost or late, the clock moving past the wait's
 /// bound, an operator's restart of the deploy from any of its needs steps
-/// (or the top, also after it ended), an operator's terminate of the check,
-/// and duplicated spawns. After every operation: the deploy's process never
-/// started unless the check concluded success. At the end: a check that
-/// passed and was not terminated got its commit deployed.
+/// (or the top, also after it ended), an operator's terminate of the check
+/// (the deploy then starts an attempt of its own), and duplicated spawns.
+/// After every operation: the deploy's process never started unless a
+/// check of its commit concluded success. At the end: a commit whose tests
+/// pass is deployed, one whose tests fail is skipped.
 #[test]
 fn seeded_needs_schedules_never_deploy_an_untested_commit() {
     let mut seed: u64 = 0x6e65_6564_73;
@@ -3500,14 +3507,14 @@ fn needs_schedule(schedule: u64, passes: bool, next: &mut dyn FnMut(u64) -> u64)
     let code = if passes { 0 } else { 1 };
     rig.sandbox.script("cargo test", code, "tests\n");
     let d = pushed_deploy(&rig, &a);
-    let mut check: Option<Inst> = None;
-    let mut check_terminated = false;
+    let mut checks: Vec<Inst> = Vec::new();
     let ended = |i: &Inst| rig.record(i).status.is_terminal();
     for _ in 0..NEEDS_OPS_PER_SCHEDULE {
+        let live = checks.iter().filter(|c| !ended(c)).last();
         match next(8) {
             0 if !ended(&d) => drop(rig.pass(&d)),
             1 => {
-                if let Some(c) = check.as_ref().filter(|c| !ended(c)) {
+                if let Some(c) = live {
                     drop(rig.pass(c));
                 }
             }
@@ -3520,51 +3527,64 @@ fn needs_schedule(schedule: u64, passes: bool, next: &mut dyn FnMut(u64) -> u64)
                 let _ = rig.try_command(&d, Command::Restart { from_step });
             }
             6 => {
-                if let Some(c) = check.as_ref().filter(|c| !ended(c)) {
+                if let Some(c) = live {
                     rig.command(c, Command::Terminate);
                     rig.finalize(c);
-                    check_terminated = true;
                 }
             }
-            _ => spawn_once(&rig, &mut check),
+            _ => spawn_once(&rig, &mut checks),
         }
         assert_only_tested_commits_deploy(&rig, &d, schedule);
     }
-    if !ended(&d) {
-        drop(rig.pass(&d));
-    }
-    spawn_once(&rig, &mut check);
-    let c = check.as_ref().expect("the deploy started its check");
-    if !ended(c) {
-        rig.run_to_end(c);
-    }
-    rig.deliver(&d);
-    let status = rig.run_to_end(&d);
+    let status = drain_needs(&rig, &d, &mut checks);
     assert_only_tested_commits_deploy(&rig, &d, schedule);
-    let concluded = rig
-        .github
-        .check_runs_on(&a)
-        .into_iter()
-        .find(|r| r.name == "sluice/check")
-        .and_then(|r| r.conclusion);
-    if concluded.as_deref() == Some("success") && !check_terminated {
+    if passes {
+        // Whatever happened to a check, a commit whose tests pass deploys.
         assert_eq!(status, Status::Complete, "schedule {schedule}");
         assert!(
             !rig.sandbox.runs_in(&d.id).is_empty(),
             "schedule {schedule}: deployed"
         );
+    } else {
+        assert_eq!(status, Status::Skipped, "schedule {schedule}");
     }
     status
 }
 
-/// Creates the check the deploy asked for, once: a second spawn of the
-/// same key is the same instance, as the Worker's create is.
-fn spawn_once(rig: &Rig, check: &mut Option<Inst>) {
+/// Lets everything run out: children created and run to their end, wakes
+/// delivered, the deploy run until it ends.
+fn drain_needs(rig: &Rig, d: &Inst, checks: &mut Vec<Inst>) -> Status {
+    for _ in 0..NEEDS_DRAIN_ROUNDS_MAX {
+        if rig.record(d).status.is_terminal() {
+            return rig.record(d).status;
+        }
+        drop(rig.pass(d));
+        spawn_once(rig, checks);
+        for c in checks.iter() {
+            if !rig.record(c).status.is_terminal() {
+                rig.run_to_end(c);
+            }
+        }
+        rig.deliver(d);
+        let status = rig.pass(d);
+        if let Some(wake) = status.wake_at_ms {
+            rig.clock.set(wake.max(rig.now()));
+        }
+    }
+    panic!("the deploy did not end in {NEEDS_DRAIN_ROUNDS_MAX} drain rounds");
+}
+
+/// Drain rounds: a deploy needs at most two attempts of its check and a few
+/// passes of its own.
+const NEEDS_DRAIN_ROUNDS_MAX: u32 = 12;
+
+/// Creates each check the deploy asked for once: a second spawn of a key is
+/// the instance it names, as the Worker's create is.
+fn spawn_once(rig: &Rig, checks: &mut Vec<Inst>) {
     let asked: Vec<CreateRequest> = rig.spawner.spawned.borrow_mut().drain(..).collect();
     for create in asked {
-        match check {
-            Some(c) => assert_eq!(c.id, create.id().as_str(), "one child, one key"),
-            None => *check = Some(rig.create(create)),
+        if !checks.iter().any(|c| c.id == create.id().as_str()) {
+            checks.push(rig.create(create));
         }
     }
 }
@@ -3573,15 +3593,161 @@ fn assert_only_tested_commits_deploy(rig: &Rig, d: &Inst, schedule: u64) {
     if rig.sandbox.runs_in(&d.id).is_empty() {
         return;
     }
-    let concluded = rig
+    let passed = rig
         .github
         .check_runs_on(&sha('a'))
         .into_iter()
-        .find(|r| r.name == "sluice/check")
-        .and_then(|r| r.conclusion);
-    assert_eq!(
-        concluded.as_deref(),
-        Some("success"),
+        .any(|r| r.name == "sluice/check" && r.conclusion.as_deref() == Some("success"));
+    assert!(
+        passed,
         "schedule {schedule}: a deploy ran before its check passed"
+    );
+}
+
+/// A cancel that runs late, after its pull request was reopened, ends
+/// nothing: the reopened pull request's check is a new attempt, and it
+/// goes on.
+#[test]
+fn a_late_cancel_after_a_reopen_ends_nothing_and_the_reopen_checks_again() {
+    let a = sha('a');
+    let rig = Rig::new();
+    rig.github.commit(REPO, &a, &[(".sluice.toml", CHECK_TOML)]);
+    rig.sandbox
+        .script_timed("cargo test", 0, "ok\n", 30 * MINUTE_MS);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+    let pull = |action: &str, updated: &str| {
+        json!({
+            "action": action, "number": PR_NUMBER,
+            "pull_request": {"number": PR_NUMBER, "draft": false, "merged": false,
+                             "author_association": "MEMBER",
+                             "closed_at": "2026-12-05T07:00:00Z", "updated_at": updated,
+                             "head": {"sha": a, "ref": "feature", "repo": {"full_name": REPO}},
+                             "base": {"sha": sha('b'), "ref": "main"}},
+            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
+                           "clone_url": "https://github.com/octo/hello.git"},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": INSTALLATION}
+        })
+    };
+    let first = rig.create(planned_one(
+        "pull_request",
+        pull("opened", "2026-12-05T06:00:00Z"),
+    ));
+    let late_cancel = planned_one("pull_request", pull("closed", "2026-12-05T07:00:00Z"));
+    let reopened = planned_one("pull_request", pull("reopened", "2026-12-05T07:05:00Z"));
+    assert_ne!(reopened.id(), first_id(&first), "a reopen is a new attempt");
+    let again = rig.create(reopened);
+    assert_eq!(
+        rig.pass(&again).status,
+        Status::Waiting,
+        "the reopened check runs"
+    );
+
+    let end = rig.create(late_cancel);
+    assert_eq!(rig.run_to_end(&end), Status::Complete);
+    assert!(rig.terminator.asked.borrow().is_empty(), "it ended nothing");
+    assert!(rig.sandbox.only_run_in(&again.id).ended_ms.is_none());
+}
+
+fn first_id(i: &Inst) -> sluice::engine::InstanceId {
+    sluice::engine::InstanceId::parse(&i.id).expect("an id")
+}
+
+/// A re-run of the needed check counts: the deploy reads the newest
+/// attempt of its commit's check, so a flaky failure re-run green lets a
+/// re-run of the deploy through.
+#[test]
+fn a_rerun_of_the_needed_check_that_passes_lets_the_deploy_through() {
+    let a = sha('a');
+    let rig = deploy_rig(&[&a], NEEDS_TOML);
+    rig.github.set_head(REPO, BRANCH, &a);
+    rig.sandbox.script("cargo test", 1, "flaky\n");
+    let d = pushed_deploy(&rig, &a);
+    rig.pass(&d);
+    let [check] = <[Inst; 1]>::try_from(rig.create_spawned())
+        .ok()
+        .expect("one check");
+    assert_eq!(rig.run_to_end(&check), Status::Complete);
+    assert_eq!(
+        rig.run_to_end(&d),
+        Status::Skipped,
+        "the flaky failure skips it"
+    );
+    // Re-run on the check (a new attempt of its key), green this time.
+    rig.sandbox.rescript("cargo test", 0, "ok\n");
+    rig.clock.advance(MINUTE_MS);
+    let mut rerun = planned_check_create(&check);
+    rerun.key = format!("{}:rerun-cr9-1796403600", rerun.key);
+    let rerun = rig.create(rerun);
+    assert_eq!(rig.run_to_end(&rerun), Status::Complete);
+    rig.command(&d, Command::Restart { from_step: None });
+    let status = rig.run_to_end(&d);
+    let runs = rig.github.check_runs_on(&sha('a'));
+    assert_eq!(status, Status::Complete, "{:?} {runs:#?}", rig.row(&d));
+    assert_eq!(rig.sandbox.runs_in(&d.id).len(), 1, "deployed");
+}
+
+/// The creation a check instance was made from, again.
+fn planned_check_create(check: &Inst) -> CreateRequest {
+    CreateRequest {
+        key: format!("check:{REPO}:{}", &sha('a')[..12]),
+        run: "check".into(),
+        input: check.input.clone(),
+        repo: Some(REPO.into()),
+        entity: Some("branch:main".into()),
+        sha: Some(sha('a')),
+        max_steps: None,
+        max_duration_ms: None,
+    }
+}
+
+/// A first-time contributor's fork cannot skip its check with `paths` of
+/// its own: it waits for "Approve and run" first, and runs nothing without
+/// it.
+#[test]
+fn a_first_time_forks_paths_wait_for_approval() {
+    let rig = Rig::new();
+    let (base, head) = (sha('b'), sha('d'));
+    let toml = "[check]\ncommand = \"cargo test\"\npaths = [\"nope/**\"]\n";
+    rig.github.commit(REPO, &head, &[(".sluice.toml", toml)]);
+    rig.github
+        .set_changed_files(REPO, &base, &head, &["src/evil.rs"]);
+    rig.github.set_pull_head(REPO, 31, &head);
+    let fork = json!({
+        "action": "opened", "number": 31,
+        "pull_request": {"number": 31, "draft": false,
+                         "author_association": "FIRST_TIME_CONTRIBUTOR",
+                         "head": {"sha": head, "ref": "feature",
+                                  "repo": {"full_name": "mallory/hello"}},
+                         "base": {"sha": base, "ref": "main"}},
+        "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
+                       "clone_url": "https://github.com/octo/hello.git"},
+        "sender": {"login": "mallory", "type": "User"},
+        "installation": {"id": INSTALLATION}
+    });
+    let check = rig.create(planned_one("pull_request", fork));
+    assert_eq!(
+        rig.pass(&check).status,
+        Status::Waiting,
+        "it waits for approval"
+    );
+    let run = rig.github.only_check_run(&head, "sluice/check");
+    assert_eq!(run.conclusion, None, "not skipped by its own paths");
+    assert!(
+        rig.github.calls_to("compare").is_empty(),
+        "its paths not read yet"
+    );
+    assert_eq!(
+        rig.run_to_end(&check),
+        Status::Skipped,
+        "unapproved, it times out"
+    );
+    assert!(rig.sandbox.all_runs().is_empty());
+    let run = rig.github.only_check_run(&head, "sluice/check");
+    assert_ne!(
+        run.conclusion.as_deref(),
+        Some("skipped"),
+        "{}",
+        run.summary()
     );
 }

@@ -214,6 +214,9 @@ struct Content {
 #[derive(Deserialize)]
 struct PullAnswer {
     head: RefObject,
+    /// `open` or `closed`.
+    #[serde(default)]
+    state: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -585,8 +588,9 @@ impl<'a> GitHub<'a> {
         }
         #[derive(Deserialize)]
         struct Comparison {
+            /// Absent: GitHub did not list the files (not "none changed").
             #[serde(default)]
-            files: Vec<File>,
+            files: Option<Vec<File>>,
         }
         let path = format!(
             "/repos/{}/compare/{}...{}",
@@ -600,9 +604,14 @@ impl<'a> GitHub<'a> {
         else {
             return Ok(None);
         };
-        let complete = found.files.len() < COMPARE_FILES_MAX;
-        let files = found
-            .files
+        let Some(listed) = found.files else {
+            return Ok(Some(ChangedFiles {
+                files: Vec::new(),
+                complete: false,
+            }));
+        };
+        let complete = listed.len() < COMPARE_FILES_MAX;
+        let files = listed
             .into_iter()
             .flat_map(|f| std::iter::once(f.filename).chain(f.previous_filename))
             .collect();
@@ -639,6 +648,20 @@ impl<'a> GitHub<'a> {
             .get::<PullAnswer>(installation, repo, &path, "pull request")
             .await?;
         Ok(pull.map(|p| p.head.sha))
+    }
+
+    /// Whether a pull request is open now; None when GitHub does not know it.
+    pub async fn pull_is_open(
+        &self,
+        installation: u64,
+        repo: &str,
+        number: u64,
+    ) -> Result<Option<bool>, GitHubError> {
+        let path = format!("/repos/{}/pulls/{number}", segs(repo));
+        let pull = self
+            .get::<PullAnswer>(installation, repo, &path, "pull request")
+            .await?;
+        Ok(pull.map(|p| p.state.as_deref() == Some("open")))
     }
 
     /// A user's permission on the repository (`admin`, `write`, `read`,

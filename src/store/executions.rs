@@ -641,14 +641,20 @@ pub async fn runs_of_commit(
     decode(db.all(stmt!(sql, repo, sha, limit)).await?)
 }
 
-/// Checks of `entity` (a pull request) in `repo` that have not ended, other
-/// than those of `sha`: what a newer head supersedes.
+/// Checks of `entity` (a pull request, a branch) in `repo` that have not
+/// ended, of the commits `shas` selects: what a newer head supersedes, what
+/// a closed pull request or a destroyed merge group ends.
 pub async fn live_checks_of(
     db: &dyn Database,
     repo: &str,
     entity: &str,
-    except_sha: Option<&str>,
+    shas: ShaFilter<'_>,
 ) -> Result<Vec<(String, String)>, StoreError> {
+    let (except, only) = match shas {
+        ShaFilter::All => (None, None),
+        ShaFilter::Except(sha) => (Some(sha), None),
+        ShaFilter::Only(sha) => (None, Some(sha)),
+    };
     #[derive(Deserialize)]
     struct Row {
         id: String,
@@ -657,17 +663,55 @@ pub async fn live_checks_of(
     let rows: Vec<Row> = decode(
         db.all(stmt!(
             "SELECT id, sha FROM executions WHERE entity = ?1 AND repo = ?2 AND run = 'check' \
-               AND (?3 IS NULL OR sha <> ?3) \
+               AND (?3 IS NULL OR sha <> ?3) AND (?5 IS NULL OR sha = ?5) \
                AND status IN ('queued','running','waiting','paused') \
              ORDER BY created_ms LIMIT ?4",
             entity,
             repo,
-            except_sha,
+            except,
             SUPERSEDED_PER_HEAD_MAX,
+            only,
         ))
         .await?,
     )?;
     Ok(rows.into_iter().map(|r| (r.id, r.sha)).collect())
+}
+
+/// Which commits' checks `live_checks_of` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShaFilter<'a> {
+    All,
+    Except(&'a str),
+    Only(&'a str),
+}
+
+/// The newest attempt of the instance keyed `base` (itself, or a
+/// `<base>:rerun-…`), with its status: what a run that needs it reads. A
+/// key range, not LIKE, whose `_` would match any character.
+pub async fn newest_attempt(
+    db: &dyn Database,
+    base: &str,
+) -> Result<Option<(String, String)>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        id: String,
+        status: String,
+    }
+    // `<base>:rerun-` ≤ key < `<base>:rerun.` ('.' follows '-'): exactly
+    // the keys with that prefix, as a range the key index answers.
+    let (from, to) = (format!("{base}:rerun-"), format!("{base}:rerun."));
+    let rows: Vec<Row> = decode(
+        db.all(stmt!(
+            "SELECT id, status FROM executions \
+             WHERE key = ?1 OR (key >= ?2 AND key < ?3) \
+             ORDER BY created_ms DESC, id DESC LIMIT 1",
+            base,
+            from.as_str(),
+            to.as_str(),
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().next().map(|r| (r.id, r.status)))
 }
 
 /// Older heads one check ends at once: each push ends its predecessor, so

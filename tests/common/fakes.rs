@@ -205,6 +205,8 @@ pub struct GitHubState {
     pub ancestors: HashSet<(String, String, String)>,
     /// Pull request heads by (repo, number).
     pub pulls: HashMap<(String, u64), String>,
+    /// Pull requests closed now (the others are open).
+    pub closed_pulls: HashSet<(String, u64)>,
     /// The files a comparison lists, by (repo, base, head).
     pub changes: HashMap<(String, String, String), Vec<String>>,
     /// Repository permissions by (repo, login).
@@ -291,6 +293,15 @@ impl FakeGitHub {
             .borrow_mut()
             .pulls
             .insert((repo.into(), number), sha.into());
+    }
+
+    /// Whether the pull request is closed now (`state` in its GET).
+    pub fn set_pull_closed(&self, repo: &str, number: u64, closed: bool) {
+        let mut st = self.st.borrow_mut();
+        match closed {
+            true => st.closed_pulls.insert((repo.into(), number)),
+            false => st.closed_pulls.remove(&(repo.into(), number)),
+        };
     }
 
     pub fn set_permission(&self, repo: &str, login: &str, permission: &str) {
@@ -635,8 +646,16 @@ impl FakeGitHub {
                 if let Some(full) = self.full_pull(&repo, number) {
                     return full;
                 }
-                match self.st.borrow().pulls.get(&(repo, number)) {
-                    Some(sha) => reply(200, json!({ "number": number, "head": { "sha": sha } })),
+                let st = self.st.borrow();
+                let state = match st.closed_pulls.contains(&(repo.clone(), number)) {
+                    true => "closed",
+                    false => "open",
+                };
+                match st.pulls.get(&(repo, number)) {
+                    Some(sha) => reply(
+                        200,
+                        json!({ "number": number, "state": state, "head": { "sha": sha } }),
+                    ),
                     None => not_found(),
                 }
             }
@@ -1390,6 +1409,12 @@ impl FakeSandbox {
         self.st.borrow_mut().scripts.push((command.into(), s));
     }
 
+    /// `command` answers this way from now on (its earlier scripts gone).
+    pub fn rescript(&self, command: &str, exit_code: i32, output: &str) {
+        self.st.borrow_mut().scripts.retain(|(c, _)| c != command);
+        self.script(command, exit_code, output);
+    }
+
     /// Processes of this commit keep running until `release`.
     pub fn hold(&self, sha: &str) {
         self.st.borrow_mut().held.insert(sha.into());
@@ -1832,16 +1857,31 @@ impl Terminator for FakeTerminator {
     }
 }
 
-/// Children runs asked to start (`kit::needs`): recorded;
-/// `Rig::create_spawned` creates them as the Worker's spawner does.
-#[derive(Default)]
+/// Children runs asked to start (`kit::needs`): their index row written at
+/// once, as the Worker's create does before it answers, and the request
+/// recorded; `Rig::create_spawned` creates their objects.
 pub struct FakeSpawner {
     pub spawned: RefCell<Vec<CreateRequest>>,
+    index: std::rc::Rc<CountingDb>,
+    clock: ManualClock,
 }
 
 #[async_trait(?Send)]
 impl Spawner for FakeSpawner {
     async fn spawn(&self, create: &CreateRequest) -> Result<(), String> {
+        let id = create.id();
+        let input = create.input.to_string();
+        let row = executions::Requested {
+            id: id.as_str(),
+            key: &create.key,
+            run: &create.run,
+            repo: create.repo.as_deref(),
+            entity: create.entity.as_deref(),
+            sha: create.sha.as_deref(),
+            input_json: &input,
+        };
+        let stmt = executions::insert_requested_stmt(&row, self.clock.now_ms(), "spawned");
+        self.index.run(stmt).await.map_err(|e| e.to_string())?;
         self.spawned.borrow_mut().push(create.clone());
         Ok(())
     }
@@ -1972,14 +2012,19 @@ const DRIVE_PASSES_MAX: u32 = 500;
 impl Rig {
     pub fn new() -> Rig {
         let clock = ManualClock::new(T0);
+        let index = std::rc::Rc::new(CountingDb::new());
         Rig {
             pokes: RecordedPokes::default(),
-            index: std::rc::Rc::new(CountingDb::new()),
+            spawner: FakeSpawner {
+                spawned: RefCell::default(),
+                index: index.clone(),
+                clock: clock.clone(),
+            },
+            index,
             github: FakeGitHub::new(clock.clone()),
             sandbox: FakeSandbox::new(clock.clone()),
             waker: FakeWaker::default(),
             terminator: FakeTerminator::default(),
-            spawner: FakeSpawner::default(),
             secrets: FakeSecrets::default(),
             environments: Environments::parse(Some(ENVIRONMENTS)),
             blobs: MemoryBlobs::default(),

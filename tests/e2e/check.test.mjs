@@ -516,6 +516,8 @@ sluiceTest('closing a pull request cancels its running check and kills its proce
   const { instance } = await openPullRequest(repo, a);
   const pid = await stack.waitFor(async () => readFileSync(pids, 'utf8').trim() || null, { timeoutMs: RUN_TIMEOUT_MS, message: 'the check to start' });
 
+  // GitHub closes the pull request, then sends the event.
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/1/close`, { merged: false });
   const closed = prPayload(repo, a, { action: 'closed', closedAt: new Date().toISOString() });
   const res = await stack.sendWebhook('pull_request', closed, randomUUID());
   assert.equal(res.status, 202, JSON.stringify(res.body));

@@ -564,7 +564,7 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     match check_input(&at, PullNumber::new(pr.number), needs_approval(pr)) {
         Some(mut input) => {
             input.base_sha = commit_id(&pr.pull_request.base.sha);
-            Plan::Create(vec![check_request_of(input, None)])
+            Plan::Create(vec![check_request_of(input, reopen_attempt(pr))])
         }
         None => Plan::Ignore(format!(
             "head sha {:?} is not a commit id",
@@ -587,20 +587,24 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
     };
     match group.action.as_str() {
         "checks_requested" => {}
+        // A merged group's commit is its base branch's now: its check goes
+        // on (a deploy of that commit may need it).
+        "destroyed" if group.reason.as_deref() == Some("merged") => {
+            return Plan::Ignore("merge group merged: its check goes on".into());
+        }
         "destroyed" => {
+            let Some(sha) = commit_id(&group.merge_group.head_sha) else {
+                return Plan::Ignore("merge group head sha is not a commit id".into());
+            };
+            let when = format!("destroyed-{}", short(&sha));
             let of = CancelOf::Group {
                 branch: branch.to_owned(),
                 reason: group.reason.clone(),
+                sha,
             };
             let scope = CancelScope::Group(branch.to_owned());
             let (repo, installation) = (&group.repository.full_name, group.installation.id);
-            return Plan::Create(vec![cancel_request(
-                repo,
-                installation,
-                of,
-                scope,
-                "destroyed".into(),
-            )]);
+            return Plan::Create(vec![cancel_request(repo, installation, of, scope, when)]);
         }
         other => return Plan::Ignore(format!("merge_group action {other:?} starts no run")),
     }
@@ -621,6 +625,18 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
     let mut create = check_request_of(input, None);
     create.entity = Some(format!("branch:{branch}"));
     Plan::Create(vec![create])
+}
+
+/// A reopened pull request's check is a new attempt (named by when GitHub
+/// reopened it, so a redelivery is the same one): closing may have
+/// cancelled the check of that very head, which would otherwise stand.
+fn reopen_attempt(pr: &PullRequestEvent) -> Option<Attempt> {
+    if pr.action != "reopened" {
+        return None;
+    }
+    let at_ms = (pr.pull_request.updated_at.as_deref())
+        .and_then(crate::github::client::parse_rfc3339_ms)?;
+    Some(Attempt::Rerun(format!("reopened-{}", at_ms / 1000)))
 }
 
 /// A closed pull request (merged or not) ends its live checks: a
@@ -838,9 +854,13 @@ mod tests {
     }
 
     fn merge_group(action: &str, head_ref: &str) -> Event {
+        merge_group_why(action, head_ref, "dequeued")
+    }
+
+    fn merge_group_why(action: &str, head_ref: &str, reason: &str) -> Event {
         let body = json!({
             "action": action,
-            "reason": "dequeued",
+            "reason": reason,
             "merge_group": {
                 "head_sha": "0123456789ABCDEF0123456789abcdef01234567",
                 "head_ref": head_ref,
@@ -878,15 +898,21 @@ mod tests {
             panic!("{:?}", plan(&destroyed, &CX))
         };
         assert_eq!(ends[0].run, "cancel-checks");
+        // Keyed by the group's commit: the same branch names a later group
+        // of the same pull request on the same parent.
         assert_eq!(
             ends[0].key,
-            format!("cancel-checks:octo/hello:group:{queue}:destroyed")
+            format!("cancel-checks:octo/hello:group:{queue}:destroyed-0123456789ab")
         );
         assert_eq!(ends[0].entity, reqs[0].entity, "it ends the group's checks");
         assert_eq!(
             ends[0].input["of"],
-            json!({"kind": "group", "branch": queue, "reason": "dequeued"})
+            json!({"kind": "group", "branch": queue, "reason": "dequeued",
+                   "sha": "0123456789abcdef0123456789abcdef01234567"})
         );
+        // A merged group's commit is its base's now: its check goes on.
+        let merged = merge_group_why("destroyed", &format!("refs/heads/{queue}"), "merged");
+        assert!(matches!(plan(&merged, &CX), Plan::Ignore(_)));
         let tag = merge_group("checks_requested", "refs/tags/v1");
         assert!(matches!(plan(&tag, &CX), Plan::Ignore(r) if r.contains("not a branch")));
     }

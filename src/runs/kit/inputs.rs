@@ -224,9 +224,12 @@ pub enum CancelOf {
     Group {
         /// The group's branch (`gh-readonly-queue/...`).
         branch: String,
-        /// GitHub's `reason`: `merged`, `dequeued`, `invalidated`.
+        /// GitHub's `reason`: `dequeued`, `invalidated`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The group's commit: only its checks end (the same branch names
+        /// a later group of the same pull request on the same parent).
+        sha: String,
     },
 }
 
@@ -237,6 +240,14 @@ impl CancelOf {
         match self {
             CancelOf::Pull { number } => format!("pr:{number}"),
             CancelOf::Group { branch, .. } => format!("branch:{branch}"),
+        }
+    }
+
+    /// The one commit whose checks it ends, if only one's.
+    pub fn sha(&self) -> Option<&str> {
+        match self {
+            CancelOf::Pull { .. } => None,
+            CancelOf::Group { sha, .. } => Some(sha),
         }
     }
 }

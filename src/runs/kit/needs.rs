@@ -16,6 +16,7 @@ use crate::engine::{CreateRequest, Ctx, RunError, StepConfig, StepFailure};
 use crate::store::executions;
 
 use super::inputs::{CheckInput, NeededCheck};
+use super::key::{Attempt, InstanceKey};
 use super::report::{github_failure, github_step};
 use super::tags::FailureTag;
 use super::RunEnv;
@@ -31,9 +32,17 @@ pub const NEEDS_ROUNDS_MAX: u32 = 14;
 /// The longest a run waits for what it needs (its ceiling grows by it).
 pub const NEEDS_WAIT_MS_MAX: i64 = NEEDS_WAIT_MS * NEEDS_ROUNDS_MAX as i64;
 
+/// Reads of the needed check a run makes at most: one per bounded wait
+/// (`NEEDS_ROUNDS_MAX`), one per wake (its check's, and any an operator
+/// sends), a fresh attempt's; four times the rounds keeps a flood of events
+/// from growing the journal without end.
+const NEEDS_READS_MAX: u32 = 4 * NEEDS_ROUNDS_MAX;
+
 /// Conclusions of a needed check run that let the run go on: it passed, or
 /// its `paths` say the change needs no check.
 const PASSING_CONCLUSIONS: [&str; 2] = ["success", "skipped"];
+/// Conclusions that judged the commit and found it wanting.
+const FAILING_CONCLUSIONS: [&str; 3] = ["failure", "timed_out", "action_required"];
 /// Index states of an instance that has ended.
 const ENDED_STATES: [&str; 4] = ["complete", "errored", "terminated", "skipped"];
 
@@ -49,12 +58,23 @@ pub enum Needs {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Read {
     Passed,
-    Failed { why: String },
+    /// Its verdict: the commit failed.
+    Failed {
+        why: String,
+    },
+    /// It ended without judging the commit (cancelled, skipped as not
+    /// current, terminated, errored): another attempt may.
+    NoVerdict {
+        why: String,
+    },
     Pending,
 }
 
-/// Starts `needed` (woken back to this instance) and waits, bounded, for
-/// its verdict. Holds nothing while it waits.
+/// Starts `needed` (woken back to this instance) and waits, bounded in
+/// time (`NEEDS_WAIT_MS_MAX`), for the verdict of its newest attempt (a
+/// Re-run of a flaky check counts). A check that ended without a verdict
+/// (a merge queue group's, cancelled or skipped when the group merged) is
+/// started once more as an attempt of this run's own. Holds nothing.
 pub async fn await_needed(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -62,27 +82,41 @@ pub async fn await_needed(
 ) -> Result<Needs, RunError> {
     let create = waking(&needed.create, ctx.instance_id())?;
     let input: CheckInput = decoded(&create)?;
-    ctx.step("start needed check", StepConfig::default(), |_| async {
-        env.spawner
-            .spawn(&create)
-            .await
-            .map_err(|m| FailureTag::Gate.retryable(m))
-    })
-    .await?;
-    let id = create.id();
-    for _ in 0..NEEDS_ROUNDS_MAX {
+    spawn(ctx, env, "start needed check", &create).await?;
+    let deadline_ms: i64 = ctx
+        .step("needs deadline", StepConfig::default(), |_| async {
+            Ok(env.clock.now_ms() + NEEDS_WAIT_MS_MAX)
+        })
+        .await?;
+    let mut retried = false;
+    for _ in 0..NEEDS_READS_MAX {
         let read: Read = ctx
             .step("read needed check", github_step(), |_| async {
-                read_verdict(env, needed, &input, id.as_str()).await
+                read_verdict(env, needed, &input, &create).await
             })
             .await?;
         match read {
             Read::Passed => return Ok(Needs::Met),
             Read::Failed { why } => return Ok(Needs::Failed(why)),
+            Read::NoVerdict { .. } if !retried => {
+                retried = true;
+                let again = fresh_attempt(&create, ctx.instance_id())?;
+                spawn(ctx, env, "start needed check again", &again).await?;
+                continue;
+            }
+            Read::NoVerdict { why } => return Ok(Needs::Failed(why)),
             Read::Pending => {}
         }
+        let left_ms = deadline_ms - ctx.now_ms();
+        if left_ms <= 0 {
+            break;
+        }
         match ctx
-            .wait_for_event("await needed check", NEEDS_EVENT, NEEDS_WAIT_MS)
+            .wait_for_event(
+                "await needed check",
+                NEEDS_EVENT,
+                left_ms.min(NEEDS_WAIT_MS),
+            )
             .await
         {
             Ok(_) | Err(RunError::EventTimedOut { .. }) => {}
@@ -90,10 +124,25 @@ pub async fn await_needed(
         }
     }
     Ok(Needs::Failed(format!(
-        "`{}` did not finish within {} minutes",
+        "`{}` was still running after {} minutes",
         needed.check_run,
         NEEDS_WAIT_MS_MAX / 60_000
     )))
+}
+
+async fn spawn(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    name: &str,
+    create: &CreateRequest,
+) -> Result<(), RunError> {
+    ctx.step(name, StepConfig::default(), |_| async {
+        env.spawner
+            .spawn(create)
+            .await
+            .map_err(|m| FailureTag::Gate.retryable(m))
+    })
+    .await
 }
 
 /// `create` with this instance as the one it wakes when it ends.
@@ -105,43 +154,64 @@ fn waking(create: &CreateRequest, parent: &str) -> Result<CreateRequest, RunErro
     Ok(create)
 }
 
+/// Another attempt of the needed check, this run's own
+/// (`<key>:rerun-needs-<parent>`): named by the parent, so a replay starts
+/// nothing twice.
+fn fresh_attempt(create: &CreateRequest, parent: &str) -> Result<CreateRequest, RunError> {
+    let key = InstanceKey::parse(&create.key).ok_or_else(|| RunError::InvalidInput {
+        message: format!("the needed check's key {:?} is no instance key", create.key),
+    })?;
+    let tail: String = parent.chars().rev().take(ATTEMPT_PARENT_CHARS).collect();
+    let attempt = Attempt::Rerun(format!("needs-{}", tail.chars().rev().collect::<String>()));
+    let mut again = create.clone();
+    again.key = key.base().with_attempt(Some(attempt)).to_string();
+    Ok(again)
+}
+
+/// Characters of the parent's id that name its own attempt of a needed
+/// check: ids end in a hash, and one parent starts at most one.
+const ATTEMPT_PARENT_CHARS: usize = 12;
+
 fn decoded(create: &CreateRequest) -> Result<CheckInput, RunError> {
     serde_json::from_value(create.input.clone()).map_err(|e| RunError::InvalidInput {
         message: format!("the needed check's input: {e}"),
     })
 }
 
-/// The needed check's verdict: its check run's conclusion on GitHub; a
-/// check that ended without one (its commit has no `[check]`, it errored)
-/// did not pass.
+/// The verdict of the needed check's newest attempt: its check run's
+/// conclusion on GitHub; one that ended without a conclusion that judged
+/// the commit gave no verdict.
 async fn read_verdict(
     env: &RunEnv<'_>,
     needed: &NeededCheck,
     input: &CheckInput,
-    id: &str,
+    create: &CreateRequest,
 ) -> Result<Read, StepFailure> {
     let name = needed.check_run.as_str();
-    let conclusion = env
-        .github
-        .check_run_conclusion(input.installation_id, &input.repo, &input.sha, name, id)
-        .await
-        .map_err(github_failure)?;
-    match conclusion {
-        Some(c) if PASSING_CONCLUSIONS.contains(&c.as_str()) => return Ok(Read::Passed),
-        Some(c) => {
-            return Ok(Read::Failed {
-                why: format!("`{name}` of {} concluded {c}", input.sha),
-            })
-        }
-        None => {}
-    }
-    let row = executions::get(env.db, id)
+    let base = crate::runs::kit::key::base_key(&create.key);
+    let newest = executions::newest_attempt(env.db, &base)
         .await
         .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-    Ok(match row.map(|r| r.status) {
-        Some(s) if ENDED_STATES.contains(&s.as_str()) => Read::Failed {
-            why: format!("`{name}` of {} ended {s} without a verdict", input.sha),
+    let Some((id, status)) = newest else {
+        return Ok(Read::Pending);
+    };
+    let conclusion = env
+        .github
+        .check_run_conclusion(input.installation_id, &input.repo, &input.sha, name, &id)
+        .await
+        .map_err(github_failure)?;
+    let of = format!("`{name}` of {}", input.sha);
+    Ok(match conclusion {
+        Some(c) if PASSING_CONCLUSIONS.contains(&c.as_str()) => Read::Passed,
+        Some(c) if FAILING_CONCLUSIONS.contains(&c.as_str()) => Read::Failed {
+            why: format!("{of} concluded {c}"),
         },
-        _ => Read::Pending,
+        Some(c) => Read::NoVerdict {
+            why: format!("{of} concluded {c}"),
+        },
+        None if ENDED_STATES.contains(&status.as_str()) => Read::NoVerdict {
+            why: format!("{of} ended {status} without a verdict"),
+        },
+        None => Read::Pending,
     })
 }

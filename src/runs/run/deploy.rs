@@ -286,15 +286,17 @@ async fn deploy_work(
 
 /// `[deploy] needs = ["check"]`: the commit's check passes before the
 /// deploy joins the queue, or it deploys nothing (`needs_failed`). The wait
-/// holds no group and no sandbox. A dispatched revision (a rollback) is an
-/// operator's decision and waits for nothing.
+/// holds no group and no sandbox. A dispatched revision (a rollback) waits
+/// for its own check too: the repository's dispatch key is readable by any
+/// branch's workflow, so naming a revision proves no operator decided it;
+/// a rollback target's check has normally passed already.
 async fn needed(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     work: &Work<'_>,
 ) -> Result<Option<Verdict>, RunError> {
     let input = work.input;
-    if work.deploy.needs.is_empty() || input.imperative {
+    if work.deploy.needs.is_empty() {
         return Ok(None);
     }
     let why = match &input.needs_check {

@@ -1,24 +1,27 @@
 //! The `cancel-checks` run: the end of what live checks were for. GitHub
-//! closed a pull request, or destroyed a merge queue group; the checks
+//! closed a pull request, or destroyed a merge queue group (dequeued or
+//! invalidated; a merged group's commit is its base's now, and its check
+//! goes on for the deploy that may need it); the checks
 //! still running for it are worth nothing, so their check runs conclude
 //! `cancelled` saying why, their instances are terminated and their
 //! processes killed, as a newer head ends an older one's (`cancel_check`).
 //!
 //! A fresh short instance per event (ADR-0001 rule 4,
 //! docs/adr/0001-durable-execution-scope.md): the checks to end are read
-//! from the index when it runs, so one that started after the event was
-//! delivered but before this ran is ended too. Its one step is
-//! idempotent: a retry or a replay ends nothing twice.
+//! from the index when it runs, those of the pull request (unless it is
+//! open again by then: a reopen is a new attempt of its check, and a late
+//! cancel must not end it) or those of the group's own commit. Its one step
+//! is idempotent: a retry or a replay ends nothing twice.
 
 use serde_json::json;
 
-use crate::engine::{Ctx, RunError, RunOutcome};
+use crate::engine::{Ctx, RunError, RunOutcome, StepFailure};
 use crate::runs::kit::inputs::{CancelChecksInput, CancelOf};
-use crate::runs::kit::report::github_step;
+use crate::runs::kit::report::{github_failure, github_step};
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::FailureTag;
 use crate::runs::kit::RunEnv;
-use crate::store::executions;
+use crate::store::executions::{self, ShaFilter};
 
 use super::{cancel_check, Ending};
 
@@ -50,9 +53,13 @@ async fn run(
 ) -> Result<RunOutcome, RunError> {
     let ending = ending_of(&input.of);
     let entity = input.of.entity();
+    let shas = input.of.sha().map_or(ShaFilter::All, ShaFilter::Only);
     let ended: Vec<String> = ctx
         .step("cancel live checks", github_step(), |_| async {
-            let live = executions::live_checks_of(env.db, &input.repo, &entity, None)
+            if reopened(env, input).await? {
+                return Ok(Vec::new());
+            }
+            let live = executions::live_checks_of(env.db, &input.repo, &entity, shas)
                 .await
                 .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
             for (id, sha) in &live {
@@ -64,6 +71,21 @@ async fn run(
     Ok(RunOutcome::Complete(json!({ "cancelled": ended })))
 }
 
+/// A closed pull request that is open again by the time this runs (a
+/// cancel that ran late: the sweep recreated it, GitHub errors retried it)
+/// ends nothing: its live checks are the reopened pull request's.
+async fn reopened(env: &RunEnv<'_>, input: &CancelChecksInput) -> Result<bool, StepFailure> {
+    let CancelOf::Pull { number } = &input.of else {
+        return Ok(false);
+    };
+    let open = env
+        .github
+        .pull_is_open(input.installation_id, &input.repo, number.get())
+        .await
+        .map_err(github_failure)?;
+    Ok(open == Some(true))
+}
+
 /// What an ended check's run says.
 fn ending_of(of: &CancelOf) -> Ending {
     match of {
@@ -71,14 +93,7 @@ fn ending_of(of: &CancelOf) -> Ending {
             title: "Pull request closed",
             summary: format!("Cancelled: pull request #{number} was closed."),
         },
-        CancelOf::Group { branch, reason } if reason.as_deref() == Some("merged") => Ending {
-            title: "Merge group merged",
-            summary: format!(
-                "Cancelled: GitHub's merge queue merged the group `{branch}`; its checks are \
-                 no longer needed."
-            ),
-        },
-        CancelOf::Group { branch, reason } => Ending {
+        CancelOf::Group { branch, reason, .. } => Ending {
             title: "Merge group destroyed",
             summary: format!(
                 "Cancelled: GitHub's merge queue destroyed the group `{branch}` ({}), so \

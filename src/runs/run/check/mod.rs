@@ -19,12 +19,12 @@ use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRu
 use crate::limits::{
     HUMAN_DECISION_WINDOW_MS_DEFAULT, RUN_DURATION_MS_DEFAULT, RUN_DURATION_MS_MAX,
 };
-use crate::store::executions;
+use crate::store::executions::{self, ShaFilter};
 
 use crate::runs::kit::approval::{self, Ask, Decided};
 use crate::runs::kit::command::{run_command, verdict_of, CommandSpec};
 use crate::runs::kit::config::RepoConfig;
-use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig};
+use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig, CONFIG_PATH};
 use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
 use crate::runs::kit::inputs::{CheckInput, PullNumber};
 use crate::runs::kit::needs::NEEDS_EVENT;
@@ -121,13 +121,15 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
                 return Ok(v);
             }
         }
-        if let Some(v) = unchanged(ctx, env, input, check).await? {
-            return Ok(v);
-        }
+        // A first-time contributor's fork waits for approval before its own
+        // `paths` may skip anything: the paths are read at its commit.
         if input.needs_approval {
             if let Some(v) = approval(ctx, env, target, report.id).await? {
                 return Ok(v);
             }
+        }
+        if let Some(v) = unchanged(ctx, env, input, check).await? {
+            return Ok(v);
         }
         // The gates' verdict is the check's: concluded before the release.
         let gates = Gates {
@@ -239,9 +241,14 @@ async fn superseded(
     let entity = format!("pr:{pr}");
     let _ended: Vec<String> = ctx
         .step("supersede older heads", github_step(), |_| async {
-            let older = executions::live_checks_of(env.db, &input.repo, &entity, Some(&input.sha))
-                .await
-                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+            let older = executions::live_checks_of(
+                env.db,
+                &input.repo,
+                &entity,
+                ShaFilter::Except(&input.sha),
+            )
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
             for (id, sha) in &older {
                 cancel_older(env, input, pr, id, sha).await?;
             }
@@ -262,7 +269,8 @@ struct PathsRead {
 /// `[check] paths`: a change that touches none of them is skipped
 /// (`skipped`, which branch protection counts as passed). A change Sluice
 /// cannot list (no base, commits GitHub does not know, a list GitHub cut
-/// short) runs the check: when in doubt, check.
+/// short or left out) runs the check: when in doubt, check. So does a change
+/// to `.sluice.toml` itself, where the paths are written.
 async fn unchanged(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
@@ -284,7 +292,9 @@ async fn unchanged(
                 .await
                 .map_err(github_failure)?;
             Ok(changed.map(|c| PathsRead {
-                needed: !c.complete || paths_match(&check.paths, &c.files),
+                needed: !c.complete
+                    || paths_match(&check.paths, &c.files)
+                    || c.files.iter().any(|f| f == CONFIG_PATH),
                 files: c.files.len(),
             }))
         })
@@ -299,7 +309,7 @@ async fn unchanged(
             summary: format!(
                 "Not run: no matching change. None of the {files} files changed since {} \
                  matches `[check] paths` ({}).",
-                &base[..12.min(base.len())],
+                base.chars().take(12).collect::<String>(),
                 check.paths.join(", ")
             ),
             newer: None,
