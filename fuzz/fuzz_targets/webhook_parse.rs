@@ -142,8 +142,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(c.entity.as_deref(), Some(&*format!("branch:{branch}")));
         }
         Event::PullRequest(pr) => {
+            let retargeted = pr.action == "edited"
+                && pr.changes.as_ref().is_some_and(|c| c.get("base").is_some());
             assert!(
-                CHECK_ACTIONS.contains(&pr.action.as_str()),
+                CHECK_ACTIONS.contains(&pr.action.as_str()) || retargeted,
                 "{:?}",
                 pr.action
             );

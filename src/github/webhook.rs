@@ -258,6 +258,10 @@ pub struct RequestedAction {
 pub struct PullRequestEvent {
     pub action: String,
     pub number: u64,
+    /// `edited`: what changed (`title`, `body`, `base`), each with its
+    /// previous value.
+    #[serde(default)]
+    pub changes: Option<serde_json::Value>,
     pub pull_request: PullRequest,
     pub repository: Repository,
     pub sender: Account,

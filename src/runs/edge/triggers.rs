@@ -547,7 +547,7 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     if pr.action == "closed" {
         return plan_closed_pull(pr);
     }
-    if !CHECK_ACTIONS.contains(&pr.action.as_str()) {
+    if !CHECK_ACTIONS.contains(&pr.action.as_str()) && !retargeted(pr) {
         return Plan::Ignore(format!("pull_request action {:?} starts no run", pr.action));
     }
     if pr.pull_request.draft {
@@ -629,14 +629,24 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
 
 /// A reopened pull request's check is a new attempt (named by when GitHub
 /// reopened it, so a redelivery is the same one): closing may have
-/// cancelled the check of that very head, which would otherwise stand.
+/// cancelled the check of that very head, which would otherwise stand. So is
+/// a retargeted one's: a paths skip against the old base must not stand.
 fn reopen_attempt(pr: &PullRequestEvent) -> Option<Attempt> {
-    if pr.action != "reopened" {
-        return None;
-    }
+    let what = match pr.action.as_str() {
+        "reopened" => "reopened",
+        _ if retargeted(pr) => "retargeted",
+        _ => return None,
+    };
     let at_ms = (pr.pull_request.updated_at.as_deref())
         .and_then(crate::github::client::parse_rfc3339_ms)?;
-    Some(Attempt::Rerun(format!("reopened-{}", at_ms / 1000)))
+    Some(Attempt::Rerun(format!("{what}-{}", at_ms / 1000)))
+}
+
+/// An `edited` pull request whose base branch changed: what it changes
+/// (and so its `[check] paths`) is judged against the new base, as a new
+/// attempt of its check.
+fn retargeted(pr: &PullRequestEvent) -> bool {
+    pr.action == "edited" && pr.changes.as_ref().is_some_and(|c| c.get("base").is_some())
 }
 
 /// A closed pull request (merged or not) ends its live checks: a
@@ -955,6 +965,43 @@ mod tests {
             body(8, "stranger/hello", "FIRST_TIME_CONTRIBUTOR").key,
             fork.key
         );
+    }
+
+    #[test]
+    fn a_retargeted_pull_request_is_checked_again_and_other_edits_are_not() {
+        let edited = |changes: serde_json::Value| {
+            let body = json!({
+                "action": "edited", "number": 7, "changes": changes,
+                "pull_request": {
+                    "number": 7, "draft": false, "updated_at": "2026-12-05T08:00:00Z",
+                    "author_association": "MEMBER",
+                    "head": {"sha": "0123456789abcdef0123456789abcdef01234567", "ref": "feature",
+                             "repo": {"full_name": "octo/hello"}},
+                    "base": {"sha": "fedcba9876543210fedcba9876543210fedcba98", "ref": "release"}
+                },
+                "repository": {"full_name": "octo/hello", "name": "hello", "owner": {"login": "octo"},
+                               "clone_url": "https://github.com/octo/hello.git"},
+                "sender": {"login": "ana", "type": "User"},
+                "installation": {"id": 42}
+            });
+            plan(
+                &parse("pull_request", body.to_string().as_bytes()).unwrap(),
+                &CX,
+            )
+        };
+        let Plan::Create(reqs) = edited(json!({"base": {"ref": {"from": "main"}}})) else {
+            panic!("a new base is a new attempt")
+        };
+        assert_eq!(
+            reqs[0].key,
+            "check:octo/hello:0123456789ab:pr7:rerun-retargeted-1796457600"
+        );
+        assert_eq!(
+            reqs[0].input["base_sha"],
+            "fedcba9876543210fedcba9876543210fedcba98"
+        );
+        let title = edited(json!({"title": {"from": "Old"}}));
+        assert!(matches!(title, Plan::Ignore(_)), "{title:?}");
     }
 
     #[test]
