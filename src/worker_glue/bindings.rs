@@ -110,3 +110,13 @@ pub fn apply_log_level(env: &Env) {
     let level = text(env, LOG_LEVEL).and_then(|v| crate::obs::Level::parse(&v));
     crate::obs::set_min_level(level.unwrap_or(crate::obs::Level::Info));
 }
+
+/// Whose OIDC tokens a dispatch may carry, and for which audience: read by
+/// the router (a dispatch) and by setup (the report).
+pub fn oidc_config(env: &Env) -> Result<crate::http::oidc::OidcConfig, String> {
+    crate::http::oidc::OidcConfig::new(
+        text(env, GITHUB_OIDC_ISSUER).as_deref(),
+        text(env, DISPATCH_OIDC_AUDIENCE).as_deref(),
+        text(env, PUBLIC_URL).as_deref(),
+    )
+}

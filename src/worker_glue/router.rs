@@ -20,7 +20,7 @@ use crate::http::auth::{self, AccessKeys, AuthConfig, Presented, Principal};
 use crate::http::body::{read_capped, BodyLimit};
 use crate::http::dashboard::{self, Operations, OperatorEvent, Reply};
 use crate::http::jwt::JwksCache;
-use crate::http::oidc::{self, OidcConfig, OidcKeys, VerifiedToken};
+use crate::http::oidc::{self, OidcKeys, VerifiedToken};
 use crate::http::pages::{self, same_origin_post};
 use crate::http::routes::{route, Access, Asset, Route, RouteError};
 use crate::http::webhook::{
@@ -604,7 +604,7 @@ fn configuration(env: &Env) -> Value {
                     "oidc_environment": e.oidc_environment })
         })
         .collect();
-    let oidc = match oidc_config(env) {
+    let oidc = match bindings::oidc_config(env) {
         Ok(c) => json!({ "issuer": c.issuer(), "audience": c.audience(), "error": null }),
         Err(e) => json!({ "issuer": null, "audience": null, "error": e }),
     };
@@ -775,15 +775,6 @@ async fn dispatch_run(req: &mut Request, env: &Env, db: &D1, now: i64) -> Answer
     )
 }
 
-/// Whose OIDC tokens a dispatch may carry, and for which audience.
-pub(super) fn oidc_config(env: &Env) -> std::result::Result<OidcConfig, String> {
-    OidcConfig::new(
-        text(env, bindings::GITHUB_OIDC_ISSUER).as_deref(),
-        text(env, bindings::DISPATCH_OIDC_AUDIENCE).as_deref(),
-        text(env, bindings::PUBLIC_URL).as_deref(),
-    )
-}
-
 /// A dispatch's `X-Sluice-OIDC-Token`, verified against the issuer's keys
 /// (cached per isolate, like Access's).
 async fn dispatch_token(
@@ -791,7 +782,7 @@ async fn dispatch_token(
     token: &str,
     now_ms: i64,
 ) -> std::result::Result<VerifiedToken, ApiError> {
-    let cfg = oidc_config(env).map_err(|m| ApiError::new(503, "not_configured", m))?;
+    let cfg = bindings::oidc_config(env).map_err(|m| ApiError::new(503, "not_configured", m))?;
     let cache = OIDC_KEYS.with(Rc::clone);
     let keys = OidcKeys {
         cache: &cache,

@@ -59,7 +59,7 @@ pub async fn report(env: &Env, db: &D1) -> Value {
 /// Whose tokens a dispatch may carry, and whether its keys can be fetched
 /// (GitHub's, or the stand-in's in tests).
 async fn dispatch_oidc(env: &Env) -> Result<String, String> {
-    let cfg = super::router::oidc_config(env)?;
+    let cfg = super::bindings::oidc_config(env)?;
     let url = cfg.keys_url();
     let body = FetchJwks
         .fetch(&url)
