@@ -3065,29 +3065,84 @@ fn a_restarted_commands_log_is_its_own_processs() {
     );
 }
 
-/// The check GitHub's merge queue asks for, planned from a `merge_group`
-/// `checks_requested` delivery for `queue` (the group's branch) at `sha`.
-fn merge_group_check(queue: &str, sha: &str) -> sluice::engine::CreateRequest {
-    use sluice::github::webhook::parse;
-    use sluice::runs::triggers::{plan, Plan, PlanContext};
-    let body = json!({
-        "action": "checks_requested",
-        "merge_group": {"head_sha": sha, "head_ref": format!("refs/heads/{queue}"),
-                        "base_sha": sha, "base_ref": "refs/heads/main"},
-        "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                       "clone_url": "https://github.com/octo/hello.git"},
+/// A webhook body for `REPO` as GitHub sends it: `fields` plus the
+/// repository, the sender (`ana`) and the installation.
+fn delivered(fields: Value) -> Value {
+    let mut body = json!({
+        "repository": {"full_name": REPO, "name": "hello",
+                       "owner": {"login": "octo", "name": "octo"},
+                       "clone_url": "https://github.com/octo/hello.git",
+                       "default_branch": "main"},
         "sender": {"login": "ana", "type": "User"},
         "installation": {"id": INSTALLATION}
     });
-    let event = parse("merge_group", body.to_string().as_bytes()).expect("a merge_group");
+    merge_into(&mut body, fields);
+    body
+}
+
+/// `extra`'s fields written over `into`'s, nested objects merged.
+fn merge_into(into: &mut Value, extra: Value) {
+    match (into, extra) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge_into(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+/// A `pull_request` delivery of pull request `number` at `head` against
+/// base `sha('b')`, opened by a member of the repository; `pull_fields`
+/// are written over the pull request's.
+fn pull_event(action: &str, number: u64, head: &str, pull_fields: Value) -> Value {
+    let mut pull = json!({
+        "number": number, "draft": false, "merged": false, "author_association": "MEMBER",
+        "head": {"sha": head, "ref": "feature", "repo": {"full_name": REPO}},
+        "base": {"sha": sha('b'), "ref": "main"}
+    });
+    merge_into(&mut pull, pull_fields);
+    delivered(json!({ "action": action, "number": number, "pull_request": pull }))
+}
+
+/// A `merge_group` delivery for `queue` (the group's branch) at `head`.
+fn group_event(action: &str, queue: &str, head: &str, reason: Option<&str>) -> Value {
+    delivered(json!({
+        "action": action, "reason": reason,
+        "merge_group": {"head_sha": head, "head_ref": format!("refs/heads/{queue}"),
+                        "base_sha": sha('a'), "base_ref": "refs/heads/main"}
+    }))
+}
+
+/// What `event` (its name as `X-GitHub-Event`) plans to create.
+fn planned(name: &str, event: Value) -> Vec<sluice::engine::CreateRequest> {
+    use sluice::github::webhook::parse;
+    use sluice::runs::triggers::{plan, Plan, PlanContext};
+    let event = parse(name, event.to_string().as_bytes()).expect("an event");
     let cx = PlanContext {
         app_id: None,
         app_slug: None,
     };
     match plan(&event, &cx) {
-        Plan::Create(mut reqs) if reqs.len() == 1 => reqs.remove(0),
+        Plan::Create(reqs) => reqs,
         other => panic!("{other:?}"),
     }
+}
+
+/// The one creation `event` plans.
+fn planned_one(name: &str, event: Value) -> sluice::engine::CreateRequest {
+    let mut reqs = planned(name, event);
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    reqs.remove(0)
+}
+
+/// The check GitHub's merge queue asks for: planned from a `merge_group`
+/// `checks_requested` delivery for `queue` at `sha`.
+fn merge_group_check(queue: &str, sha: &str) -> sluice::engine::CreateRequest {
+    planned_one(
+        "merge_group",
+        group_event("checks_requested", queue, sha, None),
+    )
 }
 
 /// A merge queue's group is checked at its commit, as a pull request's head
@@ -3135,21 +3190,6 @@ fn a_merge_group_is_checked_while_its_branch_stands_and_skipped_once_destroyed()
     );
 }
 
-/// The one creation `event` plans (its name as `X-GitHub-Event`).
-fn planned_one(name: &str, event: Value) -> sluice::engine::CreateRequest {
-    use sluice::github::webhook::parse;
-    use sluice::runs::triggers::{plan, Plan, PlanContext};
-    let event = parse(name, event.to_string().as_bytes()).expect("an event");
-    let cx = PlanContext {
-        app_id: None,
-        app_slug: None,
-    };
-    match plan(&event, &cx) {
-        Plan::Create(mut reqs) if reqs.len() == 1 => reqs.remove(0),
-        other => panic!("{other:?}"),
-    }
-}
-
 /// Closing a pull request ends its live check as a newer head does: the
 /// check run concluded `cancelled` saying the pull request was closed, the
 /// instance terminated, its process killed, nothing of it left held. A
@@ -3168,18 +3208,12 @@ fn closing_a_pull_request_cancels_its_live_check_and_kills_its_process() {
     let ca = rig.check(&a);
     assert_eq!(rig.pass(&ca).status, Status::Waiting, "A's command runs");
     let pull = |action: &str, number: u64, head: &str| {
-        json!({
-            "action": action, "number": number,
-            "pull_request": {"number": number, "draft": false, "merged": false,
-                             "closed_at": "2026-12-05T07:00:00Z",
-                             "author_association": "MEMBER",
-                             "head": {"sha": head, "ref": "feature", "repo": {"full_name": REPO}},
-                             "base": {"sha": sha('b'), "ref": "main"}},
-            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                           "clone_url": "https://github.com/octo/hello.git"},
-            "sender": {"login": "ana", "type": "User"},
-            "installation": {"id": INSTALLATION}
-        })
+        pull_event(
+            action,
+            number,
+            head,
+            json!({"closed_at": "2026-12-05T07:00:00Z"}),
+        )
     };
     rig.github.set_pull_head(REPO, 99, &other);
     let unrelated = rig.create(planned_one("pull_request", pull("opened", 99, &other)));
@@ -3237,15 +3271,7 @@ fn a_destroyed_merge_group_cancels_its_running_check() {
     let check = rig.create(merge_group_check(&queue, &head));
     assert_eq!(rig.pass(&check).status, Status::Waiting, "its command runs");
 
-    let destroyed = json!({
-        "action": "destroyed", "reason": "invalidated",
-        "merge_group": {"head_sha": head, "head_ref": format!("refs/heads/{queue}"),
-                        "base_sha": sha('a'), "base_ref": "refs/heads/main"},
-        "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                       "clone_url": "https://github.com/octo/hello.git"},
-        "sender": {"login": "ana", "type": "User"},
-        "installation": {"id": INSTALLATION}
-    });
+    let destroyed = group_event("destroyed", &queue, &head, Some("invalidated"));
     let end = rig.create(planned_one("merge_group", destroyed));
     assert_eq!(rig.run_to_end(&end), Status::Complete);
     assert_eq!(rig.apply_terminations(&[&check]), 1);
@@ -3279,17 +3305,7 @@ fn a_change_outside_the_checks_paths_is_skipped_and_runs_nothing() {
         .set_changed_files(REPO, &base, &code, &["docs/x.md", "src/lib/deep.rs"]);
     rig.sandbox.script("cargo test", 0, "ok\n");
     let pull = |number: u64, head: &str| {
-        json!({
-            "action": "opened", "number": number,
-            "pull_request": {"number": number, "draft": false,
-                             "author_association": "MEMBER",
-                             "head": {"sha": head, "ref": "feature", "repo": {"full_name": REPO}},
-                             "base": {"sha": base, "ref": "main"}},
-            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                           "clone_url": "https://github.com/octo/hello.git"},
-            "sender": {"login": "ana", "type": "User"},
-            "installation": {"id": INSTALLATION}
-        })
+        pull_event("opened", number, head, json!({"base": {"sha": base}}))
     };
     let config = sha('f');
     rig.github.commit(REPO, &config, &[(".sluice.toml", toml)]);
@@ -3330,26 +3346,8 @@ const NEEDS_TOML: &str = "[check]\ncommand = \"cargo test\"\n\n\
 /// The deploy a push of `head` to main plans, as the trigger fills it in
 /// (with the check of its commit, should it need it).
 fn pushed_deploy(rig: &Rig, head: &str) -> Inst {
-    use sluice::github::webhook::parse;
-    use sluice::runs::triggers::{plan, Plan, PlanContext};
-    let body = json!({
-        "ref": "refs/heads/main", "before": sha('0'), "after": head,
-        "repository": {"full_name": REPO, "name": "hello",
-                       "owner": {"login": "octo", "name": "octo"},
-                       "clone_url": "https://github.com/octo/hello.git",
-                       "default_branch": "main"},
-        "sender": {"login": "ana", "type": "User"},
-        "installation": {"id": INSTALLATION}
-    });
-    let event = parse("push", body.to_string().as_bytes()).expect("a push");
-    let cx = PlanContext {
-        app_id: None,
-        app_slug: None,
-    };
-    let Plan::Create(reqs) = plan(&event, &cx) else {
-        panic!("a push plans creations")
-    };
-    let deploy = reqs
+    let push = delivered(json!({"ref": "refs/heads/main", "before": sha('0'), "after": head}));
+    let deploy = planned("push", push)
         .into_iter()
         .find(|r| r.run == "deploy")
         .expect("a deploy");
@@ -3616,18 +3614,8 @@ fn a_late_cancel_after_a_reopen_ends_nothing_and_the_reopen_checks_again() {
         .script_timed("cargo test", 0, "ok\n", 30 * MINUTE_MS);
     rig.github.set_pull_head(REPO, PR_NUMBER, &a);
     let pull = |action: &str, updated: &str| {
-        json!({
-            "action": action, "number": PR_NUMBER,
-            "pull_request": {"number": PR_NUMBER, "draft": false, "merged": false,
-                             "author_association": "MEMBER",
-                             "closed_at": "2026-12-05T07:00:00Z", "updated_at": updated,
-                             "head": {"sha": a, "ref": "feature", "repo": {"full_name": REPO}},
-                             "base": {"sha": sha('b'), "ref": "main"}},
-            "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                           "clone_url": "https://github.com/octo/hello.git"},
-            "sender": {"login": "ana", "type": "User"},
-            "installation": {"id": INSTALLATION}
-        })
+        let times = json!({"closed_at": "2026-12-05T07:00:00Z", "updated_at": updated});
+        pull_event(action, PR_NUMBER, &a, times)
     };
     let first = rig.create(planned_one(
         "pull_request",
@@ -3713,18 +3701,14 @@ fn a_first_time_forks_paths_wait_for_approval() {
     rig.github
         .set_changed_files(REPO, &base, &head, &["src/evil.rs"]);
     rig.github.set_pull_head(REPO, 31, &head);
-    let fork = json!({
-        "action": "opened", "number": 31,
-        "pull_request": {"number": 31, "draft": false,
-                         "author_association": "FIRST_TIME_CONTRIBUTOR",
-                         "head": {"sha": head, "ref": "feature",
-                                  "repo": {"full_name": "mallory/hello"}},
-                         "base": {"sha": base, "ref": "main"}},
-        "repository": {"full_name": REPO, "name": "hello", "owner": {"login": "octo"},
-                       "clone_url": "https://github.com/octo/hello.git"},
-        "sender": {"login": "mallory", "type": "User"},
-        "installation": {"id": INSTALLATION}
-    });
+    let mut fork = pull_event(
+        "opened",
+        31,
+        &head,
+        json!({"author_association": "FIRST_TIME_CONTRIBUTOR", "base": {"sha": base},
+               "head": {"repo": {"full_name": "mallory/hello"}}}),
+    );
+    fork["sender"]["login"] = json!("mallory");
     let check = rig.create(planned_one("pull_request", fork));
     assert_eq!(
         rig.pass(&check).status,
