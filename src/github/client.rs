@@ -171,6 +171,12 @@ pub struct ChangedFiles {
     pub complete: bool,
 }
 
+/// `GET /repos/{o}/{r}/compare/{base}...{head}`: how `head` relates to
+/// `base`, and what it changes from their merge base.
+fn compare_path(repo: &str, base: &str, head: &str) -> String {
+    format!("/repos/{}/compare/{}...{}", segs(repo), seg(base), seg(head))
+}
+
 /// The repository's name without its owner: what `repositories` takes.
 fn repo_name(repo: &str) -> &str {
     repo.rsplit_once('/').map_or(repo, |(_, name)| name)
@@ -557,12 +563,7 @@ impl<'a> GitHub<'a> {
         struct Comparison {
             status: String,
         }
-        let path = format!(
-            "/repos/{}/compare/{}...{}",
-            segs(repo),
-            seg(branch),
-            seg(sha)
-        );
+        let path = compare_path(repo, branch, sha);
         let found = self
             .get::<Comparison>(installation, repo, &path, "comparison")
             .await?;
@@ -592,12 +593,7 @@ impl<'a> GitHub<'a> {
             #[serde(default)]
             files: Option<Vec<File>>,
         }
-        let path = format!(
-            "/repos/{}/compare/{}...{}",
-            segs(repo),
-            seg(base),
-            seg(head)
-        );
+        let path = compare_path(repo, base, head);
         let Some(found) = self
             .get::<Comparison>(installation, repo, &path, "comparison")
             .await?
