@@ -173,7 +173,7 @@ pub struct ChangedFiles {
 
 /// `GET /repos/{o}/{r}/compare/{base}...{head}`: how `head` relates to
 /// `base`, and what it changes from their merge base.
-fn compare_path(repo: &str, base: &str, head: &str) -> String {
+pub(super) fn compare_path(repo: &str, base: &str, head: &str) -> String {
     format!("/repos/{}/compare/{}...{}", segs(repo), seg(base), seg(head))
 }
 

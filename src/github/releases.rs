@@ -247,10 +247,8 @@ impl GitHub<'_> {
     ) -> Result<Vec<CommitInfo>, GitHubError> {
         let auth = self.release_auth(installation, repo).await?;
         let path = format!(
-            "/repos/{}/compare/{}...{}?per_page={COMPARE_COMMITS_MAX}",
-            segs(repo),
-            seg(base),
-            seg(head)
+            "{}?per_page={COMPARE_COMMITS_MAX}",
+            super::client::compare_path(repo, base, head)
         );
         let answer: CompareAnswer = self
             .get_with(&auth, &path, "comparison")
