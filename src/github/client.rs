@@ -174,7 +174,12 @@ pub struct ChangedFiles {
 /// `GET /repos/{o}/{r}/compare/{base}...{head}`: how `head` relates to
 /// `base`, and what it changes from their merge base.
 pub(super) fn compare_path(repo: &str, base: &str, head: &str) -> String {
-    format!("/repos/{}/compare/{}...{}", segs(repo), seg(base), seg(head))
+    format!(
+        "/repos/{}/compare/{}...{}",
+        segs(repo),
+        seg(base),
+        seg(head)
+    )
 }
 
 /// The repository's name without its owner: what `repositories` takes.

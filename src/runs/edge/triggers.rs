@@ -434,13 +434,9 @@ fn check_input(
     number: Option<PullNumber>,
     needs_approval: bool,
 ) -> Option<CheckInput> {
-    let sha = at.sha.to_ascii_lowercase();
-    if !valid_sha(&sha) {
-        return None;
-    }
     Some(CheckInput {
         repo: at.repo.to_owned(),
-        sha,
+        sha: commit_id(at.sha)?,
         installation_id: at.installation_id,
         pr_number: number,
         needs_approval,

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CreateRequest, Ctx, RunError, StepConfig, StepFailure};
+use crate::engine::{CreateRequest, Ctx, RunError, Status, StepConfig, StepFailure};
 use crate::store::executions;
 
 use super::inputs::{CheckInput, NeededCheck};
@@ -43,8 +43,6 @@ const NEEDS_READS_MAX: u32 = 4 * NEEDS_ROUNDS_MAX;
 const PASSING_CONCLUSIONS: [&str; 2] = ["success", "skipped"];
 /// Conclusions that judged the commit and found it wanting.
 const FAILING_CONCLUSIONS: [&str; 3] = ["failure", "timed_out", "action_required"];
-/// Index states of an instance that has ended.
-const ENDED_STATES: [&str; 4] = ["complete", "errored", "terminated", "skipped"];
 
 /// Whether what a run needs passed.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,7 +207,7 @@ async fn read_verdict(
         Some(c) => Read::NoVerdict {
             why: format!("{of} concluded {c}"),
         },
-        None if ENDED_STATES.contains(&status.as_str()) => Read::NoVerdict {
+        None if Status::parse(&status).is_some_and(Status::is_terminal) => Read::NoVerdict {
             why: format!("{of} ended {status} without a verdict"),
         },
         None => Read::Pending,
