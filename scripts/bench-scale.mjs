@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
-import { pollUntil } from '../tools/stack/index.mjs';
+import { TERMINAL, pollUntil } from '../tools/stack/index.mjs';
 import { pct } from './bench-stats.mjs';
 
 const OWNER = 'scale';
@@ -29,7 +29,6 @@ const DEPLOY_ROUNDS = 5;
 // Every wait for executions to finish: the crowd is 100 clones and commands on 2 cores.
 const FINISH_TIMEOUT_MS = 300_000;
 const POLL_MS = 100;
-const TERMINAL = new Set(['complete', 'skipped', 'errored', 'terminated']);
 
 const until = (fn, what, timeoutMs = FINISH_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 const ms = (v) => (Number.isFinite(v) ? `${Math.round(v)} ms` : 'n/a');

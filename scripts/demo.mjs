@@ -15,7 +15,7 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { commitFiles, headSha, repoPath } from '../tools/github-standin/git.mjs';
 import { pullRequestPayload, pushPayload, sendWebhook } from '../tools/github-standin/webhooks.mjs';
-import { DEV, readEnvFile } from '../tools/stack/index.mjs';
+import { DEV, TERMINAL, readEnvFile } from '../tools/stack/index.mjs';
 
 // The installation id the stand-in started by `npm start` accepts.
 const INSTALLATION_ID = 42;
@@ -30,7 +30,6 @@ const PUSH_GAP_MS = 300;
 // Pull request numbers the demo uses, apart from what send-sample-webhook sends (#1).
 const PASSING_PR = 101;
 const FAILING_PR = 102;
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 
 const CHECK_PASSES = 'echo "all tests pass"';
 const CHECK_FAILS = 'echo "test demo::adds ... FAILED" >&2; exit 1';

@@ -26,7 +26,7 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhooks.mjs';
-import { AGENT_ISOLATED, ROOT, delay } from '../tools/stack/index.mjs';
+import { AGENT_ISOLATED, ROOT, TERMINAL, delay } from '../tools/stack/index.mjs';
 
 const OWNER = 'soak';
 // At least 20 trials; 25 is 5 of each of the five kinds.
@@ -55,7 +55,6 @@ const CHECK_SECONDS = 0.8;
 // every instance ended or the bound passes (a stuck instance is a violation, not a hang).
 const SWEEP_EVERY_MS = 1_000;
 const SETTLE_TIMEOUT_MS = 120_000;
-const TERMINAL = new Set(['complete', 'skipped', 'errored', 'terminated']);
 const RESULT_FILE = join(ROOT, 'target', 'soak', 'last.json');
 
 // A small seeded generator, so a failing trial's kill point can be replayed with --seed.

@@ -17,7 +17,7 @@ export {
 } from '../../tools/stack/index.mjs';
 
 export const OWNER = 'acme';
-export const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
+export { TERMINAL } from '../../tools/stack/index.mjs';
 // The stored state (D1, Durable Objects, R2) of one stack holds a few hundred files; bound the walk.
 const STATE_FILES_MAX = 10_000;
 

@@ -12,11 +12,10 @@ import { after, before, test } from 'node:test';
 import { execFileSync } from 'node:child_process';
 import { repoPath } from '../../tools/github-standin/git.mjs';
 import { checkRunRequestedActionPayload, mergeGroupPayload, pullRequestPayload, signBody } from '../../tools/github-standin/webhooks.mjs';
-import { INSTALLATION_ID, startStack } from './harness.mjs';
+import { INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const CHECK_NAME = 'sluice/check';
 const OWNER = 'acme';
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 // A run is a token exchange, a config read, a local clone and a one-line command: a few seconds.
 // 60 s allows a loaded 2-core CI machine.
 const RUN_TIMEOUT_MS = 60_000;

@@ -10,10 +10,9 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { after, before, test } from 'node:test';
 import { pushPayload } from '../../tools/github-standin/webhooks.mjs';
-import { INSTALLATION_ID, startStack } from './harness.mjs';
+import { INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 const AUTO_REASONS = new Set(['superseded', 'not_current', 'queued_timeout', 'confirmation_timeout']);
 // A burst of deploys, each a clone and a ~1.5 s command, run one after another: 90 s is ample.
 const BURST_TIMEOUT_MS = 90_000;

@@ -8,10 +8,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { pushPayload } from '../../tools/github-standin/webhooks.mjs';
-import { INSTALLATION_ID, startStack } from './harness.mjs';
+import { INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 // A burst of deploys, each a clone and a ~1 s command, run one after another: 90 s is ample.
 const BURST_TIMEOUT_MS = 90_000;
 const TEST_TIMEOUT_MS = 4 * 60_000;

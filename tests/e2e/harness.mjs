@@ -2,4 +2,4 @@
 // scripts: bench, soak, demo, start). The stacks it starts give the Worker ACK_FIRST: 'on', as
 // `npm start` does (tools/stack/stack.mjs; src/http/ack_first.rs checks that this file says so).
 
-export { APP_ID, INSTALLATION_ID, logTail, rawRequest, startStack, waitFor } from '../../tools/stack/index.mjs';
+export { APP_ID, INSTALLATION_ID, TERMINAL, logTail, rawRequest, startStack, waitFor } from '../../tools/stack/index.mjs';

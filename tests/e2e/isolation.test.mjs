@@ -11,10 +11,9 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
-import { INSTALLATION_ID, startStack } from './harness.mjs';
+import { INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 // A run is a token exchange, a config read, a local clone and a short command: seconds. 60 s
 // allows a loaded 2-core machine.
 const RUN_TIMEOUT_MS = 60_000;

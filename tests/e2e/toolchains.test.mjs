@@ -13,11 +13,10 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
-import { INSTALLATION_ID, startStack } from './harness.mjs';
+import { INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures');
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 // A cold `cargo test` of a one-dependency crate (index fetch, download, two compilations) takes
 // ~10 s on a quiet 2-core machine; `npm ci` of one package ~2 s. 5 minutes allows a loaded CI
 // machine and a slow registry.

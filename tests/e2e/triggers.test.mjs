@@ -21,10 +21,9 @@ import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import { dispatch, dispatchBody, repositoryKey, signDispatch } from '../../scripts/dispatch.mjs';
 import { checkRunRerequestedPayload, checkSuitePayload, pullRequestPayload, pushPayload } from '../../tools/github-standin/webhooks.mjs';
-import { APP_ID, INSTALLATION_ID, startStack } from './harness.mjs';
+import { APP_ID, INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
-const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
 // A run is a token exchange, a config read, a local clone and a one-line command: a few seconds;
 // 60 s allows a loaded 2-core CI machine.
 const RUN_TIMEOUT_MS = 60_000;

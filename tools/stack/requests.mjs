@@ -4,6 +4,10 @@
 import { request as httpRequest } from 'node:http';
 import { delay } from './process.mjs';
 
+// An execution's statuses that end it (the engine's `Status::is_terminal`): what every wait for a
+// run to finish stops at.
+export const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
+
 // Any single request to the Worker or the stand-in; webhooks and API reads answer in milliseconds.
 export const REQUEST_TIMEOUT_MS = 30_000;
 // waitFor() defaults: long enough for a clone plus a short command, short enough to fail a test
