@@ -291,8 +291,6 @@ pub struct MergeGroup {
     /// `refs/heads/gh-readonly-queue/<base>/pr-<n>-<sha>`; GitHub deletes it
     /// when the group is destroyed.
     pub head_ref: String,
-    /// The branch the group merges into, `refs/heads/<base>`.
-    pub base_ref: String,
     /// The commit the group's changes are made on (the base's head).
     #[serde(default)]
     pub base_sha: Option<String>,
