@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { CONTAINER_RUN_TIMEOUT_MS as RUN_TIMEOUT_MS } from '../../tools/stack/index.mjs';
+import { CONTAINER_RUN_TIMEOUT_MS as RUN_TIMEOUT_MS, TERMINAL } from '../../tools/stack/index.mjs';
 
 export { RUN_TIMEOUT_MS };
 export {
@@ -17,7 +17,7 @@ export {
 } from '../../tools/stack/index.mjs';
 
 export const OWNER = 'acme';
-export { TERMINAL } from '../../tools/stack/index.mjs';
+export { TERMINAL };
 // The stored state (D1, Durable Objects, R2) of one stack holds a few hundred files; bound the walk.
 const STATE_FILES_MAX = 10_000;
 
