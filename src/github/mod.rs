@@ -7,6 +7,7 @@ pub mod app;
 pub mod client;
 pub mod deployments;
 pub mod metered;
+pub mod previews;
 pub mod releases;
 pub mod webhook;
 

@@ -258,6 +258,9 @@ pub struct RequestedAction {
 pub struct PullRequestEvent {
     pub action: String,
     pub number: u64,
+    /// `synchronize`: the head before the push (a preview's arrival).
+    #[serde(default)]
+    pub before: Option<String>,
     /// `edited`: what changed (`title`, `body`, `base`), each with its
     /// previous value.
     #[serde(default)]

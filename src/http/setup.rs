@@ -19,6 +19,7 @@ pub const REQUIRED_TABLES: &[&str] = &[
     "dispatch_signatures",
     "repo_schedules",
     "schedule_slots",
+    "previews",
 ];
 
 /// What the glue found, each probe's result in plain values.

@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod executions;
 pub mod journal;
 pub mod metered;
+pub mod previews;
 pub mod releases;
 pub mod schedules;
 pub mod schema;

@@ -161,8 +161,17 @@ pub struct InstanceWaker {
 #[async_trait::async_trait(?Send)]
 impl Waker for InstanceWaker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String> {
+        self.send(instance_id, event_type, &json!({})).await
+    }
+
+    async fn send(
+        &self,
+        instance_id: &str,
+        event_type: &str,
+        payload: &Value,
+    ) -> Result<(), String> {
         let id = InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
-        let (status, value) = event(&self.env, &id, event_type, &json!({}))
+        let (status, value) = event(&self.env, &id, event_type, payload)
             .await
             .map_err(|e| e.message)?;
         if status < 300 {

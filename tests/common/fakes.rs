@@ -1840,6 +1840,8 @@ pub struct Wake {
     pub instance_id: String,
     pub event_type: String,
     pub delivered: bool,
+    /// What the event carries (`{}` for a bare wake).
+    pub payload: serde_json::Value,
 }
 
 /// Terminations runs asked for (a newer pull request head's check):
@@ -1932,6 +1934,15 @@ impl FakeWaker {
 #[async_trait(?Send)]
 impl Waker for FakeWaker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String> {
+        self.send(instance_id, event_type, &json!({})).await
+    }
+
+    async fn send(
+        &self,
+        instance_id: &str,
+        event_type: &str,
+        payload: &serde_json::Value,
+    ) -> Result<(), String> {
         // As the Worker's waker: an id that names no object is refused.
         InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
         if self.fail_next.get() > 0 {
@@ -1948,6 +1959,7 @@ impl Waker for FakeWaker {
             instance_id: instance_id.into(),
             event_type: event_type.into(),
             delivered: lost,
+            payload: payload.clone(),
         });
         if !lost {
             if let Some(w) = self.listeners.borrow_mut().remove(instance_id) {
@@ -2323,7 +2335,7 @@ impl Rig {
     /// Delivers the wakes recorded for `i` (the Worker's `/event`), as
     /// `InstanceWaker` does; returns how many.
     pub fn deliver(&self, i: &Inst) -> usize {
-        let events: Vec<String> = self
+        let events: Vec<(String, serde_json::Value)> = self
             .waker
             .wakes
             .borrow_mut()
@@ -2331,11 +2343,11 @@ impl Rig {
             .filter(|w| w.instance_id == i.id && !w.delivered)
             .map(|w| {
                 w.delivered = true;
-                w.event_type.clone()
+                (w.event_type.clone(), w.payload.clone())
             })
             .collect();
-        for e in &events {
-            match i.world.engine().send_event(e, &json!({})) {
+        for (e, payload) in &events {
+            match i.world.engine().send_event(e, payload) {
                 Ok(_) | Err(CommandError::Conflict(_)) => {}
                 Err(other) => panic!("send_event: {other:?}"),
             }

@@ -2,6 +2,7 @@
 //! meets its run), trigger planning (which event starts which run, named
 //! how), the schedule firer and the sweep. Imports the runs and the kit.
 
+pub mod previews;
 pub mod registry;
 pub mod scheduler;
 pub mod sweep;

@@ -18,7 +18,7 @@ use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, RunRegistry, Stat
 use crate::runs::kit::metered::Metered;
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::{gate, report, RunEnv};
-use crate::runs::run::{check, deploy, probe, release, schedules};
+use crate::runs::run::{check, deploy, preview, probe, release, schedules};
 
 /// A run with its input type erased: what the registry holds.
 #[async_trait(?Send)]
@@ -156,13 +156,15 @@ pub type Entry = &'static (dyn AnyRun + Sync);
 
 /// Every run: the one place a name meets its run. Adding a run adds a
 /// line here.
-pub static RUNS: [Entry; 6] = [
+pub static RUNS: [Entry; 8] = [
     &Registered(check::CheckRun),
     &Registered(check::cancel::CancelChecksRun),
     &Registered(deploy::DeployRun),
     &Registered(probe::ProbeRun),
     &Registered(schedules::SchedulesRun),
     &Registered(release::ReleaseNotesRun),
+    &Registered(preview::PreviewRun),
+    &Registered(preview::teardown::PreviewTeardownRun),
 ];
 
 /// The run named `name` in `runs`, if there is one.

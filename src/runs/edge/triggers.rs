@@ -185,7 +185,7 @@ pub fn plan(event: &Event, cx: &PlanContext<'_>) -> Plan {
         return Plan::Ignore(format!("caused by Sluice's own App ({sender})"));
     }
     match event {
-        Event::PullRequest(pr) => plan_pull_request(pr),
+        Event::PullRequest(pr) => super::previews::with_previews(pr, plan_pull_request(pr)),
         Event::Push(push) => plan_push(push),
         Event::CheckRun(run) => plan_check_run(run, cx),
         Event::CheckSuite(suite) => plan_check_suite(suite, cx),

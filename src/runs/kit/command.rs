@@ -147,9 +147,15 @@ fn store_failure(e: crate::store::StoreError) -> StepFailure {
 
 /// The command steps of the runs: each stores its redacted log under
 /// `loglink::log_key`, which the dashboard links from the step's row.
-pub const LOGGED_STEPS: &[&str] = &[CHECK_COMMAND_STEP, DEPLOY_COMMAND_STEP];
+pub const LOGGED_STEPS: &[&str] = &[
+    CHECK_COMMAND_STEP,
+    DEPLOY_COMMAND_STEP,
+    TEARDOWN_COMMAND_STEP,
+];
 pub const CHECK_COMMAND_STEP: &str = "run check command";
 pub const DEPLOY_COMMAND_STEP: &str = "run deploy command";
+/// A preview's teardown (`runs::preview::teardown`).
+pub const TEARDOWN_COMMAND_STEP: &str = "run teardown command";
 
 /// The sandbox process id of a command step in this generation: fresh
 /// after a restart, the same on every replay.

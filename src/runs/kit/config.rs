@@ -35,6 +35,9 @@ pub struct RepoConfig {
     /// `[release_notes]`, read on the default branch (`runs::release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_notes: Option<ReleaseNotesConfig>,
+    /// `[preview]`, read on the default branch (`runs::preview`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PreviewConfig>,
 }
 
 /// `[release_notes]`: which pushed tags get notes and a release, who
@@ -231,6 +234,7 @@ fn validate_needs(needs: &[String], has_check: bool) -> Result<(), String> {
 }
 
 fn validate(c: &RepoConfig) -> Result<(), String> {
+    validate_preview(c.preview.as_ref())?;
     super::schedule::validate(&c.schedule)?;
     if let Some(r) = &c.release_notes {
         validate_release_notes(r)?;
@@ -334,6 +338,68 @@ pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
             .ok_or_else(|| format!("duration {s:?} is too large"))?;
     }
     Ok(total)
+}
+
+// --- `[preview]`: pull-request previews (issue 24) ---
+
+/// `[preview]`: a deploy of each same-repository pull request's head into a
+/// transient environment of its own (`pr-<n>`), torn down when the pull
+/// request closes. Read on the default branch: it selects an operator
+/// environment, and so receives its secrets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewConfig {
+    /// Deploys the pull request's head; prints `SLUICE_ENVIRONMENT_URL=`.
+    pub command: String,
+    /// Removes what `command` deployed (the pull request closed).
+    pub teardown: String,
+    /// The operator's environment (`runs::environment`), typically
+    /// `transient = true`: its grant decides which repositories may use it,
+    /// matching the pull request's head branch against its `branches`.
+    #[serde(default)]
+    pub environment: Option<String>,
+    /// Each command's timeout (Go-style duration); default 30 minutes.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Wait for an operator's confirmation (`deploy-confirm`) first.
+    #[serde(default)]
+    pub confirm: Option<bool>,
+    /// How long an unanswered confirmation waits (default 72 h).
+    #[serde(default)]
+    pub confirmation_timeout: Option<String>,
+}
+
+fn validate_preview(p: Option<&PreviewConfig>) -> Result<(), String> {
+    let Some(p) = p else {
+        return Ok(());
+    };
+    if p.command.trim().is_empty() {
+        return Err("[preview] command is empty".into());
+    }
+    if p.teardown.trim().is_empty() {
+        return Err("[preview] teardown is empty".into());
+    }
+    command_timeout_ms(p.timeout.as_deref()).map_err(|e| format!("[preview] {e}"))?;
+    if let Some(e) = p
+        .environment
+        .as_deref()
+        .filter(|e| !environment::is_name(e))
+    {
+        return Err(format!(
+            "[preview] environment {e:?} is not an environment name ([a-z0-9_-]+)"
+        ));
+    }
+    if let Some(v) = &p.confirmation_timeout {
+        let ms =
+            parse_duration_ms(v).map_err(|e| format!("[preview] confirmation_timeout: {e}"))?;
+        if !(1..=crate::limits::QUEUE_POLICY_MS_MAX).contains(&ms) {
+            return Err(format!(
+                "[preview] confirmation_timeout: {ms} ms is outside 1 ms to {} hours",
+                crate::limits::QUEUE_POLICY_MS_MAX / 3_600_000
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

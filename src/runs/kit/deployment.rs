@@ -93,21 +93,50 @@ pub async fn open(
     input: &DeployInput,
     deploy: &DeployConfig,
 ) -> Result<Recorded, RunError> {
-    let environment = environment_name(input, deploy);
+    open_in(ctx, env, input, deploy, None).await
+}
+
+/// Where a deployment is recorded when the run names it (a preview: its
+/// pull request's own environment, always transient), instead of
+/// `environment_name` and the operator environment's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub environment: &'a str,
+    pub transient: bool,
+}
+
+/// `open`, in `place` when given.
+pub async fn open_in(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    place: Option<Place<'_>>,
+) -> Result<Recorded, RunError> {
+    let environment = place.map_or_else(
+        || environment_name(input, deploy),
+        |p| p.environment.to_owned(),
+    );
     let flags = deploy.environment.as_deref().and_then(|name| {
         env.environments
             .grant(name, &input.repo, &input.branch)
             .ok()
     });
     let description = format!("Sluice deploy of {} from {}", input.sha, input.branch);
+    let transient = match place {
+        Some(p) => Some(p.transient),
+        None => flags.and_then(|e| e.transient),
+    };
     let new = NewDeployment {
         sha: &input.sha,
         environment: &environment,
         execution_id: ctx.instance_id(),
         generation: ctx.generation(),
         description: &description,
-        production: flags.and_then(|e| e.production),
-        transient: flags.and_then(|e| e.transient),
+        production: flags
+            .and_then(|e| e.production)
+            .filter(|_| transient != Some(true)),
+        transient,
     };
     let created = ctx
         .step(CREATE_STEP, github_step(), |_| async {

@@ -70,6 +70,14 @@ pub enum Subject {
         of: CancelScope,
         when: String,
     },
+    /// A pull request's preview of a head: `pr<n>:<sha12>:<arrival>`
+    /// (`opened`, `s<before12>` for a push, `reopened-<s>`, `ready-<s>`),
+    /// or its teardown: `pr<n>:closed-<closed at, s>`.
+    Preview {
+        pr: PullNumber,
+        sha: Option<String>,
+        arrival: String,
+    },
 }
 
 /// Whose checks a `Subject::Cancel` ends.
@@ -140,6 +148,16 @@ impl fmt::Display for Subject {
                 of: CancelScope::Group(branch),
                 when,
             } => write!(f, "group:{branch}:{when}"),
+            Subject::Preview {
+                pr,
+                sha: Some(sha),
+                arrival,
+            } => write!(f, "pr{pr}:{}:{arrival}", short(sha)),
+            Subject::Preview {
+                pr,
+                sha: None,
+                arrival,
+            } => write!(f, "pr{pr}:{arrival}"),
         }
     }
 }
@@ -249,6 +267,16 @@ fn parse_subject(run: &str, rest: &[&str]) -> Option<Subject> {
         ("cancel-checks", ["group", branch, when]) => Some(Subject::Cancel {
             of: CancelScope::Group(owned(branch)),
             when: owned(when),
+        }),
+        ("preview", [pr, sha, arrival]) => Some(Subject::Preview {
+            pr: PullNumber::new(pr.strip_prefix("pr")?.parse().ok()?)?,
+            sha: Some(owned(sha)),
+            arrival: owned(arrival),
+        }),
+        ("preview-teardown", [pr, when]) => Some(Subject::Preview {
+            pr: PullNumber::new(pr.strip_prefix("pr")?.parse().ok()?)?,
+            sha: None,
+            arrival: owned(when),
         }),
         _ => None,
     }

@@ -18,6 +18,7 @@ pub mod loglink;
 pub mod metered;
 pub mod needs;
 pub mod notify;
+pub mod preview;
 pub mod report;
 pub mod run;
 pub mod schedule;
@@ -40,6 +41,20 @@ use report::{github_failure, github_step};
 #[async_trait(?Send)]
 pub trait Waker {
     async fn wake(&self, instance_id: &str, event_type: &str) -> Result<(), String>;
+
+    /// Sends an event with a payload the woken instance reads (a newer
+    /// preview telling an unconfirmed one what superseded it). A waker that
+    /// carries no payload refuses.
+    async fn send(
+        &self,
+        instance_id: &str,
+        event_type: &str,
+        _payload: &serde_json::Value,
+    ) -> Result<(), String> {
+        Err(format!(
+            "{event_type} to {instance_id}: this waker sends no payload"
+        ))
+    }
 }
 
 /// Starts another instance (a child a run needs, `kit::needs`): the

@@ -176,8 +176,11 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
     let window_ms = confirmation_window(&deploy, &policy);
     extend_ceiling(ctx, &deploy, window_ms).await?;
     let mut newer = None;
+    let ran = Cell::new(deployment::Ran::default());
+    let lane = Lane::default();
     let outcome = reported(ctx, env, &target, |_| async {
-        let verdict = recorded_work(ctx, env, input, &deploy, &gates, window_ms).await?;
+        let verdict =
+            recorded_work(ctx, env, (input, &deploy, &lane), &gates, window_ms, &ran).await?;
         if let Verdict::Skipped { newer: n, .. } = &verdict {
             newer = n.clone();
         }
@@ -190,7 +193,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
 
 /// Waiting for a confirmation or for what it needs extends the run's
 /// ceiling by that wait's bound (a deploy without either keeps the default).
-async fn extend_ceiling(
+pub(crate) async fn extend_ceiling(
     ctx: &Ctx<'_>,
     deploy: &DeployConfig,
     window_ms: Option<i64>,
@@ -231,10 +234,22 @@ async fn admitted_policy(
     Ok(Err(failed))
 }
 
+/// How a deploy lane other than a branch's differs (a pull request's
+/// preview, `runs::preview`): where its deployment is recorded, what its
+/// command is told besides, and whether a newer arrival may end its
+/// confirmation wait (`preview::SUPERSEDED_BY`).
+#[derive(Default)]
+pub(crate) struct Lane<'a> {
+    pub place: Option<deployment::Place<'a>>,
+    pub vars: Vec<(String, String)>,
+    pub supersedable: bool,
+}
+
 /// What the deploy's work needs beside the gates.
 struct Work<'a> {
     input: &'a DeployInput,
     deploy: &'a DeployConfig,
+    lane: &'a Lane<'a>,
     /// The GitHub deployment the execution recorded.
     recorded: &'a deployment::Recorded,
     /// What the command left for the deployment's last status: its log
@@ -243,25 +258,28 @@ struct Work<'a> {
 }
 
 /// The deploy's work inside its check run: record the GitHub deployment,
-/// do the work, conclude the deployment from how the work ended.
-async fn recorded_work(
+/// do the work, conclude the deployment from how the work ended; `ran`
+/// keeps what the command left (its log link, its environment URL).
+pub(crate) async fn recorded_work(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
-    input: &DeployInput,
-    deploy: &DeployConfig,
+    (input, deploy, lane): (&DeployInput, &DeployConfig, &Lane<'_>),
     gates: &Gates<'_>,
     window_ms: Option<i64>,
+    ran: &Cell<deployment::Ran>,
 ) -> Result<Verdict, RunError> {
-    let recorded = deployment::open(ctx, env, input, deploy).await?;
-    let ran = Cell::new(deployment::Ran::default());
+    let recorded = deployment::open_in(ctx, env, input, deploy, lane.place).await?;
     let work = Work {
         input,
         deploy,
+        lane,
         recorded: &recorded,
-        ran: &ran,
+        ran,
     };
     let result = deploy_work(ctx, env, &work, gates, window_ms).await;
-    deployment::conclude(ctx, env, input, &recorded, &result, &ran.take()).await?;
+    let last = ran.take();
+    deployment::conclude(ctx, env, input, &recorded, &result, &last).await?;
+    ran.set(last);
     Ok(recorded.noted(result?))
 }
 
@@ -277,7 +295,7 @@ async fn deploy_work(
         return Ok(v);
     }
     if let Some(window_ms) = window_ms {
-        if let Some(v) = confirm(ctx, work.input, window_ms).await? {
+        if let Some(v) = confirm(ctx, work, window_ms).await? {
             return Ok(v);
         }
     }
@@ -330,7 +348,7 @@ async fn nothing_deployed(
 }
 
 /// The confirmation window of a deploy that asks for one (`confirm`).
-fn confirmation_window(deploy: &DeployConfig, policy: &QueuePolicy) -> Option<i64> {
+pub(crate) fn confirmation_window(deploy: &DeployConfig, policy: &QueuePolicy) -> Option<i64> {
     deploy.confirm.unwrap_or(false).then(|| {
         policy
             .confirmation_timeout_ms
@@ -377,13 +395,15 @@ async fn notify_auto_skip(
 /// when the wait does, and again on a restart (the replan).
 async fn confirm(
     ctx: &Ctx<'_>,
-    input: &DeployInput,
+    work: &Work<'_>,
     window_ms: i64,
 ) -> Result<Option<Verdict>, RunError> {
+    let input = work.input;
     match ctx
         .wait_for_event(CONFIRM_WAIT, CONFIRM_EVENT, window_ms)
         .await
     {
+        Ok(payload) if work.lane.supersedable => Ok(superseded_unconfirmed(&payload)),
         Ok(_) => Ok(None),
         Err(RunError::EventTimedOut { .. }) => Ok(Some(Verdict::Skipped {
             reason: Some(SkipReason::ConfirmationTimeout),
@@ -397,6 +417,25 @@ async fn confirm(
         })),
         Err(e) => Err(e),
     }
+}
+
+/// A confirmation wait ended by a newer arrival of the lane (a preview's
+/// new head: `{"superseded_by": <sha>}`) rather than an operator: skipped
+/// `superseded`, naming it, whatever the policy's supersede settings say
+/// (the queue-policy seed: the lane has moved past this commit).
+fn superseded_unconfirmed(payload: &serde_json::Value) -> Option<Verdict> {
+    let by = payload
+        .get(crate::runs::kit::preview::SUPERSEDED_BY)?
+        .as_str()?
+        .to_owned();
+    Some(Verdict::Skipped {
+        reason: Some(SkipReason::Superseded),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: superseded by a newer head, {by}, before it was confirmed."
+        ),
+        newer: Some(by),
+    })
 }
 
 /// Holding the group, a slot and the sandbox: re-read the head (a holder
@@ -443,7 +482,7 @@ async fn deploy_held(
         installation_id: input.installation_id,
         command: &deploy.command,
         timeout_ms,
-        env: command_vars(input, deploy, head),
+        env: command_vars(input, deploy, head, &work.lane.vars),
         secret_env,
         held: &held,
     };
@@ -455,8 +494,10 @@ fn command_vars(
     input: &DeployInput,
     deploy: &DeployConfig,
     head: Option<String>,
+    lane_vars: &[(String, String)],
 ) -> BTreeMap<String, String> {
     let mut vars = crate::runs::kit::command::input_vars(&input.inputs);
+    vars.extend(lane_vars.iter().cloned());
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert(
         "SLUICE_HEAD_SHA".to_owned(),
@@ -584,7 +625,7 @@ fn head_unknown(input: &DeployInput) -> Verdict {
 /// now: the dispatch's own check read it earlier), decided once and
 /// journaled (a change of `ENVIRONMENTS` later is seen by
 /// `granted_secrets`): the refusal's summary, or None.
-async fn refused_environment(
+pub(crate) async fn refused_environment(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &DeployInput,
@@ -614,7 +655,7 @@ async fn refused_environment(
 /// The secrets of the deploy's environment, read as the command starts: a
 /// grant withdrawn since, or a secret the operator has not set, deploys
 /// nothing, in words that name no secret.
-fn granted_secrets(
+pub(crate) fn granted_secrets(
     env: &RunEnv<'_>,
     input: &DeployInput,
     deploy: &DeployConfig,

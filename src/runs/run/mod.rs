@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod deploy;
+pub mod preview;
 pub mod probe;
 pub mod release;
 pub mod schedules;

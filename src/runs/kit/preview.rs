@@ -1,0 +1,139 @@
+//! What the preview runs share with the edge that plans them (issue 24):
+//! their inputs, the names they use (the serial group, the GitHub
+//! environment, the comment's marker) and the preview lane's queue policy.
+//! A pull request's preview is an entity lifecycle (ADR-0001 rule 4,
+//! docs/adr/0001-durable-execution-scope.md): a short instance per event,
+//! the state in GitHub and in the `previews` index.
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{PreviewConfig, QueueConfig};
+use super::inputs::{DeployInput, PullNumber};
+use crate::gates::policy::QueuePolicy;
+use crate::limits::QUEUE_POLICY_MS_MAX;
+
+/// The check run a preview reports through.
+pub const PREVIEW_CHECK_NAME: &str = "sluice/preview";
+/// The payload key of the event a newer preview sends an unconfirmed one
+/// (`approval::CONFIRM_EVENT` with `{"superseded_by": <sha>}`): an
+/// operator's confirmation carries no such key.
+pub const SUPERSEDED_BY: &str = "superseded_by";
+
+/// What a `preview` instance needs: a pull request's head to deploy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviewInput {
+    pub repo: String,
+    pub pr: PullNumber,
+    pub sha: String,
+    /// The pull request's head branch (in `repo` unless `fork`): its head
+    /// is re-read as the current revision, and the environment's
+    /// `branches` are matched against it.
+    pub head_branch: String,
+    pub installation_id: u64,
+    /// Where `[preview]` is read.
+    pub default_branch: String,
+    #[serde(default)]
+    pub sender: String,
+    /// The head is in another repository: no preview, no secret.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork: bool,
+}
+
+/// What a `preview-teardown` instance needs: a closed pull request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeardownInput {
+    pub repo: String,
+    pub pr: PullNumber,
+    pub installation_id: u64,
+    /// The commit checked out to run `teardown`: the pull request's last
+    /// head (its branch may be deleted with the merge).
+    pub sha: String,
+    pub head_branch: String,
+    pub default_branch: String,
+    /// Why: `closed` (GitHub's event), `swept` (the sweep found it closed).
+    pub why: String,
+}
+
+/// The serial group of one pull request's previews: one preview deploy of
+/// it at a time (ADR-0004's gate, docs/adr/0004-serialized-run-groups.md).
+pub fn group_of(repo: &str, pr: PullNumber) -> String {
+    format!("preview:{repo}:pr{pr}")
+}
+
+/// The GitHub environment of one pull request's previews.
+pub fn environment_of(pr: PullNumber) -> String {
+    format!("pr-{pr}")
+}
+
+/// The marker of the one comment a pull request's previews keep updated.
+pub fn comment_marker(pr: PullNumber) -> String {
+    format!("sluice-preview:pr{pr}")
+}
+
+/// The entity the index files a pull request's runs under.
+pub fn entity_of(pr: PullNumber) -> String {
+    format!("pr:{pr}")
+}
+
+/// The preview lane's queue policy (the queue-policy seed's preview rules):
+/// a newer head supersedes every waiting preview of the pull request
+/// (newest wins, `supersede_after` never applies); no queued timeout:
+/// a waiter waits for the running preview of its own pull request, which
+/// ends within its command's timeout or is taken over after
+/// `HOLDER_STALE_MS`, so the bound is set past the run's ceiling, which
+/// reaches first (`PREVIEW_QUEUED_TIMEOUT_MS`); the confirmation timeout
+/// applies.
+pub fn preview_policy(confirmation_timeout_ms: Option<i64>) -> QueuePolicy {
+    QueuePolicy {
+        supersede: true,
+        queued_timeout_ms: PREVIEW_QUEUED_TIMEOUT_MS,
+        supersede_after_ms: None,
+        confirmation_timeout_ms,
+    }
+}
+
+/// The queued "timeout" of a preview waiter: the longest the policy
+/// allows, which no preview run lives to see (its ceiling after any
+/// confirmation is `RUN_DURATION_MS_DEFAULT`), so the queued timeout never
+/// applies to previews.
+pub const PREVIEW_QUEUED_TIMEOUT_MS: i64 = QUEUE_POLICY_MS_MAX;
+const _: () = assert!(crate::limits::RUN_DURATION_MS_DEFAULT < PREVIEW_QUEUED_TIMEOUT_MS);
+
+impl PreviewInput {
+    /// The preview as the deploy machinery sees it: a deploy of the head
+    /// branch's commit, never imperative.
+    pub fn as_deploy(&self) -> DeployInput {
+        DeployInput {
+            repo: self.repo.clone(),
+            branch: self.head_branch.clone(),
+            sha: self.sha.clone(),
+            installation_id: self.installation_id,
+            default_branch: self.default_branch.clone(),
+            sender: self.sender.clone(),
+            imperative: false,
+            inputs: Default::default(),
+            dispatch: None,
+            needs_check: None,
+        }
+    }
+}
+
+/// `[preview]` as the deploy machinery sees it.
+pub fn as_deploy_config(p: &PreviewConfig, head_branch: &str) -> super::config::DeployConfig {
+    super::config::DeployConfig {
+        branch: head_branch.to_owned(),
+        command: p.command.clone(),
+        environment: p.environment.clone(),
+        secrets: None,
+        label: None,
+        timeout: p.timeout.clone(),
+        confirm: p.confirm,
+        queue: Some(QueueConfig {
+            supersede: Some(true),
+            queued_timeout: None,
+            supersede_after: None,
+            confirmation_timeout: p.confirmation_timeout.clone(),
+        }),
+        needs: Vec::new(),
+    }
+}

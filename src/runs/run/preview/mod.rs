@@ -1,0 +1,368 @@
+//! The `preview` run (issue 24): a deploy of a pull request's head into a
+//! transient environment of its own (`pr-<n>`), on one serialized group
+//! per pull request through the gate primitive (`gate::with_gates`, never
+//! a second implementation: ADR-0004, docs/adr/0004-serialized-run-groups.md),
+//! reported as `sluice/preview`, with one comment on the pull request kept
+//! up to date. A pull request's previews are an entity lifecycle (ADR-0001
+//! rule 4, docs/adr/0001-durable-execution-scope.md): one short instance
+//! per head, the state in GitHub and the `previews` index; the close is
+//! `teardown.rs`'s.
+//!
+//! The run reads as its steps: read `[preview]` on the default branch, [a
+//! fork gets none], grant the environment, record the preview live and
+//! supersede the pull request's older unconfirmed previews, then the
+//! deploy's own work (`deploy::recorded_work`: the GitHub deployment,
+//! [confirmation], the gates, re-read the head, the command), then the
+//! comment and the index, and announce an automatic skip.
+//!
+//! The queue policy's preview rules (`kit::preview::preview_policy`): a new
+//! head supersedes every waiting preview of its pull request (the gate's
+//! current-revision rule, the head branch's head read at arrival) and
+//! every unconfirmed one (told by an event naming the new head); the
+//! queued timeout and supersede-after never apply; the confirmation timeout
+//! does; a running preview is never touched.
+
+pub mod teardown;
+
+use std::cell::Cell;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, Status, StepConfig};
+use crate::gates::policy::SkipReason;
+
+use crate::runs::kit::approval::CONFIRM_EVENT;
+use crate::runs::kit::config::{parse_duration_ms, DeployConfig, RepoConfig};
+use crate::runs::kit::deployment::{self, Place};
+use crate::runs::kit::gate::{self, BranchRef, Gates, Pool, Serial};
+use crate::runs::kit::notify::{self, AutoSkipped};
+use crate::runs::kit::preview::{self as kit, PreviewInput, PREVIEW_CHECK_NAME, SUPERSEDED_BY};
+use crate::runs::kit::report::Verdict;
+use crate::runs::kit::report::{github_failure, github_step, reported, CheckRunOf, CheckTarget};
+use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::tags::{FailureTag, SkipTag};
+use crate::runs::kit::{configured_at, unless_ignored, Configured, RunEnv};
+use crate::store::previews;
+
+use super::deploy::{self, Lane};
+
+/// The `preview` run.
+pub struct PreviewRun;
+
+#[async_trait(?Send)]
+impl Run for PreviewRun {
+    const NAME: RunName = RunName::new("preview");
+    const CHECK_RUN: Option<&'static str> = Some(PREVIEW_CHECK_NAME);
+    const GATED: bool = true;
+    type Input = PreviewInput;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &PreviewInput,
+    ) -> Result<RunOutcome, RunError> {
+        run(ctx, env, input).await
+    }
+
+    fn check_run(&self, input: &PreviewInput) -> Option<CheckRunOf> {
+        Some(CheckRunOf {
+            name: PREVIEW_CHECK_NAME,
+            installation_id: input.installation_id,
+            repo: input.repo.clone(),
+            sha: input.sha.clone(),
+        })
+    }
+
+    /// A preview ended from outside leaves its GitHub deployment
+    /// `inactive` or `error`, as a deploy does.
+    async fn abandoned(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &PreviewInput,
+        status: Status,
+    ) {
+        deployment::conclude_abandoned(env, &input.as_deploy(), instance_id, status).await;
+    }
+
+    async fn prepare_restart(
+        &self,
+        env: &RunEnv<'_>,
+        req: &RestartRequest<'_>,
+    ) -> Result<u32, String> {
+        gate::prepare_restart(env, req).await
+    }
+}
+
+async fn run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &PreviewInput,
+) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget {
+        name: PREVIEW_CHECK_NAME,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
+    let pick = |c: RepoConfig| unless_ignored(c, &input.sender, |c| c.preview);
+    // `[preview]` selects an operator environment, so only the default
+    // branch may say it (ADR-0009: docs/adr/0009-policy-on-the-default-branch.md).
+    let place = format!("on the default branch `{}`", input.default_branch);
+    let reference = input.default_branch.as_str();
+    let preview = match configured_at(ctx, env, &target, reference, &place, pick).await? {
+        Configured::Run(p) => p,
+        Configured::Done(outcome) => return Ok(outcome),
+    };
+    if input.fork {
+        return reported(ctx, env, &target, |_| async { Ok(fork_refused(input)) }).await;
+    }
+    let deploy = kit::as_deploy_config(&preview, &input.head_branch);
+    let as_deploy = input.as_deploy();
+    if let Some(summary) = deploy::refused_environment(ctx, env, &as_deploy, &deploy).await? {
+        return reported(ctx, env, &target, |_| async {
+            Ok(Verdict::Failed { summary })
+        })
+        .await;
+    }
+    let confirmation_ms = preview
+        .confirmation_timeout
+        .as_deref()
+        .map(parse_duration_ms)
+        .transpose()
+        .map_err(|message| RunError::InvalidInput { message })?;
+    arrive(ctx, env, input).await?;
+    let policy = kit::preview_policy(confirmation_ms);
+    let window_ms = deploy::confirmation_window(&deploy, &policy);
+    deploy::extend_ceiling(ctx, &deploy, window_ms).await?;
+    let ran = Cell::new(deployment::Ran::default());
+    let (outcome, verdict) = deployed(ctx, env, input, &deploy, &policy, window_ms, &ran).await?;
+    let ran = ran.take();
+    after(ctx, env, input, verdict.as_ref(), &ran).await?;
+    notify_auto_skip(ctx, env, input, &outcome, verdict.as_ref()).await?;
+    Ok(outcome)
+}
+
+/// The preview's deploy inside its check run, through the deploy's own
+/// work on the pull request's group; the outcome and the verdict.
+async fn deployed(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &PreviewInput,
+    deploy: &DeployConfig,
+    policy: &crate::gates::policy::QueuePolicy,
+    window_ms: Option<i64>,
+    ran: &Cell<deployment::Ran>,
+) -> Result<(RunOutcome, Option<Verdict>), RunError> {
+    let group = kit::group_of(&input.repo, input.pr);
+    let environment = kit::environment_of(input.pr);
+    let gates = Gates {
+        serial: Some(Serial {
+            group: &group,
+            revision: &input.sha,
+            head: Some(BranchRef {
+                installation_id: input.installation_id,
+                repo: &input.repo,
+                branch: &input.head_branch,
+            }),
+            policy,
+            imperative: false,
+        }),
+        pools: &[Pool {
+            name: gate::POOL,
+            capacity: env.pool_capacity,
+        }],
+        report: None,
+    };
+    let lane = Lane {
+        place: Some(Place {
+            environment: &environment,
+            transient: true,
+        }),
+        vars: vec![("SLUICE_PR".to_owned(), input.pr.to_string())],
+        supersedable: true,
+    };
+    let as_deploy = input.as_deploy();
+    let target = CheckTarget {
+        name: PREVIEW_CHECK_NAME,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
+    let mut seen = None;
+    let outcome = reported(ctx, env, &target, |_| async {
+        let parts = (&as_deploy, deploy, &lane);
+        let v = deploy::recorded_work(ctx, env, parts, &gates, window_ms, ran).await?;
+        seen = Some(v.clone());
+        Ok(v)
+    })
+    .await?;
+    Ok((outcome, seen))
+}
+
+/// A fork's pull request: no preview, no secret, and its check says why.
+fn fork_refused(input: &PreviewInput) -> Verdict {
+    Verdict::Skipped {
+        reason: None,
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "No preview: the head of #{} is in a fork, and a preview runs with the \
+             environment's secrets, which a fork's code must never receive.",
+            input.pr
+        ),
+        newer: None,
+    }
+}
+
+/// The preview is live in the index, and the pull request's older
+/// unconfirmed previews are told that this head superseded them (an
+/// event naming it, which only a waiting confirmation reads; an older one
+/// already queued is superseded by this one's enqueue). One step: a replay
+/// tells nobody twice what it told already (a second telling is a no-op).
+async fn arrive(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result<(), RunError> {
+    let told: Vec<String> = ctx
+        .step("preview: arrive", github_step(), |_| async {
+            let gate = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
+            let me = ctx.instance_id();
+            let (repo, pr) = (input.repo.as_str(), input.pr.get());
+            previews::started(
+                env.db,
+                repo,
+                pr,
+                input.installation_id,
+                &input.sha,
+                me,
+                ctx.now_ms(),
+            )
+            .await
+            .map_err(gate)?;
+            let entity = kit::entity_of(input.pr);
+            let older = previews::older_live(env.db, "preview", repo, &entity, me)
+                .await
+                .map_err(gate)?;
+            let payload = json!({ SUPERSEDED_BY: input.sha });
+            for id in &older {
+                // Best effort: an older preview that cannot be told waits
+                // out its own confirmation timeout.
+                let _ = env.waker.send(id, CONFIRM_EVENT, &payload).await;
+            }
+            Ok(older)
+        })
+        .await?;
+    let _ = told;
+    Ok(())
+}
+
+/// After the deploy: the pull request's comment shows what it deployed
+/// (when its command ran), and the index records how it ended.
+async fn after(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &PreviewInput,
+    verdict: Option<&Verdict>,
+    ran: &deployment::Ran,
+) -> Result<(), RunError> {
+    let Some(verdict) = verdict else {
+        return Ok(());
+    };
+    let result = result_of(verdict);
+    if ran.concluded {
+        let body = comment_body(input, verdict, ran);
+        let marker = kit::comment_marker(input.pr);
+        // The comment is a courtesy: GitHub refusing it changes nothing.
+        let commented = ctx
+            .step("preview: comment", github_step(), |_| async {
+                let (installation, repo, pr) = (input.installation_id, &input.repo, input.pr.get());
+                env.github
+                    .upsert_comment(installation, repo, pr, &marker, &body)
+                    .await
+                    .map_err(github_failure)
+            })
+            .await;
+        match commented {
+            Err(e) if e.is_suspension() || e == RunError::Terminated => return Err(e),
+            _ => {}
+        }
+    }
+    ctx.step("preview: record", StepConfig::default(), |_| async {
+        let url = ran.environment_url.as_deref();
+        let (repo, pr, me) = (input.repo.as_str(), input.pr.get(), ctx.instance_id());
+        previews::ended(env.db, repo, pr, me, result, url, ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+    })
+    .await
+}
+
+/// How a preview deploy ended, in the index's words.
+fn result_of(verdict: &Verdict) -> &'static str {
+    match verdict {
+        Verdict::Passed { .. } => "success",
+        Verdict::Failed { .. } => "failure",
+        Verdict::TimedOut { .. } => "timed_out",
+        Verdict::InfraFault { .. } => "error",
+        Verdict::Skipped { .. } | Verdict::Superseded { .. } => "skipped",
+    }
+}
+
+/// The pull request's one preview comment: the URL, the commit it shows,
+/// and the log.
+pub fn comment_body(input: &PreviewInput, verdict: &Verdict, ran: &deployment::Ran) -> String {
+    let log = ran
+        .log_url
+        .as_deref()
+        .map_or_else(String::new, |u| format!(" ([log]({u}))"));
+    match (verdict, ran.environment_url.as_deref()) {
+        (Verdict::Passed { .. }, Some(url)) => format!(
+            "**Preview** of {}: {url}{log}\n\nUpdated by Sluice at each push; torn down when \
+             this pull request closes.",
+            input.sha
+        ),
+        (Verdict::Passed { .. }, None) => format!(
+            "**Preview** of {} deployed; its command reported no URL \
+             (`SLUICE_ENVIRONMENT_URL=`){log}.",
+            input.sha
+        ),
+        _ => format!("**Preview** of {} failed{log}.", input.sha),
+    }
+}
+
+/// Every automatic skip of a preview is announced (`preview_auto_skipped`);
+/// an operator's skip (no reason) and a fork's stay silent.
+async fn notify_auto_skip(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &PreviewInput,
+    outcome: &RunOutcome,
+    verdict: Option<&Verdict>,
+) -> Result<(), RunError> {
+    let RunOutcome::Skipped {
+        reason: Some(reason),
+        ..
+    } = outcome
+    else {
+        return Ok(());
+    };
+    let Some(r) = SkipReason::parse(reason) else {
+        return Ok(());
+    };
+    let newer = match verdict {
+        Some(Verdict::Skipped { newer, .. }) => newer.as_deref(),
+        _ => None,
+    };
+    let n = AutoSkipped {
+        event: "preview_auto_skipped",
+        execution_id: ctx.instance_id(),
+        repo: &input.repo,
+        branch: &input.head_branch,
+        revision: &input.sha,
+        reason: r.as_str(),
+        newer_revision: newer,
+        tag: None,
+        at_ms: ctx.now_ms(),
+    };
+    notify::auto_skipped(ctx, env, &n).await?;
+    Ok(())
+}

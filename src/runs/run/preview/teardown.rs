@@ -1,0 +1,264 @@
+//! The `preview-teardown` run: a pull request closed (GitHub's `closed`
+//! event, or the sweep finding it closed when that event never came), so
+//! its preview is removed. A fresh short instance per close, named by the
+//! pull request and when GitHub closed it (ADR-0001 rule 4,
+//! docs/adr/0001-durable-execution-scope.md): the webhook's and the
+//! sweep's creates of one close are one instance.
+//!
+//! Its steps: read `[preview]` on the default branch; a pull request open
+//! again by now ends nothing (its reopen deploys a new preview); take the
+//! pull request's group through the gate primitive, so a running preview
+//! deploy ends first (ADR-0004: docs/adr/0004-serialized-run-groups.md;
+//! the teardown supersedes previews still waiting); run `teardown` with the
+//! environment's secrets; then mark every deployment of `pr-<n>` this App
+//! made `inactive`, mark the index row torn down and say so on the pull
+//! request.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use crate::engine::{Ctx, RunError, RunOutcome, StepConfig};
+use crate::github::{DeploymentState, NewStatus};
+
+use crate::runs::kit::command::{run_command, verdict_of, CommandSpec, TEARDOWN_COMMAND_STEP};
+use crate::runs::kit::config::ConfigState;
+use crate::runs::kit::config::{command_timeout_ms, PreviewConfig, RepoConfig};
+use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool, Serial};
+use crate::runs::kit::preview::{self as kit, TeardownInput};
+use crate::runs::kit::report::{github_failure, github_step, Verdict};
+use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::tags::FailureTag;
+use crate::runs::kit::{read_config, RunEnv, NOT_CONFIGURED};
+use crate::store::previews;
+
+use super::super::deploy;
+
+/// The `preview-teardown` run.
+pub struct PreviewTeardownRun;
+
+#[async_trait(?Send)]
+impl Run for PreviewTeardownRun {
+    const NAME: RunName = RunName::new("preview-teardown");
+    const GATED: bool = true;
+    type Input = TeardownInput;
+
+    async fn run(
+        &self,
+        ctx: &Ctx<'_>,
+        env: &RunEnv<'_>,
+        input: &TeardownInput,
+    ) -> Result<RunOutcome, RunError> {
+        run(ctx, env, input).await
+    }
+}
+
+fn skipped(reason: &str) -> RunOutcome {
+    RunOutcome::Skipped {
+        reason: Some(reason.into()),
+        tag: None,
+    }
+}
+
+async fn run(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &TeardownInput,
+) -> Result<RunOutcome, RunError> {
+    let state = read_config(
+        ctx,
+        env,
+        input.installation_id,
+        &input.repo,
+        &input.default_branch,
+    )
+    .await?;
+    let ConfigState::Valid { config } = state else {
+        return Ok(skipped(NOT_CONFIGURED));
+    };
+    let Some(preview) = config_preview(config) else {
+        return Ok(skipped(NOT_CONFIGURED));
+    };
+    if open_again(ctx, env, input).await? {
+        return Ok(skipped("reopened"));
+    }
+    let group = kit::group_of(&input.repo, input.pr);
+    let policy = kit::preview_policy(None);
+    let gates = Gates {
+        serial: Some(Serial {
+            group: &group,
+            revision: &input.sha,
+            // Arrival order decides: a teardown supersedes the previews
+            // still waiting and waits for a running one.
+            head: None,
+            policy: &policy,
+            imperative: false,
+        }),
+        pools: &[Pool {
+            name: gate::POOL,
+            capacity: env.pool_capacity,
+        }],
+        report: None,
+    };
+    let verdict = with_gates(ctx, env, &gates, |held| {
+        torn(ctx, env, input, &preview, held)
+    })
+    .await?;
+    if let Some(summary) = not_torn(&verdict) {
+        // The row stays live: the sweep's reconcile tries again.
+        return Err(RunError::NonRetryable {
+            step: TEARDOWN_COMMAND_STEP.into(),
+            failure: FailureTag::EffectFailed.fatal(summary),
+        });
+    }
+    let retired = retire(ctx, env, input).await?;
+    Ok(RunOutcome::Complete(
+        json!({ "torn_down": input.pr.get(), "inactive": retired }),
+    ))
+}
+
+/// Why the teardown did not tear down, if it did not.
+fn not_torn(verdict: &Verdict) -> Option<String> {
+    match verdict {
+        Verdict::Passed { .. } => None,
+        Verdict::Failed { summary }
+        | Verdict::TimedOut { summary }
+        | Verdict::InfraFault { summary }
+        | Verdict::Skipped { summary, .. }
+        | Verdict::Superseded { summary, .. } => Some(summary.clone()),
+    }
+}
+
+fn config_preview(config: RepoConfig) -> Option<PreviewConfig> {
+    config.preview
+}
+
+/// A pull request open again by the time this runs ends nothing: its
+/// reopen deploys a new preview.
+async fn open_again(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &TeardownInput,
+) -> Result<bool, RunError> {
+    ctx.step("teardown: pull request open?", github_step(), |_| async {
+        let open = env
+            .github
+            .pull_is_open(input.installation_id, &input.repo, input.pr.get())
+            .await
+            .map_err(github_failure)?;
+        Ok(open == Some(true))
+    })
+    .await
+}
+
+/// Holding the pull request's group: run `teardown` at the pull request's
+/// last head with the environment's secrets.
+async fn torn(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &TeardownInput,
+    preview: &PreviewConfig,
+    held: Held<'_>,
+) -> Result<Verdict, RunError> {
+    let deploy_cfg = kit::as_deploy_config(preview, &input.head_branch);
+    let as_deploy = crate::runs::kit::inputs::DeployInput {
+        repo: input.repo.clone(),
+        branch: input.head_branch.clone(),
+        sha: input.sha.clone(),
+        installation_id: input.installation_id,
+        default_branch: input.default_branch.clone(),
+        sender: String::new(),
+        imperative: false,
+        inputs: BTreeMap::new(),
+        dispatch: None,
+        needs_check: None,
+    };
+    let secret_env = match deploy::granted_secrets(env, &as_deploy, &deploy_cfg) {
+        Ok(s) => s,
+        Err(summary) => return Ok(Verdict::Failed { summary }),
+    };
+    let timeout_ms = command_timeout_ms(preview.timeout.as_deref())
+        .map_err(|m| RunError::InvalidInput { message: m })?;
+    let mut vars = BTreeMap::new();
+    vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
+    vars.insert("SLUICE_BRANCH".to_owned(), input.head_branch.clone());
+    vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
+    vars.insert("SLUICE_PR".to_owned(), input.pr.to_string());
+    let spec = CommandSpec {
+        step: TEARDOWN_COMMAND_STEP,
+        repo: &input.repo,
+        sha: &input.sha,
+        installation_id: input.installation_id,
+        command: &preview.teardown,
+        timeout_ms,
+        env: vars,
+        secret_env,
+        held: &held,
+    };
+    let result = run_command(ctx, env, &spec).await?;
+    Ok(verdict_of(&preview.teardown, &result))
+}
+
+/// Every deployment of the pull request's environment this App made is
+/// `inactive`; the index row is torn down; the comment says so. Returns
+/// how many deployments it retired.
+async fn retire(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Result<usize, RunError> {
+    let environment = kit::environment_of(input.pr);
+    let (installation, repo) = (input.installation_id, input.repo.as_str());
+    let retired: usize = ctx
+        .step("teardown: deployments inactive", github_step(), |_| async {
+            let ids = env
+                .github
+                .environment_deployments(installation, repo, &environment)
+                .await
+                .map_err(github_failure)?;
+            let mut n = 0;
+            for id in ids {
+                let latest = env
+                    .github
+                    .deployment_state(installation, repo, id)
+                    .await
+                    .map_err(github_failure)?;
+                if latest == Some(DeploymentState::Inactive) {
+                    continue;
+                }
+                let new = NewStatus {
+                    state: DeploymentState::Inactive,
+                    description: "Torn down: the pull request was closed.",
+                    log_url: None,
+                    environment_url: None,
+                };
+                env.github
+                    .create_deployment_status(installation, repo, id, &new)
+                    .await
+                    .map_err(github_failure)?;
+                n += 1;
+            }
+            Ok(n)
+        })
+        .await?;
+    ctx.step("teardown: record", StepConfig::default(), |_| async {
+        previews::torn_down(env.db, repo, input.pr.get(), ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+    })
+    .await?;
+    let marker = kit::comment_marker(input.pr);
+    let body = format!(
+        "**Preview** torn down: this pull request was closed ({}).",
+        input.why
+    );
+    let commented = ctx
+        .step("teardown: comment", github_step(), |_| async {
+            env.github
+                .upsert_comment(installation, repo, input.pr.get(), &marker, &body)
+                .await
+                .map_err(github_failure)
+        })
+        .await;
+    match commented {
+        Err(e) if e.is_suspension() || e == RunError::Terminated => Err(e),
+        _ => Ok(retired),
+    }
+}
