@@ -1,5 +1,5 @@
-//! Pull-request events to preview instances (issue 24), called from
-//! `edge::triggers::plan` with what it planned for the same event: a head
+//! Pull-request events to preview instances (issue 24), added by
+//! `edge::triggers::plan` to what it plans for the same event: a head
 //! (opened, synchronize, reopened, ready for review; not a draft) adds a
 //! `preview` of it; a close adds a `preview-teardown`. Whether the
 //! repository has `[preview]` is the run's to read (on the default branch),
@@ -25,25 +25,8 @@ use crate::runs::kit::run::Run;
 use crate::runs::run::preview::teardown::PreviewTeardownRun;
 use crate::runs::run::preview::PreviewRun;
 
-use super::triggers::Plan;
-
 /// Pull-request actions that bring a head to preview.
 const PREVIEW_ACTIONS: [&str; 4] = ["opened", "synchronize", "reopened", "ready_for_review"];
-
-/// `plan` with the preview instances the event adds.
-pub fn with_previews(pr: &PullRequestEvent, plan: Plan) -> Plan {
-    let Some(create) = plan_preview(pr) else {
-        return plan;
-    };
-    match plan {
-        Plan::Create(mut creates) => {
-            creates.push(create);
-            Plan::Create(creates)
-        }
-        Plan::Ignore(_) => Plan::Create(vec![create]),
-        other => other,
-    }
-}
 
 /// The preview instance a pull-request event starts, if any.
 pub fn plan_preview(pr: &PullRequestEvent) -> Option<CreateRequest> {

@@ -185,13 +185,26 @@ pub fn plan(event: &Event, cx: &PlanContext<'_>) -> Plan {
         return Plan::Ignore(format!("caused by Sluice's own App ({sender})"));
     }
     match event {
-        Event::PullRequest(pr) => super::previews::with_previews(pr, plan_pull_request(pr)),
+        Event::PullRequest(pr) => with_previews(pr, plan_pull_request(pr)),
         Event::Push(push) => plan_push(push),
         Event::CheckRun(run) => plan_check_run(run, cx),
         Event::CheckSuite(suite) => plan_check_suite(suite, cx),
         Event::MergeGroup(group) => plan_merge_group(group),
         Event::Ping => Plan::Ignore("ping".into()),
         Event::Other(name) => Plan::Ignore(format!("{name} events start no run")),
+    }
+}
+
+/// `plan` with the preview instance a pull-request event adds
+/// (`edge::previews`: a head to preview, a close to tear down).
+fn with_previews(pr: &PullRequestEvent, plan: Plan) -> Plan {
+    match (super::previews::plan_preview(pr), plan) {
+        (Some(create), Plan::Create(mut creates)) => {
+            creates.push(create);
+            Plan::Create(creates)
+        }
+        (Some(create), Plan::Ignore(_)) => Plan::Create(vec![create]),
+        (_, plan) => plan,
     }
 }
 
@@ -1112,7 +1125,12 @@ mod tests {
         let Plan::Create(ends) = closed("feature", true) else {
             panic!("{:?}", closed("feature", true))
         };
-        assert_eq!(ends.len(), 1);
+        // ...and tears its preview down (`edge::previews`).
+        assert_eq!(ends.len(), 2);
+        assert_eq!(
+            ends[1].key,
+            "preview-teardown:octo/hello:pr12:closed-1796378400"
+        );
         assert_eq!(ends[0].run, "cancel-checks");
         assert_eq!(
             ends[0].key,

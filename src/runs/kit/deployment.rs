@@ -168,6 +168,19 @@ pub async fn open_in(
         },
         Err(e) => return Err(e),
     };
+    post_queued(ctx, env, input, deploy, &recorded).await?;
+    Ok(recorded)
+}
+
+/// Marks a recorded deployment `queued`: waiting for a confirmation or its
+/// turn.
+async fn post_queued(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &DeployInput,
+    deploy: &DeployConfig,
+    recorded: &Recorded,
+) -> Result<(), RunError> {
     let description = if deploy.confirm.unwrap_or(false) {
         "Waiting for an operator's confirmation, then for its turn."
     } else {
@@ -179,11 +192,10 @@ pub async fn open_in(
         log_url: None,
         fence: None,
     };
-    post(ctx, env, input, &recorded, &step, |_| {
+    post(ctx, env, input, recorded, &step, |_| {
         Some(status(DeploymentState::Queued, description.into()))
     })
-    .await?;
-    Ok(recorded)
+    .await
 }
 
 /// What the deploy command left for its deployment's last status.

@@ -33,7 +33,7 @@ use crate::runs::kit::tags::FailureTag;
 use crate::runs::kit::{read_config, RunEnv, NOT_CONFIGURED};
 use crate::store::previews;
 
-use super::super::deploy;
+use crate::runs::run::deploy;
 
 /// The `preview-teardown` run.
 pub struct PreviewTeardownRun;
