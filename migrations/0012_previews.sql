@@ -20,6 +20,10 @@ CREATE TABLE previews (
   repo TEXT NOT NULL,
   pr INTEGER NOT NULL,
   installation_id INTEGER NOT NULL,
+  -- where `[preview]` is read, and the pull request's head branch (the
+  -- environment's grant matches it): what a teardown the sweep starts needs
+  default_branch TEXT NOT NULL,
+  head_branch TEXT NOT NULL,
   state TEXT NOT NULL CHECK (state IN ('live', 'torn_down')),
   -- the head of the last preview deploy that started
   sha TEXT NOT NULL,

@@ -81,3 +81,41 @@ impl GitHub<'_> {
         Ok(answer.id)
     }
 }
+
+/// What the sweep's reconcile reads of a pull request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullState {
+    pub open: bool,
+    /// When GitHub closed it, ms since the epoch (None while open, or a
+    /// date GitHub's format does not parse).
+    pub closed_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct PullAnswer {
+    state: String,
+    #[serde(default)]
+    closed_at: Option<String>,
+}
+
+impl GitHub<'_> {
+    /// `GET /repos/{o}/{r}/pulls/{n}`: whether it is open, and when it
+    /// closed; None when GitHub knows no such pull request.
+    pub async fn pull_state(
+        &self,
+        installation: u64,
+        repo: &str,
+        number: u64,
+    ) -> Result<Option<PullState>, GitHubError> {
+        let auth = self.preview_auth(installation, repo).await?;
+        let path = format!("/repos/{}/pulls/{number}", segs(repo));
+        let found: Option<PullAnswer> = self.get_with(&auth, &path, "pull request").await?;
+        Ok(found.map(|p| PullState {
+            open: p.state == "open",
+            closed_ms: p
+                .closed_at
+                .as_deref()
+                .and_then(super::client::parse_rfc3339_ms),
+        }))
+    }
+}

@@ -16,6 +16,8 @@ pub struct PreviewRow {
     pub repo: String,
     pub pr: i64,
     pub installation_id: i64,
+    pub default_branch: String,
+    pub head_branch: String,
     pub state: String,
     pub sha: String,
     pub url: Option<String>,
@@ -25,31 +27,38 @@ pub struct PreviewRow {
     pub checked_ms: i64,
 }
 
-const COLUMNS: &str =
-    "repo, pr, installation_id, state, sha, url, result, execution_id, updated_ms, checked_ms";
+const COLUMNS: &str = "repo, pr, installation_id, default_branch, head_branch, state, sha, url, \
+    result, execution_id, updated_ms, checked_ms";
+
+/// Where a preview deploy started: its pull request and head.
+#[derive(Debug, Clone, Copy)]
+pub struct Started<'a> {
+    pub repo: &'a str,
+    pub pr: u64,
+    pub installation_id: u64,
+    pub default_branch: &'a str,
+    pub head_branch: &'a str,
+    pub sha: &'a str,
+    pub execution_id: &'a str,
+}
 
 /// A preview deploy of `sha` started: the row is live (again, after a
 /// reopen), naming this execution.
-pub async fn started(
-    db: &dyn Database,
-    repo: &str,
-    pr: u64,
-    installation_id: u64,
-    sha: &str,
-    execution_id: &str,
-    now_ms: i64,
-) -> Result<(), StoreError> {
+pub async fn started(db: &dyn Database, s: &Started<'_>, now_ms: i64) -> Result<(), StoreError> {
     db.run(stmt!(
-        "INSERT INTO previews (repo, pr, installation_id, state, sha, execution_id, \
-           updated_ms, checked_ms) VALUES (?1, ?2, ?3, 'live', ?4, ?5, ?6, ?6) \
+        "INSERT INTO previews (repo, pr, installation_id, default_branch, head_branch, state, \
+           sha, execution_id, updated_ms, checked_ms) \
+         VALUES (?1, ?2, ?3, ?7, ?8, 'live', ?4, ?5, ?6, ?6) \
          ON CONFLICT (repo, pr) DO UPDATE SET state = 'live', sha = ?4, execution_id = ?5, \
-           installation_id = ?3, updated_ms = ?6",
-        repo,
-        pr as i64,
-        installation_id as i64,
-        sha,
-        execution_id,
+           installation_id = ?3, default_branch = ?7, head_branch = ?8, updated_ms = ?6",
+        s.repo,
+        s.pr as i64,
+        s.installation_id as i64,
+        s.sha,
+        s.execution_id,
         now_ms,
+        s.default_branch,
+        s.head_branch,
     ))
     .await
     .map(|_| ())

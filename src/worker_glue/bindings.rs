@@ -101,6 +101,15 @@ pub fn retention_ms(env: &Env) -> i64 {
         })
 }
 
+/// How often the sweep asks GitHub whether a live preview's pull request
+/// closed (`PREVIEW_RECONCILE_INTERVAL`, a duration: `10m`), in ms;
+/// default and bounds in `runs::sweep`.
+pub fn preview_reconcile_ms(env: &Env) -> i64 {
+    crate::runs::sweep::preview_reconcile_ms_of(text(env, PREVIEW_RECONCILE_INTERVAL).as_deref())
+}
+
+pub const PREVIEW_RECONCILE_INTERVAL: &str = "PREVIEW_RECONCILE_INTERVAL";
+
 /// A longer retention is a typo: a year of instances is more than D1 holds.
 const RETENTION_DAYS_MAX: i64 = 366;
 

@@ -67,6 +67,7 @@ pub async fn sweep(env: &Env) -> SweepReport {
         waker: &waker,
         finalizer: &RegistryFinalizer { env, db: &db },
         retention_ms,
+        preview_reconcile_ms: bindings::preview_reconcile_ms(env),
     };
     sweep.run(WorkerClock.now_ms()).await
 }

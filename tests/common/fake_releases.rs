@@ -273,6 +273,7 @@ impl FakeGitHub {
             ("PUT", ["repos", _, _, "contents", rest @ ..]) if !rest.is_empty() => "put-contents",
             ("GET", ["repos", _, _, "issues", _, "comments"]) => "list-comments",
             ("POST", ["repos", _, _, "issues", _, "comments"]) => "create-comment",
+            ("PATCH", ["repos", _, _, "issues", "comments", _]) => "update-comment",
             ("GET", ["repos", _, _, "releases", "tags", _]) => "release-by-tag",
             ("GET", ["repos", _, _, "releases", "latest"]) => "latest-release",
             ("POST", ["repos", _, _, "releases"]) => "create-release",
@@ -288,7 +289,9 @@ impl FakeGitHub {
             }
             "create-ref" | "put-contents" | "create-release" => ("contents", "write"),
             "list-pulls" | "list-comments" => ("pull_requests", "read"),
-            "create-pull" | "update-pull" | "create-comment" => ("pull_requests", "write"),
+            "create-pull" | "update-pull" | "create-comment" | "update-comment" => {
+                ("pull_requests", "write")
+            }
             _ => return None,
         })
     }
@@ -312,6 +315,7 @@ impl FakeGitHub {
             "put-contents" => self.put_contents(req, repo, &segs[4..].join("/")),
             "list-comments" => self.list_comments(repo, &segs[4]),
             "create-comment" => self.create_comment(req, repo, &segs[4]),
+            "update-comment" => self.update_comment(req, repo, &segs[5]),
             "release-by-tag" => self.release_by_tag(repo, &segs[5]),
             "latest-release" => self.latest_release(repo),
             "create-release" => self.create_release(req, repo),
@@ -564,22 +568,50 @@ impl FakeGitHub {
         let list: Vec<Value> = st
             .comments
             .iter()
-            .filter(|c| c.repo == repo && c.number.to_string() == number)
-            .map(|c| json!({ "body": c.body }))
+            .enumerate()
+            .filter(|(_, c)| c.repo == repo && c.number.to_string() == number)
+            .map(|(i, c)| json!({ "id": i + 1, "body": c.body }))
             .collect();
         reply(200, json!(list))
+    }
+
+    /// `PATCH /repos/{o}/{r}/issues/comments/{id}`: GitHub's 200 with the
+    /// comment, 404 for an id of another repository or none.
+    fn update_comment(&self, req: &HttpRequest, repo: &str, id: &str) -> HttpResponse {
+        let Some(body) = body_of(req).and_then(|b| b["body"].as_str().map(str::to_owned)) else {
+            return reply(422, json!({ "message": "body is required" }));
+        };
+        let mut st = self.rel.borrow_mut();
+        let index = id.parse::<usize>().ok().and_then(|i| i.checked_sub(1));
+        match index
+            .and_then(|i| st.comments.get_mut(i))
+            .filter(|c| c.repo == repo)
+        {
+            Some(c) => {
+                c.body = body.clone();
+                reply(200, json!({ "id": index.unwrap_or(0) + 1, "body": body }))
+            }
+            None => not_found(),
+        }
     }
 
     fn create_comment(&self, req: &HttpRequest, repo: &str, number: &str) -> HttpResponse {
         let Some(body) = body_of(req).and_then(|b| b["body"].as_str().map(str::to_owned)) else {
             return reply(422, json!({ "message": "body is required" }));
         };
+        // A pull request the release state opened, or one a test set a
+        // head for (a preview's).
+        let known = number
+            .parse::<u64>()
+            .ok()
+            .filter(|n| self.st.borrow().pulls.contains_key(&(repo.to_owned(), *n)));
         let mut st = self.rel.borrow_mut();
         let Some(n) = st
             .pulls
             .iter()
             .find(|p| p.repo == repo && p.number.to_string() == number)
             .map(|p| p.number)
+            .or(known)
         else {
             return not_found();
         };

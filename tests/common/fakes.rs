@@ -651,10 +651,14 @@ impl FakeGitHub {
                     true => "closed",
                     false => "open",
                 };
+                // GitHub dates a close; the fake's closes all happened at one
+                // fixed moment.
+                let closed_at = (state == "closed").then_some("2026-12-05T00:00:00Z");
                 match st.pulls.get(&(repo, number)) {
                     Some(sha) => reply(
                         200,
-                        json!({ "number": number, "state": state, "head": { "sha": sha } }),
+                        json!({ "number": number, "state": state, "head": { "sha": sha },
+                                "closed_at": closed_at }),
                     ),
                     None => not_found(),
                 }
@@ -2230,6 +2234,7 @@ impl Rig {
             waker: &self.waker,
             finalizer: &finalizer,
             retention_ms: sluice::limits::RETENTION_MS_DEFAULT,
+            preview_reconcile_ms: sluice::runs::sweep::PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT,
         };
         block_on(sweep.run(self.now()))
     }

@@ -13,17 +13,12 @@
 //! sweep's reconcile builds the same way from GitHub's `closed_at`, so the
 //! webhook's teardown and the sweep's are one instance.
 
-use serde_json::json;
-
 use crate::engine::CreateRequest;
 use crate::github::webhook::PullRequestEvent;
 
 use crate::runs::kit::inputs::PullNumber;
-use crate::runs::kit::key::{short, InstanceKey, Subject};
-use crate::runs::kit::preview::{entity_of, PreviewInput, TeardownInput};
-use crate::runs::kit::run::Run;
-use crate::runs::run::preview::teardown::PreviewTeardownRun;
-use crate::runs::run::preview::PreviewRun;
+use crate::runs::kit::key::short;
+use crate::runs::kit::preview::{preview_request, teardown_request, PreviewInput, TeardownInput};
 
 /// Pull-request actions that bring a head to preview.
 const PREVIEW_ACTIONS: [&str; 4] = ["opened", "synchronize", "reopened", "ready_for_review"];
@@ -99,52 +94,5 @@ fn arrival_of(pr: &PullRequestEvent) -> Option<String> {
         }),
         "reopened" => Some(format!("reopened-{}", updated_ms(pr)? / 1000)),
         _ => Some(format!("ready-{}", updated_ms(pr)? / 1000)),
-    }
-}
-
-/// The creation of a `preview` instance.
-pub fn preview_request(input: &PreviewInput, arrival: String) -> CreateRequest {
-    let key = InstanceKey::new(
-        PreviewRun::NAME.as_str(),
-        &input.repo,
-        Subject::Preview {
-            pr: input.pr,
-            sha: Some(input.sha.clone()),
-            arrival,
-        },
-    );
-    CreateRequest {
-        key: key.to_string(),
-        run: PreviewRun::NAME.as_str().into(),
-        repo: Some(input.repo.clone()),
-        entity: Some(entity_of(input.pr)),
-        sha: Some(input.sha.clone()),
-        input: json!(input),
-        max_steps: None,
-        max_duration_ms: None,
-    }
-}
-
-/// The creation of a `preview-teardown` instance for a pull request GitHub
-/// closed at `closed_ms` (the webhook's and the sweep's are one key).
-pub fn teardown_request(input: &TeardownInput, closed_ms: i64) -> CreateRequest {
-    let key = InstanceKey::new(
-        PreviewTeardownRun::NAME.as_str(),
-        &input.repo,
-        Subject::Preview {
-            pr: input.pr,
-            sha: None,
-            arrival: format!("closed-{}", closed_ms / 1000),
-        },
-    );
-    CreateRequest {
-        key: key.to_string(),
-        run: PreviewTeardownRun::NAME.as_str().into(),
-        repo: Some(input.repo.clone()),
-        entity: Some(entity_of(input.pr)),
-        sha: Some(input.sha.clone()),
-        input: json!(input),
-        max_steps: None,
-        max_duration_ms: None,
     }
 }

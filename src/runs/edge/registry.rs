@@ -156,7 +156,7 @@ pub type Entry = &'static (dyn AnyRun + Sync);
 
 /// Every run: the one place a name meets its run. Adding a run adds a
 /// line here.
-pub static RUNS: [Entry; 8] = [
+pub static RUNS: [Entry; 9] = [
     &Registered(check::CheckRun),
     &Registered(check::cancel::CancelChecksRun),
     &Registered(deploy::DeployRun),
@@ -165,6 +165,7 @@ pub static RUNS: [Entry; 8] = [
     &Registered(release::ReleaseNotesRun),
     &Registered(preview::PreviewRun),
     &Registered(preview::teardown::PreviewTeardownRun),
+    &Registered(preview::reconcile::PreviewReconcileRun),
 ];
 
 /// The run named `name` in `runs`, if there is one.

@@ -20,7 +20,46 @@ use crate::store::executions;
 use crate::store::Database;
 
 use crate::runs::kit::gate::TURN_EVENT;
+use crate::runs::kit::inputs::PullNumber;
+use crate::runs::kit::preview::{reconcile_request, ReconcileInput};
 use crate::runs::kit::Waker;
+use crate::store::previews;
+
+/// How long a live preview goes unasked before the sweep asks GitHub
+/// whether its pull request closed (a `preview-reconcile` instance): a
+/// close event GitHub never delivered is torn down within this plus one
+/// sweep (`SWEEP_INTERVAL_MS`) plus the teardown's own run
+/// (`PREVIEW_TEARDOWN_LATE_MS_MAX`), at one GitHub call per live preview
+/// per interval. `PREVIEW_RECONCILE_INTERVAL` sets another.
+pub const PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT: i64 = 10 * 60 * 1000;
+/// The shortest and longest interval an operator may set: at least one
+/// sweep apart, and at most a day (a preview left a day costs little more
+/// than one left ten minutes; a week would be the leak this prevents).
+pub const PREVIEW_RECONCILE_INTERVAL_MS_MIN: i64 = crate::limits::SWEEP_INTERVAL_MS / 2;
+pub const PREVIEW_RECONCILE_INTERVAL_MS_MAX: i64 = 24 * 3600 * 1000;
+/// How late, after GitHub closed its pull request, a preview whose close
+/// event never arrived starts its teardown at the default interval.
+pub const PREVIEW_TEARDOWN_LATE_MS_MAX: i64 =
+    PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + crate::limits::SWEEP_INTERVAL_MS;
+/// Live previews one sweep reconciles: one instance and one GitHub call
+/// each; the rest are the next sweep's, so 20 per minute reconciles 200
+/// live previews within the default interval.
+pub const PREVIEW_RECONCILE_BATCH_MAX: u32 = 20;
+const _: () = assert!(PREVIEW_RECONCILE_INTERVAL_MS_MIN <= PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT);
+const _: () = assert!(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT <= PREVIEW_RECONCILE_INTERVAL_MS_MAX);
+
+/// The reconcile interval an operator's `PREVIEW_RECONCILE_INTERVAL` asks
+/// for, within its bounds; the default when unset or unreadable.
+pub fn preview_reconcile_ms_of(configured: Option<&str>) -> i64 {
+    configured
+        .and_then(|v| crate::runs::kit::config::parse_duration_ms(v).ok())
+        .map_or(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT, |ms| {
+            ms.clamp(
+                PREVIEW_RECONCILE_INTERVAL_MS_MIN,
+                PREVIEW_RECONCILE_INTERVAL_MS_MAX,
+            )
+        })
+}
 
 /// The run instances themselves (their Durable Objects in the Worker).
 #[async_trait(?Send)]
@@ -52,6 +91,8 @@ pub struct SweepReport {
     pub woken: u32,
     pub finalized: u32,
     pub purged: u32,
+    /// Live previews whose pull request is asked about (`preview-reconcile`).
+    pub reconciled: u32,
     pub failed: u32,
 }
 
@@ -61,6 +102,8 @@ pub struct Sweep<'a> {
     pub waker: &'a dyn Waker,
     pub finalizer: &'a dyn Finalizer,
     pub retention_ms: i64,
+    /// `PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT` unless the operator set one.
+    pub preview_reconcile_ms: i64,
 }
 
 impl Sweep<'_> {
@@ -71,8 +114,60 @@ impl Sweep<'_> {
         self.resume_overdue(now_ms, &mut report).await;
         self.wake_heads(now_ms, &mut report).await;
         self.finalize_unreleased(&mut report).await;
+        self.reconcile_previews(now_ms, &mut report).await;
         self.purge(now_ms, &mut report).await;
         report
+    }
+
+    /// Live previews nobody asked GitHub about for the reconcile interval:
+    /// each gets a `preview-reconcile` instance of this interval's slot,
+    /// which asks whether its pull request closed (ADR-0001 rule 4:
+    /// docs/adr/0001-durable-execution-scope.md). Marked asked first, so a
+    /// failed poke is retried an interval later, never every minute.
+    async fn reconcile_previews(&self, now_ms: i64, report: &mut SweepReport) {
+        let interval_ms = self.preview_reconcile_ms.max(1);
+        let before_ms = now_ms - interval_ms;
+        let rows = match previews::due_for_reconcile(
+            self.db,
+            before_ms,
+            PREVIEW_RECONCILE_BATCH_MAX,
+        )
+        .await
+        {
+            Ok(rows) => rows,
+            Err(_) => {
+                report.failed += 1;
+                return;
+            }
+        };
+        for row in rows {
+            let Some(pr) = u64::try_from(row.pr).ok().and_then(PullNumber::new) else {
+                continue;
+            };
+            if previews::checked(self.db, &row.repo, row.pr, now_ms)
+                .await
+                .is_err()
+            {
+                report.failed += 1;
+                continue;
+            }
+            let input = ReconcileInput {
+                repo: row.repo,
+                pr,
+                installation_id: u64::try_from(row.installation_id).unwrap_or(0),
+                sha: row.sha,
+                head_branch: row.head_branch,
+                default_branch: row.default_branch,
+            };
+            match self
+                .instances
+                .poke(&reconcile_request(&input, now_ms / interval_ms))
+                .await
+            {
+                Ok(()) => report.reconciled += 1,
+                Err(_) => report.failed += 1,
+            }
+        }
     }
 
     async fn resume_overdue(&self, now_ms: i64, report: &mut SweepReport) {

@@ -273,7 +273,7 @@ fn parse_subject(run: &str, rest: &[&str]) -> Option<Subject> {
             sha: Some(owned(sha)),
             arrival: owned(arrival),
         }),
-        ("preview-teardown", [pr, when]) => Some(Subject::Preview {
+        ("preview-teardown" | "preview-reconcile", [pr, when]) => Some(Subject::Preview {
             pr: PullNumber::new(pr.strip_prefix("pr")?.parse().ok()?)?,
             sha: None,
             arrival: owned(when),

@@ -6,11 +6,20 @@
 //! the state in GitHub and in the `previews` index.
 
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::config::{PreviewConfig, QueueConfig};
 use super::inputs::{DeployInput, PullNumber};
+use super::key::{InstanceKey, Subject};
+use crate::engine::CreateRequest;
 use crate::gates::policy::QueuePolicy;
 use crate::limits::QUEUE_POLICY_MS_MAX;
+
+/// The runs' names (`Run::NAME`): here, so the edge, the sweep and the
+/// reconcile run name them alike.
+pub const PREVIEW_RUN: &str = "preview";
+pub const TEARDOWN_RUN: &str = "preview-teardown";
+pub const RECONCILE_RUN: &str = "preview-reconcile";
 
 /// The check run a preview reports through.
 pub const PREVIEW_CHECK_NAME: &str = "sluice/preview";
@@ -136,4 +145,92 @@ pub fn as_deploy_config(p: &PreviewConfig, head_branch: &str) -> super::config::
         }),
         needs: Vec::new(),
     }
+}
+
+/// What a `preview-reconcile` instance needs: a preview the index holds
+/// live, whose pull request GitHub may have closed without telling Sluice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconcileInput {
+    pub repo: String,
+    pub pr: PullNumber,
+    pub installation_id: u64,
+    pub sha: String,
+    pub head_branch: String,
+    pub default_branch: String,
+}
+
+fn request(
+    run: &str,
+    key: InstanceKey,
+    repo: &str,
+    pr: PullNumber,
+    sha: &str,
+    input: serde_json::Value,
+) -> CreateRequest {
+    CreateRequest {
+        key: key.to_string(),
+        run: run.into(),
+        repo: Some(repo.to_owned()),
+        entity: Some(entity_of(pr)),
+        sha: Some(sha.to_owned()),
+        input,
+        max_steps: None,
+        max_duration_ms: None,
+    }
+}
+
+/// The creation of a `preview` instance of this arrival of a head.
+pub fn preview_request(input: &PreviewInput, arrival: String) -> CreateRequest {
+    let subject = Subject::Preview {
+        pr: input.pr,
+        sha: Some(input.sha.clone()),
+        arrival,
+    };
+    let key = InstanceKey::new(PREVIEW_RUN, &input.repo, subject);
+    request(
+        PREVIEW_RUN,
+        key,
+        &input.repo,
+        input.pr,
+        &input.sha,
+        json!(input),
+    )
+}
+
+/// The creation of a `preview-teardown` instance for a pull request GitHub
+/// closed at `closed_ms`: the webhook's and the reconcile's are one key.
+pub fn teardown_request(input: &TeardownInput, closed_ms: i64) -> CreateRequest {
+    let subject = Subject::Preview {
+        pr: input.pr,
+        sha: None,
+        arrival: format!("closed-{}", closed_ms / 1000),
+    };
+    let key = InstanceKey::new(TEARDOWN_RUN, &input.repo, subject);
+    request(
+        TEARDOWN_RUN,
+        key,
+        &input.repo,
+        input.pr,
+        &input.sha,
+        json!(input),
+    )
+}
+
+/// The creation of a `preview-reconcile` instance in the sweep's `slot`
+/// (one per preview per reconcile interval).
+pub fn reconcile_request(input: &ReconcileInput, slot: i64) -> CreateRequest {
+    let subject = Subject::Preview {
+        pr: input.pr,
+        sha: None,
+        arrival: format!("check-{slot}"),
+    };
+    let key = InstanceKey::new(RECONCILE_RUN, &input.repo, subject);
+    request(
+        RECONCILE_RUN,
+        key,
+        &input.repo,
+        input.pr,
+        &input.sha,
+        json!(input),
+    )
 }

@@ -22,6 +22,7 @@
 //! queued timeout and supersede-after never apply; the confirmation timeout
 //! does; a running preview is never touched.
 
+pub mod reconcile;
 pub mod teardown;
 
 use std::cell::Cell;
@@ -52,7 +53,7 @@ pub struct PreviewRun;
 
 #[async_trait(?Send)]
 impl Run for PreviewRun {
-    const NAME: RunName = RunName::new("preview");
+    const NAME: RunName = RunName::new(kit::PREVIEW_RUN);
     const CHECK_RUN: Option<&'static str> = Some(PREVIEW_CHECK_NAME);
     const GATED: bool = true;
     type Input = PreviewInput;
@@ -222,37 +223,36 @@ fn fork_refused(input: &PreviewInput) -> Verdict {
 /// already queued is superseded by this one's enqueue). One step: a replay
 /// tells nobody twice what it told already (a second telling is a no-op).
 async fn arrive(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result<(), RunError> {
-    let told: Vec<String> = ctx
-        .step("preview: arrive", github_step(), |_| async {
-            let gate = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
-            let me = ctx.instance_id();
-            let (repo, pr) = (input.repo.as_str(), input.pr.get());
-            previews::started(
-                env.db,
-                repo,
-                pr,
-                input.installation_id,
-                &input.sha,
-                me,
-                ctx.now_ms(),
-            )
+    ctx.step("preview: arrive", github_step(), |_| async {
+        let gate = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
+        let me = ctx.instance_id();
+        let (repo, pr) = (input.repo.as_str(), input.pr.get());
+        let started = previews::Started {
+            repo,
+            pr,
+            installation_id: input.installation_id,
+            default_branch: &input.default_branch,
+            head_branch: &input.head_branch,
+            sha: &input.sha,
+            execution_id: me,
+        };
+        previews::started(env.db, &started, ctx.now_ms())
             .await
             .map_err(gate)?;
-            let entity = kit::entity_of(input.pr);
-            let older = previews::older_live(env.db, "preview", repo, &entity, me)
-                .await
-                .map_err(gate)?;
-            let payload = json!({ SUPERSEDED_BY: input.sha });
-            for id in &older {
-                // Best effort: an older preview that cannot be told waits
-                // out its own confirmation timeout.
-                let _ = env.waker.send(id, CONFIRM_EVENT, &payload).await;
-            }
-            Ok(older)
-        })
-        .await?;
-    let _ = told;
-    Ok(())
+        let entity = kit::entity_of(input.pr);
+        let older = previews::older_live(env.db, "preview", repo, &entity, me)
+            .await
+            .map_err(gate)?;
+        let payload = json!({ SUPERSEDED_BY: input.sha });
+        for id in &older {
+            // Best effort: an older preview that cannot be told waits
+            // out its own confirmation timeout.
+            let _ = env.waker.send(id, CONFIRM_EVENT, &payload).await;
+        }
+        Ok(older)
+    })
+    .await
+    .map(|_: Vec<String>| ())
 }
 
 /// After the deploy: the pull request's comment shows what it deployed

@@ -40,7 +40,7 @@ pub struct PreviewTeardownRun;
 
 #[async_trait(?Send)]
 impl Run for PreviewTeardownRun {
-    const NAME: RunName = RunName::new("preview-teardown");
+    const NAME: RunName = RunName::new(kit::TEARDOWN_RUN);
     const GATED: bool = true;
     type Input = TeardownInput;
 
