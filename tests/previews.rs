@@ -1,0 +1,358 @@
+//! Issue 24: pull-request previews. The real `preview`, `preview-teardown`
+//! and `preview-reconcile` runs and the engine over the strict fakes
+//! (GitHub's deployments, statuses, comments and pull requests with their
+//! shapes and codes; the sandbox), one test per rule: a head's preview in
+//! its pull request's transient environment with one comment; the queue
+//! policy's preview rules (a new head supersedes waiting and unconfirmed
+//! previews unconditionally, naming itself, never a running one; the
+//! confirmation timeout; auto-skips announced, an operator's skip silent);
+//! teardown on close, once; the sweep's reconcile of a close that never
+//! arrived; forks.
+
+mod common;
+
+use common::fakes::*;
+use common::{block_on, T0};
+use sluice::engine::{CreateRequest, Status};
+use sluice::gates::serial;
+use sluice::runs::gate::TURN_EVENT;
+use sluice::runs::kit::inputs::PullNumber;
+use sluice::runs::kit::preview::{
+    preview_request, reconcile_request, teardown_request, PreviewInput, ReconcileInput,
+    TeardownInput,
+};
+use sluice::runs::sweep::PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT;
+use sluice::runs::Waker;
+use sluice::store::previews;
+
+const HEAD_BRANCH: &str = "feature";
+const PREVIEW_TOML: &str = "[preview]\ncommand = \"./preview.sh\"\nteardown = \"./teardown.sh\"\n";
+const CONFIRM_TOML: &str = "[preview]\ncommand = \"./preview.sh\"\nteardown = \"./teardown.sh\"\n\
+    confirm = true\nconfirmation_timeout = \"30m\"\n";
+
+fn pr() -> PullNumber {
+    PullNumber::new(PR_NUMBER).unwrap()
+}
+
+/// A rig whose default branch (`main`, at `base`) says `config`, with the
+/// preview and teardown commands scripted (the preview's running
+/// `duration_ms` of virtual time when given).
+fn preview_rig(config: &str, duration_ms: Option<i64>) -> Rig {
+    let rig = Rig::new();
+    rig.github.commit(REPO, BRANCH, &[(".sluice.toml", config)]);
+    let out =
+        "deployed $SLUICE_SHA\nSLUICE_ENVIRONMENT_URL=https://pr-$SLUICE_PR.preview.example/\n";
+    match duration_ms {
+        Some(ms) => rig.sandbox.script_timed("./preview.sh", 0, out, ms),
+        None => rig.sandbox.script("./preview.sh", 0, out),
+    }
+    rig.sandbox
+        .script("./teardown.sh", 0, "removed pr-$SLUICE_PR\n");
+    rig
+}
+
+fn input(sha: &str) -> PreviewInput {
+    PreviewInput {
+        repo: REPO.into(),
+        pr: pr(),
+        sha: sha.into(),
+        head_branch: HEAD_BRANCH.into(),
+        installation_id: INSTALLATION,
+        default_branch: BRANCH.into(),
+        sender: "ana".into(),
+        fork: false,
+    }
+}
+
+/// A push of `sha` to the pull request's head branch, and its preview.
+fn push(rig: &Rig, sha: &str) -> Inst {
+    rig.github.commit(REPO, sha, &[("README.md", "hello")]);
+    rig.github.set_head(REPO, HEAD_BRANCH, sha);
+    rig.github.set_pull_head(REPO, PR_NUMBER, sha);
+    rig.create(preview_request(&input(sha), format!("s{}", &sha[..12])))
+}
+
+fn teardown(sha: &str) -> CreateRequest {
+    let t = TeardownInput {
+        repo: REPO.into(),
+        pr: pr(),
+        installation_id: INSTALLATION,
+        sha: sha.into(),
+        head_branch: HEAD_BRANCH.into(),
+        default_branch: BRANCH.into(),
+        why: "closed".into(),
+    };
+    teardown_request(&t, T0 + 1_000)
+}
+
+fn notifications_of(rig: &Rig, event: &str) -> Vec<serde_json::Value> {
+    rig.github
+        .notifications()
+        .into_iter()
+        .filter(|n| n.header("X-Sluice-Event") == Some(event))
+        .map(|n| {
+            assert!(n.signature_is_valid());
+            n.json()
+        })
+        .collect()
+}
+
+#[test]
+fn a_head_is_previewed_in_its_pull_requests_transient_environment_with_one_comment() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let pa = push(&rig, &a);
+    let status = rig.run_to_end(&pa);
+    assert_eq!(status, Status::Complete, "{:?}", rig.row(&pa));
+    let d = rig.github.only_deployment(&a);
+    assert_eq!(d.states(), ["queued", "in_progress", "success"]);
+    assert_eq!((d.environment.as_str(), d.transient), ("pr-7", true));
+    let url = "https://pr-7.preview.example/";
+    assert_eq!(d.latest().unwrap().environment_url.as_deref(), Some(url));
+    assert_eq!(
+        rig.github
+            .only_check_run(&a, "sluice/preview")
+            .conclusion
+            .as_deref(),
+        Some("success")
+    );
+    let comments = rig.github.comments_on(PR_NUMBER);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].contains(url) && comments[0].contains(&a),
+        "{comments:?}"
+    );
+
+    let pb = push(&rig, &b);
+    assert_eq!(rig.run_to_end(&pb), Status::Complete);
+    let comments = rig.github.comments_on(PR_NUMBER);
+    assert_eq!(
+        comments.len(),
+        1,
+        "one comment, updated in place: {comments:?}"
+    );
+    assert!(comments[0].contains(&b) && !comments[0].contains(&a));
+    assert_eq!(rig.github.calls_to("update-comment").len(), 1);
+    let row = block_on(previews::get(rig.index.as_ref(), REPO, PR_NUMBER))
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.state.as_str(), row.sha.as_str()), ("live", b.as_str()));
+    assert_eq!(
+        (row.url.as_deref(), row.result.as_deref()),
+        (Some(url), Some("success"))
+    );
+}
+
+/// A running preview is never touched; a new head supersedes the one
+/// waiting behind it, naming itself, announced; the queued timeout never
+/// applies (an hour and a half behind a running one is no timeout).
+#[test]
+fn a_new_head_supersedes_the_waiting_preview_never_the_running_one() {
+    let (a, b, c) = (sha('a'), sha('b'), sha('c'));
+    let rig = preview_rig(PREVIEW_TOML, Some(90 * MINUTE_MS));
+    let pa = push(&rig, &a);
+    assert_eq!(rig.pass(&pa).status, Status::Waiting, "A's command runs");
+    let pb = push(&rig, &b);
+    assert_eq!(
+        rig.pass(&pb).status,
+        Status::Waiting,
+        "B waits for the group"
+    );
+    rig.clock.advance(61 * MINUTE_MS);
+    assert_eq!(rig.pass(&pb).status, Status::Waiting, "no queued timeout");
+    let pc = push(&rig, &c);
+    assert_eq!(rig.pass(&pc).status, Status::Waiting);
+    rig.deliver(&pb);
+    assert_eq!(rig.pass(&pb).status, Status::Skipped);
+    assert_eq!(rig.row(&pb).reason.as_deref(), Some("superseded"));
+    let db = rig.github.only_deployment(&b);
+    assert_eq!(db.states(), ["queued", "inactive"]);
+    assert!(db.latest().unwrap().description.contains(&c), "{db:?}");
+    let skipped = notifications_of(&rig, "preview_auto_skipped");
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0]["reason"], "superseded");
+    assert_eq!(skipped[0]["newer_revision"], c.as_str());
+
+    assert_eq!(rig.run_to_end(&pa), Status::Complete, "A was never touched");
+    assert_eq!(
+        rig.github.only_deployment(&a).states(),
+        ["queued", "in_progress", "success"]
+    );
+    rig.deliver(&pc);
+    assert_eq!(rig.run_to_end(&pc), Status::Complete);
+}
+
+/// An unconfirmed preview is superseded by a new head at once, whatever
+/// `supersede_after` would say (previews have none): the pull request has
+/// moved past it.
+#[test]
+fn an_unconfirmed_preview_is_superseded_by_a_new_head_at_once() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = preview_rig(CONFIRM_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(
+        rig.pass(&pa).status,
+        Status::Waiting,
+        "A waits for a confirmation"
+    );
+    let pb = push(&rig, &b);
+    assert_eq!(rig.pass(&pb).status, Status::Waiting);
+    assert_eq!(rig.deliver(&pa), 1, "B told A");
+    assert_eq!(rig.pass(&pa).status, Status::Skipped);
+    assert_eq!(rig.row(&pa).reason.as_deref(), Some("superseded"));
+    let da = rig.github.only_deployment(&a);
+    assert_eq!(da.states(), ["queued", "inactive"]);
+    assert!(da.latest().unwrap().description.contains(&b), "{da:?}");
+    let skipped = notifications_of(&rig, "preview_auto_skipped");
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0]["newer_revision"], b.as_str());
+    assert_eq!(
+        rig.pass(&pb).status,
+        Status::Waiting,
+        "B still waits for its own"
+    );
+}
+
+/// An unanswered confirmation ends `confirmation_timeout` at its window,
+/// its deployment `inactive`, announced.
+#[test]
+fn an_unanswered_preview_confirmation_ends_inactive_and_announced() {
+    let a = sha('a');
+    let rig = preview_rig(CONFIRM_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Skipped);
+    assert_eq!(rig.row(&pa).reason.as_deref(), Some("confirmation_timeout"));
+    assert_eq!(
+        rig.github.only_deployment(&a).states(),
+        ["queued", "inactive"]
+    );
+    let skipped = notifications_of(&rig, "preview_auto_skipped");
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0]["reason"], "confirmation_timeout");
+    assert!(rig.sandbox.all_runs().is_empty(), "nothing ran");
+}
+
+/// An operator's skip of a waiting preview is silent.
+#[test]
+fn an_operators_skip_of_a_preview_is_silent() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = preview_rig(PREVIEW_TOML, Some(30 * MINUTE_MS));
+    let pa = push(&rig, &a);
+    assert_eq!(rig.pass(&pa).status, Status::Waiting);
+    let pb = push(&rig, &b);
+    assert_eq!(rig.pass(&pb).status, Status::Waiting);
+    // `POST /v1/executions/{id}/skip`: skip in the queue, then wake.
+    let group = sluice::runs::kit::preview::group_of(REPO, pr());
+    assert!(block_on(serial::skip(rig.index.as_ref(), &group, &pb.id, rig.now())).unwrap());
+    block_on(rig.waker.wake(&pb.id, TURN_EVENT)).unwrap();
+    assert_eq!(rig.deliver(&pb), 1);
+    assert_eq!(rig.pass(&pb).status, Status::Skipped);
+    assert_eq!(rig.row(&pb).reason, None);
+    assert_eq!(
+        rig.github.only_deployment(&b).states(),
+        ["queued", "inactive"]
+    );
+    assert!(notifications_of(&rig, "preview_auto_skipped").is_empty());
+}
+
+/// A close starts a teardown that waits for the running preview deploy,
+/// runs `teardown` once and leaves every deployment of the environment
+/// `inactive`.
+#[test]
+fn closing_waits_for_the_running_preview_then_tears_down_once() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, Some(10 * MINUTE_MS));
+    let pa = push(&rig, &a);
+    assert_eq!(rig.pass(&pa).status, Status::Waiting, "A's command runs");
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t = rig.create(teardown(&a));
+    assert_eq!(
+        rig.pass(&t).status,
+        Status::Waiting,
+        "it waits for the group"
+    );
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.deliver(&t);
+    assert_eq!(rig.run_to_end(&t), Status::Complete);
+    let runs: Vec<_> = rig
+        .sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.workspace == t.id)
+        .collect();
+    assert_eq!(runs.len(), 1, "teardown ran once: {runs:?}");
+    let d = rig.github.only_deployment(&a);
+    assert_eq!(d.states(), ["queued", "in_progress", "success", "inactive"]);
+    let row = block_on(previews::get(rig.index.as_ref(), REPO, PR_NUMBER))
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.state, "torn_down");
+    assert!(rig.github.comments_on(PR_NUMBER)[0].contains("torn down"));
+}
+
+/// A close GitHub never delivered: the sweep asks GitHub within the
+/// reconcile interval, and the close's own teardown runs.
+#[test]
+fn the_sweep_tears_down_a_preview_whose_close_event_never_came() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.sweep();
+    assert!(rig
+        .pokes
+        .poked
+        .borrow()
+        .iter()
+        .all(|p| !p.starts_with("preview-reconcile")));
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    rig.clock.advance(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + 1);
+    let now = rig.now();
+    let report = rig.sweep();
+    assert_eq!(report.reconciled, 1);
+    let reconcile = ReconcileInput {
+        repo: REPO.into(),
+        pr: pr(),
+        installation_id: INSTALLATION,
+        sha: a.clone(),
+        head_branch: HEAD_BRANCH.into(),
+        default_branch: BRANCH.into(),
+    };
+    let req = reconcile_request(&reconcile, now / PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT);
+    assert!(rig.pokes.poked.borrow().contains(&req.id().to_string()));
+    assert_eq!(rig.sweep().reconciled, 0, "asked once per interval");
+    let r = rig.create(req);
+    assert_eq!(rig.run_to_end(&r), Status::Complete);
+    let spawned = rig.create_spawned();
+    assert_eq!(spawned.len(), 1);
+    assert!(
+        spawned[0].id.starts_with("preview-teardown"),
+        "{}",
+        spawned[0].id
+    );
+    assert_eq!(rig.run_to_end(&spawned[0]), Status::Complete);
+    assert_eq!(
+        rig.github.only_deployment(&a).latest().unwrap().state,
+        "inactive"
+    );
+}
+
+/// A fork's pull request gets no preview and no secret; its check says why.
+#[test]
+fn a_forks_pull_request_gets_no_preview_and_its_check_says_why() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    rig.github.commit(REPO, &a, &[("README.md", "hello")]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+    let fork = PreviewInput {
+        fork: true,
+        ..input(&a)
+    };
+    let p = rig.create(preview_request(&fork, "opened".into()));
+    assert_eq!(rig.run_to_end(&p), Status::Skipped);
+    let check = rig.github.only_check_run(&a, "sluice/preview");
+    assert_eq!(check.conclusion.as_deref(), Some("neutral"));
+    assert!(check.summary.unwrap_or_default().contains("fork"));
+    assert!(rig.sandbox.all_runs().is_empty());
+    assert!(rig.github.deployments_on(&a).is_empty());
+}
