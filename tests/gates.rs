@@ -705,6 +705,52 @@ fn supersede_after_applies_at_enqueue_only() {
     );
 }
 
+/// Issue 24, the preview lane (`runs::kit::preview::preview_policy`): a
+/// waiter behind a running preview never times out in the queue (the
+/// queued timeout does not apply), a new head supersedes it whatever its
+/// age (no supersede-after), naming the new head, and the running one is
+/// never touched.
+#[test]
+fn the_preview_lane_supersedes_by_head_and_never_times_out() {
+    let p = sluice::runs::kit::preview::preview_policy(None);
+    assert_eq!(p.supersede_after_ms, None);
+    let db = fresh();
+    enq_with(
+        &db,
+        &arrival("h", "r0", Current::Known("r0".into())),
+        &p,
+        T0,
+    );
+    assert_eq!(claim_with(&db, "h", &p, T0), holding());
+    assert_eq!(
+        enq_with(
+            &db,
+            &arrival("b", "r1", Current::Known("r1".into())),
+            &p,
+            T0 + 1
+        ),
+        queued(&[]),
+        "a holder is never superseded"
+    );
+    let later = T0 + 3 * sluice::limits::SERIAL_QUEUED_TIMEOUT_MS_DEFAULT;
+    assert!(block_on(serial::heartbeat(&db, G, "h", later)).expect("heartbeat"));
+    assert!(
+        is_waiting(&claim_with(&db, "b", &p, later)),
+        "three deploy queued timeouts behind a running preview: still waiting"
+    );
+    assert_eq!(
+        enq_with(
+            &db,
+            &arrival("c", "r2", Current::Known("r2".into())),
+            &p,
+            later + 1
+        ),
+        queued(&[("b", "r1", "r2")]),
+        "the new head supersedes the waiting one, naming itself"
+    );
+    assert_eq!(state(&db, "h"), "holding");
+}
+
 #[test]
 fn supersede_off_is_fifo() {
     let p = QueuePolicy {
@@ -1326,6 +1372,9 @@ fn drawn_policy(rng: &mut Rng) -> QueuePolicy {
             supersede: false,
             ..QueuePolicy::default()
         },
+        // A pull request's preview lane (issue 24): no queued timeout, no
+        // supersede-after.
+        4 => sluice::runs::kit::preview::preview_policy(None),
         _ => QueuePolicy::default(),
     }
 }
@@ -1876,10 +1925,22 @@ fn run_schedule(seed: u64, trace: &mut Vec<String>) -> bool {
         prev = m.operate(false);
         m.step += 1;
     }
+    let preview_lane = m.sched.policy == sluice::runs::kit::preview::preview_policy(None);
+    if preview_lane {
+        // The preview lane's rule: nothing ever times out in its queue.
+        assert!(
+            m.trace.iter().all(|l| !l.contains("TimedOut")),
+            "a preview waiter timed out in the queue"
+        );
+    }
     if m.sched.crashes {
         return false;
     }
     m.quiesce(prev);
+    assert!(
+        !preview_lane || m.trace.iter().all(|l| !l.contains("TimedOut")),
+        "a preview waiter timed out in the queue"
+    );
     m.sched.policy == QueuePolicy::default() && m.survivor_check()
 }
 

@@ -96,3 +96,103 @@ fn arrival_of(pr: &PullRequestEvent) -> Option<String> {
         _ => Some(format!("ready-{}", updated_ms(pr)? / 1000)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::webhook::{parse, Event};
+    use crate::runs::kit::key::InstanceKey;
+    use serde_json::json;
+
+    const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
+    const BEFORE: &str = "fedcba9876543210fedcba9876543210fedcba98";
+
+    fn event(action: &str, head_repo: &str, extra: serde_json::Value) -> PullRequestEvent {
+        let mut body = json!({
+            "action": action, "number": 7,
+            "pull_request": {"number": 7, "draft": false,
+                "updated_at": "2026-12-04T10:00:00Z", "closed_at": "2026-12-04T11:00:00Z",
+                "head": {"sha": HEAD, "ref": "feature", "repo": {"full_name": head_repo}},
+                "base": {"sha": BEFORE, "ref": "main"}},
+            "repository": {"full_name": "octo/hello", "name": "hello",
+                "owner": {"login": "octo"}, "default_branch": "trunk"},
+            "sender": {"login": "ana", "type": "User"},
+            "installation": {"id": 42}
+        });
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        match parse("pull_request", body.to_string().as_bytes()).unwrap() {
+            Event::PullRequest(pr) => *pr,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn planned(action: &str, extra: serde_json::Value) -> Option<CreateRequest> {
+        plan_preview(&event(action, "octo/hello", extra))
+    }
+
+    /// Each arrival of a head is one instance, named by the event: a
+    /// redelivery is the same key, a later arrival of the same head another.
+    #[test]
+    fn heads_are_previewed_once_per_arrival() {
+        let opened = planned("opened", json!({})).unwrap();
+        assert_eq!(opened.key, "preview:octo/hello:pr7:0123456789ab:opened");
+        assert_eq!(opened.run, "preview");
+        assert_eq!(opened.entity.as_deref(), Some("pr:7"));
+        assert_eq!(opened.input["default_branch"], "trunk");
+        assert_eq!(opened.input["head_branch"], "feature");
+        assert!(opened.input.get("fork").is_none());
+        let pushed = planned("synchronize", json!({"before": BEFORE})).unwrap();
+        assert_eq!(
+            pushed.key,
+            "preview:octo/hello:pr7:0123456789ab:sfedcba987654"
+        );
+        let reopened = planned("reopened", json!({})).unwrap();
+        assert_eq!(
+            reopened.key,
+            "preview:octo/hello:pr7:0123456789ab:reopened-1796378400"
+        );
+        assert!(planned("ready_for_review", json!({})).is_some());
+        for key in [&opened.key, &pushed.key, &reopened.key] {
+            let parsed = InstanceKey::parse(key).unwrap();
+            assert_eq!(&parsed.to_string(), key);
+        }
+    }
+
+    #[test]
+    fn drafts_and_other_actions_start_no_preview() {
+        let draft = json!({"pull_request": {"number": 7, "draft": true,
+            "head": {"sha": HEAD, "ref": "feature", "repo": {"full_name": "octo/hello"}},
+            "base": {"sha": BEFORE, "ref": "main"}}});
+        assert!(planned("opened", draft).is_none());
+        for action in ["edited", "labeled", "assigned"] {
+            assert!(planned(action, json!({})).is_none(), "{action}");
+        }
+    }
+
+    /// A close is a teardown named by when GitHub closed it: the key the
+    /// sweep's reconcile builds from GitHub's `closed_at`.
+    #[test]
+    fn a_close_is_a_teardown_named_by_when_github_closed_it() {
+        let closed = planned("closed", json!({})).unwrap();
+        assert_eq!(closed.run, "preview-teardown");
+        assert_eq!(
+            closed.key,
+            "preview-teardown:octo/hello:pr7:closed-1796382000"
+        );
+        assert_eq!(closed.input["sha"], HEAD);
+        assert_eq!(
+            InstanceKey::parse(&closed.key).unwrap().to_string(),
+            closed.key
+        );
+    }
+
+    /// A fork's head is planned with `fork`, which the run refuses (its
+    /// check says why): no secret reaches a fork's code.
+    #[test]
+    fn a_forks_head_is_marked_fork() {
+        let fork = plan_preview(&event("opened", "mallory/hello", json!({}))).unwrap();
+        assert_eq!(fork.input["fork"], true);
+    }
+}
