@@ -843,7 +843,7 @@ fn the_timeline_is_drawn_to_scale() {
 #[test]
 fn bookkeeping_is_listed_apart_from_the_runs_users_asked_for() {
     let apart: Vec<&str> = registry::bookkeeping().map(|r| r.as_str()).collect();
-    assert_eq!(apart, ["cancel-checks", "schedules"]);
+    assert_eq!(apart, ["cancel-checks", "schedules", "preview-reconcile"]);
     let apart_owned: Vec<String> = apart.iter().map(|r| r.to_string()).collect();
     // By default the list leaves bookkeeping out; `bookkeeping=1` lists it
     // alone; a run filter holds as it is. Other filters hold in all three.
