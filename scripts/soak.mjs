@@ -165,7 +165,8 @@ async function pullBurstTrial(stack, i, killAfterMs, agentToo) {
   const statuses = await settle(stack, ids.filter((id) => !id.startsWith('lost:')));
   const violations = [];
   if (ids.some((id) => id.startsWith('lost:'))) violations.push('a delivery was never acknowledged');
-  if (ids.length !== BURST_PULLS) violations.push(`${ids.length} instances for ${BURST_PULLS} pull requests`);
+  // Each pull request plans its check and its preview (`src/runs/edge/previews.rs`).
+  if (ids.length !== 2 * BURST_PULLS) violations.push(`${ids.length} instances for ${BURST_PULLS} pull requests (a check and a preview each)`);
   const { calls } = await stack.standinGet(`/_standin/calls?method=POST&path_prefix=/repos/${OWNER}/${repo}/check-runs`);
   const created = calls.filter((c) => c.status < 300).length;
   if (created !== BURST_PULLS) violations.push(`${created} check runs created for ${BURST_PULLS} pull requests`);

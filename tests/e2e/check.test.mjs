@@ -74,8 +74,10 @@ async function openPullRequest(repo, sha) {
   assert.equal(res.status, 202, `webhook for ${repo}: ${JSON.stringify(res.body)}`);
   assert.equal(res.body.delivery, deliveryId);
   assert.equal(res.body.duplicate, false);
-  assert.equal(res.body.instances.length, 1, JSON.stringify(res.body));
-  const [instance] = res.body.instances;
+  // The pull request's check, and its preview (`src/runs/edge/previews.rs`).
+  const checks = res.body.instances.filter((i) => i.run !== 'preview');
+  assert.equal(checks.length, 1, JSON.stringify(res.body));
+  const [instance] = checks;
   assert.equal(instance.run, 'check');
   assert.equal(instance.created, true);
   assert.equal(typeof instance.id, 'string');
@@ -336,14 +338,15 @@ sluiceTest('repeated deliveries and repeated head shas start nothing new', async
     const redelivery = await stack.sendWebhook('pull_request', payload, deliveryId);
     assert.ok(redelivery.status >= 200 && redelivery.status < 300, `redelivery: ${redelivery.status} ${JSON.stringify(redelivery.body)}`);
     assert.equal(redelivery.body.duplicate, true, JSON.stringify(redelivery.body));
-    assert.deepEqual(redelivery.body.instances.map((i) => i.id), [instance.id]);
+    assert.deepEqual(redelivery.body.instances.filter((i) => i.run === 'check').map((i) => i.id), [instance.id]);
 
     const newDelivery = await stack.sendWebhook('pull_request', { ...payload, action: 'synchronize' });
     assert.ok(newDelivery.status >= 200 && newDelivery.status < 300, `new delivery: ${newDelivery.status} ${JSON.stringify(newDelivery.body)}`);
     assert.equal(newDelivery.body.duplicate, false);
-    assert.equal(newDelivery.body.instances.length, 1, JSON.stringify(newDelivery.body));
-    assert.equal(newDelivery.body.instances[0].id, instance.id);
-    assert.equal(newDelivery.body.instances[0].created, false);
+    const newChecks = newDelivery.body.instances.filter((i) => i.run === 'check');
+    assert.equal(newChecks.length, 1, JSON.stringify(newDelivery.body));
+    assert.equal(newChecks[0].id, instance.id);
+    assert.equal(newChecks[0].created, false);
   }
 
   await repeatBoth();
@@ -578,10 +581,11 @@ test('a burst of pull requests: every delivery answered, every check created onc
   const answers = await Promise.all(shas.map((sha, i) => stack.sendWebhook('pull_request', prPayload(repo, sha, { number: 100 + i }), randomUUID())));
   for (const res of answers) {
     assert.equal(res.status, 202, JSON.stringify(res.body));
-    assert.equal(res.body.instances.length, 1, JSON.stringify(res.body));
-    assert.equal(res.body.instances[0].created, true);
+    const checks = res.body.instances.filter((i) => i.run === 'check');
+    assert.equal(checks.length, 1, JSON.stringify(res.body));
+    assert.equal(checks[0].created, true);
   }
-  const ids = answers.map((res) => res.body.instances[0].id);
+  const ids = answers.map((res) => res.body.instances.find((i) => i.run === 'check').id);
   assert.equal(new Set(ids).size, BURST_PULLS, 'one instance per delivery');
   // One deadline for all: which check the pool admits last is not the first delivery's.
   const ended = await stack.waitFor(async () => {

@@ -46,6 +46,7 @@ export const DOCS = {
   createRef: 'https://docs.github.com/rest/git/refs#create-a-reference',
   putContents: 'https://docs.github.com/rest/repos/contents#create-or-update-file-contents',
   comments: 'https://docs.github.com/rest/issues/comments#create-an-issue-comment',
+  updateComment: 'https://docs.github.com/rest/issues/comments#update-an-issue-comment',
   releaseByTag: 'https://docs.github.com/rest/releases/releases#get-a-release-by-tag-name',
   createRelease: 'https://docs.github.com/rest/releases/releases#create-a-release',
   latestRelease: 'https://docs.github.com/rest/releases/releases#get-the-latest-release',

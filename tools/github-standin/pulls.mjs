@@ -133,6 +133,27 @@ function createComment(s, ctx, owner, repo, rawNumber) {
   sendJson(ctx.res, 201, comment);
 }
 
+// PATCH /repos/{o}/{r}/issues/comments/{id}: edits a comment's body (a preview's one comment,
+// updated in place); 200 with the comment, 404 for an id of another repository or none, 422
+// without a body, as GitHub answers.
+function updateComment(s, ctx, owner, repo, rawId) {
+  const { state } = s;
+  requirePermission(ctx.token, 'pull_requests', 'write');
+  requireRepo(s, owner, repo, DOCS.updateComment);
+  const body = requireObjectBody(ctx);
+  if (typeof body.body !== 'string' || !body.body) throw invalidRequest('"body" wasn\'t supplied.', DOCS.updateComment);
+  for (const [key, list] of state.comments.entries()) {
+    if (!key.startsWith(`${owner}/${repo}#`)) continue;
+    const comment = list.find((c) => String(c.id) === rawId);
+    if (!comment) continue;
+    comment.body = body.body;
+    comment.updated_at = isoSeconds(Date.now());
+    sendJson(ctx.res, 200, comment);
+    return;
+  }
+  throw notFound(DOCS.updateComment);
+}
+
 // GET /repos/{o}/{r}/collaborators/{u}/permission: the owner is admin; others as registered,
 // else "read" (anyone may read a public repository), as GitHub answers.
 function getPermission(s, ctx, owner, repo, rawUser) {
@@ -208,6 +229,7 @@ export function registerPulls(router) {
   router.route('PATCH', new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), updatePull, { auth: true });
   router.route('GET', new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), listComments, { auth: true });
   router.route('POST', new RegExp(`^/repos/${R}/${R}/issues/${R}/comments$`), createComment, { auth: true });
+  router.route('PATCH', new RegExp(`^/repos/${R}/${R}/issues/comments/${R}$`), updateComment, { auth: true });
   router.route('GET', new RegExp(`^/repos/${R}/${R}/pulls/${R}$`), getPull, { auth: true });
   router.route('GET', new RegExp(`^/repos/${R}/${R}/collaborators/${R}/permission$`), getPermission, { auth: true });
 }
