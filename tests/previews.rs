@@ -80,7 +80,8 @@ fn teardown(sha: &str) -> CreateRequest {
         sha: sha.into(),
         head_branch: HEAD_BRANCH.into(),
         default_branch: BRANCH.into(),
-        why: "closed".into(),
+        why: "this pull request was closed".into(),
+        evicted: false,
     };
     teardown_request(&t, T0 + 1_000)
 }
@@ -355,4 +356,54 @@ fn a_forks_pull_request_gets_no_preview_and_its_check_says_why() {
     assert!(check.summary.unwrap_or_default().contains("fork"));
     assert!(rig.sandbox.all_runs().is_empty());
     assert!(rig.github.deployments_on(&a).is_empty());
+}
+
+/// Past `PREVIEW_LIVE_PER_REPO_MAX` live previews, the least recently
+/// updated is torn down (its pull request still open), saying why.
+#[test]
+fn past_the_cap_the_least_recently_updated_preview_is_torn_down_saying_why() {
+    use sluice::runs::kit::preview::PREVIEW_LIVE_PER_REPO_MAX;
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let first_pr = 100;
+    for i in 0..=u64::from(PREVIEW_LIVE_PER_REPO_MAX) {
+        let number = first_pr + i;
+        let head = format!("{:040x}", 0xabc000 + i);
+        rig.github.commit(REPO, &head, &[("README.md", "hello")]);
+        rig.github.set_head(REPO, &format!("f{number}"), &head);
+        rig.github.set_pull_head(REPO, number, &head);
+        let p = PreviewInput {
+            pr: PullNumber::new(number).unwrap(),
+            head_branch: format!("f{number}"),
+            ..input(&head)
+        };
+        let inst = rig.create(preview_request(&p, "opened".into()));
+        assert_eq!(rig.run_to_end(&inst), Status::Complete);
+        rig.clock.advance(MINUTE_MS);
+    }
+    let spawned = rig.create_spawned();
+    assert_eq!(spawned.len(), 1, "one over the cap");
+    assert!(
+        spawned[0]
+            .id
+            .starts_with(&format!("preview-teardown-octo-hello-pr{first_pr}-capped")),
+        "{}",
+        spawned[0].id
+    );
+    assert_eq!(
+        rig.run_to_end(&spawned[0]),
+        Status::Complete,
+        "{:?}",
+        rig.row(&spawned[0])
+    );
+    let row = block_on(previews::get(rig.index.as_ref(), REPO, first_pr))
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.state, "torn_down");
+    let live = block_on(previews::live(rig.index.as_ref(), Some(REPO), 100)).unwrap();
+    assert_eq!(live.len(), PREVIEW_LIVE_PER_REPO_MAX as usize);
+    let comment = &rig.github.comments_on(first_pr)[0];
+    assert!(
+        comment.contains("torn down") && comment.contains("live previews"),
+        "{comment}"
+    );
 }

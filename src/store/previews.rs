@@ -128,6 +128,24 @@ pub async fn due_for_reconcile(
     decode(db.all(stmt!(sql, before_ms, limit)).await?)
 }
 
+/// Live previews of `repo` past the `keep` most recently updated (`own`,
+/// the pull request arriving, always kept), the least recently updated
+/// first, at most `limit`: what the cap evicts.
+pub async fn beyond_cap(
+    db: &dyn Database,
+    repo: &str,
+    own: u64,
+    keep: u32,
+    limit: u32,
+) -> Result<Vec<PreviewRow>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM (SELECT * FROM previews WHERE repo = ?1 AND state = 'live' \
+           ORDER BY pr = ?4 DESC, updated_ms DESC, pr DESC LIMIT -1 OFFSET ?2) \
+         ORDER BY updated_ms, pr LIMIT ?3"
+    );
+    decode(db.all(stmt!(sql, repo, keep, limit, own as i64)).await?)
+}
+
 /// The sweep asked GitHub about this preview at `now_ms`.
 pub async fn checked(
     db: &dyn Database,

@@ -40,7 +40,8 @@ pub fn plan_preview(pr: &PullRequestEvent) -> Option<CreateRequest> {
                 sha: head.sha.clone(),
                 head_branch: head.name.clone(),
                 default_branch: default_branch(pr),
-                why: "closed".into(),
+                why: "this pull request was closed".into(),
+                evicted: false,
             },
             closed_ms,
         ));

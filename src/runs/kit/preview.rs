@@ -59,9 +59,23 @@ pub struct TeardownInput {
     pub sha: String,
     pub head_branch: String,
     pub default_branch: String,
-    /// Why: `closed` (GitHub's event), `swept` (the sweep found it closed).
+    /// Why, as the pull request's comment says it ("this pull request
+    /// was closed", ...).
     pub why: String,
+    /// Torn down by the per-repository cap (`PREVIEW_LIVE_PER_REPO_MAX`)
+    /// while its pull request is open: no reopen check.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evicted: bool,
 }
+
+/// Live previews one repository keeps at most. Each is a running
+/// deployment somewhere that costs money until torn down; ten open pull
+/// requests previewed at once is a busy team, and past it the least
+/// recently updated is torn down (a push to it previews it again).
+pub const PREVIEW_LIVE_PER_REPO_MAX: u32 = 10;
+/// Previews one arrival evicts at most: normally one (the cap is passed by
+/// one at a time); a lowered cap is caught up with over a few arrivals.
+pub const PREVIEW_EVICTIONS_PER_ARRIVAL_MAX: u32 = 5;
 
 /// The serial group of one pull request's previews: one preview deploy of
 /// it at a time (ADR-0004's gate, docs/adr/0004-serialized-run-groups.md).
@@ -204,6 +218,25 @@ pub fn teardown_request(input: &TeardownInput, closed_ms: i64) -> CreateRequest 
         pr: input.pr,
         sha: None,
         arrival: format!("closed-{}", closed_ms / 1000),
+    };
+    let key = InstanceKey::new(TEARDOWN_RUN, &input.repo, subject);
+    request(
+        TEARDOWN_RUN,
+        key,
+        &input.repo,
+        input.pr,
+        &input.sha,
+        json!(input),
+    )
+}
+
+/// The creation of the teardown of a preview evicted by the cap: one per
+/// evicted head (a replayed eviction starts nothing twice).
+pub fn eviction_request(input: &TeardownInput) -> CreateRequest {
+    let subject = Subject::Preview {
+        pr: input.pr,
+        sha: None,
+        arrival: format!("capped-{}", super::key::short(&input.sha)),
     };
     let key = InstanceKey::new(TEARDOWN_RUN, &input.repo, subject);
     request(

@@ -37,6 +37,7 @@ use crate::runs::kit::approval::CONFIRM_EVENT;
 use crate::runs::kit::config::{parse_duration_ms, DeployConfig, RepoConfig};
 use crate::runs::kit::deployment::{self, Place};
 use crate::runs::kit::gate::{self, BranchRef, Gates, Pool, Serial};
+use crate::runs::kit::inputs::PullNumber;
 use crate::runs::kit::notify::{self, AutoSkipped};
 use crate::runs::kit::preview::{self as kit, PreviewInput, PREVIEW_CHECK_NAME, SUPERSEDED_BY};
 use crate::runs::kit::report::Verdict;
@@ -252,7 +253,51 @@ async fn arrive(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result
         Ok(older)
     })
     .await
-    .map(|_: Vec<String>| ())
+    .map(|_: Vec<String>| ())?;
+    capped(ctx, env, input).await
+}
+
+/// The repository's live previews past `PREVIEW_LIVE_PER_REPO_MAX` (this
+/// one counted, as the most recently updated) are torn down, the least
+/// recently updated first, each saying why on its pull request.
+async fn capped(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result<(), RunError> {
+    ctx.step("preview: cap", StepConfig::default(), |_| async {
+        let gate = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
+        let (keep, most) = (
+            kit::PREVIEW_LIVE_PER_REPO_MAX,
+            kit::PREVIEW_EVICTIONS_PER_ARRIVAL_MAX,
+        );
+        let beyond = previews::beyond_cap(env.db, &input.repo, input.pr.get(), keep, most)
+            .await
+            .map_err(gate)?;
+        let mut evicted = Vec::new();
+        for row in beyond {
+            let Some(pr) = u64::try_from(row.pr).ok().and_then(PullNumber::new) else {
+                continue;
+            };
+            let teardown = kit::TeardownInput {
+                repo: row.repo,
+                pr,
+                installation_id: u64::try_from(row.installation_id).unwrap_or(0),
+                sha: row.sha,
+                head_branch: row.head_branch,
+                default_branch: row.default_branch,
+                why: format!(
+                    "the repository has more than {keep} live previews and this one was updated \
+                     least recently; push to it again to preview it again"
+                ),
+                evicted: true,
+            };
+            env.spawner
+                .spawn(&kit::eviction_request(&teardown))
+                .await
+                .map_err(|e| FailureTag::Index.retryable(e))?;
+            evicted.push(pr.get());
+        }
+        Ok(evicted)
+    })
+    .await
+    .map(|_: Vec<u64>| ())
 }
 
 /// After the deploy: the pull request's comment shows what it deployed

@@ -90,7 +90,8 @@ async fn run(
             sha: input.sha.clone(),
             head_branch: input.head_branch.clone(),
             default_branch: input.default_branch.clone(),
-            why: "closed; its close event never reached Sluice".into(),
+            why: "this pull request was closed (its close event never reached Sluice)".into(),
+            evicted: false,
         },
         closed_ms,
     );

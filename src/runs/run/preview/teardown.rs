@@ -80,7 +80,7 @@ async fn run(
     let Some(preview) = config_preview(config) else {
         return Ok(skipped(NOT_CONFIGURED));
     };
-    if open_again(ctx, env, input).await? {
+    if !input.evicted && open_again(ctx, env, input).await? {
         return Ok(skipped("reopened"));
     }
     let group = kit::group_of(&input.repo, input.pr);
@@ -245,10 +245,7 @@ async fn retire(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Resul
     })
     .await?;
     let marker = kit::comment_marker(input.pr);
-    let body = format!(
-        "**Preview** torn down: this pull request was closed ({}).",
-        input.why
-    );
+    let body = format!("**Preview** torn down: {}.", input.why);
     let commented = ctx
         .step("teardown: comment", github_step(), |_| async {
             env.github
