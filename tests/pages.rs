@@ -1689,3 +1689,52 @@ fn the_checker_refuses_a_javascript_link() {
 fn the_checker_refuses_a_stray_angle_bracket() {
     parse("<p>a < b</p>");
 }
+
+/// Issue 24: `/ui/previews` lists the live previews (pull request, commit,
+/// URL, age, last deploy); every value is escaped and only an https URL
+/// becomes a link.
+#[test]
+fn live_previews_are_listed_with_their_urls_escaped() {
+    use sluice::http::pages::{render_previews, PreviewsPage};
+    use sluice::store::previews::PreviewRow;
+    let row = |pr: i64, url: Option<&str>| PreviewRow {
+        repo: "octo/<script>".into(),
+        pr,
+        installation_id: 42,
+        default_branch: "main".into(),
+        head_branch: "feature".into(),
+        state: "live".into(),
+        sha: "a".repeat(40),
+        url: url.map(str::to_owned),
+        result: Some("success".into()),
+        execution_id: "preview-octo-hello-pr7-aaaaaaaaaaaa-opened-12345678".into(),
+        updated_ms: NOW - 60_000,
+        checked_ms: NOW,
+    };
+    let page = PreviewsPage {
+        previews: vec![
+            row(7, Some("https://pr-7.preview.example/")),
+            row(8, Some("javascript:alert(1)")),
+            row(9, None),
+        ],
+        truncated: false,
+    };
+    let html = render_previews(&page, NOW);
+    let tags = parse(&html);
+    let links = hrefs(&tags);
+    assert!(
+        links.iter().any(|l| l == "https://pr-7.preview.example/"),
+        "{links:?}"
+    );
+    assert!(links.iter().all(|l| !l.contains("javascript")), "{links:?}");
+    assert!(html.contains("octo/&lt;script&gt;") && !html.contains("octo/<script>"));
+    assert!(html.contains("#7") && html.contains("success"));
+    let empty = render_previews(
+        &PreviewsPage {
+            previews: vec![],
+            truncated: false,
+        },
+        NOW,
+    );
+    assert!(empty.contains("No preview is live."));
+}

@@ -163,6 +163,7 @@ pub async fn page(
         Page::Groups => groups_page(db, query, now_ms).await,
         Page::Group(name) => group_page(db, name, now_ms).await,
         Page::Approvals => approvals_page(db, now_ms).await,
+        Page::Previews => previews_page(db, now_ms).await,
     }
 }
 
@@ -331,6 +332,21 @@ async fn approvals_page(db: &dyn Database, now_ms: i64) -> Result<String, ApiErr
         actions: Actions::ui(None),
     };
     Ok(pages::render_approvals(&page, now_ms))
+}
+
+/// Live previews a page lists: far more than a repository's cap
+/// (`PREVIEW_LIVE_PER_REPO_MAX`) times the repositories a page is read for.
+const PREVIEWS_PAGE_ROWS: u32 = 200;
+
+async fn previews_page(db: &dyn Database, now_ms: i64) -> Result<String, ApiError> {
+    let mut previews = crate::store::previews::live(db, None, PREVIEWS_PAGE_ROWS + 1).await?;
+    let truncated = previews.len() > PREVIEWS_PAGE_ROWS as usize;
+    previews.truncate(PREVIEWS_PAGE_ROWS as usize);
+    let page = pages::PreviewsPage {
+        previews,
+        truncated,
+    };
+    Ok(pages::render_previews(&page, now_ms))
 }
 
 async fn groups_page(db: &dyn Database, query: &str, now_ms: i64) -> Result<String, ApiError> {

@@ -60,6 +60,8 @@ pub enum Page {
     Groups,
     Group(String),
     Approvals,
+    /// `/ui/previews`: live pull-request previews.
+    Previews,
 }
 
 /// What a dashboard action acts on.
@@ -257,6 +259,7 @@ fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
         ["groups", g] => page(Page::Group(group_name(g)?)),
         ["groups", g, "skip-all"] => act(ActionTarget::Group(group_name(g)?), Action::SkipAll),
         ["approvals"] => page(Page::Approvals),
+        ["previews"] => page(Page::Previews),
         ["login"] => match method {
             "GET" => Ok(Route::Login),
             "POST" => Ok(Route::LoginSubmit),
@@ -313,6 +316,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/ui/groups/{group}"),
     ("POST", "/ui/groups/{group}/skip-all"),
     ("GET", "/ui/approvals"),
+    ("GET", "/ui/previews"),
     ("GET", "/ui/login"),
     ("POST", "/ui/login"),
     ("POST", "/ui/logout"),

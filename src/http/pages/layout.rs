@@ -19,6 +19,7 @@ pub(crate) enum Nav {
     Executions,
     Groups,
     Approvals,
+    Previews,
     None,
 }
 
@@ -52,6 +53,7 @@ pub(crate) fn page(title: &str, nav: Nav, refresh_ms: i64, now_ms: i64, main: &H
         "Approvals",
         nav == Nav::Approvals,
     );
+    nav_link(&mut h, paths::previews(), "Previews", nav == Nav::Previews);
     h.raw("</nav><form method=\"post\" class=\"signout\"")
         .action(&Url::path(paths::LOGOUT_PATH))
         .raw("><button type=\"submit\">Sign out</button></form></header><main>")

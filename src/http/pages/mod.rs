@@ -34,6 +34,7 @@ pub mod groups;
 mod layout;
 pub mod paths;
 pub mod phases;
+pub mod previews;
 pub mod query;
 pub mod time;
 
@@ -46,6 +47,7 @@ pub use execution::{render as render_execution, ExecutionPage};
 pub use executions::{render as render_executions, ExecutionsPage};
 pub use groups::{render_group, render_groups, GroupPage, GroupsPage};
 pub use layout::{entity_label, render_error, render_login, REFRESH_MS};
+pub use previews::{render as render_previews, PreviewsPage};
 pub use query::{same_origin_post, ActionForm, ExecutionsQuery};
 
 /// An execution as the pages show it: its index row and what a join adds.

@@ -9,6 +9,7 @@
 //! | GET | `/ui/groups` | [`super::render_groups`] |
 //! | GET | `/ui/groups/{group, percent-encoded}` | [`super::render_group`] |
 //! | GET | `/ui/approvals` | [`super::render_approvals`] |
+//! | GET | `/ui/previews` | [`super::render_previews`] |
 //! | GET, POST | `/ui/login` | [`super::render_login`] |
 //! | POST | `/ui/executions/{id}/{action}`, `/ui/groups/{group}/skip-all` | [`super::Actions::ui`] |
 //! | GET | `/ui/app.js`, `/ui/app.css` | [`super::APP_JS`], [`super::APP_CSS`] |
@@ -20,6 +21,7 @@ use super::escape::Url;
 pub const EXECUTIONS_PATH: &str = "/ui/executions";
 pub const GROUPS_PATH: &str = "/ui/groups";
 pub const APPROVALS_PATH: &str = "/ui/approvals";
+pub const PREVIEWS_PATH: &str = "/ui/previews";
 pub const LOGIN_PATH: &str = "/ui/login";
 pub const LOGOUT_PATH: &str = "/ui/logout";
 pub const APP_JS_PATH: &str = "/ui/app.js";
@@ -47,6 +49,10 @@ pub fn groups() -> Url {
 
 pub fn approvals() -> Url {
     Url::path(APPROVALS_PATH)
+}
+
+pub fn previews() -> Url {
+    Url::path(PREVIEWS_PATH)
 }
 
 /// One group's page: the group key is one percent-encoded segment
