@@ -60,7 +60,9 @@ async function pullRequest(ctx, number, branch, check) {
   const payload = pullRequestPayload({
     owner, repo, sha, number, headRef: branch, installationId: INSTALLATION_ID, cloneUrl: ctx.cloneUrl,
   });
-  return send(ctx, 'pull_request', payload);
+  // The pull request's check (it also plans a preview, which ends `not-configured`: the demo
+  // declares no `[preview]`).
+  return (await send(ctx, 'pull_request', payload)).filter((i) => i.run === 'check');
 }
 
 // Three commits to main, each pushed as soon as it exists.
