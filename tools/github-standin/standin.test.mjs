@@ -1295,6 +1295,13 @@ test('approval pull request: a branch, a file committed through contents, a pull
   const comments = await request('GET', `/repos/${OWNER}/${repo}/issues/${n}/comments`, { auth });
   assert.deepEqual(comments.json.map((c) => c.body), ['hello <!-- m -->']);
   assert.equal((await request('POST', `/repos/${OWNER}/${repo}/issues/99999/comments`, { auth, body: { body: 'x' } })).status, 404);
+  // A comment edited in place (a preview's): 200 with it, 404 for an unknown id, 422 without a body.
+  const edited = await request('PATCH', `/repos/${OWNER}/${repo}/issues/comments/${comment.json.id}`, { auth, body: { body: 'edited <!-- m -->' } });
+  assert.equal(edited.status, 200);
+  assert.equal(edited.json.body, 'edited <!-- m -->');
+  assert.deepEqual((await request('GET', `/repos/${OWNER}/${repo}/issues/${n}/comments`, { auth })).json.map((c) => c.body), ['edited <!-- m -->']);
+  assert.equal((await request('PATCH', `/repos/${OWNER}/${repo}/issues/comments/99999`, { auth, body: { body: 'x' } })).status, 404);
+  assert.equal((await request('PATCH', `/repos/${OWNER}/${repo}/issues/comments/${comment.json.id}`, { auth, body: {} })).status, 422);
   // A person merges it: the base fast-forwards, the pull request is closed and merged.
   assert.equal((await request('POST', `/_standin/repos/${OWNER}/${repo}/pulls/${n}/close`, { body: { merged: true } })).status, 200);
   const merged = await request('GET', `/repos/${OWNER}/${repo}/pulls/${n}`, { auth });
