@@ -288,6 +288,12 @@ impl Operations for FakeOps {
     async fn skip_all(&self, group: &str) -> Result<Value, ApiError> {
         self.answer(format!("skip_all {group}"), json!({ "skipped": [] }))
     }
+    async fn teardown_preview(&self, repo: &str, pr: u64) -> Result<Value, ApiError> {
+        self.answer(
+            format!("teardown {repo} {pr}"),
+            json!({ "id": "preview-teardown-x", "created": true }),
+        )
+    }
 }
 
 #[test]
@@ -608,4 +614,49 @@ fn the_finished_command_round_links_its_log() {
         !html.contains("/log/run%20deploy%20command"),
         "an unfinished command has no log yet"
     );
+}
+
+/// Issue 24: a live preview's Tear down asks first, then asks the
+/// operations once; its route names the preview as `owner/repo:<n>` in one
+/// segment, and anything else is no preview.
+#[test]
+fn a_preview_is_torn_down_from_the_dashboard_after_it_asks() {
+    use sluice::http::routes::{route, Route};
+    let ops = FakeOps::default();
+    let target = ActionTarget::preview("acme/web:7").unwrap();
+    let ask = block_on(dashboard::act(
+        &ops,
+        &target,
+        Action::Teardown,
+        "confirmed=",
+        T0,
+    ))
+    .unwrap();
+    assert!(ask.html.contains("Tear down acme/web:7?"), "{}", ask.html);
+    assert!(ops.calls.borrow().is_empty(), "nothing before confirmation");
+    let done = block_on(dashboard::act(
+        &ops,
+        &target,
+        Action::Teardown,
+        "confirmed=1",
+        T0,
+    ))
+    .unwrap();
+    assert_eq!(done.status, 200);
+    assert!(
+        done.html.contains("Its teardown is started"),
+        "{}",
+        done.html
+    );
+    assert_eq!(*ops.calls.borrow(), vec!["teardown acme/web 7".to_owned()]);
+
+    let routed = route("POST", "/ui/previews/acme%2Fweb%3A7/teardown").unwrap();
+    assert_eq!(routed, Route::PageAction(target, Action::Teardown));
+    for bad in ["acme%2Fweb", "acme%2Fweb%3A0", "web%3A7", "acme%2Fweb%3Ax"] {
+        assert!(
+            route("POST", &format!("/ui/previews/{bad}/teardown")).is_err(),
+            "{bad}"
+        );
+    }
+    assert!(route("GET", "/ui/previews/acme%2Fweb%3A7/teardown").is_err());
 }

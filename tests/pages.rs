@@ -1718,6 +1718,7 @@ fn live_previews_are_listed_with_their_urls_escaped() {
             row(9, None),
         ],
         truncated: false,
+        actions: sluice::http::pages::Actions::ui(None),
     };
     let html = render_previews(&page, NOW);
     let tags = parse(&html);
@@ -1729,12 +1730,16 @@ fn live_previews_are_listed_with_their_urls_escaped() {
     assert!(links.iter().all(|l| !l.contains("javascript")), "{links:?}");
     assert!(html.contains("octo/&lt;script&gt;") && !html.contains("octo/<script>"));
     assert!(html.contains("#7") && html.contains("success"));
-    let empty = render_previews(
-        &PreviewsPage {
-            previews: vec![],
-            truncated: false,
-        },
-        NOW,
+    // Each row tears its preview down through the dashboard's own route.
+    assert!(
+        html.contains("/ui/previews/octo%2F%3Cscript%3E%3A7/teardown"),
+        "{html}"
     );
+    let empty = PreviewsPage {
+        previews: vec![],
+        truncated: false,
+        actions: sluice::http::pages::Actions::ui(None),
+    };
+    let empty = render_previews(&empty, NOW);
     assert!(empty.contains("No preview is live."));
 }

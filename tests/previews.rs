@@ -407,3 +407,33 @@ fn past_the_cap_the_least_recently_updated_preview_is_torn_down_saying_why() {
         "{comment}"
     );
 }
+
+/// An operator's Tear down (the dashboard's) of a live preview whose pull
+/// request is open: torn down, once per head, saying why.
+#[test]
+fn an_operator_tears_a_live_preview_down_while_its_pull_request_is_open() {
+    use sluice::runs::kit::preview::operator_teardown_request;
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    let row = block_on(previews::get(rig.index.as_ref(), REPO, PR_NUMBER))
+        .unwrap()
+        .unwrap();
+    let req = operator_teardown_request(&row).unwrap();
+    assert_eq!(
+        req.key,
+        format!("preview-teardown:{REPO}:pr7:operator-{}", &a[..12])
+    );
+    let t = rig.create(req);
+    assert_eq!(rig.run_to_end(&t), Status::Complete, "{:?}", rig.row(&t));
+    assert_eq!(
+        rig.github.only_deployment(&a).latest().unwrap().state,
+        "inactive"
+    );
+    let row = block_on(previews::get(rig.index.as_ref(), REPO, PR_NUMBER))
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.state, "torn_down");
+    assert!(rig.github.comments_on(PR_NUMBER)[0].contains("an operator tore it down"));
+}

@@ -121,6 +121,9 @@ pub trait Operations {
     async fn skip(&self, id: &InstanceId) -> Result<Value, ApiError>;
     /// Skips every waiter of a group (silently); the holder is untouched.
     async fn skip_all(&self, group: &str) -> Result<Value, ApiError>;
+    /// Tears a live preview down (`runs::preview::teardown`): what
+    /// `POST /v1/executions` of its `preview-teardown` does, one per head.
+    async fn teardown_preview(&self, repo: &str, pr: u64) -> Result<Value, ApiError>;
 }
 
 /// An HTML answer: status, body and extra headers (`Set-Cookie`,
@@ -345,6 +348,7 @@ async fn previews_page(db: &dyn Database, now_ms: i64) -> Result<String, ApiErro
     let page = pages::PreviewsPage {
         previews,
         truncated,
+        actions: Actions::ui(None),
     };
     Ok(pages::render_previews(&page, now_ms))
 }
@@ -407,6 +411,7 @@ pub async fn act(
     let name = match target {
         ActionTarget::Execution(id) => id.as_str().to_owned(),
         ActionTarget::Group(g) => g.clone(),
+        ActionTarget::Preview { repo, pr } => format!("{repo}:{pr}"),
     };
     let actions = Actions::ui(None);
     if !form.confirmed {
@@ -440,7 +445,10 @@ async fn perform(
 ) -> Result<Value, ApiError> {
     let id = match (target, action) {
         (ActionTarget::Group(g), Action::SkipAll) => return ops.skip_all(g).await,
-        (ActionTarget::Execution(id), a) if a != Action::SkipAll => id,
+        (ActionTarget::Preview { repo, pr }, Action::Teardown) => {
+            return ops.teardown_preview(repo, *pr).await
+        }
+        (ActionTarget::Execution(id), a) if !matches!(a, Action::SkipAll | Action::Teardown) => id,
         _ => {
             return Err(ApiError::bad_request(
                 "bad_action",
@@ -461,9 +469,9 @@ async fn perform(
             let (event_type, payload) = event_of(form)?;
             ops.event(id, &event_type, &payload).await
         }
-        Action::SkipAll => Err(ApiError::bad_request(
+        Action::SkipAll | Action::Teardown => Err(ApiError::bad_request(
             "bad_action",
-            "skip all applies to a group",
+            "that action applies to a group or a preview",
         )),
     }
 }
@@ -491,6 +499,15 @@ fn describe(action: Action, answer: &Value) -> String {
             format!("{n} waiter(s) skipped, silently. The holder was not touched.")
         }
         Action::SendEvent => "The event was delivered.".to_owned(),
+        Action::Teardown => format!(
+            "Its teardown is {} (`{}`).",
+            if answer["created"] == true {
+                "started"
+            } else {
+                "already under way"
+            },
+            answer["id"].as_str().unwrap_or("?")
+        ),
         _ => match (answer["status"].as_str(), answer["pending"].as_str()) {
             (Some(s), Some(when)) => format!("Now {s}; it takes effect {when}."),
             (Some(s), None) => format!("Now {s}."),

@@ -69,6 +69,26 @@ pub enum Page {
 pub enum ActionTarget {
     Execution(InstanceId),
     Group(String),
+    /// A live preview: its repository and pull request.
+    Preview {
+        repo: String,
+        pr: u64,
+    },
+}
+
+impl ActionTarget {
+    /// A preview as one path segment names it: `owner/repo:<pull request>`.
+    pub fn preview(segment: &str) -> Option<ActionTarget> {
+        let (repo, pr) = segment.rsplit_once(':')?;
+        let pr = pr.parse::<u64>().ok().filter(|n| *n > 0)?;
+        let valid = repo
+            .split_once('/')
+            .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty());
+        valid.then(|| ActionTarget::Preview {
+            repo: repo.to_owned(),
+            pr,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +280,10 @@ fn ui_route(method: &str, segs: &[&str]) -> Result<Route, RouteError> {
         ["groups", g, "skip-all"] => act(ActionTarget::Group(group_name(g)?), Action::SkipAll),
         ["approvals"] => page(Page::Approvals),
         ["previews"] => page(Page::Previews),
+        ["previews", p, "teardown"] => {
+            let target = ActionTarget::preview(&segment(p)?).ok_or(RouteError::NotFound)?;
+            act(target, Action::Teardown)
+        }
         ["login"] => match method {
             "GET" => Ok(Route::Login),
             "POST" => Ok(Route::LoginSubmit),
@@ -317,6 +341,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/ui/groups/{group}/skip-all"),
     ("GET", "/ui/approvals"),
     ("GET", "/ui/previews"),
+    ("POST", "/ui/previews/{preview}/teardown"),
     ("GET", "/ui/login"),
     ("POST", "/ui/login"),
     ("POST", "/ui/logout"),
@@ -435,6 +460,7 @@ mod tests {
                 .replace("{id}", "check-a-1")
                 .replace("{type}", "deploy-confirm")
                 .replace("{group}", "deploy%3Ao%2Fr%3Amain")
+                .replace("{preview}", "o%2Fr%3A7")
                 .replace("{step}", "run%20check%20command")
                 .replace("{step_key}", "run-check-command");
             assert!(route(method, &path).is_ok(), "{method} {path}");

@@ -584,6 +584,20 @@ impl Operations for Operator<'_> {
         }
         Ok(json!({ "skipped": skipped }))
     }
+
+    async fn teardown_preview(&self, repo: &str, pr: u64) -> std::result::Result<Value, ApiError> {
+        self.log("teardown_preview", repo);
+        let row = crate::store::previews::get(self.db, repo, pr)
+            .await?
+            .filter(|r| r.state == "live")
+            .ok_or_else(|| ApiError::not_found(format!("no live preview of {repo}#{pr}")))?;
+        let c = crate::runs::kit::preview::operator_teardown_request(&row).ok_or_else(|| {
+            ApiError::internal(format!("a preview row of {repo}#{pr} is malformed"))
+        })?;
+        let created = instances::create(self.env, &c).await?;
+        log_created(&c, &created, self.request_id);
+        Ok(json!(created))
+    }
 }
 
 /// The operator's configuration as the Worker reads it: environments with

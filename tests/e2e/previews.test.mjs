@@ -256,6 +256,32 @@ previewTest('a close GitHub never delivered is torn down by the sweep reconcilin
   assert.deepEqual(lines(log).filter((l) => l.startsWith('teardown')), ['teardown pr13']);
 });
 
+previewTest('the dashboard lists live previews and tears one down after it asks', async () => {
+  const repo = 'listed';
+  const log = setUp(repo, (l) => previewConfig(l));
+  const a = await headCommit(repo, 19, 'feature-l', 1);
+  assert.equal((await terminal(await previewOf(repo, a, { number: 19, branch: 'feature-l' }))).status, 'complete');
+  const page = async () => (await fetch(`${stack.url}/ui/previews`, { headers: { Authorization: `Bearer ${stack.adminToken}` } })).text();
+  assert.match(await page(), /https:\/\/pr-19\.preview\.example\//);
+  const action = `${stack.url}/ui/previews/${encodeURIComponent(`${OWNER}/${repo}:19`)}/teardown`;
+  const post = (confirmed) => fetch(action, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${stack.adminToken}`, 'Content-Type': 'application/x-www-form-urlencoded' },
+    body: `confirmed=${confirmed}`,
+  });
+  const ask = await post('');
+  assert.equal(ask.status, 200);
+  assert.match(await ask.text(), /Tear down acme\/listed:19\?/);
+  assert.deepEqual(lines(log).filter((l) => l.startsWith('teardown')), [], 'nothing before it is confirmed');
+  const done = await post('1');
+  const body = await done.text();
+  assert.equal(done.status, 200, body);
+  assert.match(body, /Its teardown is started/);
+  await stack.waitFor(() => lines(log).includes('teardown pr19'), { timeoutMs: RUN_TIMEOUT_MS, message: 'the teardown to run' });
+  await stack.waitFor(async () => !(await page()).includes('pr-19.preview.example'), { timeoutMs: RUN_TIMEOUT_MS, message: 'the list to drop it' });
+  assert.equal((await deploymentsOf(repo))[0].statuses.at(-1).state, 'inactive');
+});
+
 previewTest("a fork's pull request gets no preview and no secret; its check says why", async () => {
   const repo = 'forked';
   const log = setUp(repo, (l) => previewConfig(l));

@@ -26,10 +26,12 @@ pub enum Action {
     Skip,
     SkipAll,
     SendEvent,
+    /// A live preview torn down (`runs::preview::teardown`).
+    Teardown,
 }
 
 impl Action {
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 8] = [
         Action::Terminate,
         Action::Pause,
         Action::Resume,
@@ -37,6 +39,7 @@ impl Action {
         Action::Skip,
         Action::SkipAll,
         Action::SendEvent,
+        Action::Teardown,
     ];
 
     pub fn label(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Action {
             Action::Skip => "Skip",
             Action::SkipAll => "Skip all waiters",
             Action::SendEvent => "Send event",
+            Action::Teardown => "Tear down",
         }
     }
 
@@ -69,6 +73,9 @@ impl Action {
                 "Every waiter ends skipped, silently. The holder is not touched."
             }
             Action::SendEvent => "The event is delivered to the execution.",
+            Action::Teardown => {
+                "Its `teardown` command runs once any running preview deploy of the pull request has ended; its deployments end inactive and its pull request is told why."
+            }
         }
     }
 
@@ -81,7 +88,7 @@ impl Action {
     fn danger(self) -> bool {
         matches!(
             self,
-            Action::Terminate | Action::Skip | Action::SkipAll | Action::Restart
+            Action::Terminate | Action::Skip | Action::SkipAll | Action::Restart | Action::Teardown
         )
     }
 
@@ -90,6 +97,7 @@ impl Action {
     fn back(self, target: &str) -> Url {
         match self {
             Action::SkipAll => paths::group(target),
+            Action::Teardown => paths::previews(),
             _ => paths::execution(target),
         }
     }
@@ -110,6 +118,8 @@ pub struct Actions {
     /// be a path segment of a plain form's action).
     pub send_event: Option<&'static str>,
     pub skip_all: Option<&'static str>,
+    /// `{preview}` is the percent-encoded `owner/repo:<pull request>`.
+    pub teardown: Option<&'static str>,
     /// Sent back in every form as the hidden field `csrf`; None: no field
     /// (then rely on [`super::same_origin_post`]).
     pub csrf: Option<String>,
@@ -127,6 +137,8 @@ impl Actions {
             skip: Some("/v1/executions/{id}/skip"),
             send_event: Some("/v1/executions/{id}/events"),
             skip_all: Some("/v1/groups/{group}/skip-all"),
+            // The API tears a preview down with `POST /v1/executions`.
+            teardown: None,
             csrf,
         }
     }
@@ -143,6 +155,7 @@ impl Actions {
             skip: Some("/ui/executions/{id}/skip"),
             send_event: Some("/ui/executions/{id}/events"),
             skip_all: Some("/ui/groups/{group}/skip-all"),
+            teardown: Some("/ui/previews/{preview}/teardown"),
             csrf,
         }
     }
@@ -156,6 +169,7 @@ impl Actions {
             Action::Skip => self.skip,
             Action::SendEvent => self.send_event,
             Action::SkipAll => self.skip_all,
+            Action::Teardown => self.teardown,
         }
     }
 
@@ -164,11 +178,12 @@ impl Actions {
     pub fn url(&self, action: Action, target: &str) -> Option<Url> {
         let template = self.template(action)?;
         let target = match action {
-            Action::SkipAll => target,
+            Action::SkipAll | Action::Teardown => target,
             _ => crate::gates::serial::instance_of(target),
         };
         let placeholder = match action {
             Action::SkipAll => "{group}",
+            Action::Teardown => "{preview}",
             _ => "{id}",
         };
         Url::from_template(template, placeholder, target)

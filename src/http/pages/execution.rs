@@ -160,7 +160,7 @@ fn actions_section(h: &mut Html, page: &ExecutionPage) {
         Action::Resume => status == Some(Status::Paused),
         Action::Pause => status.is_some_and(Status::is_runnable),
         Action::Terminate | Action::Skip | Action::SendEvent => !ended,
-        Action::SkipAll => false,
+        Action::SkipAll | Action::Teardown => false,
     };
     let steps = restart_points(&page.steps);
     h.raw("<section id=\"actions\" data-live class=\"actions\"><h2>Actions</h2>");

@@ -5,6 +5,7 @@
 
 use crate::store::previews::PreviewRow;
 
+use super::actions::{self, Action, Actions, Fields};
 use super::escape::{Html, Url};
 use super::layout::{self, cell, Nav, REFRESH_MS};
 
@@ -15,6 +16,8 @@ pub struct PreviewsPage {
     pub previews: Vec<PreviewRow>,
     /// More are live than are listed (the store lists a bounded number).
     pub truncated: bool,
+    /// Where each row's Tear down form posts.
+    pub actions: Actions,
 }
 
 /// The page.
@@ -26,9 +29,9 @@ pub fn render(page: &PreviewsPage, now_ms: i64) -> String {
     } else {
         h.raw("<table><thead><tr><th>Repository</th><th>Pull request</th><th>Commit</th>")
             .raw("<th>URL</th><th>Updated</th><th>Last deploy</th><th>Execution</th>")
-            .raw("</tr></thead><tbody>");
+            .raw("<th></th></tr></thead><tbody>");
         for p in &page.previews {
-            row(&mut h, p, now_ms);
+            row(&mut h, p, &page.actions, now_ms);
         }
         h.raw("</tbody></table></section>");
     }
@@ -38,7 +41,7 @@ pub fn render(page: &PreviewsPage, now_ms: i64) -> String {
     layout::page("Previews", Nav::Previews, REFRESH_MS, now_ms, &h)
 }
 
-fn row(h: &mut Html, p: &PreviewRow, now_ms: i64) {
+fn row(h: &mut Html, p: &PreviewRow, actions: &Actions, now_ms: i64) {
     h.raw("<tr>");
     cell(h, "Repository", |h| {
         h.text(&p.repo);
@@ -67,5 +70,9 @@ fn row(h: &mut Html, p: &PreviewRow, now_ms: i64) {
         layout::opt_text(h, p.result.as_deref())
     });
     cell(h, "Execution", |h| layout::exec_link(h, &p.execution_id));
+    cell(h, "Tear down", |h| {
+        let target = format!("{}:{}", p.repo, p.pr);
+        actions::form(h, actions, Action::Teardown, &target, Fields::None);
+    });
     h.raw("</tr>");
 }

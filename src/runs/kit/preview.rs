@@ -249,6 +249,39 @@ pub fn eviction_request(input: &TeardownInput) -> CreateRequest {
     )
 }
 
+/// The teardown an operator asks for (the dashboard's Tear down) of a live
+/// preview the index holds: one per head (pressing twice is one teardown),
+/// torn down whether or not its pull request is open.
+pub fn operator_teardown_request(
+    row: &crate::store::previews::PreviewRow,
+) -> Option<CreateRequest> {
+    let pr = u64::try_from(row.pr).ok().and_then(PullNumber::new)?;
+    let input = TeardownInput {
+        repo: row.repo.clone(),
+        pr,
+        installation_id: u64::try_from(row.installation_id).ok()?,
+        sha: row.sha.clone(),
+        head_branch: row.head_branch.clone(),
+        default_branch: row.default_branch.clone(),
+        why: "an operator tore it down; push to it again to preview it again".into(),
+        evicted: true,
+    };
+    let subject = Subject::Preview {
+        pr,
+        sha: None,
+        arrival: format!("operator-{}", super::key::short(&row.sha)),
+    };
+    let key = InstanceKey::new(TEARDOWN_RUN, &input.repo, subject);
+    Some(request(
+        TEARDOWN_RUN,
+        key,
+        &input.repo,
+        pr,
+        &input.sha,
+        json!(input),
+    ))
+}
+
 /// The creation of a `preview-reconcile` instance in the sweep's `slot`
 /// (one per preview per reconcile interval).
 pub fn reconcile_request(input: &ReconcileInput, slot: i64) -> CreateRequest {
