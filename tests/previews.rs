@@ -82,6 +82,7 @@ fn teardown(sha: &str) -> CreateRequest {
         default_branch: BRANCH.into(),
         why: "this pull request was closed".into(),
         evicted: false,
+        fork: false,
     };
     teardown_request(&t, T0 + 1_000)
 }
@@ -436,4 +437,28 @@ fn an_operator_tears_a_live_preview_down_while_its_pull_request_is_open() {
         .unwrap();
     assert_eq!(row.state, "torn_down");
     assert!(rig.github.comments_on(PR_NUMBER)[0].contains("an operator tore it down"));
+}
+
+/// A close tears down only a preview the index holds live: a fork's pull
+/// request (its code never runs a teardown with the secrets) and one never
+/// previewed end skipped, running nothing.
+#[test]
+fn a_close_tears_down_nothing_for_a_fork_or_a_pull_request_never_previewed() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    rig.github.commit(REPO, &a, &[("README.md", "hello")]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let never = rig.create(teardown(&a));
+    assert_eq!(rig.run_to_end(&never), Status::Skipped);
+    assert_eq!(rig.row(&never).reason.as_deref(), Some("no-live-preview"));
+    let fork = TeardownInput {
+        fork: true,
+        why: "this pull request was closed".into(),
+        ..serde_json::from_value(teardown(&a).input).unwrap()
+    };
+    let f = rig.create(teardown_request(&fork, T0 + 2_000));
+    assert_eq!(rig.run_to_end(&f), Status::Skipped);
+    assert_eq!(rig.row(&f).reason.as_deref(), Some("fork"));
+    assert!(rig.sandbox.all_runs().is_empty());
 }

@@ -292,6 +292,12 @@ previewTest("a fork's pull request gets no preview and no secret; its check says
   const run = runs.find((r) => r.name === 'sluice/preview');
   assert.equal(run?.conclusion, 'neutral', JSON.stringify(runs));
   assert.match(run.output.summary, /fork/);
-  assert.deepEqual(lines(log), [], 'nothing ran, so no secret reached a fork');
   assert.deepEqual(await deploymentsOf(repo), []);
+  // Its close runs no teardown either: the fork's code never gets the secrets.
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/pulls/17/close`, { merged: false });
+  const closed = await sendPull(repo, a, { number: 17, branch: 'feature-f', headOwner: 'mallory', action: 'closed' });
+  const teardown = closed.find((i) => i.run === 'preview-teardown');
+  const t = await terminal(teardown.id);
+  assert.deepEqual([t.status, t.reason], ['skipped', 'fork']);
+  assert.deepEqual(lines(log), [], 'nothing ran, so no secret reached a fork');
 });

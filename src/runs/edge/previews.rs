@@ -30,6 +30,10 @@ pub fn plan_preview(pr: &PullRequestEvent) -> Option<CreateRequest> {
     if !valid_sha(&head.sha) {
         return None;
     }
+    let fork = head
+        .repo
+        .as_ref()
+        .is_none_or(|r| !r.full_name.eq_ignore_ascii_case(&pr.repository.full_name));
     if pr.action == "closed" {
         let closed_ms = pr.pull_request.decided_ms().or_else(|| updated_ms(pr))?;
         return Some(teardown_request(
@@ -42,6 +46,7 @@ pub fn plan_preview(pr: &PullRequestEvent) -> Option<CreateRequest> {
                 default_branch: default_branch(pr),
                 why: "this pull request was closed".into(),
                 evicted: false,
+                fork,
             },
             closed_ms,
         ));
@@ -50,10 +55,6 @@ pub fn plan_preview(pr: &PullRequestEvent) -> Option<CreateRequest> {
         return None;
     }
     let arrival = arrival_of(pr)?;
-    let fork = head
-        .repo
-        .as_ref()
-        .is_none_or(|r| !r.full_name.eq_ignore_ascii_case(&pr.repository.full_name));
     let input = PreviewInput {
         repo: pr.repository.full_name.clone(),
         pr: number,
@@ -195,5 +196,7 @@ mod tests {
     fn a_forks_head_is_marked_fork() {
         let fork = plan_preview(&event("opened", "mallory/hello", json!({}))).unwrap();
         assert_eq!(fork.input["fork"], true);
+        let closed = plan_preview(&event("closed", "mallory/hello", json!({}))).unwrap();
+        assert_eq!(closed.input["fork"], true, "its teardown runs nothing");
     }
 }

@@ -66,6 +66,10 @@ pub struct TeardownInput {
     /// while its pull request is open: no reopen check.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evicted: bool,
+    /// The head is in a fork: it never had a preview, and its code never
+    /// runs a teardown with the environment's secrets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork: bool,
 }
 
 /// Live previews one repository keeps at most. Each is a running
@@ -265,6 +269,7 @@ pub fn operator_teardown_request(
         default_branch: row.default_branch.clone(),
         why: "an operator tore it down; push to it again to preview it again".into(),
         evicted: true,
+        fork: false,
     };
     let subject = Subject::Preview {
         pr,

@@ -686,7 +686,10 @@ pub(crate) fn granted_secrets(
 /// A restart of a deploy re-enters its gate (`gate::prepare_restart`) and
 /// never reuses a confirmation: when one was given, the restart starts at
 /// or before the confirmation wait, which asks again.
-async fn prepare_restart(env: &RunEnv<'_>, req: &RestartRequest<'_>) -> Result<u32, String> {
+pub(crate) async fn prepare_restart(
+    env: &RunEnv<'_>,
+    req: &RestartRequest<'_>,
+) -> Result<u32, String> {
     let confirmed_at = req
         .entries
         .iter()

@@ -89,12 +89,14 @@ impl Run for PreviewRun {
         deployment::conclude_abandoned(env, &input.as_deploy(), instance_id, status).await;
     }
 
+    /// As a deploy's: the gates re-entered, a confirmation asked again, a
+    /// generation that queues again records a deployment of its own.
     async fn prepare_restart(
         &self,
         env: &RunEnv<'_>,
         req: &RestartRequest<'_>,
     ) -> Result<u32, String> {
-        gate::prepare_restart(env, req).await
+        deploy::prepare_restart(env, req).await
     }
 }
 
@@ -287,6 +289,7 @@ async fn capped(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result
                      least recently; push to it again to preview it again"
                 ),
                 evicted: true,
+                fork: false,
             };
             env.spawner
                 .spawn(&kit::eviction_request(&teardown))

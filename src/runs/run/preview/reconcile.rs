@@ -92,6 +92,7 @@ async fn run(
             default_branch: input.default_branch.clone(),
             why: "this pull request was closed (its close event never reached Sluice)".into(),
             evicted: false,
+            fork: false,
         },
         closed_ms,
     );

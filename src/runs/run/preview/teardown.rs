@@ -80,8 +80,16 @@ async fn run(
     let Some(preview) = config_preview(config) else {
         return Ok(skipped(NOT_CONFIGURED));
     };
+    // A fork's head never had a preview, and its code must never run a
+    // teardown with the environment's secrets.
+    if input.fork {
+        return Ok(skipped("fork"));
+    }
     if !input.evicted && open_again(ctx, env, input).await? {
         return Ok(skipped("reopened"));
+    }
+    if !live(ctx, env, input).await? {
+        return Ok(skipped("no-live-preview"));
     }
     let group = kit::group_of(&input.repo, input.pr);
     let policy = kit::preview_policy(None);
@@ -132,6 +140,22 @@ fn not_torn(verdict: &Verdict) -> Option<String> {
 
 fn config_preview(config: RepoConfig) -> Option<PreviewConfig> {
     config.preview
+}
+
+/// Whether the index holds the pull request's preview live: a pull request
+/// never previewed (or torn down already) has nothing to tear down.
+async fn live(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Result<bool, RunError> {
+    ctx.step(
+        "teardown: preview live?",
+        StepConfig::default(),
+        |_| async {
+            let row = previews::get(env.db, &input.repo, input.pr.get())
+                .await
+                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+            Ok(row.is_some_and(|r| r.state == "live"))
+        },
+    )
+    .await
 }
 
 /// A pull request open again by the time this runs ends nothing: its
