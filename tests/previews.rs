@@ -339,24 +339,117 @@ fn the_sweep_tears_down_a_preview_whose_close_event_never_came() {
     );
 }
 
-/// A fork's pull request gets no preview and no secret; its check says why.
-#[test]
-fn a_forks_pull_request_gets_no_preview_and_its_check_says_why() {
-    let a = sha('a');
-    let rig = preview_rig(PREVIEW_TOML, None);
-    rig.github.commit(REPO, &a, &[("README.md", "hello")]);
-    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+/// An environment exporting a secret, which previews select in
+/// `SECRET_TOML`.
+const SECRET_ENVIRONMENTS: &str = "[previews]\nrepos = [\"octo/hello\"]\nbranches = [\"**\"]\n\
+    secrets = [\"PREVIEW_TOKEN\"]\ntransient = true\n";
+const SECRET_TOML: &str = "[preview]\ncommand = \"./preview.sh\"\nteardown = \"./teardown.sh\"\n\
+    environment = \"previews\"\n";
+
+fn fork_preview(rig: &Rig, a: &str) -> Inst {
+    rig.github.commit(REPO, a, &[("README.md", "hello")]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, a);
     let fork = PreviewInput {
         fork: true,
-        ..input(&a)
+        ..input(a)
     };
-    let p = rig.create(preview_request(&fork, "opened".into()));
+    rig.create(preview_request(&fork, "opened".into()))
+}
+
+/// A fork's pull request into an environment that exports secrets gets no
+/// preview and no secret; its check says why; its close runs nothing.
+#[test]
+fn a_forks_pull_request_gets_no_preview_where_secrets_are_and_its_check_says_why() {
+    let a = sha('a');
+    let mut rig = preview_rig(SECRET_TOML, None);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(SECRET_ENVIRONMENTS));
+    rig.secrets.set("PREVIEW_TOKEN", "preview-secret-value");
+    let p = fork_preview(&rig, &a);
     assert_eq!(rig.run_to_end(&p), Status::Skipped);
     let check = rig.github.only_check_run(&a, "sluice/preview");
     assert_eq!(check.conclusion.as_deref(), Some("neutral"));
-    assert!(check.summary.unwrap_or_default().contains("fork"));
+    assert!(check
+        .summary
+        .unwrap_or_default()
+        .contains("exports secrets"));
+    assert!(
+        check.actions.is_empty(),
+        "no button: it can never be previewed"
+    );
     assert!(rig.sandbox.all_runs().is_empty());
     assert!(rig.github.deployments_on(&a).is_empty());
+    let fork = TeardownInput {
+        fork: true,
+        ..serde_json::from_value(teardown(&a).input).unwrap()
+    };
+    let f = rig.create(teardown_request(&fork, T0 + 2_000));
+    assert_eq!(rig.run_to_end(&f), Status::Skipped);
+    assert_eq!(rig.row(&f).reason.as_deref(), Some("fork"));
+    assert!(rig.sandbox.all_runs().is_empty());
+}
+
+/// Into an environment without secrets, a maintainer asks for a fork's
+/// preview with **Preview** on its check run (someone without write access
+/// cannot); it then deploys with no secret, and its close tears it down.
+#[test]
+fn a_maintainer_previews_a_fork_with_no_secret_by_pressing_preview() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    rig.github.set_permission(REPO, "maintainer", "write");
+    rig.github.set_permission(REPO, "drive-by", "read");
+    let p = fork_preview(&rig, &a);
+    assert_eq!(rig.pass(&p).status, Status::Waiting);
+    let run = rig.github.only_check_run(&a, "sluice/preview");
+    assert_eq!(run.actions, ["preview"], "the button is shown");
+    let press = |sender: &str| {
+        let payload = serde_json::json!({ "check_run_id": run.id, "identifier": "preview", "sender": sender });
+        p.world
+            .engine()
+            .send_event("check-run-action", &payload)
+            .expect("event");
+    };
+    press("drive-by");
+    assert_eq!(
+        rig.pass(&p).status,
+        Status::Waiting,
+        "someone without write access decides nothing"
+    );
+    assert!(rig.sandbox.all_runs().is_empty(), "no code ran");
+    press("maintainer");
+    assert_eq!(rig.run_to_end(&p), Status::Complete, "{:?}", rig.row(&p));
+    let d = rig.github.only_deployment(&a);
+    assert_eq!(
+        (d.environment.as_str(), d.states()),
+        ("pr-7", vec!["queued", "in_progress", "success"])
+    );
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let fork = TeardownInput {
+        fork: true,
+        ..serde_json::from_value(teardown(&a).input).unwrap()
+    };
+    let t = rig.create(teardown_request(&fork, T0 + 2_000));
+    assert_eq!(rig.run_to_end(&t), Status::Complete, "{:?}", rig.row(&t));
+    assert_eq!(
+        rig.github.only_deployment(&a).latest().unwrap().state,
+        "inactive"
+    );
+}
+
+/// Nobody asks within the window: no preview, silently.
+#[test]
+fn an_unasked_forks_preview_ends_at_its_window_running_nothing() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let p = fork_preview(&rig, &a);
+    assert_eq!(rig.run_to_end(&p), Status::Skipped);
+    assert_eq!(rig.row(&p).reason, None);
+    let check = rig.github.only_check_run(&a, "sluice/preview");
+    assert!(check
+        .summary
+        .unwrap_or_default()
+        .contains("nobody with write access"));
+    assert!(rig.sandbox.all_runs().is_empty());
+    assert!(rig.github.notifications().is_empty(), "silent");
 }
 
 /// Past `PREVIEW_LIVE_PER_REPO_MAX` live previews, the least recently
@@ -439,11 +532,10 @@ fn an_operator_tears_a_live_preview_down_while_its_pull_request_is_open() {
     assert!(rig.github.comments_on(PR_NUMBER)[0].contains("an operator tore it down"));
 }
 
-/// A close tears down only a preview the index holds live: a fork's pull
-/// request (its code never runs a teardown with the secrets) and one never
-/// previewed end skipped, running nothing.
+/// A close tears down only a preview the index holds live: one never
+/// previewed ends skipped, running nothing.
 #[test]
-fn a_close_tears_down_nothing_for_a_fork_or_a_pull_request_never_previewed() {
+fn a_close_tears_down_nothing_for_a_pull_request_never_previewed() {
     let a = sha('a');
     let rig = preview_rig(PREVIEW_TOML, None);
     rig.github.commit(REPO, &a, &[("README.md", "hello")]);
@@ -452,13 +544,5 @@ fn a_close_tears_down_nothing_for_a_fork_or_a_pull_request_never_previewed() {
     let never = rig.create(teardown(&a));
     assert_eq!(rig.run_to_end(&never), Status::Skipped);
     assert_eq!(rig.row(&never).reason.as_deref(), Some("no-live-preview"));
-    let fork = TeardownInput {
-        fork: true,
-        why: "this pull request was closed".into(),
-        ..serde_json::from_value(teardown(&a).input).unwrap()
-    };
-    let f = rig.create(teardown_request(&fork, T0 + 2_000));
-    assert_eq!(rig.run_to_end(&f), Status::Skipped);
-    assert_eq!(rig.row(&f).reason.as_deref(), Some("fork"));
     assert!(rig.sandbox.all_runs().is_empty());
 }

@@ -128,7 +128,9 @@ const _: () = assert!(crate::limits::RUN_DURATION_MS_DEFAULT < PREVIEW_QUEUED_TI
 
 impl PreviewInput {
     /// The preview as the deploy machinery sees it: a deploy of the head
-    /// branch's commit, never imperative.
+    /// branch's commit; a fork's (a maintainer asked for that very commit,
+    /// and its branch is not this repository's) is an explicit revision,
+    /// whose head is not read.
     pub fn as_deploy(&self) -> DeployInput {
         DeployInput {
             repo: self.repo.clone(),
@@ -137,7 +139,7 @@ impl PreviewInput {
             installation_id: self.installation_id,
             default_branch: self.default_branch.clone(),
             sender: self.sender.clone(),
-            imperative: false,
+            imperative: self.fork,
             inputs: Default::default(),
             dispatch: None,
             needs_check: None,

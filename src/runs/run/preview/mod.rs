@@ -22,6 +22,7 @@
 //! queued timeout and supersede-after never apply; the confirmation timeout
 //! does; a running preview is never touched.
 
+pub mod fork;
 pub mod reconcile;
 pub mod teardown;
 
@@ -120,10 +121,14 @@ async fn run(
         Configured::Run(p) => p,
         Configured::Done(outcome) => return Ok(outcome),
     };
-    if input.fork {
-        return reported(ctx, env, &target, |_| async { Ok(fork_refused(input)) }).await;
-    }
     let deploy = kit::as_deploy_config(&preview, &input.head_branch);
+    if let Some(summary) = input
+        .fork
+        .then(|| fork::secrets_refusal(env, &deploy, input))
+        .flatten()
+    {
+        return reported(ctx, env, &target, |_| async { Ok(fork_refused(summary)) }).await;
+    }
     let as_deploy = input.as_deploy();
     if let Some(summary) = deploy::refused_environment(ctx, env, &as_deploy, &deploy).await? {
         return reported(ctx, env, &target, |_| async {
@@ -137,10 +142,14 @@ async fn run(
         .map(parse_duration_ms)
         .transpose()
         .map_err(|message| RunError::InvalidInput { message })?;
-    arrive(ctx, env, input).await?;
     let policy = kit::preview_policy(confirmation_ms);
     let window_ms = deploy::confirmation_window(&deploy, &policy);
-    deploy::extend_ceiling(ctx, &deploy, window_ms).await?;
+    // A fork's preview first waits for a maintainer's button.
+    let waits_ms = match input.fork {
+        true => Some(window_ms.unwrap_or(0) + fork::FORK_PREVIEW_WINDOW_MS),
+        false => window_ms,
+    };
+    deploy::extend_ceiling(ctx, &deploy, waits_ms).await?;
     let ran = Cell::new(deployment::Ran::default());
     let (outcome, verdict) = deployed(ctx, env, input, &deploy, &policy, window_ms, &ran).await?;
     let ran = ran.take();
@@ -166,13 +175,15 @@ async fn deployed(
         serial: Some(Serial {
             group: &group,
             revision: &input.sha,
-            head: Some(BranchRef {
+            // A fork's head branch is not this repository's: arrival order
+            // decides, and a maintainer's press is an explicit revision.
+            head: (!input.fork).then_some(BranchRef {
                 installation_id: input.installation_id,
                 repo: &input.repo,
                 branch: &input.head_branch,
             }),
             policy,
-            imperative: false,
+            imperative: input.fork,
         }),
         pools: &[Pool {
             name: gate::POOL,
@@ -195,27 +206,48 @@ async fn deployed(
         repo: &input.repo,
         sha: &input.sha,
     };
-    let mut seen = None;
-    let outcome = reported(ctx, env, &target, |_| async {
-        let parts = (&as_deploy, deploy, &lane);
-        let v = deploy::recorded_work(ctx, env, parts, &gates, window_ms, ran).await?;
-        seen = Some(v.clone());
+    let seen = std::cell::RefCell::new(None);
+    let (target, seen_ref) = (&target, &seen);
+    let (as_deploy, lane, gates) = (&as_deploy, &lane, &gates);
+    let outcome = reported(ctx, env, target, |report| async move {
+        let v = match fork_waits(ctx, env, input, target, report.id).await? {
+            Some(v) => v,
+            None => {
+                arrive(ctx, env, input).await?;
+                let parts = (as_deploy, deploy, lane);
+                deploy::recorded_work(ctx, env, parts, gates, window_ms, ran).await?
+            }
+        };
+        *seen_ref.borrow_mut() = Some(v.clone());
         Ok(v)
     })
     .await?;
+    let seen = seen.into_inner();
     Ok((outcome, seen))
 }
 
-/// A fork's pull request: no preview, no secret, and its check says why.
-fn fork_refused(input: &PreviewInput) -> Verdict {
+/// A fork's preview waits for a maintainer's button (the verdict when it
+/// never came); a same-repository one goes on at once.
+async fn fork_waits(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &PreviewInput,
+    target: &CheckTarget<'_>,
+    check_run_id: u64,
+) -> Result<Option<Verdict>, RunError> {
+    match input.fork {
+        true => fork::approved(ctx, env, target, check_run_id).await,
+        false => Ok(None),
+    }
+}
+
+/// A fork's pull request into an environment with secrets: no preview,
+/// no secret, and its check says why.
+fn fork_refused(summary: String) -> Verdict {
     Verdict::Skipped {
         reason: None,
         tag: SkipTag::RunSkipped,
-        summary: format!(
-            "No preview: the head of #{} is in a fork, and a preview runs with the \
-             environment's secrets, which a fork's code must never receive.",
-            input.pr
-        ),
+        summary,
         newer: None,
     }
 }

@@ -80,9 +80,10 @@ async fn run(
     let Some(preview) = config_preview(config) else {
         return Ok(skipped(NOT_CONFIGURED));
     };
-    // A fork's head never had a preview, and its code must never run a
-    // teardown with the environment's secrets.
-    if input.fork {
+    // A fork's code never runs a teardown with the environment's secrets:
+    // only a secret-less environment's fork preview (a maintainer's) is
+    // torn down, with no secret.
+    if input.fork && has_secrets(env, input, &preview) {
         return Ok(skipped("fork"));
     }
     if !input.evicted && open_again(ctx, env, input).await? {
@@ -142,6 +143,16 @@ fn config_preview(config: RepoConfig) -> Option<PreviewConfig> {
     config.preview
 }
 
+/// Whether the environment `[preview]` selects exports any secret.
+fn has_secrets(env: &RunEnv<'_>, input: &TeardownInput, preview: &PreviewConfig) -> bool {
+    let Some(name) = preview.environment.as_deref() else {
+        return false;
+    };
+    env.environments
+        .grant(name, &input.repo, &input.head_branch)
+        .map_or(true, |e| !e.secrets.is_empty())
+}
+
 /// Whether the index holds the pull request's preview live: a pull request
 /// never previewed (or torn down already) has nothing to tear down.
 async fn live(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Result<bool, RunError> {
@@ -199,6 +210,9 @@ async fn torn(
         needs_check: None,
     };
     let secret_env = match deploy::granted_secrets(env, &as_deploy, &deploy_cfg) {
+        // Belt and braces: a fork's teardown gets no secret whatever the
+        // environment says by now.
+        Ok(_) if input.fork => Vec::new(),
         Ok(s) => s,
         Err(summary) => return Ok(Verdict::Failed { summary }),
     };
