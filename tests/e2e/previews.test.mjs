@@ -12,7 +12,7 @@ import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { after, before, test } from 'node:test';
-import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
+import { checkRunRequestedActionPayload, pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
 import { INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
 
 const OWNER = 'acme';
@@ -300,4 +300,32 @@ previewTest("a fork's pull request gets no preview and no secret; its check says
   const t = await terminal(teardown.id);
   assert.deepEqual([t.status, t.reason], ['skipped', 'fork']);
   assert.deepEqual(lines(log), [], 'nothing ran, so no secret reached a fork');
+});
+
+previewTest("a maintainer previews a fork's pull request, with no secret, by pressing Preview", async () => {
+  const repo = 'forkpreview';
+  const log = stack.sharedFile(`${repo}.log`);
+  // No environment: no secret, so a maintainer may ask for a fork's preview.
+  const config = [
+    '[preview]',
+    `command = "echo deploy $SLUICE_SHA token-$PREVIEW_TOKEN >> ${log}; echo SLUICE_ENVIRONMENT_URL=https://pr-$SLUICE_PR.preview.example/"`,
+    `teardown = "echo teardown pr$SLUICE_PR >> ${log}"`,
+    '',
+  ].join('\n');
+  stack.commit(OWNER, repo, { '.sluice.toml': config, 'README.md': `# ${repo}\n` });
+  await stack.standinPost(`/_standin/repos/${OWNER}/${repo}/collaborators/maintainer`, { permission: 'write' });
+  const a = await headCommit(repo, 23, 'feature-m', 1);
+  const id = await previewOf(repo, a, { number: 23, branch: 'feature-m', headOwner: 'stranger' });
+  const run = await stack.waitFor(async () => {
+    const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+    const r = runs.find((c) => c.name === 'sluice/preview');
+    return r?.actions?.some((x) => x.identifier === 'preview') ? r : null;
+  }, { timeoutMs: RUN_TIMEOUT_MS, message: 'the Preview button' });
+  assert.deepEqual(lines(log), [], 'nothing runs before a maintainer asks');
+  const body = checkRunRequestedActionPayload({ owner: OWNER, repo, checkRun: run, identifier: 'preview', senderLogin: 'maintainer', installationId: INSTALLATION_ID });
+  assert.equal((await stack.sendWebhook('check_run', body)).status, 202);
+  assert.equal((await terminal(id)).status, 'complete');
+  assert.deepEqual(lines(log), [`deploy ${a} token-`], 'deployed, with no secret');
+  const [d] = await deploymentsOf(repo);
+  assert.deepEqual([d.environment, states(d)], ['pr-23', ['queued', 'in_progress', 'success']]);
 });
