@@ -313,6 +313,7 @@ fn the_sweep_tears_down_a_preview_whose_close_event_never_came() {
     let report = rig.sweep();
     assert_eq!(report.reconciled, 1);
     let reconcile = ReconcileInput {
+        slot: 0,
         repo: REPO.into(),
         pr: pr(),
         installation_id: INSTALLATION,
@@ -545,4 +546,57 @@ fn a_close_tears_down_nothing_for_a_pull_request_never_previewed() {
     assert_eq!(rig.run_to_end(&never), Status::Skipped);
     assert_eq!(rig.row(&never).reason.as_deref(), Some("no-live-preview"));
     assert!(rig.sandbox.all_runs().is_empty());
+}
+
+/// A close whose teardown ran before the preview of the pull request's
+/// last head arrived (it found nothing live) is caught by the sweep: its
+/// reconcile starts a teardown of its own key, which tears down once.
+#[test]
+fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    rig.github.commit(REPO, &a, &[("README.md", "hello")]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, &a);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let early = rig.create(teardown(&a));
+    assert_eq!(rig.run_to_end(&early), Status::Skipped, "nothing live yet");
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.clock.advance(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + 1);
+    let now = rig.now();
+    assert_eq!(rig.sweep().reconciled, 1);
+    let reconcile = ReconcileInput {
+        slot: 0,
+        repo: REPO.into(),
+        pr: pr(),
+        installation_id: INSTALLATION,
+        sha: a.clone(),
+        head_branch: HEAD_BRANCH.into(),
+        default_branch: BRANCH.into(),
+    };
+    let r = rig.create(reconcile_request(
+        &reconcile,
+        now / PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT,
+    ));
+    assert_eq!(rig.run_to_end(&r), Status::Complete);
+    let spawned = rig.create_spawned();
+    assert_eq!(spawned.len(), 1);
+    assert!(spawned[0].id.contains("swept"), "{}", spawned[0].id);
+    assert_eq!(
+        rig.run_to_end(&spawned[0]),
+        Status::Complete,
+        "{:?}",
+        rig.row(&spawned[0])
+    );
+    let torn: Vec<_> = rig
+        .sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.workspace == spawned[0].id)
+        .collect();
+    assert_eq!(torn.len(), 1);
+    assert_eq!(
+        rig.github.only_deployment(&a).latest().unwrap().state,
+        "inactive"
+    );
 }

@@ -9,9 +9,9 @@
 //! `preview:<repo>:pr<n>:<sha12>:<arrival>`, the arrival naming the event
 //! (`opened`, `s<before12>` for a push, `reopened-<s>`, `ready-<s>`), so a
 //! redelivery is the same instance and a head pushed again later a new
-//! one; `preview-teardown:<repo>:pr<n>:closed-<closed at, s>`, which the
-//! sweep's reconcile builds the same way from GitHub's `closed_at`, so the
-//! webhook's teardown and the sweep's are one instance.
+//! one; `preview-teardown:<repo>:pr<n>:closed-<closed at, s>`, so a
+//! redelivered close is the same teardown (the sweep's reconcile makes one
+//! of its own key: `kit::preview::swept_teardown_request`).
 
 use crate::engine::CreateRequest;
 use crate::github::webhook::PullRequestEvent;

@@ -152,6 +152,7 @@ impl Sweep<'_> {
                 continue;
             }
             let input = ReconcileInput {
+                slot: 0,
                 repo: row.repo,
                 pr,
                 installation_id: u64::try_from(row.installation_id).unwrap_or(0),

@@ -177,6 +177,9 @@ pub struct ReconcileInput {
     pub sha: String,
     pub head_branch: String,
     pub default_branch: String,
+    /// The sweep's reconcile slot it was made in (`reconcile_request`).
+    #[serde(default)]
+    pub slot: i64,
 }
 
 fn request(
@@ -218,12 +221,25 @@ pub fn preview_request(input: &PreviewInput, arrival: String) -> CreateRequest {
 }
 
 /// The creation of a `preview-teardown` instance for a pull request GitHub
-/// closed at `closed_ms`: the webhook's and the reconcile's are one key.
+/// closed at `closed_ms` (a redelivery is the same instance).
 pub fn teardown_request(input: &TeardownInput, closed_ms: i64) -> CreateRequest {
+    teardown_request_as(input, format!("closed-{}", closed_ms / 1000))
+}
+
+/// The sweep's teardown of a closed pull request whose preview is still
+/// live, in its reconcile slot: a key of its own, since the close's own
+/// teardown may have run already and found nothing live (the preview
+/// arriving just after it). Teardowns check the index again holding the
+/// group, so two keys of one close tear down once.
+pub fn swept_teardown_request(input: &TeardownInput, closed_ms: i64, slot: &str) -> CreateRequest {
+    teardown_request_as(input, format!("closed-{}-{slot}", closed_ms / 1000))
+}
+
+fn teardown_request_as(input: &TeardownInput, arrival: String) -> CreateRequest {
     let subject = Subject::Preview {
         pr: input.pr,
         sha: None,
-        arrival: format!("closed-{}", closed_ms / 1000),
+        arrival,
     };
     let key = InstanceKey::new(TEARDOWN_RUN, &input.repo, subject);
     request(
@@ -292,6 +308,10 @@ pub fn operator_teardown_request(
 /// The creation of a `preview-reconcile` instance in the sweep's `slot`
 /// (one per preview per reconcile interval).
 pub fn reconcile_request(input: &ReconcileInput, slot: i64) -> CreateRequest {
+    let input = &ReconcileInput {
+        slot,
+        ..input.clone()
+    };
     let subject = Subject::Preview {
         pr: input.pr,
         sha: None,

@@ -2,16 +2,20 @@
 //! live that nobody asked GitHub about for `PREVIEW_RECONCILE_INTERVAL_MS`
 //! (`runs::sweep`), so it asks GitHub, the system of record (ADR-0001 rule
 //! 4, docs/adr/0001-durable-execution-scope.md), whether the pull request
-//! is still open. A closed one gets the very teardown its `closed` event
-//! would have started (the same key, named by GitHub's `closed_at`), so a
-//! close event that was delivered and one that was dropped tear down once.
+//! is still open. A closed one gets a teardown of its own
+//! (`…:closed-<closed_at>-swept-<slot>`: the close's own teardown may have
+//! run before the preview arrived, finding nothing live); a teardown checks
+//! the index again holding the pull request's group, so a close event that
+//! was delivered and the sweep's reconcile tear down once.
 
 use async_trait::async_trait;
 use serde_json::json;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepConfig};
 
-use crate::runs::kit::preview::{self as kit, teardown_request, ReconcileInput, TeardownInput};
+use crate::runs::kit::preview::{
+    self as kit, swept_teardown_request, ReconcileInput, TeardownInput,
+};
 use crate::runs::kit::report::{github_failure, github_step};
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::FailureTag;
@@ -82,7 +86,7 @@ async fn run(
             return Ok(RunOutcome::Complete(json!({ "gone": true })));
         }
     };
-    let teardown = teardown_request(
+    let teardown = swept_teardown_request(
         &TeardownInput {
             repo: input.repo.clone(),
             pr: input.pr,
@@ -95,6 +99,7 @@ async fn run(
             fork: false,
         },
         closed_ms,
+        &format!("swept-{}", input.slot),
     );
     ctx.step(
         "reconcile: start teardown",

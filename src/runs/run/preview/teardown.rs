@@ -54,6 +54,9 @@ impl Run for PreviewTeardownRun {
     }
 }
 
+/// The skip reason of a teardown with nothing live to tear down.
+const NO_LIVE_PREVIEW: &str = "no-live-preview";
+
 fn skipped(reason: &str) -> RunOutcome {
     RunOutcome::Skipped {
         reason: Some(reason.into()),
@@ -89,8 +92,8 @@ async fn run(
     if !input.evicted && open_again(ctx, env, input).await? {
         return Ok(skipped("reopened"));
     }
-    if !live(ctx, env, input).await? {
-        return Ok(skipped("no-live-preview"));
+    if !live(ctx, env, input, "teardown: preview live?").await? {
+        return Ok(skipped(NO_LIVE_PREVIEW));
     }
     let group = kit::group_of(&input.repo, input.pr);
     let policy = kit::preview_policy(None);
@@ -114,6 +117,20 @@ async fn run(
         torn(ctx, env, input, &preview, held)
     })
     .await?;
+    if let Verdict::Skipped {
+        reason, summary, ..
+    } = &verdict
+    {
+        return Ok(RunOutcome::Skipped {
+            reason: match reason {
+                Some(r) => Some(r.as_str().to_owned()),
+                None if summary == NO_LIVE_PREVIEW => Some(NO_LIVE_PREVIEW.to_owned()),
+                // An operator's skip of the waiting teardown.
+                None => None,
+            },
+            tag: None,
+        });
+    }
     if let Some(summary) = not_torn(&verdict) {
         // The row stays live: the sweep's reconcile tries again.
         return Err(RunError::NonRetryable {
@@ -155,17 +172,18 @@ fn has_secrets(env: &RunEnv<'_>, input: &TeardownInput, preview: &PreviewConfig)
 
 /// Whether the index holds the pull request's preview live: a pull request
 /// never previewed (or torn down already) has nothing to tear down.
-async fn live(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Result<bool, RunError> {
-    ctx.step(
-        "teardown: preview live?",
-        StepConfig::default(),
-        |_| async {
-            let row = previews::get(env.db, &input.repo, input.pr.get())
-                .await
-                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-            Ok(row.is_some_and(|r| r.state == "live"))
-        },
-    )
+async fn live(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &TeardownInput,
+    step: &str,
+) -> Result<bool, RunError> {
+    ctx.step(step, StepConfig::default(), |_| async {
+        let row = previews::get(env.db, &input.repo, input.pr.get())
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+        Ok(row.is_some_and(|r| r.state == "live"))
+    })
     .await
 }
 
@@ -196,6 +214,16 @@ async fn torn(
     preview: &PreviewConfig,
     held: Held<'_>,
 ) -> Result<Verdict, RunError> {
+    // Holding the group: a teardown that ran meanwhile (another key of the
+    // same close, the sweep's) left nothing to tear down.
+    if !live(ctx, env, input, "teardown: still live?").await? {
+        return Ok(Verdict::Skipped {
+            reason: None,
+            tag: crate::runs::kit::tags::SkipTag::RunSkipped,
+            summary: NO_LIVE_PREVIEW.into(),
+            newer: None,
+        });
+    }
     let deploy_cfg = kit::as_deploy_config(preview, &input.head_branch);
     let as_deploy = crate::runs::kit::inputs::DeployInput {
         repo: input.repo.clone(),
