@@ -117,19 +117,8 @@ async fn run(
         torn(ctx, env, input, &preview, held)
     })
     .await?;
-    if let Verdict::Skipped {
-        reason, summary, ..
-    } = &verdict
-    {
-        return Ok(RunOutcome::Skipped {
-            reason: match reason {
-                Some(r) => Some(r.as_str().to_owned()),
-                None if summary == NO_LIVE_PREVIEW => Some(NO_LIVE_PREVIEW.to_owned()),
-                // An operator's skip of the waiting teardown.
-                None => None,
-            },
-            tag: None,
-        });
+    if let Some(outcome) = skip_of(&verdict) {
+        return Ok(outcome);
     }
     if let Some(summary) = not_torn(&verdict) {
         // The row stays live: the sweep's reconcile tries again.
@@ -142,6 +131,26 @@ async fn run(
     Ok(RunOutcome::Complete(
         json!({ "torn_down": input.pr.get(), "inactive": retired }),
     ))
+}
+
+/// A teardown skipped at the gates (superseded by a reopened pull request's
+/// preview, an operator's skip) or finding nothing live once it held them.
+fn skip_of(verdict: &Verdict) -> Option<RunOutcome> {
+    let Verdict::Skipped {
+        reason, summary, ..
+    } = verdict
+    else {
+        return None;
+    };
+    Some(RunOutcome::Skipped {
+        reason: match reason {
+            Some(r) => Some(r.as_str().to_owned()),
+            None if summary == NO_LIVE_PREVIEW => Some(NO_LIVE_PREVIEW.to_owned()),
+            // An operator's skip of the waiting teardown.
+            None => None,
+        },
+        tag: None,
+    })
 }
 
 /// Why the teardown did not tear down, if it did not.
