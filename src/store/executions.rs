@@ -627,7 +627,9 @@ pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64, delivery_id: &str) 
 }
 
 /// The check and deploy runs of a commit, oldest first, at most `limit`:
-/// what a check suite's "Re-run all" repeats.
+/// what a check suite's "Re-run all" repeats. Not a pipeline's job units
+/// (`…:job-…` keys, `runs::kit::key`): the commit's check, re-run, starts
+/// them again.
 pub async fn runs_of_commit(
     db: &dyn Database,
     repo: &str,
@@ -636,7 +638,8 @@ pub async fn runs_of_commit(
 ) -> Result<Vec<ExecutionRow>, StoreError> {
     let sql = format!(
         "SELECT {EXECUTION_COLUMNS} FROM executions WHERE repo = ?1 AND sha = ?2 \
-         AND run IN ('check','deploy') ORDER BY created_ms LIMIT ?3"
+         AND run IN ('check','deploy') AND instr(key, ':job-') = 0 \
+         ORDER BY created_ms LIMIT ?3"
     );
     decode(db.all(stmt!(sql, repo, sha, limit)).await?)
 }
@@ -649,20 +652,15 @@ pub async fn live_checks_of(
     repo: &str,
     entity: &str,
     shas: ShaFilter<'_>,
-) -> Result<Vec<(String, String)>, StoreError> {
+) -> Result<Vec<LiveCheck>, StoreError> {
     let (except, only) = match shas {
         ShaFilter::All => (None, None),
         ShaFilter::Except(sha) => (Some(sha), None),
         ShaFilter::Only(sha) => (None, Some(sha)),
     };
-    #[derive(Deserialize)]
-    struct Row {
-        id: String,
-        sha: String,
-    }
-    let rows: Vec<Row> = decode(
+    decode(
         db.all(stmt!(
-            "SELECT id, sha FROM executions WHERE entity = ?1 AND repo = ?2 AND run = 'check' \
+            "SELECT id, sha, input_json FROM executions WHERE entity = ?1 AND repo = ?2 AND run = 'check' \
                AND (?3 IS NULL OR sha <> ?3) AND (?5 IS NULL OR sha = ?5) \
                AND status IN ('queued','running','waiting','paused') \
              ORDER BY created_ms LIMIT ?4",
@@ -673,8 +671,39 @@ pub async fn live_checks_of(
             only,
         ))
         .await?,
-    )?;
-    Ok(rows.into_iter().map(|r| (r.id, r.sha)).collect())
+    )
+}
+
+/// A check that has not ended: its id, commit and input (which names its
+/// check run: a pipeline job's unit reports as itself).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct LiveCheck {
+    pub id: String,
+    pub sha: String,
+    pub input_json: String,
+}
+
+/// How an instance stands: what a pipeline's parent reads of its children.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Standing {
+    pub id: String,
+    pub status: String,
+    pub output_json: Option<String>,
+}
+
+/// The standing of each instance `ids` names that exists, in one query
+/// (the caller bounds `ids`: D1 binds at most 100 parameters).
+pub async fn standings(db: &dyn Database, ids: &[&str]) -> Result<Vec<Standing>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "SELECT id, status, output_json FROM executions WHERE id IN ({})",
+        marks.join(",")
+    );
+    let params: Vec<Param> = ids.iter().map(|i| Param::from(*i)).collect();
+    decode(db.all(Stmt::new(sql, params)).await?)
 }
 
 /// Which commits' checks `live_checks_of` lists.
@@ -714,9 +743,10 @@ pub async fn newest_attempt(
     Ok(rows.into_iter().next().map(|r| (r.id, r.status)))
 }
 
-/// Older heads one check ends at once: each push ends its predecessor, so
-/// more than a few live at once means the pushes outran the checks.
-const SUPERSEDED_PER_HEAD_MAX: u32 = 20;
+/// Live checks one read lists: each push ends its predecessor, whose check
+/// has started at most `kit::pipeline::UNITS_MAX` (64) job units; more
+/// than this live at once means the pushes outran the checks.
+const SUPERSEDED_PER_HEAD_MAX: u32 = 100;
 
 /// Forgets deliveries received before `before_ms` (the retention): the
 /// webhook intake refuses events that old by their own timestamp, so a

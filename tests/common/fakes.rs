@@ -1238,6 +1238,9 @@ pub struct Process {
 #[derive(Default)]
 pub struct SandboxState {
     pub scripts: Vec<(String, Script)>,
+    /// Scripts that answer only when the process's env has `(name, value)`
+    /// (a matrix cell, a shard): looked up before `scripts`.
+    pub env_scripts: Vec<(String, (String, String), Script)>,
     pub workspaces: HashMap<String, String>,
     pub processes: HashMap<String, Process>,
     pub checkouts: Vec<CheckoutRecord>,
@@ -1411,6 +1414,20 @@ impl FakeSandbox {
             printed_while_running: String::new(),
         };
         self.st.borrow_mut().scripts.push((command.into(), s));
+    }
+
+    /// `command` answers this way when its env has `name=value`; other
+    /// processes of it as `script` says.
+    pub fn script_when(&self, command: &str, (name, value): (&str, &str), exit_code: i32, output: &str) {
+        let s = Script {
+            duration_ms: None,
+            exit_code,
+            output: output.into(),
+            running_polls: 0,
+            printed_while_running: String::new(),
+        };
+        let when = (name.to_owned(), value.to_owned());
+        self.st.borrow_mut().env_scripts.push((command.into(), when, s));
     }
 
     /// `command` answers this way from now on (its earlier scripts gone).
@@ -1660,12 +1677,19 @@ impl Sandbox for FakeSandbox {
                 format!("workspace {} does not exist", spec.workspace),
             ));
         }
-        let Some(script) = st
-            .scripts
+        let by_env = st
+            .env_scripts
             .iter()
-            .find(|(c, _)| spec.command.contains(c.as_str()))
-            .map(|(_, s)| s.clone())
-        else {
+            .find(|(c, (k, v), _)| {
+                spec.command.contains(c.as_str()) && spec.env.get(k) == Some(v)
+            })
+            .map(|(_, _, s)| s.clone());
+        let Some(script) = by_env.or_else(|| {
+            st.scripts
+                .iter()
+                .find(|(c, _)| spec.command.contains(c.as_str()))
+                .map(|(_, s)| s.clone())
+        }) else {
             st.unexpected
                 .push(format!("unscripted command {:?}", spec.command));
             return Err(sandbox_error(
@@ -2129,6 +2153,7 @@ impl Rig {
             merge_group: None,
             base_sha: None,
             wakes: None,
+            job: None,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),

@@ -46,7 +46,8 @@ pub trait AnyRun {
     fn capabilities(&self) -> Capabilities;
     /// The name of the check run it reports through (a run without one
     /// answers None).
-    fn check_run_name(&self) -> Option<&'static str>;
+    /// Whether it reports through the check run named `name`.
+    fn reports_as(&self, name: &str) -> bool;
 }
 
 /// What may start a run besides its triggers.
@@ -146,8 +147,8 @@ impl<R: Run> AnyRun for Registered<R> {
         }
     }
 
-    fn check_run_name(&self) -> Option<&'static str> {
-        R::CHECK_RUN
+    fn reports_as(&self, name: &str) -> bool {
+        R::reports_as(name)
     }
 }
 
@@ -218,7 +219,7 @@ pub fn bookkeeping() -> impl Iterator<Item = RunName> {
 /// Re-run repeats.
 pub fn rerunnable_by_check_run(check_run: &str) -> bool {
     RUNS.iter()
-        .any(|r| r.capabilities().rerunnable && r.check_run_name() == Some(check_run))
+        .any(|r| r.capabilities().rerunnable && r.reports_as(check_run))
 }
 
 /// Whether an operator's create request names a run and gives exactly its

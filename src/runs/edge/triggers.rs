@@ -458,6 +458,7 @@ fn check_input(
         merge_group: None,
         base_sha: None,
         wakes: None,
+        job: None,
     })
 }
 
@@ -467,13 +468,14 @@ fn check_request_of(input: CheckInput, attempt: Option<Attempt>) -> CreateReques
     let subject = Subject::Check {
         sha: input.sha.clone(),
         pr: input.pr_number,
+        job: None,
     };
     let key = InstanceKey::new(CheckRun::NAME.as_str(), &input.repo, subject).with_attempt(attempt);
     CreateRequest {
         key: key.to_string(),
         run: CheckRun::NAME.as_str().into(),
         repo: Some(input.repo.clone()),
-        entity: Some(format!("pr:{}", input.pr_number.map_or(0, PullNumber::get))),
+        entity: Some(input.entity()),
         sha: Some(input.sha.clone()),
         input: json!(input),
         max_steps: None,
@@ -631,9 +633,7 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
     };
     input.merge_group = Some(branch.to_owned());
     input.base_sha = group.merge_group.base_sha.as_deref().and_then(commit_id);
-    let mut create = check_request_of(input, None);
-    create.entity = Some(format!("branch:{branch}"));
-    Plan::Create(vec![create])
+    Plan::Create(vec![check_request_of(input, None)])
 }
 
 /// A reopened pull request's check is a new attempt (named by when GitHub

@@ -4,9 +4,12 @@
 //! merge can write it, and it can only select an environment the operator
 //! grants (`runs::environment`).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::environment;
+pub use super::pipeline::JobConfig;
 pub use super::schedule::ScheduleConfig;
 use crate::limits::{COMMAND_TIMEOUT_MS_DEFAULT, COMMAND_TIMEOUT_MS_MAX, CONFIG_BYTES_MAX};
 
@@ -27,6 +30,10 @@ pub struct RepoConfig {
     pub ignore_bots: Vec<String>,
     #[serde(default)]
     pub check: Option<CheckConfig>,
+    /// `[jobs.<name>]`: the commit's pipeline (`runs::pipeline`), read at
+    /// the commit like `[check]`, which it replaces.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<String, JobConfig>,
     #[serde(default)]
     pub deploy: Option<DeployConfig>,
     /// `[[schedule]]`, read on the default branch (`runs::schedule`).
@@ -114,15 +121,17 @@ pub struct DeployConfig {
     #[serde(default)]
     pub queue: Option<QueueConfig>,
     /// Jobs of the pushed commit that must pass before the deploy joins
-    /// the queue: `["check"]` (the one job so far) starts the commit's
-    /// `[check]` and waits for it, holding nothing; a failure skips the
-    /// deploy (`needs_failed`).
+    /// the queue: `["check"]` (the `[check]`, or with `[jobs]` the whole
+    /// pipeline) or jobs by name (`["test"]`). The deploy starts the
+    /// commit's pipeline and waits for it, holding nothing; a failure skips
+    /// the deploy (`needs_failed`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needs: Vec<String>,
 }
 
-/// The jobs `[deploy] needs` may name.
-pub const NEEDABLE_JOBS: [&str; 1] = ["check"];
+/// What `[deploy] needs = ["check"]` names: the `[check]`, or the whole
+/// pipeline its check run `sluice/check` sums up.
+pub const WHOLE_CHECK: &str = "check";
 
 /// The queue policy of a deploy group; every setting off when absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -220,15 +229,21 @@ fn validate_paths(paths: &[String]) -> Result<(), String> {
     }
 }
 
-fn validate_needs(needs: &[String], has_check: bool) -> Result<(), String> {
-    if let Some(job) = needs.iter().find(|j| !NEEDABLE_JOBS.contains(&j.as_str())) {
+fn validate_needs(needs: &[String], c: &RepoConfig) -> Result<(), String> {
+    if needs.is_empty() {
+        return Ok(());
+    }
+    if c.check.is_none() && c.jobs.is_empty() {
+        return Err("[deploy] needs names jobs, but this file has no [check] or [jobs]".into());
+    }
+    let known = |j: &str| j == WHOLE_CHECK || c.jobs.contains_key(j);
+    if let Some(job) = needs.iter().find(|j| !known(j)) {
+        let mut jobs: Vec<&str> = c.jobs.keys().map(String::as_str).collect();
+        jobs.insert(0, WHOLE_CHECK);
         return Err(format!(
             "[deploy] needs names {job:?}, which is no job (jobs: {})",
-            NEEDABLE_JOBS.join(", ")
+            jobs.join(", ")
         ));
-    }
-    if !needs.is_empty() && !has_check {
-        return Err("[deploy] needs check, but this file has no [check]".into());
     }
     Ok(())
 }
@@ -236,6 +251,7 @@ fn validate_needs(needs: &[String], has_check: bool) -> Result<(), String> {
 fn validate(c: &RepoConfig) -> Result<(), String> {
     validate_preview(c.preview.as_ref())?;
     super::schedule::validate(&c.schedule)?;
+    super::pipeline::validate(c)?;
     if let Some(r) = &c.release_notes {
         validate_release_notes(r)?;
     }
@@ -254,7 +270,7 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
             return Err("[deploy] branch is empty".into());
         }
         command_timeout_ms(d.timeout.as_deref())?;
-        validate_needs(&d.needs, c.check.is_some())?;
+        validate_needs(&d.needs, c)?;
         if d.secrets.is_some() {
             return Err(SECRETS_MOVED.into());
         }
@@ -422,7 +438,14 @@ mod tests {
         assert!(with(check, "[\"lint\"]")
             .unwrap()
             .contains("\"lint\", which is no job"));
-        assert!(with("", "[\"check\"]").unwrap().contains("no [check]"));
+        assert!(with("", "[\"check\"]")
+            .unwrap()
+            .contains("no [check] or [jobs]"));
+        let jobs = "[jobs.test]\ncommand = \"t\"\n";
+        assert_eq!(with(jobs, "[\"test\", \"check\"]"), None);
+        assert!(with(jobs, "[\"lint\"]")
+            .unwrap()
+            .contains("(jobs: check, test)"));
     }
 
     #[test]

@@ -86,6 +86,24 @@ pub struct CheckInput {
     /// (`kit::needs::NEEDS_EVENT`) when the check ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wakes: Option<String>,
+    /// A pipeline job's unit (`kit::pipeline`): this instance runs that
+    /// unit alone, started by the commit's check (`wakes`), which did the
+    /// supersede, approval and `paths` work before it. None: the commit's
+    /// own check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<super::pipeline::JobUnit>,
+}
+
+impl CheckInput {
+    /// What the check is for, as the index records it (`executions.entity`):
+    /// the merge queue group's branch, else the pull request (`pr:0` for a
+    /// dispatched or scheduled check).
+    pub fn entity(&self) -> String {
+        match &self.merge_group {
+            Some(branch) => format!("branch:{branch}"),
+            None => format!("pr:{}", self.pr_number.map_or(0, PullNumber::get)),
+        }
+    }
 }
 
 /// What a `deploy` instance needs: the pushed commit and where it came

@@ -4,7 +4,8 @@
 //!
 //! `<run>:<owner/repo>:<subject>[:<attempt>]`, where the subject is
 //! - a check: `<sha12>` or `<sha12>:pr<n>` (two pull requests at one commit
-//!   are two checks);
+//!   are two checks), and a pipeline job's unit that check starts
+//!   `…:job-<unit>-<parent12>`;
 //! - a deploy: `<branch>:<sha12>[:<before12>]` (a push's `before` makes a
 //!   rollback a new deploy and a redelivery the same one);
 //! - release notes: `<tag>:<sha12>:<push>` (the push as its signed body
@@ -28,6 +29,7 @@ pub const KEY_SHA_CHARS: usize = 12;
 const RERUN_PREFIX: &str = "rerun-";
 const SCHEDULE_PREFIX: &str = "schedule-";
 const DISPATCH_PREFIX: &str = "dispatch-";
+const JOB_PREFIX: &str = "job-";
 
 /// A parsed instance key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +47,10 @@ pub enum Subject {
     Check {
         sha: String,
         pr: Option<PullNumber>,
+        /// A pipeline job's unit: `job-<unit>-<parent>` (`JobUnit::key_part`
+        /// and the tail of the parent's id, so a parent's re-run starts
+        /// children of its own).
+        job: Option<String>,
     },
     Deploy {
         branch: String,
@@ -124,8 +130,16 @@ impl fmt::Display for Attempt {
 impl fmt::Display for Subject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Subject::Check { sha, pr: None } => write!(f, "{}", short(sha)),
-            Subject::Check { sha, pr: Some(n) } => write!(f, "{}:pr{n}", short(sha)),
+            Subject::Check { sha, pr, job } => {
+                write!(f, "{}", short(sha))?;
+                if let Some(n) = pr {
+                    write!(f, ":pr{n}")?;
+                }
+                match job {
+                    Some(j) => write!(f, ":{JOB_PREFIX}{j}"),
+                    None => Ok(()),
+                }
+            }
             Subject::Deploy {
                 branch,
                 sha,
@@ -223,6 +237,24 @@ pub fn base_key(key: &str) -> String {
     InstanceKey::parse(key).map_or_else(|| key.to_owned(), |k| k.base().to_string())
 }
 
+/// A check's subject after its sha: `[pr<n>][:job-<unit>]`.
+fn check_subject(sha: &str, tail: &[&str]) -> Option<Subject> {
+    let pr_of = |f: &str| PullNumber::new(f.strip_prefix("pr")?.parse().ok()?);
+    let job_of = |f: &str| f.strip_prefix(JOB_PREFIX).map(str::to_owned);
+    let (pr, job) = match tail {
+        [] => (None, None),
+        [f] if f.starts_with(JOB_PREFIX) => (None, Some(job_of(f)?)),
+        [f] => (Some(pr_of(f)?), None),
+        [p, j] => (Some(pr_of(p)?), Some(job_of(j)?)),
+        _ => return None,
+    };
+    Some(Subject::Check {
+        sha: sha.to_owned(),
+        pr,
+        job,
+    })
+}
+
 fn parse_subject(run: &str, rest: &[&str]) -> Option<Subject> {
     if let [proof] = rest {
         if let Some(proof) = proof.strip_prefix(DISPATCH_PREFIX) {
@@ -233,14 +265,7 @@ fn parse_subject(run: &str, rest: &[&str]) -> Option<Subject> {
     }
     let owned = |s: &str| s.to_owned();
     match (run, rest) {
-        ("check", [sha]) => Some(Subject::Check {
-            sha: owned(sha),
-            pr: None,
-        }),
-        ("check", [sha, pr]) => Some(Subject::Check {
-            sha: owned(sha),
-            pr: Some(PullNumber::new(pr.strip_prefix("pr")?.parse().ok()?)?),
-        }),
+        ("check", [sha, tail @ ..]) => check_subject(sha, tail),
         ("deploy", [branch, sha]) => Some(Subject::Deploy {
             branch: owned(branch),
             sha: owned(sha),
@@ -346,6 +371,8 @@ mod tests {
                     Subject::Check {
                         sha: self.sha(),
                         pr: PullNumber::new(self.below(3)),
+                        job: (self.below(2) == 0)
+                            .then(|| format!("test.m{}.s1-{}", self.below(4), self.sha())),
                     },
                 ),
                 1 => {

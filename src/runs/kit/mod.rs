@@ -18,6 +18,7 @@ pub mod loglink;
 pub mod metered;
 pub mod needs;
 pub mod notify;
+pub mod pipeline;
 pub mod preview;
 pub mod report;
 pub mod run;

@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::engine::{CreateRequest, Ctx, RunError, Status, StepConfig, StepFailure};
 use crate::store::executions;
 
+use super::config::WHOLE_CHECK;
 use super::inputs::{CheckInput, NeededCheck};
 use super::key::{Attempt, InstanceKey};
+use super::pipeline::JobResult;
 use super::report::{github_failure, github_step};
 use super::tags::FailureTag;
 use super::RunEnv;
@@ -77,6 +79,7 @@ pub async fn await_needed(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     needed: &NeededCheck,
+    jobs: &[String],
 ) -> Result<Needs, RunError> {
     let create = waking(&needed.create, ctx.instance_id())?;
     let input: CheckInput = decoded(&create)?;
@@ -90,7 +93,10 @@ pub async fn await_needed(
     for _ in 0..NEEDS_READS_MAX {
         let read: Read = ctx
             .step("read needed check", github_step(), |_| async {
-                read_verdict(env, needed, &input, &create).await
+                match jobs.iter().any(|j| j == WHOLE_CHECK) {
+                    true => read_verdict(env, needed, &input, &create).await,
+                    false => read_jobs(env, jobs, &input, &create).await,
+                }
             })
             .await?;
         match read {
@@ -212,4 +218,67 @@ async fn read_verdict(
         },
         None => Read::Pending,
     })
+}
+
+/// The results of the jobs `jobs` names, as the newest attempt of the
+/// commit's check recorded them when its pipeline ended (its output's
+/// `jobs`, each summed from the job units' check runs). A pipeline that
+/// does not name a job fails the need, saying so.
+async fn read_jobs(
+    env: &RunEnv<'_>,
+    jobs: &[String],
+    input: &CheckInput,
+    create: &CreateRequest,
+) -> Result<Read, StepFailure> {
+    let base = crate::runs::kit::key::base_key(&create.key);
+    let newest = executions::newest_attempt(env.db, &base)
+        .await
+        .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+    let Some((id, status)) = newest else {
+        return Ok(Read::Pending);
+    };
+    if !Status::parse(&status).is_some_and(Status::is_terminal) {
+        return Ok(Read::Pending);
+    }
+    let rows = executions::standings(env.db, &[id.as_str()])
+        .await
+        .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+    let output = rows
+        .first()
+        .and_then(|r| r.output_json.as_deref())
+        .and_then(|o| serde_json::from_str::<serde_json::Value>(o).ok());
+    let results: Option<std::collections::BTreeMap<String, JobResult>> = output
+        .as_ref()
+        .and_then(|o| o.get("jobs"))
+        .and_then(|j| serde_json::from_value(j.clone()).ok());
+    let of = |job: &str| format!("`{job}` of {}", input.sha);
+    let Some(results) = results else {
+        return Ok(Read::NoVerdict {
+            why: format!(
+                "the pipeline of {} ended {status} without job results",
+                input.sha
+            ),
+        });
+    };
+    for job in jobs {
+        match results.get(job) {
+            None => {
+                return Ok(Read::Failed {
+                    why: format!("{} is no job of that commit's pipeline", of(job)),
+                })
+            }
+            Some(r) if r.lets_dependents_run() => {}
+            Some(JobResult::Failed) => {
+                return Ok(Read::Failed {
+                    why: format!("{} failed", of(job)),
+                })
+            }
+            Some(_) => {
+                return Ok(Read::NoVerdict {
+                    why: format!("{} was cancelled", of(job)),
+                })
+            }
+        }
+    }
+    Ok(Read::Passed)
 }

@@ -22,7 +22,7 @@ use crate::gates::SkipReason;
 
 /// The check run a run reports through, named from its input.
 pub struct CheckRunOf {
-    pub name: &'static str,
+    pub name: String,
     pub installation_id: u64,
     pub repo: String,
     pub sha: String,
@@ -379,7 +379,7 @@ pub async fn conclude_abandoned(
     let (installation, repo) = (target.installation_id, target.repo.as_str());
     let Ok(Some((id, state))) = env
         .github
-        .find_check_run_state(installation, repo, &target.sha, target.name, instance_id)
+        .find_check_run_state(installation, repo, &target.sha, &target.name, instance_id)
         .await
     else {
         return;

@@ -80,6 +80,12 @@ pub trait Run {
         input: &Self::Input,
     ) -> Result<RunOutcome, RunError>;
 
+    /// Whether a check run named `name` is one it reports through (what
+    /// GitHub's Re-run on a check run is matched by).
+    fn reports_as(name: &str) -> bool {
+        Self::CHECK_RUN == Some(name)
+    }
+
     /// The check run it reports through, so one an instance left open when
     /// it ended from outside (terminated, a crash loop) is concluded.
     fn check_run(&self, _input: &Self::Input) -> Option<CheckRunOf> {

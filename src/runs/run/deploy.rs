@@ -95,7 +95,7 @@ impl Run for DeployRun {
 
     fn check_run(&self, input: &DeployInput) -> Option<CheckRunOf> {
         Some(CheckRunOf {
-            name: DEPLOY_CHECK_NAME,
+            name: DEPLOY_CHECK_NAME.into(),
             installation_id: input.installation_id,
             repo: input.repo.clone(),
             sha: input.sha.clone(),
@@ -318,7 +318,7 @@ async fn needed(
         return Ok(None);
     }
     let why = match &input.needs_check {
-        Some(needed) => match needs::await_needed(ctx, env, needed).await? {
+        Some(needed) => match needs::await_needed(ctx, env, needed, &work.deploy.needs).await? {
             Needs::Met => return Ok(None),
             Needs::Failed(why) => why,
         },

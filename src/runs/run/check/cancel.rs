@@ -23,7 +23,7 @@ use crate::runs::kit::tags::FailureTag;
 use crate::runs::kit::RunEnv;
 use crate::store::executions::{self, ShaFilter};
 
-use super::{cancel_check, Ending};
+use super::{cancel_check, check_run_name_of, Ending};
 
 /// The `cancel-checks` run.
 pub struct CancelChecksRun;
@@ -62,10 +62,11 @@ async fn run(
             let live = executions::live_checks_of(env.db, &input.repo, &entity, shas)
                 .await
                 .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-            for (id, sha) in &live {
-                cancel_check(env, input.installation_id, &input.repo, (id, sha), &ending).await?;
+            for row in &live {
+                let name = check_run_name_of(&row.input_json);
+                cancel_check(env, input.installation_id, &input.repo, row, &name, &ending).await?;
             }
-            Ok(live.into_iter().map(|(id, _)| id).collect())
+            Ok(live.into_iter().map(|r| r.id).collect())
         })
         .await?;
     Ok(RunOutcome::Complete(json!({ "cancelled": ended })))

@@ -9,6 +9,9 @@
 //! its verdict before the gates are released (`Gates::report`: the
 //! release is off the path from the webhook to the conclusion).
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 
 use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
@@ -19,7 +22,7 @@ use crate::github::{CheckAction as Button, CheckConclusion, CheckOutput, CheckRu
 use crate::limits::{
     HUMAN_DECISION_WINDOW_MS_DEFAULT, RUN_DURATION_MS_DEFAULT, RUN_DURATION_MS_MAX,
 };
-use crate::store::executions::{self, ShaFilter};
+use crate::store::executions::{self, LiveCheck, ShaFilter};
 
 use crate::runs::kit::approval::{self, Ask, Decided};
 use crate::runs::kit::command::{run_command, verdict_of, CommandSpec};
@@ -28,6 +31,9 @@ use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig, CON
 use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
 use crate::runs::kit::inputs::{CheckInput, PullNumber};
 use crate::runs::kit::needs::NEEDS_EVENT;
+use crate::runs::kit::pipeline::{
+    is_job_name, of as pipeline_of, JobResult, JobUnit, Pipeline, JOB_CHECK_PREFIX,
+};
 use crate::runs::kit::report::CheckRunOf;
 use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use crate::runs::kit::run::{Run, RunName};
@@ -35,6 +41,7 @@ use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv};
 
 pub mod cancel;
+pub mod pipeline;
 
 pub const CHECK_RUN_NAME: &str = "sluice/check";
 
@@ -57,45 +64,69 @@ impl Run for CheckRun {
         env: &RunEnv<'_>,
         input: &CheckInput,
     ) -> Result<RunOutcome, RunError> {
-        let outcome = run(ctx, env, input).await?;
+        let outcome = match &input.job {
+            Some(unit) => run_unit(ctx, env, input, unit).await?,
+            None => run(ctx, env, input).await?,
+        };
         if let Some(parent) = &input.wakes {
             wake_parent(ctx, env, parent).await?;
         }
         Ok(outcome)
     }
 
+    fn reports_as(name: &str) -> bool {
+        name == CHECK_RUN_NAME || is_job_check_run(name)
+    }
+
     fn check_run(&self, input: &CheckInput) -> Option<CheckRunOf> {
         Some(CheckRunOf {
-            name: CHECK_RUN_NAME,
+            name: check_run_name(input),
             installation_id: input.installation_id,
             repo: input.repo.clone(),
             sha: input.sha.clone(),
         })
     }
+
+    /// A pipeline's parent ended from outside: its live units end with it.
+    async fn abandoned(
+        &self,
+        env: &RunEnv<'_>,
+        instance_id: &str,
+        input: &CheckInput,
+        status: crate::engine::Status,
+    ) {
+        if input.job.is_none() {
+            let why = format!("was {}", status.as_str());
+            pipeline::end_children(env, instance_id, input, &why).await;
+        }
+    }
 }
 
-async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunOutcome, RunError> {
-    let target = CheckTarget {
-        name: CHECK_RUN_NAME,
-        installation_id: input.installation_id,
-        repo: &input.repo,
-        sha: &input.sha,
+/// The check run a check reports through: `sluice/check`, or a pipeline
+/// job's unit's own (`sluice/<job>`, `kit::pipeline::JobUnit`).
+pub fn check_run_name(input: &CheckInput) -> String {
+    input
+        .job
+        .as_ref()
+        .map_or_else(|| CHECK_RUN_NAME.to_owned(), JobUnit::check_run_name)
+}
+
+/// Whether `name` is a pipeline job's check run: `sluice/<job>` or
+/// `sluice/<job> (<cell>)`, the job a valid name.
+fn is_job_check_run(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(JOB_CHECK_PREFIX) else {
+        return false;
     };
-    let pick = |c| unless_ignored(c, &input.sender, |c: RepoConfig| c.check);
-    let check = match configured(ctx, env, &target, pick).await? {
-        Configured::Run(check) => check,
-        Configured::Done(outcome) => return Ok(outcome),
-    };
-    if input.needs_approval {
-        ctx.set_ceiling("run ceiling", APPROVAL_WINDOW_MS + RUN_DURATION_MS_DEFAULT)
-            .await?;
-    }
-    // Checks serialize nothing, but pass admission (their repository's
-    // pool, all checks', every sandbox's) and the sandbox lease.
-    let repo_pool = gate::checks_pool_of(&input.repo);
-    let pools = [
+    let job = rest.split_once(" (").map_or(rest, |(j, _)| j);
+    is_job_name(job) && !matches!(job, "deploy" | "release-notes")
+}
+
+/// The checks of one commit share the pools: their repository's, all
+/// checks', every sandbox's.
+fn check_pools<'p>(env: &RunEnv<'_>, repo_pool: &'p str) -> [Pool<'p>; 3] {
+    [
         Pool {
-            name: &repo_pool,
+            name: repo_pool,
             capacity: env.checks_per_repo,
         },
         Pool {
@@ -106,27 +137,100 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
             name: gate::POOL,
             capacity: env.pool_capacity,
         },
-    ];
-    let (target, pools, check) = (&target, &pools, &check);
+    ]
+}
+
+async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunOutcome, RunError> {
+    let target = CheckTarget {
+        name: CHECK_RUN_NAME,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
+    let pick = |c| unless_ignored(c, &input.sender, |c: RepoConfig| pipeline_of(&c));
+    let pipeline = match configured(ctx, env, &target, pick).await? {
+        Configured::Run(p) => p,
+        Configured::Done(outcome) => return Ok(outcome),
+    };
+    if input.needs_approval {
+        ctx.set_ceiling("run ceiling", APPROVAL_WINDOW_MS + RUN_DURATION_MS_DEFAULT)
+            .await?;
+    }
+    let jobs = match pipeline {
+        Pipeline::Single(check) => return run_single(ctx, env, input, &target, &check).await,
+        Pipeline::Jobs(jobs) => jobs,
+    };
+    let results = RefCell::new(BTreeMap::new());
+    let outcome = {
+        let (target, jobs, results) = (&target, &jobs, &results);
+        reported(ctx, env, target, |report| async move {
+            if let Some(v) = preflight(ctx, env, input, target, report.id).await? {
+                return Ok(v);
+            }
+            pipeline::drive(ctx, env, input, jobs, results).await
+        })
+        .await?
+    };
+    let results = results.into_inner();
+    Ok(with_jobs(outcome, &results))
+}
+
+/// A pipeline's outcome lists each job's result (what a deploy's `needs`
+/// reads, `kit::needs`).
+fn with_jobs(outcome: RunOutcome, results: &BTreeMap<String, JobResult>) -> RunOutcome {
+    match outcome {
+        RunOutcome::Complete(mut v) if !results.is_empty() => {
+            v["jobs"] = serde_json::json!(results);
+            RunOutcome::Complete(v)
+        }
+        other => other,
+    }
+}
+
+/// What must hold before a commit's code runs: its pull request's head is
+/// still this commit (older heads end), its merge group still exists, and a
+/// first-time contributor's fork was approved. The verdict when not.
+async fn preflight(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    target: &CheckTarget<'_>,
+    check_run_id: u64,
+) -> Result<Option<Verdict>, RunError> {
+    // A dispatched or scheduled check of a branch has no pull request
+    // whose newer head could supersede it.
+    if let Some(pr) = input.pr_number {
+        if let Some(v) = superseded(ctx, env, input, pr).await? {
+            return Ok(Some(v));
+        }
+    }
+    if let Some(branch) = &input.merge_group {
+        if let Some(v) = group_gone(ctx, env, input, branch).await? {
+            return Ok(Some(v));
+        }
+    }
+    // A first-time contributor's fork waits for approval before its own
+    // `paths` may skip anything: the paths are read at its commit.
+    if input.needs_approval {
+        return approval(ctx, env, target, check_run_id).await;
+    }
+    Ok(None)
+}
+
+/// `[check]` alone: the command runs in the commit's own instance.
+async fn run_single(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    target: &CheckTarget<'_>,
+    check: &CheckConfig,
+) -> Result<RunOutcome, RunError> {
+    let repo_pool = gate::checks_pool_of(&input.repo);
+    let pools = check_pools(env, &repo_pool);
+    let pools = &pools;
     reported(ctx, env, target, |report| async move {
-        // A dispatched or scheduled check of a branch has no pull request
-        // whose newer head could supersede it.
-        if let Some(pr) = input.pr_number {
-            if let Some(v) = superseded(ctx, env, input, pr).await? {
-                return Ok(v);
-            }
-        }
-        if let Some(branch) = &input.merge_group {
-            if let Some(v) = group_gone(ctx, env, input, branch).await? {
-                return Ok(v);
-            }
-        }
-        // A first-time contributor's fork waits for approval before its own
-        // `paths` may skip anything: the paths are read at its commit.
-        if input.needs_approval {
-            if let Some(v) = approval(ctx, env, target, report.id).await? {
-                return Ok(v);
-            }
+        if let Some(v) = preflight(ctx, env, input, target, report.id).await? {
+            return Ok(v);
         }
         if let Some(v) = unchanged(ctx, env, input, check).await? {
             return Ok(v);
@@ -137,8 +241,56 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
             pools,
             report: Some(&report),
         };
+        let command = Command {
+            text: &check.command,
+            timeout: check.timeout.as_deref(),
+            vars: BTreeMap::new(),
+        };
         with_gates(ctx, env, &gates, |held| {
-            check_held(ctx, env, input, check, held)
+            check_held(ctx, env, input, &command, held)
+        })
+        .await
+    })
+    .await
+}
+
+/// One unit of a pipeline job (started by the commit's check, which did
+/// the preflight and the `paths` work): its command, under the gates, on
+/// its own check run.
+async fn run_unit(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    unit: &JobUnit,
+) -> Result<RunOutcome, RunError> {
+    let name = unit.check_run_name();
+    let target = CheckTarget {
+        name: &name,
+        installation_id: input.installation_id,
+        repo: &input.repo,
+        sha: &input.sha,
+    };
+    let pick = |c: RepoConfig| Ok(c.jobs.get(&unit.job).cloned());
+    let job = match configured(ctx, env, &target, pick).await? {
+        Configured::Run(job) => job,
+        Configured::Done(outcome) => return Ok(outcome),
+    };
+    let repo_pool = gate::checks_pool_of(&input.repo);
+    let pools = check_pools(env, &repo_pool);
+    let (target, pools, job) = (&target, &pools, &job);
+    reported(ctx, env, target, |report| async move {
+        let gates = Gates {
+            serial: None,
+            pools,
+            report: Some(&report),
+        };
+        let command = Command {
+            text: &job.command,
+            timeout: job.timeout.as_deref(),
+            vars: unit.vars(),
+        };
+        with_gates(ctx, env, &gates, |held| {
+            check_held(ctx, env, input, &command, held)
         })
         .await
     })
@@ -238,7 +390,7 @@ async fn superseded(
         }
         Some(_) => {}
     }
-    let entity = format!("pr:{pr}");
+    let entity = input.entity();
     let _ended: Vec<String> = ctx
         .step("supersede older heads", github_step(), |_| async {
             let older = executions::live_checks_of(
@@ -249,10 +401,10 @@ async fn superseded(
             )
             .await
             .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-            for (id, sha) in &older {
-                cancel_older(env, input, pr, id, sha).await?;
+            for row in &older {
+                cancel_older(env, input, pr, row).await?;
             }
-            Ok(older.into_iter().map(|(id, _)| id).collect())
+            Ok(older.into_iter().map(|r| r.id).collect())
         })
         .await?;
     Ok(None)
@@ -357,8 +509,7 @@ async fn cancel_older(
     env: &RunEnv<'_>,
     input: &CheckInput,
     pr: PullNumber,
-    id: &str,
-    sha: &str,
+    row: &LiveCheck,
 ) -> Result<(), StepFailure> {
     let ending = Ending {
         title: "Superseded",
@@ -367,7 +518,16 @@ async fn cancel_older(
             input.sha
         ),
     };
-    cancel_check(env, input.installation_id, &input.repo, (id, sha), &ending).await
+    let name = check_run_name_of(&row.input_json);
+    cancel_check(env, input.installation_id, &input.repo, row, &name, &ending).await
+}
+
+/// The check run of the check whose input is `input_json` (`sluice/check`
+/// for one that does not decode: older instances are commits' checks).
+pub fn check_run_name_of(input_json: &str) -> String {
+    serde_json::from_str::<CheckInput>(input_json)
+        .map(|i| check_run_name(&i))
+        .unwrap_or_else(|_| CHECK_RUN_NAME.to_owned())
 }
 
 /// Why a live check is ended, as its check run shows it.
@@ -376,7 +536,7 @@ pub struct Ending {
     pub summary: String,
 }
 
-/// Concludes a live check's check run `cancelled` with `ending` (unless it
+/// Concludes a live check's check run (`name`) `cancelled` with `ending` (unless it
 /// already completed), terminates the instance, then kills its processes:
 /// a terminate alone is honoured only at the instance's next durable call,
 /// which a running command step reaches when its process ends. Repeating
@@ -385,12 +545,14 @@ pub async fn cancel_check(
     env: &RunEnv<'_>,
     installation: u64,
     repo: &str,
-    (id, sha): (&str, &str),
+    row: &LiveCheck,
+    name: &str,
     ending: &Ending,
 ) -> Result<(), StepFailure> {
+    let (id, sha) = (row.id.as_str(), row.sha.as_str());
     let state = env
         .github
-        .find_check_run_state(installation, repo, sha, CHECK_RUN_NAME, id)
+        .find_check_run_state(installation, repo, sha, name, id)
         .await
         .map_err(github_failure)?;
     if let Some((run_id, _)) = state.filter(|(_, status)| status != "completed") {
@@ -419,16 +581,25 @@ pub async fn cancel_check(
     Ok(())
 }
 
+/// The command a check runs: `[check]`'s, or a job unit's with its
+/// matrix and shard variables.
+struct Command<'a> {
+    text: &'a str,
+    timeout: Option<&'a str>,
+    vars: BTreeMap<String, String>,
+}
+
 async fn check_held(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &CheckInput,
-    check: &CheckConfig,
+    command: &Command<'_>,
     held: Held<'_>,
 ) -> Result<Verdict, RunError> {
-    let timeout_ms = command_timeout_ms(check.timeout.as_deref())
-        .map_err(|m| RunError::InvalidInput { message: m })?;
+    let timeout_ms =
+        command_timeout_ms(command.timeout).map_err(|m| RunError::InvalidInput { message: m })?;
     let mut vars = crate::runs::kit::command::input_vars(&input.inputs);
+    vars.extend(command.vars.clone());
     vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
     vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
     if let Some(pr) = input.pr_number {
@@ -439,12 +610,12 @@ async fn check_held(
         repo: &input.repo,
         sha: &input.sha,
         installation_id: input.installation_id,
-        command: &check.command,
+        command: command.text,
         timeout_ms,
         env: vars,
         secret_env: Vec::new(),
         held: &held,
     };
     let result = run_command(ctx, env, &spec).await?;
-    Ok(verdict_of(&check.command, &result))
+    Ok(verdict_of(command.text, &result))
 }

@@ -159,7 +159,7 @@ impl Run for ReleaseNotesRun {
 
     fn check_run(&self, input: &ReleaseInput) -> Option<CheckRunOf> {
         Some(CheckRunOf {
-            name: RELEASE_CHECK_NAME,
+            name: RELEASE_CHECK_NAME.into(),
             installation_id: input.installation_id,
             repo: input.repo.clone(),
             sha: input.sha.clone(),

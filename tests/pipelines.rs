@@ -1,0 +1,418 @@
+//! Pipelines (`[jobs.<name>]`), natively: the commit's check as the
+//! parent starting each job's units as child instances, joined by wakes;
+//! the real runs and engine over the strict fakes of `common::fakes`.
+//! Ends with the seeded model of the child primitive: crashes between a
+//! spawn and its record, children ending before their parent waits, lost
+//! and duplicated wakes, operator restarts and terminations.
+
+mod common;
+
+use common::fakes::*;
+use serde_json::json;
+use sluice::engine::{Command, CreateRequest, Status};
+use sluice::runs::inputs::{CheckInput, PullNumber};
+
+const THREE_JOBS: &str = "[jobs.lint]\ncommand = \"./lint.sh\"\n\n\
+    [jobs.test]\ncommand = \"./test.sh\"\n\n\
+    [jobs.e2e]\ncommand = \"./e2e.sh\"\nneeds = [\"test\"]\n";
+
+/// A pull request's check of `head` judged against `base` (`paths`).
+fn pr_check(rig: &Rig, head: &str, base: Option<&str>) -> Inst {
+    let input = CheckInput {
+        repo: REPO.into(),
+        sha: head.into(),
+        installation_id: INSTALLATION,
+        pr_number: PullNumber::new(PR_NUMBER),
+        needs_approval: false,
+        sender: "ana".into(),
+        inputs: Default::default(),
+        merge_group: None,
+        base_sha: base.map(str::to_owned),
+        wakes: None,
+        job: None,
+    };
+    rig.create(CreateRequest {
+        key: format!("check:{REPO}:{}:pr{PR_NUMBER}", &head[..12]),
+        run: "check".into(),
+        input: json!(input),
+        repo: Some(REPO.into()),
+        entity: Some(format!("pr:{PR_NUMBER}")),
+        sha: Some(head.into()),
+        max_steps: None,
+        max_duration_ms: None,
+    })
+}
+
+fn rig_with(config: &str, head: &str) -> Rig {
+    let rig = Rig::new();
+    rig.github.commit(REPO, head, &[(".sluice.toml", config)]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, head);
+    rig
+}
+
+/// The job units the parent asked for, by check run name.
+fn spawned(rig: &Rig) -> Vec<(String, Inst)> {
+    rig.create_spawned()
+        .into_iter()
+        .map(|i| {
+            let input: CheckInput = serde_json::from_value(i.input.clone()).unwrap();
+            (input.job.expect("a job unit").check_run_name(), i)
+        })
+        .collect()
+}
+
+fn names(units: &[(String, Inst)]) -> Vec<&str> {
+    units.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+fn conclusion(rig: &Rig, sha: &str, name: &str) -> String {
+    rig.github
+        .only_check_run(sha, name)
+        .conclusion
+        .unwrap_or_else(|| "(open)".into())
+}
+
+/// lint and test start together; e2e, which needs test, starts only once
+/// test passed; each is its own check run, and `sluice/check` sums them up
+/// with a link to each job's log.
+#[test]
+fn lint_and_test_run_together_and_e2e_after_test() {
+    let a = sha('a');
+    let rig = rig_with(THREE_JOBS, &a);
+    for c in ["./lint.sh", "./test.sh", "./e2e.sh"] {
+        rig.sandbox.script(c, 0, "ok\n");
+    }
+    let parent = pr_check(&rig, &a, None);
+    assert_eq!(rig.pass(&parent).status, Status::Waiting);
+    let first = spawned(&rig);
+    assert_eq!(names(&first), ["sluice/lint", "sluice/test"]);
+    assert!(rig.sandbox.all_runs().is_empty(), "the parent runs nothing");
+    for (_, unit) in &first {
+        assert_eq!(rig.run_to_end(unit), Status::Complete);
+    }
+    assert!(rig.deliver(&parent) >= 1, "the units woke their parent");
+    assert_eq!(rig.pass(&parent).status, Status::Waiting);
+    let second = spawned(&rig);
+    assert_eq!(names(&second), ["sluice/e2e"]);
+    let (test, e2e) = (&first[1].1, &second[0].1);
+    assert_eq!(rig.run_to_end(e2e), Status::Complete);
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    let (t, e) = (rig.sandbox.only_run_in(&test.id), rig.sandbox.only_run_in(&e2e.id));
+    assert!(t.end_ms().is_some_and(|end| end <= e.started_ms), "{t:?} {e:?}");
+    for job in ["sluice/lint", "sluice/test", "sluice/e2e", "sluice/check"] {
+        assert_eq!(conclusion(&rig, &a, job), "success", "{job}");
+    }
+    let summary = rig.github.only_check_run(&a, "sluice/check").summary().to_owned();
+    assert!(summary.contains(&format!("/v1/executions/{}", e2e.id)), "{summary}");
+    assert!(summary.contains("`e2e` (after test)"), "{summary}");
+    let out = rig.row(&parent).output_json.unwrap();
+    assert!(out.contains(r#""jobs":{"e2e":"passed","lint":"passed","test":"passed"}"#), "{out}");
+}
+
+/// A failing test skips e2e (a `skipped` check run naming test, no child,
+/// no process) and fails the pipeline; lint's pass stands.
+#[test]
+fn a_failing_job_skips_what_needs_it_naming_it() {
+    let a = sha('a');
+    let rig = rig_with(THREE_JOBS, &a);
+    rig.sandbox.script("./lint.sh", 0, "ok\n");
+    rig.sandbox.script("./test.sh", 1, "1 failed\n");
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    for (_, unit) in spawned(&rig) {
+        rig.run_to_end(&unit);
+    }
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    assert!(spawned(&rig).is_empty(), "e2e never started");
+    assert_eq!(conclusion(&rig, &a, "sluice/test"), "failure");
+    assert_eq!(conclusion(&rig, &a, "sluice/lint"), "success");
+    let e2e = rig.github.only_check_run(&a, "sluice/e2e");
+    assert_eq!(e2e.conclusion.as_deref(), Some("skipped"));
+    assert!(e2e.summary().contains("`test`, which it needs, failed"), "{}", e2e.summary());
+    let check = rig.github.only_check_run(&a, "sluice/check");
+    assert_eq!(check.conclusion.as_deref(), Some("failure"));
+    assert!(check.summary().contains("Failed: test did not pass"), "{}", check.summary());
+}
+
+/// `shards = 4` starts four units at once, each told its index; a matrix
+/// exports its cell. A failed shard cancels its live siblings (fail_fast),
+/// killing their processes.
+#[test]
+fn shards_start_at_once_and_a_failed_one_cancels_its_siblings() {
+    let a = sha('a');
+    let config = "[jobs.suite]\ncommand = \"./suite.sh\"\nshards = 4\n\n\
+        [jobs.node]\ncommand = \"./node.sh\"\nmatrix = { node = [20, 22] }\n";
+    let rig = rig_with(config, &a);
+    rig.sandbox.script("./node.sh", 0, "ok\n");
+    rig.sandbox.script_timed("./suite.sh", 0, "ok\n", 30 * MINUTE_MS);
+    rig.sandbox.script_when("./suite.sh", ("SLUICE_SHARD_INDEX", "2"), 1, "shard 2 failed\n");
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let units = spawned(&rig);
+    assert_eq!(
+        names(&units),
+        [
+            "sluice/node (node 20)",
+            "sluice/node (node 22)",
+            "sluice/suite (1/4)",
+            "sluice/suite (2/4)",
+            "sluice/suite (3/4)",
+            "sluice/suite (4/4)"
+        ]
+    );
+    for (_, unit) in &units {
+        rig.pass(unit);
+    }
+    let env = |i: usize| rig.sandbox.starts_in(&units[i].1.id)[0].env.clone();
+    assert_eq!(env(1)["SLUICE_MATRIX_NODE"], "22");
+    assert_eq!((env(4)["SLUICE_SHARD_INDEX"].as_str(), env(4)["SLUICE_SHARD_TOTAL"].as_str()), ("3", "4"));
+    let live_shards = units[2..].iter().filter(|(_, u)| rig.sandbox.only_run_in(&u.id).end_ms().is_none());
+    assert_eq!(live_shards.count(), 3, "four shards ran at once; shard 2 ended");
+    rig.run_to_end(&units[3].1);
+    rig.deliver(&parent);
+    rig.pass(&parent);
+    let cancelled = rig.terminator.asked.borrow().clone();
+    let siblings: Vec<&Inst> = [2, 4, 5].iter().map(|&i| &units[i].1).collect();
+    assert_eq!(cancelled, siblings.iter().map(|i| i.id.clone()).collect::<Vec<_>>());
+    rig.apply_terminations(&siblings);
+    for s in &siblings {
+        assert!(rig.sandbox.only_run_in(&s.id).killed, "{} killed", s.id);
+    }
+    let (_, shard1) = &units[2];
+    let run = rig.github.only_check_run(&a, "sluice/suite (1/4)");
+    assert_eq!(run.conclusion.as_deref(), Some("cancelled"), "{}", shard1.id);
+    assert!(run.summary().contains("`sluice/suite (2/4)` failed"), "{}", run.summary());
+    for (_, unit) in &units[..2] {
+        rig.run_to_end(unit);
+    }
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    assert_eq!(conclusion(&rig, &a, "sluice/check"), "failure");
+    assert_eq!(conclusion(&rig, &a, "sluice/node (node 22)"), "success");
+}
+
+/// A job whose `paths` no changed file matches concludes `skipped` "no
+/// matching change" without a child; the jobs that need it run.
+#[test]
+fn a_path_filtered_job_reports_skipped_and_lets_its_dependents_run() {
+    let (base, a) = (sha('0'), sha('a'));
+    let config = "[jobs.rust]\ncommand = \"./rust.sh\"\npaths = [\"src/**\"]\n\n\
+        [jobs.docs]\ncommand = \"./docs.sh\"\nneeds = [\"rust\"]\n";
+    let rig = rig_with(config, &a);
+    rig.github.set_changed_files(REPO, &base, &a, &["docs/guide.md"]);
+    rig.sandbox.script("./docs.sh", 0, "ok\n");
+    let parent = pr_check(&rig, &a, Some(&base));
+    rig.pass(&parent);
+    let units = spawned(&rig);
+    assert_eq!(names(&units), ["sluice/docs"]);
+    let rust = rig.github.only_check_run(&a, "sluice/rust");
+    assert_eq!(rust.conclusion.as_deref(), Some("skipped"));
+    assert!(rust.summary().contains("no matching change"), "{}", rust.summary());
+    rig.run_to_end(&units[0].1);
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    assert_eq!(conclusion(&rig, &a, "sluice/check"), "success");
+    assert!(rig.sandbox.all_runs().iter().all(|r| r.workspace != "rust"));
+}
+
+/// A newer head of the pull request ends the older pipeline: its parent
+/// and its live units, processes killed, each check run `cancelled`
+/// naming the newer head.
+#[test]
+fn a_newer_head_cancels_the_older_pipeline_and_its_units() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = rig_with(THREE_JOBS, &a);
+    rig.github.commit(REPO, &b, &[(".sluice.toml", THREE_JOBS)]);
+    for c in ["./lint.sh", "./test.sh", "./e2e.sh"] {
+        rig.sandbox.script_timed(c, 0, "ok\n", 30 * MINUTE_MS);
+    }
+    let old = pr_check(&rig, &a, None);
+    rig.pass(&old);
+    let old_units = spawned(&rig);
+    for (_, u) in &old_units {
+        rig.pass(u);
+    }
+    rig.github.set_pull_head(REPO, PR_NUMBER, &b);
+    let new = pr_check(&rig, &b, None);
+    rig.pass(&new);
+    let mut all: Vec<&Inst> = old_units.iter().map(|(_, u)| u).collect();
+    all.push(&old);
+    assert_eq!(rig.apply_terminations(&all), 3);
+    for (name, u) in &old_units {
+        assert!(rig.sandbox.only_run_in(&u.id).killed, "{name}");
+        let run = rig.github.only_check_run(&a, name);
+        assert_eq!(run.conclusion.as_deref(), Some("cancelled"), "{name}");
+        assert!(run.summary().contains(&b), "{name}: {}", run.summary());
+    }
+    assert_eq!(conclusion(&rig, &a, "sluice/check"), "cancelled");
+}
+
+/// Terminating a pipeline's parent ends its live units first: their
+/// processes are killed and their check runs concluded.
+#[test]
+fn terminating_the_parent_ends_its_live_units() {
+    let a = sha('a');
+    let rig = rig_with(THREE_JOBS, &a);
+    for c in ["./lint.sh", "./test.sh"] {
+        rig.sandbox.script_timed(c, 0, "ok\n", 30 * MINUTE_MS);
+    }
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let units = spawned(&rig);
+    for (_, u) in &units {
+        rig.pass(u);
+    }
+    rig.command(&parent, Command::Terminate);
+    rig.finalize(&parent);
+    let all: Vec<&Inst> = units.iter().map(|(_, u)| u).collect();
+    assert_eq!(rig.apply_terminations(&all), 2);
+    for (name, u) in &units {
+        assert!(rig.sandbox.only_run_in(&u.id).killed, "{name}");
+        assert_eq!(conclusion(&rig, &a, name), "cancelled", "{name}");
+    }
+    assert_eq!(conclusion(&rig, &a, "sluice/check"), "cancelled");
+}
+
+// ---------------------------------------------------------------------------
+// The seeded model of the child primitive
+// ---------------------------------------------------------------------------
+
+/// Schedules the model runs: each a pipeline under random operations.
+const SCHEDULES: u64 = 200;
+/// Random operations per schedule before everything is let run out.
+const OPS_PER_SCHEDULE: u32 = 16;
+/// Drain rounds: three waves of jobs and a few passes each.
+const DRAIN_ROUNDS_MAX: u32 = 16;
+
+/// Whatever happens between the parent's calls (a pass that dies and is
+/// replayed from a restart, a unit that ends before its parent waits, a
+/// lost or duplicated wake, a terminated unit, time passing), the pipeline
+/// ends: every job concluded once; e2e never started unless test passed;
+/// no unit ran twice; `sluice/check` passed exactly when every job did.
+#[test]
+fn seeded_pipelines_keep_needs_order_and_end_every_job() {
+    let mut seed: u64 = 0x7069_7065_6c69;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for schedule in 0..SCHEDULES {
+        let test_passes = next(3) != 0;
+        match pipeline_schedule(schedule, test_passes, &mut next).as_str() {
+            "success" => passed += 1,
+            _ => failed += 1,
+        }
+    }
+    assert!(passed >= SCHEDULES / 5, "{passed} passed");
+    assert!(failed >= SCHEDULES / 5, "{failed} failed");
+}
+
+fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64) -> u64) -> String {
+    let a = sha('a');
+    let rig = rig_with(THREE_JOBS, &a);
+    rig.sandbox.script("./lint.sh", 0, "ok\n");
+    rig.sandbox.script("./test.sh", if test_passes { 0 } else { 1 }, "t\n");
+    rig.sandbox.script("./e2e.sh", 0, "ok\n");
+    let parent = pr_check(&rig, &a, None);
+    let mut units: Vec<Inst> = Vec::new();
+    for _ in 0..OPS_PER_SCHEDULE {
+        let live: Vec<&Inst> = units.iter().filter(|u| !rig.record(u).status.is_terminal()).collect();
+        match next(8) {
+            0 | 1 if !rig.record(&parent).status.is_terminal() => drop(rig.pass(&parent)),
+            2 => {
+                if let Some(u) = live.get(next(live.len().max(1) as u64) as usize) {
+                    drop(rig.pass(u));
+                }
+            }
+            3 => rig.waker.lose_next.set(1),
+            4 => drop(rig.deliver(&parent)),
+            5 => {
+                let steps = [None, Some("start jobs lint, test"), Some("read jobs"), Some("await jobs")];
+                let from_step = steps[next(4) as usize].map(str::to_owned);
+                let _ = rig.try_command(&parent, Command::Restart { from_step });
+            }
+            6 => rig.clock.advance(sluice::runs::run::check::pipeline::JOB_WAIT_MS / 2),
+            _ => spawn_new(&rig, &mut units),
+        }
+        assert_needs_order(&rig, &a, schedule);
+    }
+    drain(&rig, &parent, &mut units, schedule);
+    assert_needs_order(&rig, &a, schedule);
+    assert_every_job_concluded_once(&rig, &a, test_passes, schedule);
+    conclusion(&rig, &a, "sluice/check")
+}
+
+/// Creates each unit asked for once (a second spawn of a key is the
+/// instance it names, as the Worker's create is).
+fn spawn_new(rig: &Rig, units: &mut Vec<Inst>) {
+    let asked: Vec<CreateRequest> = rig.spawner.spawned.borrow_mut().drain(..).collect();
+    for create in asked {
+        if !units.iter().any(|u| u.id == create.id().as_str()) {
+            units.push(rig.create(create));
+        }
+    }
+}
+
+fn drain(rig: &Rig, parent: &Inst, units: &mut Vec<Inst>, schedule: u64) {
+    for _ in 0..DRAIN_ROUNDS_MAX {
+        if rig.record(parent).status.is_terminal() {
+            return;
+        }
+        let r = rig.pass(parent);
+        spawn_new(rig, units);
+        for u in units.iter() {
+            if !rig.record(u).status.is_terminal() {
+                rig.run_to_end(u);
+            }
+        }
+        rig.deliver(parent);
+        if let Some(wake) = r.wake_at_ms.filter(|_| rig.waker.recorded().is_empty()) {
+            rig.clock.set(wake.max(rig.now()));
+        }
+        let r = rig.pass(parent);
+        if let Some(wake) = r.wake_at_ms {
+            rig.clock.set(wake.max(rig.now()));
+        }
+    }
+    panic!("schedule {schedule}: the pipeline did not end in {DRAIN_ROUNDS_MAX} rounds");
+}
+
+/// e2e's process never starts unless test's check run passed, before it.
+fn assert_needs_order(rig: &Rig, sha: &str, schedule: u64) {
+    let e2e_ran = rig
+        .github
+        .check_runs_on(sha)
+        .iter()
+        .any(|r| r.name == "sluice/e2e" && r.conclusion.as_deref() != Some("skipped"));
+    if e2e_ran {
+        assert_eq!(conclusion(rig, sha, "sluice/test"), "success", "schedule {schedule}");
+    }
+}
+
+fn assert_every_job_concluded_once(rig: &Rig, sha: &str, test_passes: bool, schedule: u64) {
+    let runs = rig.github.check_runs_on(sha);
+    for job in ["sluice/lint", "sluice/test", "sluice/e2e", "sluice/check"] {
+        let of: Vec<_> = runs.iter().filter(|r| r.name == job).collect();
+        assert_eq!(of.len(), 1, "schedule {schedule}: one {job}: {of:?}");
+        assert!(of[0].conclusion.is_some(), "schedule {schedule}: {job} concluded");
+    }
+    let processes = rig.sandbox.all_runs();
+    let mut workspaces: Vec<&str> = processes.iter().map(|r| r.workspace.as_str()).collect();
+    workspaces.sort();
+    let before = workspaces.len();
+    workspaces.dedup();
+    assert_eq!(before, workspaces.len(), "schedule {schedule}: no unit ran twice");
+    let all_passed = ["sluice/lint", "sluice/test", "sluice/e2e"]
+        .iter()
+        .all(|j| conclusion(rig, sha, j) == "success");
+    let check = conclusion(rig, sha, "sluice/check");
+    assert_eq!(check == "success", all_passed, "schedule {schedule}");
+    if !test_passes {
+        assert_eq!(conclusion(rig, sha, "sluice/e2e"), "skipped", "schedule {schedule}");
+    }
+}
