@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::block_on;
 use common::fakes::*;
 use serde_json::json;
 use sluice::engine::{Command, CreateRequest, Status};
@@ -30,6 +31,7 @@ fn pr_check(rig: &Rig, head: &str, base: Option<&str>) -> Inst {
         base_sha: base.map(str::to_owned),
         wakes: None,
         job: None,
+        rerun: None,
     };
     rig.create(CreateRequest {
         key: format!("check:{REPO}:{}:pr{PR_NUMBER}", &head[..12]),
@@ -98,16 +100,32 @@ fn lint_and_test_run_together_and_e2e_after_test() {
     assert_eq!(rig.run_to_end(e2e), Status::Complete);
     rig.deliver(&parent);
     assert_eq!(rig.run_to_end(&parent), Status::Complete);
-    let (t, e) = (rig.sandbox.only_run_in(&test.id), rig.sandbox.only_run_in(&e2e.id));
-    assert!(t.end_ms().is_some_and(|end| end <= e.started_ms), "{t:?} {e:?}");
+    let (t, e) = (
+        rig.sandbox.only_run_in(&test.id),
+        rig.sandbox.only_run_in(&e2e.id),
+    );
+    assert!(
+        t.end_ms().is_some_and(|end| end <= e.started_ms),
+        "{t:?} {e:?}"
+    );
     for job in ["sluice/lint", "sluice/test", "sluice/e2e", "sluice/check"] {
         assert_eq!(conclusion(&rig, &a, job), "success", "{job}");
     }
-    let summary = rig.github.only_check_run(&a, "sluice/check").summary().to_owned();
-    assert!(summary.contains(&format!("/v1/executions/{}", e2e.id)), "{summary}");
+    let summary = rig
+        .github
+        .only_check_run(&a, "sluice/check")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.contains(&format!("/v1/executions/{}", e2e.id)),
+        "{summary}"
+    );
     assert!(summary.contains("`e2e` (after test)"), "{summary}");
     let out = rig.row(&parent).output_json.unwrap();
-    assert!(out.contains(r#""jobs":{"e2e":"passed","lint":"passed","test":"passed"}"#), "{out}");
+    assert!(
+        out.contains(r#""jobs":{"e2e":"passed","lint":"passed","test":"passed"}"#),
+        "{out}"
+    );
 }
 
 /// A failing test skips e2e (a `skipped` check run naming test, no child,
@@ -130,10 +148,18 @@ fn a_failing_job_skips_what_needs_it_naming_it() {
     assert_eq!(conclusion(&rig, &a, "sluice/lint"), "success");
     let e2e = rig.github.only_check_run(&a, "sluice/e2e");
     assert_eq!(e2e.conclusion.as_deref(), Some("skipped"));
-    assert!(e2e.summary().contains("`test`, which it needs, failed"), "{}", e2e.summary());
+    assert!(
+        e2e.summary().contains("`test`, which it needs, failed"),
+        "{}",
+        e2e.summary()
+    );
     let check = rig.github.only_check_run(&a, "sluice/check");
     assert_eq!(check.conclusion.as_deref(), Some("failure"));
-    assert!(check.summary().contains("Failed: test did not pass"), "{}", check.summary());
+    assert!(
+        check.summary().contains("Failed: test did not pass"),
+        "{}",
+        check.summary()
+    );
 }
 
 /// `shards = 4` starts four units at once, each told its index; a matrix
@@ -142,12 +168,18 @@ fn a_failing_job_skips_what_needs_it_naming_it() {
 #[test]
 fn shards_start_at_once_and_a_failed_one_cancels_its_siblings() {
     let a = sha('a');
-    let config = "[jobs.suite]\ncommand = \"./suite.sh\"\nshards = 4\n\n\
+    let config = "[jobs.suite]\ncommand = \"./suite.sh\"\ntimeout = \"59m\"\nshards = 4\n\n\
         [jobs.node]\ncommand = \"./node.sh\"\nmatrix = { node = [20, 22] }\n";
     let rig = rig_with(config, &a);
     rig.sandbox.script("./node.sh", 0, "ok\n");
-    rig.sandbox.script_timed("./suite.sh", 0, "ok\n", 30 * MINUTE_MS);
-    rig.sandbox.script_when("./suite.sh", ("SLUICE_SHARD_INDEX", "2"), 1, "shard 2 failed\n");
+    rig.sandbox
+        .script_timed("./suite.sh", 0, "ok\n", 55 * MINUTE_MS);
+    rig.sandbox.script_when(
+        "./suite.sh",
+        ("SLUICE_SHARD_INDEX", "2"),
+        1,
+        "shard 2 failed\n",
+    );
     let parent = pr_check(&rig, &a, None);
     rig.pass(&parent);
     let units = spawned(&rig);
@@ -167,23 +199,48 @@ fn shards_start_at_once_and_a_failed_one_cancels_its_siblings() {
     }
     let env = |i: usize| rig.sandbox.starts_in(&units[i].1.id)[0].env.clone();
     assert_eq!(env(1)["SLUICE_MATRIX_NODE"], "22");
-    assert_eq!((env(4)["SLUICE_SHARD_INDEX"].as_str(), env(4)["SLUICE_SHARD_TOTAL"].as_str()), ("3", "4"));
-    let live_shards = units[2..].iter().filter(|(_, u)| rig.sandbox.only_run_in(&u.id).end_ms().is_none());
-    assert_eq!(live_shards.count(), 3, "four shards ran at once; shard 2 ended");
+    assert_eq!(
+        (
+            env(4)["SLUICE_SHARD_INDEX"].as_str(),
+            env(4)["SLUICE_SHARD_TOTAL"].as_str()
+        ),
+        ("3", "4")
+    );
+    let live = rig.sandbox.live_runs_at(rig.now());
+    let live_shards = units[2..]
+        .iter()
+        .filter(|(_, u)| live.iter().any(|r| r.workspace == u.id));
+    assert_eq!(
+        live_shards.count(),
+        3,
+        "four shards ran at once; shard 2 ended"
+    );
     rig.run_to_end(&units[3].1);
     rig.deliver(&parent);
     rig.pass(&parent);
     let cancelled = rig.terminator.asked.borrow().clone();
     let siblings: Vec<&Inst> = [2, 4, 5].iter().map(|&i| &units[i].1).collect();
-    assert_eq!(cancelled, siblings.iter().map(|i| i.id.clone()).collect::<Vec<_>>());
+    assert_eq!(
+        cancelled,
+        siblings.iter().map(|i| i.id.clone()).collect::<Vec<_>>()
+    );
     rig.apply_terminations(&siblings);
     for s in &siblings {
         assert!(rig.sandbox.only_run_in(&s.id).killed, "{} killed", s.id);
     }
     let (_, shard1) = &units[2];
     let run = rig.github.only_check_run(&a, "sluice/suite (1/4)");
-    assert_eq!(run.conclusion.as_deref(), Some("cancelled"), "{}", shard1.id);
-    assert!(run.summary().contains("`sluice/suite (2/4)` failed"), "{}", run.summary());
+    assert_eq!(
+        run.conclusion.as_deref(),
+        Some("cancelled"),
+        "{}",
+        shard1.id
+    );
+    assert!(
+        run.summary().contains("`sluice/suite (2/4)` failed"),
+        "{}",
+        run.summary()
+    );
     for (_, unit) in &units[..2] {
         rig.run_to_end(unit);
     }
@@ -201,7 +258,8 @@ fn a_path_filtered_job_reports_skipped_and_lets_its_dependents_run() {
     let config = "[jobs.rust]\ncommand = \"./rust.sh\"\npaths = [\"src/**\"]\n\n\
         [jobs.docs]\ncommand = \"./docs.sh\"\nneeds = [\"rust\"]\n";
     let rig = rig_with(config, &a);
-    rig.github.set_changed_files(REPO, &base, &a, &["docs/guide.md"]);
+    rig.github
+        .set_changed_files(REPO, &base, &a, &["docs/guide.md"]);
     rig.sandbox.script("./docs.sh", 0, "ok\n");
     let parent = pr_check(&rig, &a, Some(&base));
     rig.pass(&parent);
@@ -209,7 +267,11 @@ fn a_path_filtered_job_reports_skipped_and_lets_its_dependents_run() {
     assert_eq!(names(&units), ["sluice/docs"]);
     let rust = rig.github.only_check_run(&a, "sluice/rust");
     assert_eq!(rust.conclusion.as_deref(), Some("skipped"));
-    assert!(rust.summary().contains("no matching change"), "{}", rust.summary());
+    assert!(
+        rust.summary().contains("no matching change"),
+        "{}",
+        rust.summary()
+    );
     rig.run_to_end(&units[0].1);
     rig.deliver(&parent);
     assert_eq!(rig.run_to_end(&parent), Status::Complete);
@@ -316,12 +378,16 @@ fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64)
     let a = sha('a');
     let rig = rig_with(THREE_JOBS, &a);
     rig.sandbox.script("./lint.sh", 0, "ok\n");
-    rig.sandbox.script("./test.sh", if test_passes { 0 } else { 1 }, "t\n");
+    rig.sandbox
+        .script("./test.sh", if test_passes { 0 } else { 1 }, "t\n");
     rig.sandbox.script("./e2e.sh", 0, "ok\n");
     let parent = pr_check(&rig, &a, None);
     let mut units: Vec<Inst> = Vec::new();
     for _ in 0..OPS_PER_SCHEDULE {
-        let live: Vec<&Inst> = units.iter().filter(|u| !rig.record(u).status.is_terminal()).collect();
+        let live: Vec<&Inst> = units
+            .iter()
+            .filter(|u| !rig.record(u).status.is_terminal())
+            .collect();
         match next(8) {
             0 | 1 if !rig.record(&parent).status.is_terminal() => drop(rig.pass(&parent)),
             2 => {
@@ -332,11 +398,18 @@ fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64)
             3 => rig.waker.lose_next.set(1),
             4 => drop(rig.deliver(&parent)),
             5 => {
-                let steps = [None, Some("start jobs lint, test"), Some("read jobs"), Some("await jobs")];
+                let steps = [
+                    None,
+                    Some("start jobs lint, test"),
+                    Some("read jobs"),
+                    Some("await jobs"),
+                ];
                 let from_step = steps[next(4) as usize].map(str::to_owned);
                 let _ = rig.try_command(&parent, Command::Restart { from_step });
             }
-            6 => rig.clock.advance(sluice::runs::run::check::pipeline::JOB_WAIT_MS / 2),
+            6 => rig
+                .clock
+                .advance(sluice::runs::run::check::pipeline::JOB_WAIT_MS / 2),
             _ => spawn_new(&rig, &mut units),
         }
         assert_needs_order(&rig, &a, schedule);
@@ -390,7 +463,11 @@ fn assert_needs_order(rig: &Rig, sha: &str, schedule: u64) {
         .iter()
         .any(|r| r.name == "sluice/e2e" && r.conclusion.as_deref() != Some("skipped"));
     if e2e_ran {
-        assert_eq!(conclusion(rig, sha, "sluice/test"), "success", "schedule {schedule}");
+        assert_eq!(
+            conclusion(rig, sha, "sluice/test"),
+            "success",
+            "schedule {schedule}"
+        );
     }
 }
 
@@ -399,20 +476,164 @@ fn assert_every_job_concluded_once(rig: &Rig, sha: &str, test_passes: bool, sche
     for job in ["sluice/lint", "sluice/test", "sluice/e2e", "sluice/check"] {
         let of: Vec<_> = runs.iter().filter(|r| r.name == job).collect();
         assert_eq!(of.len(), 1, "schedule {schedule}: one {job}: {of:?}");
-        assert!(of[0].conclusion.is_some(), "schedule {schedule}: {job} concluded");
+        assert!(
+            of[0].conclusion.is_some(),
+            "schedule {schedule}: {job} concluded"
+        );
     }
     let processes = rig.sandbox.all_runs();
     let mut workspaces: Vec<&str> = processes.iter().map(|r| r.workspace.as_str()).collect();
     workspaces.sort();
     let before = workspaces.len();
     workspaces.dedup();
-    assert_eq!(before, workspaces.len(), "schedule {schedule}: no unit ran twice");
+    assert_eq!(
+        before,
+        workspaces.len(),
+        "schedule {schedule}: no unit ran twice"
+    );
     let all_passed = ["sluice/lint", "sluice/test", "sluice/e2e"]
         .iter()
         .all(|j| conclusion(rig, sha, j) == "success");
     let check = conclusion(rig, sha, "sluice/check");
     assert_eq!(check == "success", all_passed, "schedule {schedule}");
     if !test_passes {
-        assert_eq!(conclusion(rig, sha, "sluice/e2e"), "skipped", "schedule {schedule}");
+        assert_eq!(
+            conclusion(rig, sha, "sluice/e2e"),
+            "skipped",
+            "schedule {schedule}"
+        );
     }
+}
+
+/// Records what `accept` asks to create (nothing is created on the answer
+/// path; the test creates them itself).
+struct NoObjects;
+
+#[async_trait::async_trait(?Send)]
+impl sluice::http::webhook::InstanceCreator for NoObjects {
+    async fn create(
+        &self,
+        req: &CreateRequest,
+    ) -> Result<sluice::engine::Created, sluice::http::ApiError> {
+        Ok(sluice::engine::Created {
+            id: req.id().to_string(),
+            created: true,
+            status: Status::Queued,
+        })
+    }
+    async fn send(
+        &self,
+        _: &sluice::runs::triggers::EventSend,
+    ) -> Result<bool, sluice::http::ApiError> {
+        Ok(false)
+    }
+}
+
+/// The instances a `rerequested` delivery asks for.
+fn rerun(rig: &Rig, delivery: &str, of: sluice::runs::triggers::RerunOf) -> Vec<CreateRequest> {
+    use sluice::http::webhook::{accept, Delivery, Intake, Planned};
+    let intake = Intake::Act(Delivery {
+        delivery: delivery.into(),
+        event: "check_run".into(),
+        action: Some("rerequested".into()),
+        repo: Some(REPO.into()),
+        planned: Planned::Rerun(vec![sluice::runs::triggers::Rerun {
+            of,
+            attempt: format!("rerun-{delivery}"),
+        }]),
+    });
+    block_on(accept(
+        rig.index.as_ref(),
+        &NoObjects,
+        intake,
+        rig.now(),
+        "test",
+    ))
+    .unwrap()
+    .create_after
+}
+
+/// Runs a pipeline's parent to its end, running each unit it starts.
+fn run_pipeline(rig: &Rig, parent: &Inst) -> Vec<(String, Inst)> {
+    let mut all = Vec::new();
+    for _ in 0..10 {
+        if rig.pass(parent).status.is_terminal() {
+            return all;
+        }
+        for (name, unit) in spawned(rig) {
+            rig.run_to_end(&unit);
+            all.push((name, unit));
+        }
+        rig.deliver(parent);
+    }
+    panic!("the pipeline did not end in 10 rounds");
+}
+
+/// Re-run on a job's check run re-runs that job and the jobs that need it,
+/// through a new attempt of the commit's check; the others keep their
+/// results. The suite's Re-run re-runs only the failed and cancelled jobs
+/// (and what they blocked), as GitHub's "Re-run failed jobs".
+#[test]
+fn a_rerun_repeats_the_job_and_its_dependents_and_keeps_the_rest() {
+    use sluice::runs::triggers::RerunOf;
+    let a = sha('a');
+    let rig = rig_with(THREE_JOBS, &a);
+    rig.sandbox.script("./lint.sh", 0, "ok\n");
+    rig.sandbox.script("./test.sh", 1, "flaky\n");
+    rig.sandbox.script("./e2e.sh", 0, "ok\n");
+    let parent = pr_check(&rig, &a, None);
+    let first = run_pipeline(&rig, &parent);
+    assert_eq!(names(&first), ["sluice/lint", "sluice/test"]);
+    let e2e = rig.github.only_check_run(&a, "sluice/e2e");
+    assert_eq!(e2e.conclusion.as_deref(), Some("skipped"));
+    let out = rig.row(&parent).output_json.unwrap();
+    assert!(out.contains(r#""e2e":"blocked""#), "{out}");
+
+    rig.sandbox.rescript("./test.sh", 0, "ok now\n");
+    let made = rerun(&rig, "d1", RerunOf::Instance(first[1].1.id.clone()));
+    assert_eq!(made.len(), 1, "one new attempt of the commit's check");
+    assert!(made[0]
+        .key
+        .starts_with(&format!("check:{REPO}:{}:pr{PR_NUMBER}:rerun-", &a[..12])));
+    let second = rig.create(made[0].clone());
+    let units = run_pipeline(&rig, &second);
+    assert_eq!(
+        names(&units),
+        ["sluice/test", "sluice/e2e"],
+        "lint is kept, not run"
+    );
+    let out = rig.row(&second).output_json.unwrap();
+    assert!(
+        out.contains(r#""jobs":{"e2e":"passed","lint":"passed","test":"passed"}"#),
+        "{out}"
+    );
+    let check: Vec<_> = rig
+        .github
+        .check_runs_on(&a)
+        .into_iter()
+        .filter(|c| c.name == "sluice/check")
+        .collect();
+    let newest = check.last().unwrap();
+    assert_eq!(newest.conclusion.as_deref(), Some("success"));
+    assert!(
+        newest.summary().contains("kept from the attempt re-run"),
+        "{}",
+        newest.summary()
+    );
+
+    // The suite's Re-run after everything passed runs nothing again.
+    let made = rerun(
+        &rig,
+        "d2",
+        RerunOf::Commit {
+            repo: REPO.into(),
+            sha: a.clone(),
+        },
+    );
+    assert_eq!(made.len(), 1);
+    let third = rig.create(made[0].clone());
+    assert!(
+        run_pipeline(&rig, &third).is_empty(),
+        "no failed job: nothing runs"
+    );
 }

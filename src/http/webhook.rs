@@ -8,10 +8,11 @@ use serde_json::{json, Value};
 use crate::engine::{CreateRequest, Created, InstanceId};
 use crate::github::webhook::{self, BodyMac, Event, ParseError, Signature, SignatureError};
 use crate::obs::{self, Kind, Subject};
+use crate::runs::kit::pipeline::JobsRerun;
 use crate::runs::triggers::{
     self, EventSend, Plan, PlanContext, Rerun, RerunOf, RerunSource, RouteKey, RoutedEvent,
 };
-use crate::store::executions::{self, DeliveryRow};
+use crate::store::executions::{self, DeliveryRow, ExecutionRow};
 use crate::store::releases;
 use crate::store::Database;
 
@@ -321,11 +322,21 @@ async fn resolve_reruns(
 ) -> Result<Vec<CreateRequest>, ApiError> {
     let mut out = Vec::new();
     for r in reruns {
-        let rows = match &r.of {
-            RerunOf::Instance(id) => executions::get(db, id).await?.into_iter().collect(),
-            RerunOf::Commit { repo, sha } => {
-                executions::runs_of_commit(db, repo, sha, RERUNS_PER_COMMIT_MAX).await?
+        let (rows, job) = match &r.of {
+            RerunOf::Instance(id) => {
+                let row = executions::get(db, id).await?;
+                match row
+                    .as_ref()
+                    .and_then(|u| triggers::unit_of(&u.run, &u.input_json))
+                {
+                    Some((parent, job)) => (newest_of(db, &parent).await?, Some(job)),
+                    None => (row.into_iter().collect(), None),
+                }
             }
+            RerunOf::Commit { repo, sha } => (
+                executions::runs_of_commit(db, repo, sha, RERUNS_PER_COMMIT_MAX).await?,
+                None,
+            ),
         };
         let mut seen = std::collections::BTreeSet::new();
         for row in rows.iter().rev() {
@@ -341,10 +352,40 @@ async fn resolve_reruns(
                 entity: row.entity.as_deref(),
                 sha: row.sha.as_deref(),
             };
-            out.extend(triggers::rerun_create(&source, &r.attempt));
+            // A pipeline's check (its output lists jobs, or a unit was
+            // pressed) keeps the results of the jobs it does not re-run.
+            let pipeline = job.is_some() || lists_jobs(row.output_json.as_deref());
+            let jobs = pipeline.then(|| JobsRerun {
+                of: row.id.clone(),
+                job: job.clone(),
+            });
+            out.extend(triggers::pipeline_rerun_create(
+                &source,
+                &r.attempt,
+                jobs.as_ref(),
+            ));
         }
     }
     Ok(out)
+}
+
+fn lists_jobs(output_json: Option<&str>) -> bool {
+    output_json
+        .and_then(|o| serde_json::from_str::<Value>(o).ok())
+        .is_some_and(|o| o.get("jobs").is_some())
+}
+
+/// The newest attempt of the commit's check `parent` (a unit's Re-run
+/// repeats the pipeline as it stands now, after earlier re-runs).
+async fn newest_of(db: &dyn Database, parent: &str) -> Result<Vec<ExecutionRow>, ApiError> {
+    let Some(row) = executions::get(db, parent).await? else {
+        return Ok(Vec::new());
+    };
+    let base = triggers::base_key(&row.key).to_owned();
+    match executions::newest_attempt(db, &base).await? {
+        Some((id, _)) if id != row.id => Ok(executions::get(db, &id).await?.into_iter().collect()),
+        _ => Ok(vec![row]),
+    }
 }
 
 /// What intake checks a delivery against: the operator's configuration.

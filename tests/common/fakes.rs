@@ -1418,7 +1418,13 @@ impl FakeSandbox {
 
     /// `command` answers this way when its env has `name=value`; other
     /// processes of it as `script` says.
-    pub fn script_when(&self, command: &str, (name, value): (&str, &str), exit_code: i32, output: &str) {
+    pub fn script_when(
+        &self,
+        command: &str,
+        (name, value): (&str, &str),
+        exit_code: i32,
+        output: &str,
+    ) {
         let s = Script {
             duration_ms: None,
             exit_code,
@@ -1427,7 +1433,10 @@ impl FakeSandbox {
             printed_while_running: String::new(),
         };
         let when = (name.to_owned(), value.to_owned());
-        self.st.borrow_mut().env_scripts.push((command.into(), when, s));
+        self.st
+            .borrow_mut()
+            .env_scripts
+            .push((command.into(), when, s));
     }
 
     /// `command` answers this way from now on (its earlier scripts gone).
@@ -1680,9 +1689,7 @@ impl Sandbox for FakeSandbox {
         let by_env = st
             .env_scripts
             .iter()
-            .find(|(c, (k, v), _)| {
-                spec.command.contains(c.as_str()) && spec.env.get(k) == Some(v)
-            })
+            .find(|(c, (k, v), _)| spec.command.contains(c.as_str()) && spec.env.get(k) == Some(v))
             .map(|(_, _, s)| s.clone());
         let Some(script) = by_env.or_else(|| {
             st.scripts
@@ -2154,6 +2161,7 @@ impl Rig {
             base_sha: None,
             wakes: None,
             job: None,
+            rerun: None,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),

@@ -20,6 +20,7 @@ use crate::runs::kit::inputs::{
     PullNumber, ReleaseInput, SchedulesInput, CHECK_ACTION_EVENT,
 };
 use crate::runs::kit::key::{short, Attempt, CancelScope, InstanceKey, Subject};
+use crate::runs::kit::pipeline::JobsRerun;
 use crate::runs::kit::Run;
 use crate::runs::run::check::cancel::CancelChecksRun;
 use crate::runs::run::check::{CheckRun, CHECK_RUN_NAME};
@@ -126,6 +127,31 @@ pub fn rerun_create(source: &RerunSource<'_>, attempt: &str) -> Option<CreateReq
         max_steps: None,
         max_duration_ms: None,
     })
+}
+
+/// A re-run of a commit's pipeline: as `rerun_create`, the check told which
+/// jobs to run again and which attempt's results the others keep.
+pub fn pipeline_rerun_create(
+    source: &RerunSource<'_>,
+    attempt: &str,
+    rerun: Option<&JobsRerun>,
+) -> Option<CreateRequest> {
+    let mut create = rerun_create(source, attempt)?;
+    if let Some(rerun) = rerun.filter(|_| create.run == CheckRun::NAME.as_str()) {
+        create.input["rerun"] = serde_json::json!(rerun);
+    }
+    Some(create)
+}
+
+/// The commit's check that started a pipeline unit, and the unit's job:
+/// a Re-run pressed on a unit's check run re-runs that job through its
+/// parent, so the jobs that need it run again too.
+pub fn unit_of(run: &str, input_json: &str) -> Option<(String, String)> {
+    if run != CheckRun::NAME.as_str() {
+        return None;
+    }
+    let input: CheckInput = serde_json::from_str(input_json).ok()?;
+    Some((input.wakes?, input.job?.job))
 }
 
 /// A deploy's re-run is a new arrival of its commit, never imperative
@@ -459,6 +485,7 @@ fn check_input(
         base_sha: None,
         wakes: None,
         job: None,
+        rerun: None,
     })
 }
 

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::duration::{command_timeout_ms, parse_duration_ms};
 use super::environment;
-pub use super::pipeline::JobConfig;
+pub use super::jobspec::JobConfig;
 pub use super::schedule::ScheduleConfig;
-use crate::limits::{COMMAND_TIMEOUT_MS_DEFAULT, COMMAND_TIMEOUT_MS_MAX, CONFIG_BYTES_MAX};
+use crate::limits::CONFIG_BYTES_MAX;
 
 pub const CONFIG_PATH: &str = ".sluice.toml";
 
@@ -81,7 +82,7 @@ pub struct CheckConfig {
 
 /// Most `[check] paths` globs: a filter is a few directories, and the
 /// match costs globs times changed files.
-pub const CHECK_PATHS_MAX: usize = 100;
+pub const CHECK_PATHS_MAX: usize = super::jobspec::PATHS_MAX;
 /// Longest `[check] paths` glob: a path in a repository, with room.
 pub const CHECK_PATH_CHARS_MAX: usize = 512;
 
@@ -251,7 +252,7 @@ fn validate_needs(needs: &[String], c: &RepoConfig) -> Result<(), String> {
 fn validate(c: &RepoConfig) -> Result<(), String> {
     validate_preview(c.preview.as_ref())?;
     super::schedule::validate(&c.schedule)?;
-    super::pipeline::validate(c)?;
+    super::jobspec::validate(&c.jobs, c.check.is_some())?;
     if let Some(r) = &c.release_notes {
         validate_release_notes(r)?;
     }
@@ -296,64 +297,6 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A command's timeout: the configured one, or the default, capped.
-pub fn command_timeout_ms(configured: Option<&str>) -> Result<i64, String> {
-    let ms = match configured {
-        None => COMMAND_TIMEOUT_MS_DEFAULT,
-        Some(v) => parse_duration_ms(v)?,
-    };
-    if ms <= 0 || ms > COMMAND_TIMEOUT_MS_MAX {
-        return Err(format!(
-            "timeout must be between 1s and {}m",
-            COMMAND_TIMEOUT_MS_MAX / 60_000
-        ));
-    }
-    Ok(ms)
-}
-
-/// Parses Go-style durations: "90s", "30m", "2h", "1h30m", "500ms".
-pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut total: i64 = 0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("bad duration {s:?}: expected a number"));
-        }
-        let n: i64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("bad duration {s:?}"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit_ms = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            u => {
-                return Err(format!(
-                    "bad duration {s:?}: unknown unit {u:?} (use ms, s, m, h, d)"
-                ))
-            }
-        };
-        rest = &rest[unit_len..];
-        total = n
-            .checked_mul(unit_ms)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(|| format!("duration {s:?} is too large"))?;
-    }
-    Ok(total)
 }
 
 // --- `[preview]`: pull-request previews (issue 24) ---

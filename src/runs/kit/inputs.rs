@@ -92,6 +92,11 @@ pub struct CheckInput {
     /// own check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<super::pipeline::JobUnit>,
+    /// A re-run of a pipeline from GitHub (`kit::pipeline::JobsRerun`):
+    /// the jobs it leaves alone keep their results from the attempt it
+    /// names. None: every job runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<super::pipeline::JobsRerun>,
 }
 
 impl CheckInput {

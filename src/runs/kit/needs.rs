@@ -273,6 +273,11 @@ async fn read_jobs(
                     why: format!("{} failed", of(job)),
                 })
             }
+            Some(JobResult::Blocked) => {
+                return Ok(Read::Failed {
+                    why: format!("{} did not run: a job it needs failed", of(job)),
+                })
+            }
             Some(_) => {
                 return Ok(Read::NoVerdict {
                     why: format!("{} was cancelled", of(job)),

@@ -8,91 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::config::{command_timeout_ms, CheckConfig, RepoConfig, CHECK_PATHS_MAX};
-
-/// Most jobs one pipeline may name: a pipeline is a handful of jobs, and
-/// each is read, ordered and listed on every pass of its commit's parent.
-pub const JOBS_MAX: usize = 20;
-/// Most cells one job's matrix may expand to: each is a sandbox.
-pub const MATRIX_CELLS_MAX: usize = 16;
-/// Most shards one job may split into: each is a sandbox.
-pub const SHARDS_MAX: u32 = 16;
-/// Most units (cells × shards, over all jobs) one commit starts: what one
-/// parent spawns and reads back in one index query (D1 binds at most 100
-/// parameters), and what one push may ask of the sandbox pool.
-pub const UNITS_MAX: usize = 64;
-/// Longest job name: it is part of a check run name and an instance key.
-pub const JOB_NAME_CHARS_MAX: usize = 40;
-/// Longest matrix value: it is shown in the check run's name.
-pub const MATRIX_VALUE_CHARS_MAX: usize = 64;
-
-/// The prefix of every check run a job reports through (`sluice/<job>`).
-pub const JOB_CHECK_PREFIX: &str = "sluice/";
-
-/// Names a job may not take: the check runs of Sluice's other runs, and
-/// `check`, whose check run (`sluice/check`) sums up a pipeline.
-const RESERVED_JOB_NAMES: [&str; 3] = ["check", "deploy", "release-notes"];
-
-/// `[jobs.<name>]`: one job of the commit's pipeline.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobConfig {
-    /// A shell command run at the repository root.
-    pub command: String,
-    /// Go-style duration; default 30 minutes, at most 1 hour.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
-    /// Jobs of the same commit that must pass (or be skipped by their
-    /// `paths`) first; one that fails skips this job, naming it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub needs: Vec<String>,
-    /// The events that run it; none named: every event.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub on: Vec<JobEvent>,
-    /// As `[check] paths`: a change touching none of them skips the job.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
-    /// `{ node = ["20", "22"] }`: one unit per combination, each with
-    /// `SLUICE_MATRIX_<KEY>` set.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub matrix: BTreeMap<String, Vec<MatrixValue>>,
-    /// Split over this many units, each with `SLUICE_SHARD_INDEX` (1-based)
-    /// and `SLUICE_SHARD_TOTAL`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shards: Option<u32>,
-    /// Whether a failed unit cancels its live siblings; default true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fail_fast: Option<bool>,
-}
-
-/// The event kinds `on` selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobEvent {
-    PullRequest,
-    /// A push's commit (a deploy's `needs`), a dispatch or a schedule.
-    Push,
-    MergeGroup,
-}
-
-/// A matrix value as TOML allows it to be written: `"20"`, `20`, `true`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum MatrixValue {
-    Text(String),
-    Number(i64),
-    Flag(bool),
-}
-
-impl MatrixValue {
-    pub fn text(&self) -> String {
-        match self {
-            MatrixValue::Text(s) => s.clone(),
-            MatrixValue::Number(n) => n.to_string(),
-            MatrixValue::Flag(b) => b.to_string(),
-        }
-    }
-}
+use super::config::{CheckConfig, RepoConfig};
+use super::jobspec::order;
+pub use super::jobspec::{
+    is_job_name, JobConfig, JobEvent, MatrixValue, JOBS_MAX, JOB_CHECK_PREFIX, MATRIX_CELLS_MAX,
+    SHARDS_MAX, UNITS_MAX,
+};
 
 /// One unit of a job: what one child instance runs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -189,145 +110,16 @@ pub fn of(config: &RepoConfig) -> Option<Pipeline> {
     config.check.clone().map(Pipeline::Single)
 }
 
-/// `[jobs]` as `config::parse` checks it.
-pub fn validate(config: &RepoConfig) -> Result<(), String> {
-    if config.jobs.is_empty() {
-        return Ok(());
-    }
-    if config.check.is_some() {
-        return Err(
-            "[check] and [jobs] together: name every job [jobs.<name>]; \
-                    sluice/check then sums up the pipeline"
-                .into(),
-        );
-    }
-    if config.jobs.len() > JOBS_MAX {
-        return Err(format!(
-            "[jobs] names {} jobs, at most {JOBS_MAX}",
-            config.jobs.len()
-        ));
-    }
-    for (name, job) in &config.jobs {
-        validate_job(name, job).map_err(|e| format!("[jobs.{name}] {e}"))?;
-    }
-    let units: usize = ordered(&config.jobs)?.iter().map(|j| j.units.len()).sum();
-    if units > UNITS_MAX {
-        return Err(format!(
-            "[jobs] expand to {units} units (matrix cells times shards), at most {UNITS_MAX}"
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `name` may name a job.
-pub fn is_job_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= JOB_NAME_CHARS_MAX
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
-fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
-    if !is_job_name(name) {
-        return Err(format!(
-            "is no job name: letters, digits, `_` and `-`, at most {JOB_NAME_CHARS_MAX}"
-        ));
-    }
-    if RESERVED_JOB_NAMES.contains(&name) {
-        return Err(format!(
-            "`{name}` is taken (sluice/{name} is another run's check run)"
-        ));
-    }
-    if job.command.trim().is_empty() {
-        return Err("command is empty".into());
-    }
-    command_timeout_ms(job.timeout.as_deref())?;
-    if job.paths.len() > CHECK_PATHS_MAX || job.paths.iter().any(|g| g.trim().is_empty()) {
-        return Err(format!(
-            "paths: at most {CHECK_PATHS_MAX} globs, none empty"
-        ));
-    }
-    if job.shards.is_some_and(|n| n == 0 || n > SHARDS_MAX) {
-        return Err(format!("shards must be 1 to {SHARDS_MAX}"));
-    }
-    validate_matrix(&job.matrix)
-}
-
-fn validate_matrix(matrix: &BTreeMap<String, Vec<MatrixValue>>) -> Result<(), String> {
-    let mut cells: usize = 1;
-    for (key, values) in matrix {
-        let key_ok = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !key_ok {
-            return Err(format!(
-                "matrix key {key:?}: letters, digits and `_` (it names SLUICE_MATRIX_<KEY>)"
-            ));
-        }
-        if values.is_empty() {
-            return Err(format!("matrix key `{key}` has no values"));
-        }
-        let bad = values.iter().map(MatrixValue::text).find(|v| {
-            v.is_empty() || v.len() > MATRIX_VALUE_CHARS_MAX || v.chars().any(char::is_control)
-        });
-        if let Some(v) = bad {
-            return Err(format!(
-                "matrix value {v:?} of `{key}`: 1 to {MATRIX_VALUE_CHARS_MAX} printable characters"
-            ));
-        }
-        cells = cells.saturating_mul(values.len());
-    }
-    if cells > MATRIX_CELLS_MAX {
-        return Err(format!(
-            "matrix expands to {cells} cells, at most {MATRIX_CELLS_MAX}"
-        ));
-    }
-    Ok(())
-}
-
-/// The jobs in `needs` order (Kahn's algorithm, ties by name), or why they
-/// cannot be ordered: an unknown name, a cycle.
+/// The jobs in `needs` order (a job after those it needs), expanded.
 fn ordered(jobs: &BTreeMap<String, JobConfig>) -> Result<Vec<Job>, String> {
-    for (name, job) in jobs {
-        if let Some(n) = job.needs.iter().find(|n| !jobs.contains_key(n.as_str())) {
-            return Err(format!(
-                "[jobs.{name}] needs {n:?}, which is no job (jobs: {})",
-                jobs.keys().cloned().collect::<Vec<_>>().join(", ")
-            ));
-        }
-    }
-    let mut done: BTreeSet<&str> = BTreeSet::new();
-    let mut out = Vec::with_capacity(jobs.len());
-    // Each round places at least one job, or finds a cycle: bounded by the
-    // number of jobs.
-    while out.len() < jobs.len() {
-        let ready: Vec<&String> = jobs
-            .iter()
-            .filter(|(n, j)| {
-                !done.contains(n.as_str()) && j.needs.iter().all(|d| done.contains(d.as_str()))
-            })
-            .map(|(n, _)| n)
-            .collect();
-        if ready.is_empty() {
-            let stuck: Vec<&str> = jobs
-                .keys()
-                .map(String::as_str)
-                .filter(|n| !done.contains(n))
-                .collect();
-            return Err(format!(
-                "[jobs] needs form a cycle among {}",
-                stuck.join(", ")
-            ));
-        }
-        for name in ready {
-            done.insert(name);
-            out.push(Job {
-                name: name.clone(),
-                units: units_of(name, &jobs[name]),
-                config: jobs[name].clone(),
-            });
-        }
-    }
-    Ok(out)
+    Ok(order(jobs)?
+        .into_iter()
+        .map(|name| Job {
+            name: name.clone(),
+            units: units_of(name, &jobs[name]),
+            config: jobs[name].clone(),
+        })
+        .collect())
 }
 
 /// A job's units: every matrix cell (keys in order, the last varying
@@ -373,8 +165,11 @@ pub enum JobResult {
     Failed,
     /// Ended without judging the commit (cancelled, terminated).
     Cancelled,
-    /// Not run: filtered out by `paths` or `on`, or a job it needs failed.
+    /// Not run: filtered out by `paths` or `on` (nothing to check).
     Skipped,
+    /// Not run: a job it needs did not pass. Its check run concludes
+    /// `skipped` too, but it lets no dependent run (a chain stops here).
+    Blocked,
 }
 
 impl JobResult {
@@ -391,6 +186,8 @@ impl JobResult {
             JobResult::Failed
         } else if units.contains(&JobResult::Cancelled) {
             JobResult::Cancelled
+        } else if units.contains(&JobResult::Blocked) {
+            JobResult::Blocked
         } else if !units.is_empty() && units.iter().all(|u| *u == JobResult::Skipped) {
             JobResult::Skipped
         } else {
@@ -399,10 +196,65 @@ impl JobResult {
     }
 }
 
+/// A re-run of a commit's pipeline asked for on GitHub: the jobs it
+/// selects run again at the same commit, the rest keep their results from
+/// the attempt `of` (the newest attempt of the commit's check).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsRerun {
+    /// The parent instance whose job results are kept.
+    pub of: String,
+    /// A check run's Re-run: that job. None: the check suite's Re-run,
+    /// which re-runs the jobs that failed or were cancelled (as GitHub's
+    /// "Re-run failed jobs").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
+/// The jobs a re-run runs again, given the results `previous` of the
+/// attempt it repeats: the job asked for, or every job that did not end
+/// passed or skipped (no result counts as not ended), and every job that
+/// needs one of them, transitively (their results came from the old run).
+pub fn rerun_selection(
+    jobs: &[Job],
+    previous: &BTreeMap<String, JobResult>,
+    job: Option<&str>,
+) -> BTreeSet<String> {
+    let mut chosen: BTreeSet<String> = match job {
+        Some(j) => jobs
+            .iter()
+            .filter(|x| x.name == j)
+            .map(|x| x.name.clone())
+            .collect(),
+        None => jobs
+            .iter()
+            .filter(|x| {
+                !previous
+                    .get(&x.name)
+                    .is_some_and(|r| r.lets_dependents_run())
+            })
+            .map(|x| x.name.clone())
+            .collect(),
+    };
+    // Each round adds a job or stops: bounded by the jobs.
+    for _ in 0..jobs.len() {
+        let more: Vec<String> = jobs
+            .iter()
+            .filter(|x| !chosen.contains(&x.name))
+            .filter(|x| x.config.needs.iter().any(|n| chosen.contains(n)))
+            .map(|x| x.name.clone())
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        chosen.extend(more);
+    }
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::config::{parse, ConfigState};
     use super::*;
+    use crate::runs::kit::config::{parse, ConfigState};
 
     fn jobs(text: &str) -> Result<Vec<Job>, String> {
         match parse(text) {
@@ -510,6 +362,46 @@ mod tests {
         assert_eq!(JobResult::of_units(&[Passed, Cancelled]), Cancelled);
         assert_eq!(JobResult::of_units(&[Skipped, Skipped]), Skipped);
         assert_eq!(JobResult::of_units(&[Passed, Skipped]), Passed);
+        assert_eq!(JobResult::of_units(&[Blocked]), Blocked);
         assert!(Skipped.lets_dependents_run() && !Cancelled.lets_dependents_run());
+        assert!(!Blocked.lets_dependents_run());
+    }
+
+    #[test]
+    fn a_rerun_selects_the_job_or_the_failed_ones_and_what_needs_them() {
+        let js = jobs(
+            "[jobs.lint]\ncommand = \"l\"\n[jobs.unit]\ncommand = \"u\"\n\
+             [jobs.e2e]\ncommand = \"e\"\nneeds = [\"unit\"]\n\
+             [jobs.smoke]\ncommand = \"s\"\nneeds = [\"e2e\"]\n\
+             [jobs.docs]\ncommand = \"d\"\npaths = [\"docs/**\"]\n",
+        )
+        .unwrap();
+        use JobResult::*;
+        let prev: BTreeMap<String, JobResult> = [
+            ("lint", Passed),
+            ("unit", Failed),
+            ("e2e", Blocked),
+            ("smoke", Blocked),
+            ("docs", Skipped),
+        ]
+        .map(|(n, r)| (n.to_owned(), r))
+        .into();
+        let names = |s: BTreeSet<String>| s.into_iter().collect::<Vec<_>>();
+        assert_eq!(
+            names(rerun_selection(&js, &prev, None)),
+            ["e2e", "smoke", "unit"]
+        );
+        assert_eq!(names(rerun_selection(&js, &prev, Some("lint"))), ["lint"]);
+        assert_eq!(
+            names(rerun_selection(&js, &prev, Some("e2e"))),
+            ["e2e", "smoke"]
+        );
+        assert!(rerun_selection(&js, &prev, Some("gone")).is_empty());
+        let none = BTreeMap::new();
+        assert_eq!(
+            rerun_selection(&js, &none, None).len(),
+            5,
+            "no results: all run"
+        );
     }
 }

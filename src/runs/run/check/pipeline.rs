@@ -9,8 +9,8 @@
 //! job whose needs failed, or that `paths` filters out, is concluded
 //! `skipped` by the parent without a child, so a required check never
 //! hangs. The parent's own check run, `sluice/check`, sums the pipeline up.
-//! (ADR-0001: docs/adr/0001-durable-execution-scope.md; ADR-0012:
-//! docs/adr/0012-pipelines-as-child-instances.md)
+//! (ADR-0001: docs/adr/0001-durable-execution-scope.md; ADR-0013:
+//! docs/adr/0013-pipelines-as-child-instances.md)
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,7 +24,7 @@ use crate::runs::kit::config::CONFIG_PATH;
 use crate::runs::kit::inputs::CheckInput;
 use crate::runs::kit::key::{InstanceKey, Subject};
 use crate::runs::kit::needs::NEEDS_EVENT;
-use crate::runs::kit::pipeline::{Job, JobEvent, JobResult, JobUnit};
+use crate::runs::kit::pipeline::{rerun_selection, Job, JobEvent, JobResult, JobUnit};
 use crate::runs::kit::report::{details_url, github_failure, github_step, Verdict};
 use crate::runs::kit::run::Run;
 use crate::runs::kit::tags::FailureTag;
@@ -72,6 +72,7 @@ pub fn unit_create(input: &CheckInput, parent_id: &str, unit: &JobUnit) -> Creat
         needs_approval: false,
         wakes: Some(parent_id.to_owned()),
         job: Some(unit.clone()),
+        rerun: None,
         ..input.clone()
     };
     CreateRequest {
@@ -111,7 +112,7 @@ struct Board<'j> {
 /// What one round decides for the jobs not yet started.
 #[derive(Default)]
 struct Wave<'j> {
-    skip: Vec<(&'j Job, String)>,
+    skip: Vec<(&'j Job, JobResult, String)>,
     start: Vec<&'j Job>,
 }
 
@@ -138,11 +139,11 @@ impl<'j> Board<'j> {
                 .iter()
                 .find(|(_, r)| r.is_some_and(|r| !r.lets_dependents_run()))
             {
-                wave.skip
-                    .push((job, format!("`{n}`, which it needs, {}", result_word(**r))));
+                let why = format!("`{n}`, which it needs, {}", result_word(**r));
+                wave.skip.push((job, JobResult::Blocked, why));
             } else if needs.iter().all(|(_, r)| r.is_some()) {
                 match filtered.get(&job.name) {
-                    Some(why) => wave.skip.push((job, why.clone())),
+                    Some(why) => wave.skip.push((job, JobResult::Skipped, why.clone())),
                     None => wave.start.push(job),
                 }
             }
@@ -183,7 +184,7 @@ fn result_word(r: JobResult) -> &'static str {
         JobResult::Passed => "passed",
         JobResult::Failed => "failed",
         JobResult::Cancelled => "was cancelled",
-        JobResult::Skipped => "was skipped",
+        JobResult::Skipped | JobResult::Blocked => "was skipped",
     }
 }
 
@@ -203,10 +204,15 @@ pub async fn drive(
             Ok(env.clock.now_ms() + PIPELINE_WAIT_MS_MAX)
         })
         .await?;
+    let kept = kept_results(ctx, env, input, jobs).await?;
+    let why = kept
+        .keys()
+        .map(|k| (k.clone(), "kept from the attempt re-run".to_owned()))
+        .collect();
     let mut board = Board {
         jobs,
-        results: BTreeMap::new(),
-        why: BTreeMap::new(),
+        results: kept,
+        why,
         started: Vec::new(),
     };
     let mut timed_out = false;
@@ -238,6 +244,41 @@ pub async fn drive(
     Ok(summary(env, &board))
 }
 
+/// The results a re-run keeps (`CheckInput::rerun`): those of the
+/// attempt it repeats, for the jobs it does not select. An attempt whose
+/// results cannot be read keeps nothing: every job runs again.
+async fn kept_results(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &CheckInput,
+    jobs: &[Job],
+) -> Result<BTreeMap<String, JobResult>, RunError> {
+    let Some(rerun) = &input.rerun else {
+        return Ok(BTreeMap::new());
+    };
+    let previous: BTreeMap<String, JobResult> = ctx
+        .step(
+            "read the attempt re-run",
+            StepConfig::default(),
+            |_| async {
+                let row = executions::get(env.db, &rerun.of)
+                    .await
+                    .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+                Ok(row
+                    .and_then(|r| r.output_json)
+                    .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
+                    .and_then(|o| serde_json::from_value(o.get("jobs")?.clone()).ok())
+                    .unwrap_or_default())
+            },
+        )
+        .await?;
+    let again = rerun_selection(jobs, &previous, rerun.job.as_deref());
+    Ok(previous
+        .into_iter()
+        .filter(|(name, _)| !again.contains(name) && jobs.iter().any(|j| &j.name == name))
+        .collect())
+}
+
 /// Starts the jobs whose needs ended and concludes the ones to skip, until
 /// a round starts or skips nothing (a skip can end what others need).
 async fn advance(
@@ -254,10 +295,15 @@ async fn advance(
             return Ok(());
         }
         if !wave.skip.is_empty() {
-            skip_jobs(ctx, env, input, &wave.skip).await?;
-            for (job, why) in &wave.skip {
-                board.results.insert(job.name.clone(), JobResult::Skipped);
-                board.why.insert(job.name.clone(), why.clone());
+            let skip: Vec<(&Job, String)> = wave
+                .skip
+                .iter()
+                .map(|(j, _, why)| (*j, why.clone()))
+                .collect();
+            skip_jobs(ctx, env, input, &skip).await?;
+            for (job, result, why) in wave.skip {
+                board.results.insert(job.name.clone(), result);
+                board.why.insert(job.name.clone(), why);
             }
         }
         if !wave.start.is_empty() {
@@ -557,7 +603,8 @@ async fn give_up(
         skip_jobs(ctx, env, input, &left).await?;
     }
     for (job, why) in left {
-        board.results.insert(job.name.clone(), JobResult::Skipped);
+        // Not judged: a deploy that needs it must not take it as passed.
+        board.results.insert(job.name.clone(), JobResult::Cancelled);
         board.why.insert(job.name.clone(), why);
     }
     Ok(())
@@ -654,13 +701,15 @@ fn summary(env: &RunEnv<'_>, board: &Board<'_>) -> Verdict {
         ));
     }
     let table = lines.join("\n");
+    // A blocked job is named by the job that blocked it.
     let bad: Vec<&str> = board
         .results
         .iter()
-        .filter(|(_, r)| !r.lets_dependents_run())
+        .filter(|(_, r)| !r.lets_dependents_run() && **r != JobResult::Blocked)
         .map(|(n, _)| n.as_str())
         .collect();
-    match bad.is_empty() {
+    let passed = board.results.values().all(|r| r.lets_dependents_run());
+    match passed {
         true => Verdict::Passed {
             summary: format!("Every job passed or had nothing to check.\n\n{table}"),
         },
@@ -675,7 +724,7 @@ fn result_label(r: JobResult) -> &'static str {
         JobResult::Passed => "✅ passed",
         JobResult::Failed => "❌ failed",
         JobResult::Cancelled => "⏹ cancelled",
-        JobResult::Skipped => "⏭ skipped",
+        JobResult::Skipped | JobResult::Blocked => "⏭ skipped",
     }
 }
 

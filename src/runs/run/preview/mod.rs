@@ -71,7 +71,7 @@ impl Run for PreviewRun {
 
     fn check_run(&self, input: &PreviewInput) -> Option<CheckRunOf> {
         Some(CheckRunOf {
-            name: PREVIEW_CHECK_NAME,
+            name: PREVIEW_CHECK_NAME.to_owned(),
             installation_id: input.installation_id,
             repo: input.repo.clone(),
             sha: input.sha.clone(),
