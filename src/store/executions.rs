@@ -646,7 +646,9 @@ pub async fn runs_of_commit(
 
 /// Checks of `entity` (a pull request, a branch) in `repo` that have not
 /// ended, of the commits `shas` selects: what a newer head supersedes, what
-/// a closed pull request or a destroyed merge group ends.
+/// a closed pull request or a destroyed merge group ends. Pipeline units
+/// come first, so each is ended saying why before its parent's end would
+/// end it as "the pipeline was terminated".
 pub async fn live_checks_of(
     db: &dyn Database,
     repo: &str,
@@ -663,7 +665,7 @@ pub async fn live_checks_of(
             "SELECT id, sha, input_json FROM executions WHERE entity = ?1 AND repo = ?2 AND run = 'check' \
                AND (?3 IS NULL OR sha <> ?3) AND (?5 IS NULL OR sha = ?5) \
                AND status IN ('queued','running','waiting','paused') \
-             ORDER BY created_ms LIMIT ?4",
+             ORDER BY instr(key, ':job-') = 0, created_ms LIMIT ?4",
             entity,
             repo,
             except,

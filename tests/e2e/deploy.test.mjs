@@ -313,3 +313,42 @@ deployTest('a deploy that needs its check deploys after the check passes, and ne
   assert.equal(deployRun?.conclusion, 'neutral', JSON.stringify(runs));
   assert.match(deployRun.output.summary, /`sluice\/check` of [0-9a-f]{40} concluded failure/);
 });
+
+// `[deploy] needs = ["test"]` naming a job of the pipeline: the deploy waits for that job of the
+// pushed commit and deploys only after it passed; a commit whose test job fails never deploys.
+deployTest('a deploy that needs a pipeline job deploys after it passes, and never when it fails', async () => {
+  const repo = 'needs-jobs';
+  const log = stack.sharedFile('needs-jobs.log');
+  const config = [
+    '[jobs.lint]',
+    'command = "true"',
+    '',
+    '[jobs.test]',
+    `command = "echo tested $SLUICE_SHA $(date +%s%N) >> ${log}; test -f ok"`,
+    '',
+    '[deploy]',
+    'branch = "main"',
+    `command = "echo deployed $SLUICE_SHA $(date +%s%N) >> ${log}"`,
+    'needs = ["test"]',
+    '',
+  ].join('\n');
+  const good = stack.commit(OWNER, repo, { '.sluice.toml': config, ok: 'yes\n' });
+  const [passed] = await waitAllTerminal([await push(repo, good, '0'.repeat(40))]);
+  assert.equal(passed.status, 'complete', JSON.stringify(passed));
+  const bad = stack.commit(OWNER, repo, { '.sluice.toml': config }, { removeOthers: true });
+  const [failed] = await waitAllTerminal([await push(repo, bad, good)]);
+  assert.equal(failed.status, 'skipped', JSON.stringify(failed));
+  assert.equal(failed.reason, 'needs_failed');
+
+  const lines = readFileSync(log, 'utf8').trim().split('\n').map((l) => l.split(' '));
+  const at = (kind, sha) => lines.find(([k, s]) => k === kind && s === sha)?.[2];
+  assert.ok(BigInt(at('tested', good)) < BigInt(at('deployed', good)), lines.join('\n'));
+  assert.ok(at('tested', bad), 'the failing commit was tested');
+  assert.equal(at('deployed', bad), undefined, 'and never deployed');
+  const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+  const testRun = runs.find((r) => r.head_sha === bad && r.name === 'sluice/test');
+  assert.equal(testRun?.conclusion, 'failure', JSON.stringify(runs.map((r) => [r.name, r.conclusion])));
+  const deployRun = runs.find((r) => r.head_sha === bad && r.name === 'sluice/deploy');
+  assert.equal(deployRun?.conclusion, 'neutral', JSON.stringify(runs));
+  assert.match(deployRun.output.summary, /`test` of [0-9a-f]{40} failed/);
+});

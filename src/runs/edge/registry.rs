@@ -111,14 +111,16 @@ impl<R: Run> AnyRun for Registered<R> {
         } else {
             Ok(())
         };
+        let Ok(i) = decode::<R::Input>(input) else {
+            return released;
+        };
         if matches!(status, Status::Terminated | Status::Errored) {
-            if let Ok(i) = decode::<R::Input>(input) {
-                if let Some(c) = self.0.check_run(&i) {
-                    report::conclude_abandoned(env, &c, instance_id, status).await;
-                }
-                self.0.abandoned(env, instance_id, &i, status).await;
+            if let Some(c) = self.0.check_run(&i) {
+                report::conclude_abandoned(env, &c, instance_id, status).await;
             }
+            self.0.abandoned(env, instance_id, &i, status).await;
         }
+        self.0.ended(env, instance_id, &i, status).await;
         released
     }
 

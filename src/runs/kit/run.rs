@@ -104,6 +104,19 @@ pub trait Run {
     ) {
     }
 
+    /// After it ended, however it ended, once its end is in the index
+    /// (the engine mirrors a pass before the run is finalized): whom to
+    /// tell (a check wakes the run that waits for it). Best effort; the
+    /// one told reads the index, so a duplicate costs a read.
+    async fn ended(
+        &self,
+        _env: &RunEnv<'_>,
+        _instance_id: &str,
+        _input: &Self::Input,
+        _status: Status,
+    ) {
+    }
+
     /// Before an operator's restart: the gates' rules, unless the run adds
     /// its own (a deploy's confirmation).
     async fn prepare_restart(

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::engine::{Ctx, RunError, RunOutcome, StepConfig, StepFailure};
+use crate::engine::{Ctx, RunError, RunOutcome, Status, StepFailure};
 use serde::{Deserialize, Serialize};
 
 use crate::gates::SkipReason;
@@ -64,14 +64,20 @@ impl Run for CheckRun {
         env: &RunEnv<'_>,
         input: &CheckInput,
     ) -> Result<RunOutcome, RunError> {
-        let outcome = match &input.job {
-            Some(unit) => run_unit(ctx, env, input, unit).await?,
-            None => run(ctx, env, input).await?,
-        };
-        if let Some(parent) = &input.wakes {
-            wake_parent(ctx, env, parent).await?;
+        match &input.job {
+            Some(unit) => run_unit(ctx, env, input, unit).await,
+            None => run(ctx, env, input).await,
         }
-        Ok(outcome)
+    }
+
+    /// Wakes the run that needs it (a pipeline's parent, a deploy's
+    /// `needs`) once its end is in the index the waiter reads: a wake sent
+    /// from a step arrives before the pass's index write, and the waiter
+    /// would read the check as still running and wait out `JOB_WAIT_MS`.
+    async fn ended(&self, env: &RunEnv<'_>, _id: &str, input: &CheckInput, _status: Status) {
+        if let Some(parent) = &input.wakes {
+            let _ = env.waker.wake(parent, NEEDS_EVENT).await;
+        }
     }
 
     fn reports_as(name: &str) -> bool {
@@ -300,16 +306,6 @@ async fn run_unit(
 /// Tells the run that needs this check (a deploy's `needs`) that it ended.
 /// Best effort: a parent that is gone needs nothing, and one that missed
 /// the wake reads the verdict again after its bounded wait (`kit::needs`).
-async fn wake_parent(ctx: &Ctx<'_>, env: &RunEnv<'_>, parent: &str) -> Result<(), RunError> {
-    let _woke: bool = ctx
-        .step(
-            "wake the run that needs it",
-            StepConfig::default(),
-            |_| async { Ok(env.waker.wake(parent, NEEDS_EVENT).await.is_ok()) },
-        )
-        .await?;
-    Ok(())
-}
 
 /// A first-time contributor's fork waits this long for "Approve and run":
 /// the bound of a human decision (ADR-0001 rule 3), as release approval.

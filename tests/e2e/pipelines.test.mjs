@@ -1,0 +1,236 @@
+// End-to-end: pipelines (`[jobs.<name>]`, issue 27) through the built Worker under `wrangler dev`,
+// the GitHub stand-in, the local sandbox agent and real git repositories:
+// - lint and test run at once, e2e only after test passed, each its own check run, and
+//   sluice/check sums them up; a failing test skips e2e naming test;
+// - `shards = 4` runs four shards at once, each told its index;
+// - a docs-only change reports the path-filtered job `skipped` "no matching change";
+// - a merge queue group runs the jobs marked `on = ["merge_group"]` on the queue's commit;
+// - a newer head of the pull request cancels the older pipeline's live job, killing it;
+// - Re-run on a job's check run re-runs that job and what needs it, keeping the rest.
+
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { after, before, test } from 'node:test';
+import { checkRunRerequestedPayload, mergeGroupPayload, pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
+import { APP_ID, INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
+
+const OWNER = 'acme';
+// A pipeline is a few runs of a clone and a one-line command each, in waves: 90 s allows a
+// loaded 2-core CI machine.
+const RUN_TIMEOUT_MS = 90_000;
+const TEST_TIMEOUT_MS = 4 * 60_000;
+const STACK_START_TIMEOUT_MS = 16 * 60_000;
+// Four shards at once need four check slots of one repository (the default is 2).
+const VARS = { CHECKS_PER_REPO: '6', POOL_CAPACITY: '8' };
+
+let stack;
+
+before(async () => {
+  stack = await startStack({ vars: VARS });
+}, { timeout: STACK_START_TIMEOUT_MS });
+
+after(async () => {
+  await stack?.stop();
+});
+
+function pipelineTest(name, fn) {
+  test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      console.error(`\n--- worker log tail (${t.name}) ---\n${stack?.logTail() ?? '(no stack)'}\n`);
+      throw err;
+    }
+  });
+}
+
+function pr(repo, sha, overrides = {}) {
+  return pullRequestPayload({ owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo), ...overrides });
+}
+
+/// The commit's check (the pipeline's parent) a delivery started.
+async function parentOf(event, payload) {
+  const res = await stack.sendWebhook(event, payload, randomUUID());
+  assert.equal(res.status, 202, `${event}: ${JSON.stringify(res.body)}`);
+  const checks = res.body.instances.filter((i) => i.run === 'check');
+  assert.equal(checks.length, 1, JSON.stringify(res.body));
+  return checks[0].id;
+}
+
+async function waitForTerminal(id) {
+  const body = await stack.waitFor(async () => {
+    const res = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
+    return res.status === 200 && TERMINAL.has(res.body.execution.status) ? res.body : null;
+  }, { timeoutMs: RUN_TIMEOUT_MS, message: `execution ${id} to finish` });
+  return body.execution;
+}
+
+async function runsOn(repo, sha) {
+  const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+  return runs.filter((r) => r.head_sha === sha);
+}
+
+/// The newest check run of each name on `sha`.
+async function byName(repo, sha) {
+  const out = {};
+  for (const r of (await runsOn(repo, sha)).sort((a, b) => a.id - b.id)) out[r.name] = r;
+  return out;
+}
+
+/// `kind ns` lines a job's command appended, by kind.
+function marks(file) {
+  if (!existsSync(file)) return {};
+  const out = {};
+  for (const line of readFileSync(file, 'utf8').trim().split('\n').filter(Boolean)) {
+    const [kind, ns] = line.split(' ');
+    (out[kind] ??= []).push(BigInt(ns));
+  }
+  return out;
+}
+
+const mark = (file, kind) => `echo ${kind} $(date +%s%N) >> ${file}`;
+
+pipelineTest('lint and test run at once, e2e after test; a failing test skips e2e naming it', async () => {
+  const repo = 'three';
+  const log = stack.sharedFile('three.log');
+  const config = [
+    '[jobs.lint]', `command = "${mark(log, 'lint-start')}; sleep 2; ${mark(log, 'lint-end')}"`, '',
+    '[jobs.test]', `command = "${mark(log, 'test-start')}; sleep 2; test -f ok && ${mark(log, 'test-end')}"`, '',
+    '[jobs.e2e]', `command = "${mark(log, 'e2e-start')}"`, 'needs = ["test"]', '',
+  ].join('\n');
+  const good = stack.commit(OWNER, repo, { '.sluice.toml': config, ok: 'yes\n' });
+  const parent = await parentOf('pull_request', pr(repo, good, { number: 3 }));
+  assert.equal((await waitForTerminal(parent)).status, 'complete');
+  const runs = await byName(repo, good);
+  for (const name of ['sluice/lint', 'sluice/test', 'sluice/e2e', 'sluice/check']) {
+    assert.equal(runs[name]?.conclusion, 'success', `${name}: ${JSON.stringify(runs[name])}`);
+  }
+  const m = marks(log);
+  assert.ok(m['lint-start'][0] < m['test-end'][0] && m['test-start'][0] < m['lint-end'][0], 'lint and test overlapped');
+  assert.ok(m['test-end'][0] < m['e2e-start'][0], 'e2e started after test passed');
+  assert.match(runs['sluice/check'].output.summary, /`e2e` \(after test\) \| ✅ passed/);
+  assert.ok(runs['sluice/e2e'].started_at >= runs['sluice/test'].completed_at, 'check runs in needs order');
+
+  const bad = stack.commit(OWNER, repo, { '.sluice.toml': config }, { removeOthers: true });
+  const failing = await parentOf('pull_request', pr(repo, bad, { number: 3, action: 'synchronize' }));
+  assert.equal((await waitForTerminal(failing)).status, 'complete');
+  const after = await byName(repo, bad);
+  assert.equal(after['sluice/test'].conclusion, 'failure');
+  assert.equal(after['sluice/lint'].conclusion, 'success');
+  assert.equal(after['sluice/e2e'].conclusion, 'skipped');
+  assert.match(after['sluice/e2e'].output.summary, /`test`, which it needs, failed/);
+  assert.equal(after['sluice/check'].conclusion, 'failure');
+  assert.match(after['sluice/check'].output.summary, /Failed: test did not pass/);
+  assert.equal(marks(log)['e2e-start'].length, 1, 'e2e never ran for the failing commit');
+
+  // Re-run on the failed job, once the file is back: test and e2e run again, lint is kept.
+  const payload = checkRunRerequestedPayload({
+    owner: OWNER, repo, checkRun: after['sluice/test'], pullNumber: 3, appId: APP_ID, installationId: INSTALLATION_ID,
+  });
+  const lintRuns = marks(log)['lint-start'].length;
+  const rerun = await parentOf('check_run', payload);
+  assert.notEqual(rerun, failing, 'a new attempt of the commit check');
+  assert.equal((await waitForTerminal(rerun)).status, 'complete');
+  const again = await byName(repo, bad);
+  assert.equal(again['sluice/test'].conclusion, 'failure', 'still no ok file: test fails again');
+  assert.equal(marks(log)['test-start'].length, 3, 'test ran a third time');
+  assert.equal(marks(log)['lint-start'].length, lintRuns, 'lint was kept, not run');
+  assert.match(again['sluice/check'].output.summary, /`lint` \| ✅ passed: kept from the attempt re-run/);
+});
+
+pipelineTest('shards = 4 run four shards at once, each told its index', async () => {
+  const repo = 'sharded';
+  const log = stack.sharedFile('shards.log');
+  const config = [
+    '[jobs.suite]',
+    `command = "${mark(log, 'start-$SLUICE_SHARD_INDEX-of-$SLUICE_SHARD_TOTAL')}; sleep 3; ${mark(log, 'end')}"`,
+    'shards = 4', '',
+  ].join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const parent = await parentOf('pull_request', pr(repo, sha, { number: 4 }));
+  assert.equal((await waitForTerminal(parent)).status, 'complete');
+  const runs = await byName(repo, sha);
+  for (const n of [1, 2, 3, 4]) {
+    assert.equal(runs[`sluice/suite (${n}/4)`]?.conclusion, 'success', JSON.stringify(Object.keys(runs)));
+  }
+  const m = marks(log);
+  const starts = [1, 2, 3, 4].map((n) => m[`start-${n}-of-4`]?.[0]);
+  assert.ok(starts.every(Boolean), `every shard ran once with its index: ${JSON.stringify(Object.keys(m))}`);
+  const lastStart = starts.reduce((a, b) => (a > b ? a : b));
+  const firstEnd = m.end.reduce((a, b) => (a < b ? a : b));
+  assert.ok(lastStart < firstEnd, 'the four shards ran at once');
+});
+
+pipelineTest('a docs-only change reports the path-filtered job skipped, and its dependents run', async () => {
+  const repo = 'docs';
+  const config = [
+    '[jobs.build]', 'command = "true"', 'paths = ["src/**"]', '',
+    '[jobs.docs]', 'command = "true"', 'needs = ["build"]', '',
+  ].join('\n');
+  const base = stack.commit(OWNER, repo, { '.sluice.toml': config, 'src/lib.txt': 'v1\n' });
+  const head = stack.commit(OWNER, repo, { 'README.md': '# only docs\n' });
+  const parent = await parentOf('pull_request', pr(repo, head, { number: 5, baseSha: base }));
+  assert.equal((await waitForTerminal(parent)).status, 'complete');
+  const runs = await byName(repo, head);
+  assert.equal(runs['sluice/build']?.conclusion, 'skipped', JSON.stringify(runs['sluice/build']));
+  assert.match(runs['sluice/build'].output.summary, /no matching change/);
+  assert.equal(runs['sluice/docs']?.conclusion, 'success');
+  assert.equal(runs['sluice/check'].conclusion, 'success');
+});
+
+pipelineTest('a merge queue group runs the jobs marked for it on the queue commit', async () => {
+  const repo = 'queue';
+  const config = [
+    '[jobs.unit]', 'command = "true"', '',
+    '[jobs.integration]', 'command = "true"', 'on = ["merge_group"]', '',
+  ].join('\n');
+  const baseSha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const branch = `gh-readonly-queue/main/pr-9-${baseSha}`;
+  const headSha = stack.commit(OWNER, repo, { '.sluice.toml': config, 'fix.txt': 'fixed\n' }, { branch });
+  const payload = mergeGroupPayload({
+    action: 'checks_requested', owner: OWNER, repo, headSha, baseSha, installationId: INSTALLATION_ID,
+    headRef: `refs/heads/${branch}`,
+  });
+  const parent = await parentOf('merge_group', payload);
+  assert.equal((await waitForTerminal(parent)).status, 'complete');
+  const runs = await byName(repo, headSha);
+  assert.equal(runs['sluice/integration']?.conclusion, 'success', JSON.stringify(Object.keys(runs)));
+  assert.equal(runs['sluice/unit']?.conclusion, 'success');
+
+  // On the pull request itself, integration is left out, reported skipped.
+  const prSha = stack.commit(OWNER, repo, { '.sluice.toml': config, 'pr.txt': 'pr\n' }, { branch: 'feature' });
+  const onPr = await parentOf('pull_request', pr(repo, prSha, { number: 9, baseSha }));
+  assert.equal((await waitForTerminal(onPr)).status, 'complete');
+  const prRuns = await byName(repo, prSha);
+  assert.equal(prRuns['sluice/integration']?.conclusion, 'skipped');
+  assert.match(prRuns['sluice/integration'].output.summary, /its `on` leaves out/);
+});
+
+pipelineTest('a newer head of the pull request cancels the older pipeline, killing its job', async () => {
+  const repo = 'newer';
+  const log = stack.sharedFile('newer.log');
+  const config = [
+    '[jobs.slow]', `command = "${mark(log, 'start')}; sleep 60; ${mark(log, 'end')}"`, '',
+  ].join('\n');
+  const old = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const pull = `/_standin/repos/${OWNER}/${repo}/pulls/6`;
+  await stack.standinPost(pull, { head_sha: old });
+  const first = await parentOf('pull_request', pr(repo, old, { number: 6 }));
+  await stack.waitFor(async () => (marks(log).start?.length ?? 0) >= 1, {
+    timeoutMs: RUN_TIMEOUT_MS, message: 'the old pipeline job to start',
+  });
+  const fresh = stack.commit(OWNER, repo, { '.sluice.toml': config.replace('sleep 60', 'true'), 'v.txt': '2\n' });
+  await stack.standinPost(pull, { head_sha: fresh });
+  const second = await parentOf('pull_request', pr(repo, fresh, { number: 6, action: 'synchronize' }));
+  await waitForTerminal(first);
+  const oldRuns = await stack.waitFor(async () => {
+    const runs = await byName(repo, old);
+    return runs['sluice/slow']?.status === 'completed' ? runs : null;
+  }, { timeoutMs: RUN_TIMEOUT_MS, message: 'the old job check run to end' });
+  assert.equal(oldRuns['sluice/slow'].conclusion, 'cancelled', JSON.stringify(oldRuns['sluice/slow']));
+  assert.ok(oldRuns['sluice/slow'].output.summary.includes(fresh.slice(0, 7)), oldRuns['sluice/slow'].output.summary);
+  assert.equal((await waitForTerminal(second)).status, 'complete');
+  assert.equal((await byName(repo, fresh))['sluice/slow'].conclusion, 'success');
+  assert.equal(marks(log).end?.length ?? 0, 1, 'the old job was killed: only the new one ended');
+});
