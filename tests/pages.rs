@@ -524,6 +524,7 @@ fn exec_page(status: &str) -> ExecutionPage {
         steps_truncated: false,
         approvals: Vec::new(),
         group: Some("deploy:octo/hello:main".into()),
+        pipeline: None,
         actions: Actions::v1(Some("csrf-123".into())),
     }
 }
@@ -1311,6 +1312,15 @@ fn hostile_pages(value: &str) -> Vec<String> {
         steps_truncated: true,
         approvals: vec![a],
         group: Some(value.to_owned()),
+        pipeline: sluice::http::pages::pipeline::view(
+            Some(
+                &serde_json::json!({"pipeline": [
+                    {"name": value, "needs": [value], "result": "failed", "why": value}
+                ]})
+                .to_string(),
+            ),
+            &[],
+        ),
         actions: Actions::v1(Some(value.to_owned())),
     };
     let mut gv = group_view();
@@ -1742,4 +1752,89 @@ fn live_previews_are_listed_with_their_urls_escaped() {
     };
     let empty = render_previews(&empty, NOW);
     assert!(empty.contains("No preview is live."));
+}
+
+/// A unit of the pipeline `parent` started, as the index records it.
+fn unit_row(
+    parent: &str,
+    job: &str,
+    shard: Option<(u32, u32)>,
+    conclusion: Option<&str>,
+) -> ExecutionRow {
+    let index = shard.map_or(0, |(i, _)| i);
+    let mut row = exec(
+        &format!("unit-{job}-{index}"),
+        Some("octo/hello"),
+        Some("pr:7"),
+        "complete",
+    );
+    row.run = "check".into();
+    row.key = format!("check:octo/hello:0123456789ab:pr7:job-{job}");
+    let unit = serde_json::json!({
+        "job": job, "cell": [], "shard": shard, "cell_index": 0,
+    });
+    row.input_json = serde_json::json!({ "wakes": parent, "job": unit }).to_string();
+    match conclusion {
+        Some(c) => row.output_json = Some(serde_json::json!({ "conclusion": c }).to_string()),
+        None => {
+            row.status = "running".into();
+            row.finished_ms = None;
+        }
+    }
+    row
+}
+
+/// A pipeline reads as its jobs' outcomes: stages left to right by needs,
+/// a failed job as failed, the job it blocked as skipped naming why, each
+/// unit linked to its execution; a running pipeline shows the units so far.
+#[test]
+fn a_pipeline_shows_each_job_outcome_in_needs_order() {
+    let output = serde_json::json!({ "conclusion": "failure", "pipeline": [
+        { "name": "lint", "result": "passed" },
+        { "name": "test", "result": "failed" },
+        { "name": "e2e", "needs": ["test"], "result": "blocked", "why": "`test`, which it needs, failed" },
+    ]})
+    .to_string();
+    let units = [
+        unit_row("p1", "lint", None, Some("success")),
+        unit_row("p1", "test", Some((1, 2)), Some("failure")),
+        unit_row("p1", "test", Some((2, 2)), Some("cancelled")),
+    ];
+    let view = sluice::http::pages::pipeline::view(Some(&output), &units).expect("a pipeline");
+    let stages: Vec<(&str, usize)> = view
+        .jobs
+        .iter()
+        .map(|j| (j.name.as_str(), j.stage))
+        .collect();
+    assert_eq!(stages, [("lint", 0), ("test", 0), ("e2e", 1)]);
+    assert_eq!(
+        view.jobs[1].units.len(),
+        2,
+        "the shards grouped under their job"
+    );
+    let mut page = exec_page("complete");
+    page.pipeline = Some(view);
+    let html = render_execution(&page, NOW);
+    assert!(html.contains("id=\"pipeline\" data-live"));
+    assert_eq!(count(&html, "<div class=\"stage\">"), 2);
+    assert!(html.contains("<div class=\"job job-failed\"><p class=\"job-head\"><strong>test</strong> <span class=\"st st-failed\">failed</span>"), "{html}");
+    assert!(html.contains(
+        "<strong>e2e</strong> <span class=\"st st-skipped\">skipped: a need failed</span>"
+    ));
+    assert!(html.contains("<p class=\"needs\">needs ← test</p>"));
+    assert!(html.contains("`test`, which it needs, failed"));
+    assert!(hrefs(&parse(&html)).contains(&"/ui/executions/unit-test-2".to_owned()));
+    assert!(
+        html.contains(">sluice/test (2/2)</a> <span class=\"st st-cancelled\""),
+        "{html}"
+    );
+
+    let running = [unit_row("p2", "lint", None, None)];
+    let live = sluice::http::pages::pipeline::view(None, &running).expect("units so far");
+    assert_eq!(live.jobs.len(), 1);
+    assert_eq!(live.jobs[0].result, "running");
+    assert!(
+        sluice::http::pages::pipeline::view(None, &[]).is_none(),
+        "no pipeline"
+    );
 }

@@ -239,6 +239,7 @@ async fn execution_page(
         })
         .collect();
     let group = serial::group_of(db, id.as_str()).await?;
+    let pipeline = pipeline_of(db, &row).await?;
     let mut views = with_newer_revisions(db, vec![row]).await?;
     let execution = views
         .pop()
@@ -249,9 +250,26 @@ async fn execution_page(
         steps: with_log_links(id, steps.items),
         approvals,
         group,
+        pipeline,
         actions: Actions::ui(None),
     };
     Ok(pages::render_execution(&page, now_ms))
+}
+
+/// The pipeline of a commit's check (none for any other execution, and for
+/// a unit, whose page is its own job's).
+pub async fn pipeline_of(
+    db: &dyn Database,
+    row: &ExecutionRow,
+) -> Result<Option<pages::pipeline::PipelineView>, ApiError> {
+    let (Some(repo), Some(sha)) = (row.repo.as_deref(), row.sha.as_deref()) else {
+        return Ok(None);
+    };
+    if row.run != "check" || row.key.contains(":job-") {
+        return Ok(None);
+    }
+    let units = executions::units_of_parent(db, repo, sha, &row.id).await?;
+    Ok(pages::pipeline::view(row.output_json.as_deref(), &units))
 }
 
 /// Steps as the timeline shows them: the last completed round of each

@@ -223,8 +223,10 @@ pub async fn execution(db: &dyn Database, id: &InstanceId, query: &str) -> Resul
     let [row] = rows;
     let steps = executions::steps_page(db, id.as_str(), after, limit).await?;
     let priced = priced(&units, 1, row.step_count.max(0) as u64);
+    let pipeline = super::dashboard::pipeline_of(db, &row).await?;
     Ok(json!({
         "execution": row,
+        "pipeline": pipeline,
         "costs": priced,
         "steps": steps.items,
         "next_steps_cursor": steps.next_cursor,

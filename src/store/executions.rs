@@ -175,6 +175,40 @@ pub async fn get(db: &dyn Database, id: &str) -> Result<Option<ExecutionRow>, St
     Ok(decode(rows)?.into_iter().next())
 }
 
+/// Most unit rows one pipeline page reads: a commit's units over a few
+/// attempts (a pipeline starts at most 64, `kit::pipeline::UNITS_MAX`).
+pub const UNITS_LISTED_MAX: u32 = 256;
+
+/// The pipeline units the commit's check `parent_id` started: checks of
+/// its commit whose key names a job (`:job-`) and whose input names the
+/// parent (`wakes`), oldest first.
+pub async fn units_of_parent(
+    db: &dyn Database,
+    repo: &str,
+    sha: &str,
+    parent_id: &str,
+) -> Result<Vec<ExecutionRow>, StoreError> {
+    let rows: Vec<ExecutionRow> = decode(
+        db.all(stmt!(
+            format!(
+                "SELECT {EXECUTION_COLUMNS} FROM executions WHERE repo = ?1 AND sha = ?2 \
+                 AND run = 'check' AND instr(key, ':job-') > 0 ORDER BY created_ms LIMIT ?3"
+            ),
+            repo,
+            sha,
+            UNITS_LISTED_MAX,
+        ))
+        .await?,
+    )?;
+    let wakes = |r: &ExecutionRow| {
+        serde_json::from_str::<serde_json::Value>(&r.input_json)
+            .ok()
+            .and_then(|v| v.get("wakes")?.as_str().map(|w| w == parent_id))
+            .unwrap_or(false)
+    };
+    Ok(rows.into_iter().filter(wakes).collect())
+}
+
 /// `cost::CostUnits`'s fields, which are also the `executions` columns
 /// (migration 0009).
 const COST_COLUMNS: &str = "do_requests, do_active_ms, do_rows_read, do_rows_written, \

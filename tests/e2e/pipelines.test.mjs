@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import { chromium } from 'playwright-core';
 import { after, before, test } from 'node:test';
 import { checkRunRerequestedPayload, mergeGroupPayload, pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
 import { APP_ID, INSTALLATION_ID, TERMINAL, startStack } from './harness.mjs';
@@ -89,6 +90,36 @@ function marks(file) {
   return out;
 }
 
+// Debian's package puts the real binary here; /usr/bin/chromium is a wrapper script.
+function chromiumPath() {
+  const candidates = [process.env.SLUICE_CHROMIUM, '/usr/lib/chromium/chromium', '/usr/bin/chromium'].filter(Boolean);
+  const found = candidates.find((p) => existsSync(p));
+  assert.ok(found, `no chromium at ${candidates.join(', ')}: install Debian's chromium (scripts/setup.sh does as root)`);
+  return found;
+}
+
+/// What a person sees of the execution page's pipeline, in a real Chromium, signed in as
+/// `npm start`'s link does: each job box's text, by job name.
+async function pipelineSeen(id) {
+  const browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
+  try {
+    const page = await (await browser.newContext()).newPage();
+    await page.goto(`${stack.url}/ui/login#token=${stack.adminToken}`);
+    await page.waitForURL(/\/ui\/executions$/);
+    await page.goto(`${stack.url}/ui/executions/${encodeURIComponent(id)}`);
+    const boxes = page.locator('#pipeline .job');
+    const seen = {};
+    for (let i = 0; i < await boxes.count(); i++) {
+      const text = (await boxes.nth(i).innerText()).trim();
+      seen[text.split(/\s/)[0]] = text;
+    }
+    seen.outcome = (await page.locator('#facts dd').first().innerText()).trim();
+    return seen;
+  } finally {
+    await browser.close();
+  }
+}
+
 const mark = (file, kind) => `echo ${kind} $(date +%s%N) >> ${file}`;
 
 pipelineTest('lint and test run at once, e2e after test; a failing test skips e2e naming it', async () => {
@@ -123,6 +154,20 @@ pipelineTest('lint and test run at once, e2e after test; a failing test skips e2
   assert.equal(after['sluice/check'].conclusion, 'failure');
   assert.match(after['sluice/check'].output.summary, /Failed: test did not pass/);
   assert.equal(marks(log)['e2e-start'].length, 1, 'e2e never ran for the failing commit');
+
+  // The API returns the graph; the page shows it as a person reads it.
+  const api = await stack.api(`/v1/executions/${encodeURIComponent(failing)}`);
+  const graph = Object.fromEntries(api.body.pipeline.jobs.map((j) => [j.name, j]));
+  assert.deepEqual([graph.lint.stage, graph.test.stage, graph.e2e.stage], [0, 0, 1]);
+  assert.deepEqual(graph.e2e.needs, ['test']);
+  assert.equal(graph.test.result, 'failed');
+  assert.equal(graph.e2e.result, 'blocked');
+  assert.equal(graph.test.units[0].conclusion, 'failure');
+  const seen = await pipelineSeen(failing);
+  assert.equal(seen.outcome, 'failed', 'the failing pipeline reads as failed');
+  assert.match(seen.test, /^test\s+failed/);
+  assert.match(seen.lint, /^lint\s+passed/);
+  assert.match(seen.e2e, /skipped: a need failed[\s\S]*← test[\s\S]*`test`, which it needs, failed/);
 
   // Re-run on the failed job, once the file is back: test and e2e run again, lint is kept.
   const payload = checkRunRerequestedPayload({

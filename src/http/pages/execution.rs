@@ -31,6 +31,8 @@ pub struct ExecutionPage {
     /// The serial group it queues in (`deploy:octo/hello:main`), if known:
     /// linked to the group's page.
     pub group: Option<String>,
+    /// The pipeline, when this is a commit's check that runs jobs.
+    pub pipeline: Option<super::pipeline::PipelineView>,
     /// Where action forms post; actions that do not fit the status are not
     /// shown (terminate a finished execution, resume a running one).
     pub actions: Actions,
@@ -52,6 +54,9 @@ pub fn render(page: &ExecutionPage, now_ms: i64) -> String {
         .raw("</code></h1>");
     facts(&mut h, page, now_ms);
     actions_section(&mut h, page);
+    if let Some(p) = &page.pipeline {
+        super::pipeline::section(&mut h, p);
+    }
     if !page.approvals.is_empty() {
         approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
     }

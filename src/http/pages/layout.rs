@@ -126,7 +126,7 @@ fn outcome_of(output_json: Option<&str>) -> Option<(&'static str, &'static str)>
         "failure" => ("failed", "failed"),
         "timed_out" => ("timed out", "failed"),
         "cancelled" => ("cancelled", "cancelled"),
-        "neutral" => ("skipped", "skipped"),
+        "neutral" | "skipped" => ("skipped", "skipped"),
         _ => return None,
     })
 }

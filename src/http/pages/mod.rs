@@ -34,6 +34,7 @@ pub mod groups;
 mod layout;
 pub mod paths;
 pub mod phases;
+pub mod pipeline;
 pub mod previews;
 pub mod query;
 pub mod time;

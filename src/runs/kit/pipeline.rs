@@ -196,6 +196,19 @@ impl JobResult {
     }
 }
 
+/// One job as the pipeline's parent records it in its output: what the
+/// dashboard and the API draw the pipeline from (boxes, `needs` arrows,
+/// why a job was skipped).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
+    pub result: JobResult,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
 /// A re-run of a commit's pipeline asked for on GitHub: the jobs it
 /// selects run again at the same commit, the rest keep their results from
 /// the attempt `of` (the newest attempt of the commit's check).

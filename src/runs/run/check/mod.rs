@@ -32,7 +32,7 @@ use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
 use crate::runs::kit::inputs::{CheckInput, PullNumber};
 use crate::runs::kit::needs::NEEDS_EVENT;
 use crate::runs::kit::pipeline::{
-    is_job_name, of as pipeline_of, JobResult, JobUnit, Pipeline, JOB_CHECK_PREFIX,
+    is_job_name, of as pipeline_of, JobRecord, JobResult, JobUnit, Pipeline, JOB_CHECK_PREFIX,
 };
 use crate::runs::kit::report::CheckRunOf;
 use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
@@ -166,7 +166,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
         Pipeline::Single(check) => return run_single(ctx, env, input, &target, &check).await,
         Pipeline::Jobs(jobs) => jobs,
     };
-    let results = RefCell::new(BTreeMap::new());
+    let results = RefCell::new(Vec::new());
     let outcome = {
         let (target, jobs, results) = (&target, &jobs, &results);
         reported(ctx, env, target, |report| async move {
@@ -181,12 +181,17 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &CheckInput) -> Result<RunO
     Ok(with_jobs(outcome, &results))
 }
 
-/// A pipeline's outcome lists each job's result (what a deploy's `needs`
-/// reads, `kit::needs`).
-fn with_jobs(outcome: RunOutcome, results: &BTreeMap<String, JobResult>) -> RunOutcome {
+/// A pipeline's outcome lists each job's result (`jobs`, what a deploy's
+/// `needs` reads, `kit::needs`) and the pipeline as drawn (`pipeline`).
+fn with_jobs(outcome: RunOutcome, records: &[JobRecord]) -> RunOutcome {
     match outcome {
-        RunOutcome::Complete(mut v) if !results.is_empty() => {
+        RunOutcome::Complete(mut v) if !records.is_empty() => {
+            let results: BTreeMap<&str, JobResult> = records
+                .iter()
+                .map(|r| (r.name.as_str(), r.result))
+                .collect();
             v["jobs"] = serde_json::json!(results);
+            v["pipeline"] = serde_json::json!(records);
             RunOutcome::Complete(v)
         }
         other => other,

@@ -24,7 +24,7 @@ use crate::runs::kit::config::CONFIG_PATH;
 use crate::runs::kit::inputs::CheckInput;
 use crate::runs::kit::key::{InstanceKey, Subject};
 use crate::runs::kit::needs::NEEDS_EVENT;
-use crate::runs::kit::pipeline::{rerun_selection, Job, JobEvent, JobResult, JobUnit};
+use crate::runs::kit::pipeline::{rerun_selection, Job, JobEvent, JobRecord, JobResult, JobUnit};
 use crate::runs::kit::report::{details_url, github_failure, github_step, Verdict};
 use crate::runs::kit::run::Run;
 use crate::runs::kit::tags::FailureTag;
@@ -196,7 +196,7 @@ pub async fn drive(
     env: &RunEnv<'_>,
     input: &CheckInput,
     jobs: &[Job],
-    results: &RefCell<BTreeMap<String, JobResult>>,
+    results: &RefCell<Vec<JobRecord>>,
 ) -> Result<Verdict, RunError> {
     let filtered = filtered_out(ctx, env, input, jobs).await?;
     let deadline_ms: i64 = ctx
@@ -240,7 +240,7 @@ pub async fn drive(
     if !board.done() {
         give_up(ctx, env, input, &mut board, timed_out).await?;
     }
-    *results.borrow_mut() = board.results.clone();
+    *results.borrow_mut() = records(&board);
     Ok(summary(env, &board))
 }
 
@@ -277,6 +277,24 @@ async fn kept_results(
         .into_iter()
         .filter(|(name, _)| !again.contains(name) && jobs.iter().any(|j| &j.name == name))
         .collect())
+}
+
+/// Every job as the parent's output records it, in `needs` order.
+fn records(board: &Board<'_>) -> Vec<JobRecord> {
+    board
+        .jobs
+        .iter()
+        .map(|j| JobRecord {
+            name: j.name.clone(),
+            needs: j.config.needs.clone(),
+            result: board
+                .results
+                .get(&j.name)
+                .copied()
+                .unwrap_or(JobResult::Cancelled),
+            why: board.why.get(&j.name).cloned(),
+        })
+        .collect()
 }
 
 /// Starts the jobs whose needs ended and concludes the ones to skip, until
