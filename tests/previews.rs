@@ -38,6 +38,11 @@ fn pr() -> PullNumber {
 /// preview and teardown commands scripted (the preview's running
 /// `duration_ms` of virtual time when given).
 fn preview_rig(config: &str, duration_ms: Option<i64>) -> Rig {
+    preview_rig_with(config, duration_ms, 0)
+}
+
+/// `preview_rig` whose teardown command runs `teardown_ms` of virtual time.
+fn preview_rig_with(config: &str, duration_ms: Option<i64>, teardown_ms: i64) -> Rig {
     let rig = Rig::new();
     rig.github.commit(REPO, BRANCH, &[(".sluice.toml", config)]);
     let out =
@@ -47,7 +52,7 @@ fn preview_rig(config: &str, duration_ms: Option<i64>) -> Rig {
         None => rig.sandbox.script("./preview.sh", 0, out),
     }
     rig.sandbox
-        .script("./teardown.sh", 0, "removed pr-$SLUICE_PR\n");
+        .script_timed("./teardown.sh", 0, "removed pr-$SLUICE_PR\n", teardown_ms);
     rig
 }
 
@@ -599,4 +604,101 @@ fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
         rig.github.only_deployment(&a).latest().unwrap().state,
         "inactive"
     );
+}
+
+/// The teardown command's runs (not the previews').
+fn teardown_runs(rig: &Rig) -> usize {
+    rig.sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.workspace.starts_with("preview-teardown"))
+        .count()
+}
+
+fn index_row(rig: &Rig) -> previews::PreviewRow {
+    block_on(previews::get(rig.index.as_ref(), REPO, PR_NUMBER))
+        .unwrap()
+        .unwrap()
+}
+
+/// A close's teardown holds the group while its command runs; the pull
+/// request is reopened and a new head's preview waits behind it. The
+/// teardown records itself only while the index still names the preview it
+/// tore down, and the new preview marks itself live holding the group: the
+/// index says live, so the next close tears the new preview down.
+#[test]
+fn a_preview_deployed_after_a_teardown_stays_live_in_the_index() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = preview_rig_with(PREVIEW_TOML, None, 10 * MINUTE_MS);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t = rig.create(teardown(&a));
+    assert_eq!(rig.pass(&t).status, Status::Waiting, "teardown runs");
+    assert_eq!(teardown_runs(&rig), 1);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, false);
+    let pb = push(&rig, &b);
+    assert_eq!(
+        rig.pass(&pb).status,
+        Status::Waiting,
+        "B waits for the group"
+    );
+    assert_eq!(rig.run_to_end(&t), Status::Complete, "{:?}", rig.row(&t));
+    rig.deliver(&pb);
+    assert_eq!(rig.run_to_end(&pb), Status::Complete, "{:?}", rig.row(&pb));
+    assert_eq!(
+        rig.github.only_deployment(&b).latest().unwrap().state,
+        "success"
+    );
+    let row = index_row(&rig);
+    assert_eq!(
+        (
+            row.state.as_str(),
+            row.sha.as_str(),
+            row.execution_id.as_str()
+        ),
+        ("live", b.as_str(), pb.id.as_str()),
+        "B is live in the index"
+    );
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t2 = rig.create(teardown_request(
+        &serde_json::from_value(teardown(&b).input).unwrap(),
+        T0 + 9_000,
+    ));
+    assert_eq!(rig.run_to_end(&t2), Status::Complete, "{:?}", rig.row(&t2));
+    assert_eq!(teardown_runs(&rig), 2, "the next close tears B down");
+    assert_eq!(index_row(&rig).state, "torn_down");
+}
+
+/// Two teardowns of one preview (a close's, and an operator's pressed
+/// while it ran): the first records itself torn down before it lets go of
+/// the group, so the second, waiting on the group, finds nothing live and
+/// runs no teardown command again, even when the first is held up after
+/// its command (here GitHub failing while it retires the deployments).
+#[test]
+fn a_second_teardown_waiting_on_the_group_runs_nothing_again() {
+    use sluice::runs::kit::preview::operator_teardown_request;
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t1 = rig.create(teardown(&a));
+    // Past the inline retries: the teardown suspends after its command.
+    rig.github.fail_next("list-deployments", 3, 500);
+    assert_eq!(rig.pass(&t1).status, Status::Waiting, "{:?}", rig.row(&t1));
+    assert_eq!(teardown_runs(&rig), 1, "its command ran");
+    let t2 = rig.create(operator_teardown_request(&index_row(&rig)).unwrap());
+    assert_eq!(
+        rig.pass(&t2).status,
+        Status::Waiting,
+        "the second waits for the group"
+    );
+    assert_eq!(teardown_runs(&rig), 1);
+    assert_eq!(rig.run_to_end(&t1), Status::Complete, "{:?}", rig.row(&t1));
+    rig.deliver(&t2);
+    assert_eq!(rig.run_to_end(&t2), Status::Skipped, "{:?}", rig.row(&t2));
+    assert_eq!(rig.row(&t2).reason.as_deref(), Some("no-live-preview"));
+    assert_eq!(teardown_runs(&rig), 1, "teardown ran once");
+    assert_eq!(index_row(&rig).state, "torn_down");
 }

@@ -42,8 +42,9 @@ pub struct Started<'a> {
     pub execution_id: &'a str,
 }
 
-/// A preview deploy of `sha` started: the row is live (again, after a
-/// reopen), naming this execution.
+/// A preview deploy of `sha` started (when it arrives, and again holding
+/// its pull request's group just before its command): the row is live
+/// (again, after a reopen or a teardown), naming this execution.
 pub async fn started(db: &dyn Database, s: &Started<'_>, now_ms: i64) -> Result<(), StoreError> {
     db.run(stmt!(
         "INSERT INTO previews (repo, pr, installation_id, default_branch, head_branch, state, \
@@ -89,13 +90,34 @@ pub async fn ended(
     .map(|_| ())
 }
 
-/// The preview was torn down: no longer live.
+/// The preview of `execution_id` was torn down: no longer live. A
+/// compare-and-set: a row that names another execution by now (a preview
+/// of a reopened pull request or a late push that arrived meanwhile) is
+/// left live, for its own deploy and a later teardown. Whether the row
+/// was marked.
 pub async fn torn_down(
     db: &dyn Database,
     repo: &str,
     pr: u64,
+    execution_id: &str,
     now_ms: i64,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
+    let changed = db
+        .run(stmt!(
+            "UPDATE previews SET state = 'torn_down', updated_ms = ?3 \
+             WHERE repo = ?1 AND pr = ?2 AND execution_id = ?4 AND state = 'live'",
+            repo,
+            pr as i64,
+            now_ms,
+            execution_id,
+        ))
+        .await?;
+    Ok(changed > 0)
+}
+
+/// GitHub knows the pull request no more (the sweep's reconcile): the row
+/// is no longer live, whichever execution it names.
+pub async fn forget(db: &dyn Database, repo: &str, pr: u64, now_ms: i64) -> Result<(), StoreError> {
     db.run(stmt!(
         "UPDATE previews SET state = 'torn_down', updated_ms = ?3 WHERE repo = ?1 AND pr = ?2",
         repo,

@@ -36,6 +36,7 @@ use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured_at, unless_ignored, Configured, RunEnv};
 use crate::secret::Secret;
+use crate::store::previews;
 
 pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
 /// A confirmation nobody gives is bounded (ADR-0001 rule 3: hibernation
@@ -243,6 +244,10 @@ pub(crate) struct Lane<'a> {
     pub place: Option<deployment::Place<'a>>,
     pub vars: Vec<(String, String)>,
     pub supersedable: bool,
+    /// A preview's index row, marked live holding the group just before
+    /// the command, so a teardown that held the group before it cannot
+    /// leave the index saying torn down while this deploy is live.
+    pub live: Option<previews::Started<'a>>,
 }
 
 /// What the deploy's work needs beside the gates.
@@ -473,6 +478,7 @@ async fn deploy_held(
         Ok(secrets) => secrets,
         Err(summary) => return Ok(Verdict::Failed { summary }),
     };
+    mark_live(ctx, env, work.lane).await?;
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
     let spec = CommandSpec {
@@ -487,6 +493,20 @@ async fn deploy_held(
         held: &held,
     };
     run_reported(ctx, env, work, &spec).await
+}
+
+/// Holding the group, a preview marks its index row live, naming this
+/// execution (a lane without an index row marks nothing).
+async fn mark_live(ctx: &Ctx<'_>, env: &RunEnv<'_>, lane: &Lane<'_>) -> Result<(), RunError> {
+    let Some(started) = lane.live.as_ref() else {
+        return Ok(());
+    };
+    ctx.step("preview: live", StepConfig::default(), |_| async {
+        previews::started(env.db, started, ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+    })
+    .await
 }
 
 /// What a deploy command is told (its secrets aside).

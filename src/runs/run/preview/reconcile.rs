@@ -78,7 +78,7 @@ async fn run(
         Found::Closed(ms) => ms,
         Found::Gone => {
             ctx.step("reconcile: forget", StepConfig::default(), |_| async {
-                previews::torn_down(env.db, &input.repo, input.pr.get(), ctx.now_ms())
+                previews::forget(env.db, &input.repo, input.pr.get(), ctx.now_ms())
                     .await
                     .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
             })
