@@ -325,6 +325,7 @@ fn the_sweep_tears_down_a_preview_whose_close_event_never_came() {
         sha: a.clone(),
         head_branch: HEAD_BRANCH.into(),
         default_branch: BRANCH.into(),
+        fork: false,
     };
     let req = reconcile_request(&reconcile, now / PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT);
     assert!(rig.pokes.poked.borrow().contains(&req.id().to_string()));
@@ -578,6 +579,7 @@ fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
         sha: a.clone(),
         head_branch: HEAD_BRANCH.into(),
         default_branch: BRANCH.into(),
+        fork: false,
     };
     let r = rig.create(reconcile_request(
         &reconcile,
@@ -701,4 +703,100 @@ fn a_second_teardown_waiting_on_the_group_runs_nothing_again() {
     assert_eq!(rig.row(&t2).reason.as_deref(), Some("no-live-preview"));
     assert_eq!(teardown_runs(&rig), 1, "teardown ran once");
     assert_eq!(index_row(&rig).state, "torn_down");
+}
+/// An environment that exports no secret, which a maintainer may preview
+/// a fork into (`SECRET_TOML` selects it).
+const NO_SECRET_ENVIRONMENTS: &str =
+    "[previews]\nrepos = [\"octo/hello\"]\nbranches = [\"**\"]\ntransient = true\n";
+
+/// A maintainer's fork preview into `previews`, which exports no secret.
+fn approved_fork_preview(rig: &Rig, a: &str) -> Inst {
+    rig.github.set_permission(REPO, "maintainer", "write");
+    let p = fork_preview(rig, a);
+    assert_eq!(rig.pass(&p).status, Status::Waiting);
+    let run = rig.github.only_check_run(a, "sluice/preview");
+    let payload = serde_json::json!({ "check_run_id": run.id, "identifier": "preview", "sender": "maintainer" });
+    p.world
+        .engine()
+        .send_event("check-run-action", &payload)
+        .expect("event");
+    p
+}
+
+/// The index remembers that a preview is a fork's: the teardowns made from
+/// it (an operator's, the cap's, the sweep's) are a fork's, so once the
+/// environment exports a secret they run nothing rather than hand it to the
+/// fork's code.
+#[test]
+fn a_forks_preview_torn_down_from_the_index_never_gets_a_secret() {
+    use sluice::runs::kit::preview::operator_teardown_request;
+    let a = sha('a');
+    let mut rig = preview_rig(SECRET_TOML, None);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(NO_SECRET_ENVIRONMENTS));
+    let p = approved_fork_preview(&rig, &a);
+    assert_eq!(rig.run_to_end(&p), Status::Complete, "{:?}", rig.row(&p));
+    let row = index_row(&rig);
+    assert!(row.is_fork(), "{row:?}");
+    // An operator adds a secret to the environment.
+    rig.environments = sluice::runs::environment::Environments::parse(Some(SECRET_ENVIRONMENTS));
+    rig.secrets.set("PREVIEW_TOKEN", "preview-secret-value");
+    let req = operator_teardown_request(&row).unwrap();
+    let input: TeardownInput = serde_json::from_value(req.input.clone()).unwrap();
+    assert!(input.fork, "the operator's teardown is a fork's");
+    let t = rig.create(req);
+    assert_eq!(rig.run_to_end(&t), Status::Skipped, "{:?}", rig.row(&t));
+    assert_eq!(rig.row(&t).reason.as_deref(), Some("fork"));
+    assert_eq!(teardown_runs(&rig), 0, "the fork's code never ran with it");
+    // The same teardown, as an older input that did not say fork: the
+    // index says it, holding the group too.
+    let unflagged = TeardownInput {
+        fork: false,
+        why: "an operator tore it down".into(),
+        ..input
+    };
+    let u = rig.create(teardown_request(&unflagged, T0 + 5_000));
+    assert_eq!(rig.run_to_end(&u), Status::Skipped, "{:?}", rig.row(&u));
+    assert_eq!(rig.row(&u).reason.as_deref(), Some("fork"));
+    assert_eq!(teardown_runs(&rig), 0);
+    // The sweep's reconcile carries the flag into its teardown.
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    rig.clock.advance(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + 1);
+    let now = rig.now();
+    assert_eq!(rig.sweep().reconciled, 1);
+    let reconcile = ReconcileInput {
+        slot: 0,
+        repo: REPO.into(),
+        pr: pr(),
+        installation_id: INSTALLATION,
+        sha: a.clone(),
+        head_branch: HEAD_BRANCH.into(),
+        default_branch: BRANCH.into(),
+        fork: true,
+    };
+    let req = reconcile_request(&reconcile, now / PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT);
+    assert!(rig.pokes.poked.borrow().contains(&req.id().to_string()));
+    let r = rig.create(req);
+    assert_eq!(rig.run_to_end(&r), Status::Complete);
+    let spawned = rig.create_spawned();
+    assert_eq!(spawned.len(), 1);
+    let swept: TeardownInput = serde_json::from_value(spawned[0].input.clone()).unwrap();
+    assert!(swept.fork, "the sweep's teardown is a fork's");
+    assert_eq!(rig.run_to_end(&spawned[0]), Status::Skipped);
+    assert_eq!(teardown_runs(&rig), 0);
+}
+
+/// A fork's preview waits for a maintainer; the environment gains a secret
+/// meanwhile: when its command would start, it is refused, and nothing of
+/// the fork's runs.
+#[test]
+fn a_forks_preview_whose_environment_gained_a_secret_runs_nothing() {
+    let a = sha('a');
+    let mut rig = preview_rig(SECRET_TOML, None);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(NO_SECRET_ENVIRONMENTS));
+    let p = approved_fork_preview(&rig, &a);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(SECRET_ENVIRONMENTS));
+    rig.secrets.set("PREVIEW_TOKEN", "preview-secret-value");
+    let end = rig.run_to_end(&p);
+    assert!(end.is_terminal() && end != Status::Complete, "{end:?}");
+    assert!(rig.sandbox.all_runs().is_empty(), "no code of the fork ran");
 }

@@ -1,4 +1,4 @@
-//! The `previews` table (`migrations/0012_previews.sql`): which
+//! The `previews` table (`migrations/0012_previews.sql`, `0013_preview_fork.sql`): which
 //! pull-request previews are live, for the sweep's reconcile with GitHub,
 //! the per-repository cap and the dashboard. The decisions are
 //! `runs::preview`'s.
@@ -25,10 +25,21 @@ pub struct PreviewRow {
     pub execution_id: String,
     pub updated_ms: i64,
     pub checked_ms: i64,
+    /// 1 when the preview's head is in a fork (`migrations/0013_preview_fork.sql`):
+    /// its teardown, whoever starts it, gets no secret.
+    pub fork: i64,
+}
+
+impl PreviewRow {
+    /// The preview's head is in a fork (or was not known not to be, for a
+    /// row written before the flag existed): its code never gets a secret.
+    pub fn is_fork(&self) -> bool {
+        self.fork != 0
+    }
 }
 
 const COLUMNS: &str = "repo, pr, installation_id, default_branch, head_branch, state, sha, url, \
-    result, execution_id, updated_ms, checked_ms";
+    result, execution_id, updated_ms, checked_ms, fork";
 
 /// Where a preview deploy started: its pull request and head.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +51,8 @@ pub struct Started<'a> {
     pub head_branch: &'a str,
     pub sha: &'a str,
     pub execution_id: &'a str,
+    /// The head is in a fork.
+    pub fork: bool,
 }
 
 /// A preview deploy of `sha` started (when it arrives, and again holding
@@ -48,10 +61,11 @@ pub struct Started<'a> {
 pub async fn started(db: &dyn Database, s: &Started<'_>, now_ms: i64) -> Result<(), StoreError> {
     db.run(stmt!(
         "INSERT INTO previews (repo, pr, installation_id, default_branch, head_branch, state, \
-           sha, execution_id, updated_ms, checked_ms) \
-         VALUES (?1, ?2, ?3, ?7, ?8, 'live', ?4, ?5, ?6, ?6) \
+           sha, execution_id, updated_ms, checked_ms, fork) \
+         VALUES (?1, ?2, ?3, ?7, ?8, 'live', ?4, ?5, ?6, ?6, ?9) \
          ON CONFLICT (repo, pr) DO UPDATE SET state = 'live', sha = ?4, execution_id = ?5, \
-           installation_id = ?3, default_branch = ?7, head_branch = ?8, updated_ms = ?6",
+           installation_id = ?3, default_branch = ?7, head_branch = ?8, updated_ms = ?6, \
+           fork = ?9",
         s.repo,
         s.pr as i64,
         s.installation_id as i64,
@@ -60,6 +74,7 @@ pub async fn started(db: &dyn Database, s: &Started<'_>, now_ms: i64) -> Result<
         now_ms,
         s.default_branch,
         s.head_branch,
+        i64::from(s.fork),
     ))
     .await
     .map(|_| ())

@@ -244,6 +244,9 @@ pub(crate) struct Lane<'a> {
     pub place: Option<deployment::Place<'a>>,
     pub vars: Vec<(String, String)>,
     pub supersedable: bool,
+    /// The code is a fork's: its command gets no secret, checked again when
+    /// it starts (the environment may have gained one while it waited).
+    pub fork: bool,
     /// A preview's index row, marked live holding the group just before
     /// the command, so a teardown that held the group before it cannot
     /// leave the index saying torn down while this deploy is live.
@@ -475,6 +478,7 @@ async fn deploy_held(
         });
     }
     let secret_env = match granted_secrets(env, input, deploy) {
+        Ok(secrets) if work.lane.fork && !secrets.is_empty() => return Ok(fork_refused(deploy)),
         Ok(secrets) => secrets,
         Err(summary) => return Ok(Verdict::Failed { summary }),
     };
@@ -493,6 +497,21 @@ async fn deploy_held(
         held: &held,
     };
     run_reported(ctx, env, work, &spec).await
+}
+
+/// A fork's command whose environment exports a secret by now (one added
+/// after a maintainer asked for the preview): nothing runs.
+fn fork_refused(deploy: &DeployConfig) -> Verdict {
+    Verdict::Skipped {
+        reason: None,
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: this code is a fork's, and environment `{}` exports secrets by now, \
+             which a fork's code must never receive.",
+            deploy.environment.as_deref().unwrap_or_default()
+        ),
+        newer: None,
+    }
 }
 
 /// Holding the group, a preview marks its index row live, naming this

@@ -198,6 +198,7 @@ async fn deployed(
         }),
         vars: vec![("SLUICE_PR".to_owned(), input.pr.to_string())],
         supersedable: true,
+        fork: input.fork,
         live: Some(started_of(ctx, input)),
     };
     let as_deploy = input.as_deploy();
@@ -237,6 +238,7 @@ fn started_of<'a>(ctx: &'a Ctx<'_>, input: &'a PreviewInput) -> previews::Starte
         head_branch: &input.head_branch,
         sha: &input.sha,
         execution_id: ctx.instance_id(),
+        fork: input.fork,
     }
 }
 
@@ -327,7 +329,7 @@ async fn capped(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result
                      least recently; push to it again to preview it again"
                 ),
                 evicted: true,
-                fork: false,
+                fork: row.fork != 0,
             };
             env.spawner
                 .spawn(&kit::eviction_request(&teardown))

@@ -96,7 +96,7 @@ async fn run(
             default_branch: input.default_branch.clone(),
             why: "this pull request was closed (its close event never reached Sluice)".into(),
             evicted: false,
-            fork: false,
+            fork: input.fork,
         },
         closed_ms,
         &format!("swept-{}", input.slot),

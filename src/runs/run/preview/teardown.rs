@@ -100,11 +100,13 @@ async fn run(
     if !input.evicted && open_again(ctx, env, input).await? {
         return Ok(skipped("reopened"));
     }
-    if live(ctx, env, input, "teardown: preview live?")
-        .await?
-        .is_none()
-    {
+    let Some(seen) = live(ctx, env, input, "teardown: preview live?").await? else {
         return Ok(skipped(NO_LIVE_PREVIEW));
+    };
+    // The index knows a fork whatever the input says (the sweep's, the
+    // cap's and an operator's teardowns are made from the index).
+    if seen.fork && has_secrets(env, input, &preview) {
+        return Ok(skipped(FORK));
     }
     let (verdict, done) = gated(ctx, env, input, &preview).await?;
     if let Some(outcome) = skip_of(&verdict) {
@@ -177,6 +179,9 @@ struct Live {
     /// The preview execution the row names: the teardown records itself
     /// only while the row still names it (a compare-and-set).
     execution_id: String,
+    /// The index says the head is in a fork (the teardown's input may not:
+    /// one the sweep made before the index knew).
+    fork: bool,
 }
 
 /// A teardown skipped at the gates (superseded by a reopened pull request's
@@ -191,7 +196,7 @@ fn skip_of(verdict: &Verdict) -> Option<RunOutcome> {
     Some(RunOutcome::Skipped {
         reason: match reason {
             Some(r) => Some(r.as_str().to_owned()),
-            None if summary == NO_LIVE_PREVIEW => Some(summary.clone()),
+            None if summary == NO_LIVE_PREVIEW || summary == FORK => Some(summary.clone()),
             // An operator's skip of the waiting teardown.
             None => None,
         },
@@ -238,6 +243,7 @@ async fn live(
             .await
             .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
         Ok(row.filter(|r| r.state == "live").map(|r| Live {
+            fork: r.is_fork(),
             execution_id: r.execution_id,
         }))
     })
@@ -273,7 +279,8 @@ async fn open_again(
 }
 
 /// Holding the pull request's group: run `teardown` at the pull request's
-/// last head with the environment's secrets, then,
+/// last head with the environment's secrets (none for a fork's, from the
+/// input or the index), then,
 /// still holding it, retire its deployments and record it torn down.
 async fn torn(
     ctx: &Ctx<'_>,
@@ -289,6 +296,10 @@ async fn torn(
     let Some(seen) = live(ctx, env, input, "teardown: still live?").await? else {
         return Ok(held_skip(NO_LIVE_PREVIEW));
     };
+    let fork = input.fork || seen.fork;
+    if fork && has_secrets(env, input, preview) {
+        return Ok(held_skip(FORK));
+    }
     let deploy_cfg = kit::as_deploy_config(preview, &input.head_branch);
     let as_deploy = crate::runs::kit::inputs::DeployInput {
         repo: input.repo.clone(),
@@ -305,7 +316,7 @@ async fn torn(
     let secret_env = match deploy::granted_secrets(env, &as_deploy, &deploy_cfg) {
         // Belt and braces: a fork's teardown gets no secret whatever the
         // environment says by now.
-        Ok(_) if input.fork => Vec::new(),
+        Ok(_) if fork => Vec::new(),
         Ok(s) => s,
         Err(summary) => return Ok(Verdict::Failed { summary }),
     };
