@@ -555,8 +555,10 @@ fn a_close_tears_down_nothing_for_a_pull_request_never_previewed() {
 }
 
 /// A close whose teardown ran before the preview of the pull request's
-/// last head arrived (it found nothing live) is caught by the sweep: its
-/// reconcile starts a teardown of its own key, which tears down once.
+/// last head arrived (it found nothing live): the preview, holding the
+/// group, finds the pull request closed and deploys nothing, and the index
+/// row its arrival marked live is caught by the sweep: its reconcile starts
+/// a teardown of its own key, which tears down once.
 #[test]
 fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
     let a = sha('a');
@@ -567,7 +569,11 @@ fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
     let early = rig.create(teardown(&a));
     assert_eq!(rig.run_to_end(&early), Status::Skipped, "nothing live yet");
     let pa = push(&rig, &a);
-    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    assert_eq!(rig.run_to_end(&pa), Status::Skipped, "{:?}", rig.row(&pa));
+    assert!(
+        rig.sandbox.all_runs().is_empty(),
+        "a closed pull request's preview deploys nothing"
+    );
     rig.clock.advance(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + 1);
     let now = rig.now();
     assert_eq!(rig.sweep().reconciled, 1);
@@ -799,4 +805,43 @@ fn a_forks_preview_whose_environment_gained_a_secret_runs_nothing() {
     let end = rig.run_to_end(&p);
     assert!(end.is_terminal() && end != Status::Complete, "{end:?}");
     assert!(rig.sandbox.all_runs().is_empty(), "no code of the fork ran");
+}
+
+/// A preview waiting for its confirmation when its pull request closes:
+/// the close's teardown tears down what is live, and a confirmation given
+/// later (from the approvals page, say) deploys nothing, since nothing
+/// would ever tear it down.
+#[test]
+fn a_preview_confirmed_after_its_pull_request_closed_deploys_nothing() {
+    let a = sha('a');
+    let rig = preview_rig(CONFIRM_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(
+        rig.pass(&pa).status,
+        Status::Waiting,
+        "A waits for a confirmation"
+    );
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t = rig.create(teardown(&a));
+    assert_eq!(rig.run_to_end(&t), Status::Complete, "{:?}", rig.row(&t));
+    assert_eq!(index_row(&rig).state, "torn_down");
+    block_on(
+        rig.waker
+            .send(&pa.id, "deploy-confirm", &serde_json::json!({})),
+    )
+    .unwrap();
+    assert_eq!(rig.deliver(&pa), 1);
+    assert_eq!(rig.run_to_end(&pa), Status::Skipped, "{:?}", rig.row(&pa));
+    let deployed: Vec<_> = rig
+        .sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.workspace == pa.id)
+        .collect();
+    assert!(deployed.is_empty(), "nothing deployed: {deployed:?}");
+    assert_eq!(
+        rig.github.only_deployment(&a).latest().unwrap().state,
+        "inactive"
+    );
+    assert_eq!(index_row(&rig).state, "torn_down");
 }

@@ -31,7 +31,7 @@ use crate::runs::kit::inputs::DeployInput;
 use crate::runs::kit::needs::{self, Needs};
 use crate::runs::kit::notify::{self, AutoSkipped};
 use crate::runs::kit::report::CheckRunOf;
-use crate::runs::kit::report::{github_step, reported, CheckTarget, Verdict};
+use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured_at, unless_ignored, Configured, RunEnv};
@@ -477,6 +477,9 @@ async fn deploy_held(
             newer: Some(h.clone()),
         });
     }
+    if let Some(v) = pull_closed(ctx, env, work.lane).await? {
+        return Ok(v);
+    }
     let secret_env = match granted_secrets(env, input, deploy) {
         Ok(secrets) if work.lane.fork && !secrets.is_empty() => return Ok(fork_refused(deploy)),
         Ok(secrets) => secrets,
@@ -512,6 +515,37 @@ fn fork_refused(deploy: &DeployConfig) -> Verdict {
         ),
         newer: None,
     }
+}
+
+/// Holding the group: a preview whose pull request closed while it waited
+/// (for a confirmation, a maintainer's press, the group) deploys nothing,
+/// since its close's teardown may have run already and nothing would tear
+/// it down (a lane without an index row has no pull request to ask about).
+async fn pull_closed(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    lane: &Lane<'_>,
+) -> Result<Option<Verdict>, RunError> {
+    let Some(s) = lane.live.as_ref() else {
+        return Ok(None);
+    };
+    let open = ctx
+        .step("preview: pull request open?", github_step(), |_| async {
+            env.github
+                .pull_is_open(s.installation_id, s.repo, s.pr)
+                .await
+                .map_err(github_failure)
+        })
+        .await?;
+    Ok((open != Some(true)).then(|| Verdict::Skipped {
+        reason: Some(SkipReason::NotCurrent),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: pull request #{} was closed while this preview waited.",
+            s.pr
+        ),
+        newer: None,
+    }))
 }
 
 /// Holding the group, a preview marks its index row live, naming this
