@@ -1720,6 +1720,7 @@ fn live_previews_are_listed_with_their_urls_escaped() {
         execution_id: "preview-octo-hello-pr7-aaaaaaaaaaaa-opened-12345678".into(),
         updated_ms: NOW - 60_000,
         checked_ms: NOW,
+        fork: 0,
     };
     let page = PreviewsPage {
         previews: vec![

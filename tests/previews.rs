@@ -38,6 +38,11 @@ fn pr() -> PullNumber {
 /// preview and teardown commands scripted (the preview's running
 /// `duration_ms` of virtual time when given).
 fn preview_rig(config: &str, duration_ms: Option<i64>) -> Rig {
+    preview_rig_with(config, duration_ms, 0)
+}
+
+/// `preview_rig` whose teardown command runs `teardown_ms` of virtual time.
+fn preview_rig_with(config: &str, duration_ms: Option<i64>, teardown_ms: i64) -> Rig {
     let rig = Rig::new();
     rig.github.commit(REPO, BRANCH, &[(".sluice.toml", config)]);
     let out =
@@ -47,7 +52,7 @@ fn preview_rig(config: &str, duration_ms: Option<i64>) -> Rig {
         None => rig.sandbox.script("./preview.sh", 0, out),
     }
     rig.sandbox
-        .script("./teardown.sh", 0, "removed pr-$SLUICE_PR\n");
+        .script_timed("./teardown.sh", 0, "removed pr-$SLUICE_PR\n", teardown_ms);
     rig
 }
 
@@ -320,6 +325,7 @@ fn the_sweep_tears_down_a_preview_whose_close_event_never_came() {
         sha: a.clone(),
         head_branch: HEAD_BRANCH.into(),
         default_branch: BRANCH.into(),
+        fork: false,
     };
     let req = reconcile_request(&reconcile, now / PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT);
     assert!(rig.pokes.poked.borrow().contains(&req.id().to_string()));
@@ -549,8 +555,10 @@ fn a_close_tears_down_nothing_for_a_pull_request_never_previewed() {
 }
 
 /// A close whose teardown ran before the preview of the pull request's
-/// last head arrived (it found nothing live) is caught by the sweep: its
-/// reconcile starts a teardown of its own key, which tears down once.
+/// last head arrived (it found nothing live): the preview, holding the
+/// group, finds the pull request closed and deploys nothing, and the index
+/// row its arrival marked live is caught by the sweep: its reconcile starts
+/// a teardown of its own key, which tears down once.
 #[test]
 fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
     let a = sha('a');
@@ -561,7 +569,11 @@ fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
     let early = rig.create(teardown(&a));
     assert_eq!(rig.run_to_end(&early), Status::Skipped, "nothing live yet");
     let pa = push(&rig, &a);
-    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    assert_eq!(rig.run_to_end(&pa), Status::Skipped, "{:?}", rig.row(&pa));
+    assert!(
+        rig.sandbox.all_runs().is_empty(),
+        "a closed pull request's preview deploys nothing"
+    );
     rig.clock.advance(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + 1);
     let now = rig.now();
     assert_eq!(rig.sweep().reconciled, 1);
@@ -573,6 +585,7 @@ fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
         sha: a.clone(),
         head_branch: HEAD_BRANCH.into(),
         default_branch: BRANCH.into(),
+        fork: false,
     };
     let r = rig.create(reconcile_request(
         &reconcile,
@@ -599,4 +612,236 @@ fn a_preview_arriving_after_its_close_is_torn_down_by_the_sweep_once() {
         rig.github.only_deployment(&a).latest().unwrap().state,
         "inactive"
     );
+}
+
+/// The teardown command's runs (not the previews').
+fn teardown_runs(rig: &Rig) -> usize {
+    rig.sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.workspace.starts_with("preview-teardown"))
+        .count()
+}
+
+fn index_row(rig: &Rig) -> previews::PreviewRow {
+    block_on(previews::get(rig.index.as_ref(), REPO, PR_NUMBER))
+        .unwrap()
+        .unwrap()
+}
+
+/// A close's teardown holds the group while its command runs; the pull
+/// request is reopened and a new head's preview waits behind it. The
+/// teardown records itself only while the index still names the preview it
+/// tore down, and the new preview marks itself live holding the group: the
+/// index says live, so the next close tears the new preview down.
+#[test]
+fn a_preview_deployed_after_a_teardown_stays_live_in_the_index() {
+    let (a, b) = (sha('a'), sha('b'));
+    let rig = preview_rig_with(PREVIEW_TOML, None, 10 * MINUTE_MS);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t = rig.create(teardown(&a));
+    assert_eq!(rig.pass(&t).status, Status::Waiting, "teardown runs");
+    assert_eq!(teardown_runs(&rig), 1);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, false);
+    let pb = push(&rig, &b);
+    assert_eq!(
+        rig.pass(&pb).status,
+        Status::Waiting,
+        "B waits for the group"
+    );
+    assert_eq!(rig.run_to_end(&t), Status::Complete, "{:?}", rig.row(&t));
+    rig.deliver(&pb);
+    assert_eq!(rig.run_to_end(&pb), Status::Complete, "{:?}", rig.row(&pb));
+    assert_eq!(
+        rig.github.only_deployment(&b).latest().unwrap().state,
+        "success"
+    );
+    let row = index_row(&rig);
+    assert_eq!(
+        (
+            row.state.as_str(),
+            row.sha.as_str(),
+            row.execution_id.as_str()
+        ),
+        ("live", b.as_str(), pb.id.as_str()),
+        "B is live in the index"
+    );
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t2 = rig.create(teardown_request(
+        &serde_json::from_value(teardown(&b).input).unwrap(),
+        T0 + 9_000,
+    ));
+    assert_eq!(rig.run_to_end(&t2), Status::Complete, "{:?}", rig.row(&t2));
+    assert_eq!(teardown_runs(&rig), 2, "the next close tears B down");
+    assert_eq!(index_row(&rig).state, "torn_down");
+}
+
+/// Two teardowns of one preview (a close's, and an operator's pressed
+/// while it ran): the first records itself torn down before it lets go of
+/// the group, so the second, waiting on the group, finds nothing live and
+/// runs no teardown command again, even when the first is held up after
+/// its command (here GitHub failing while it retires the deployments).
+#[test]
+fn a_second_teardown_waiting_on_the_group_runs_nothing_again() {
+    use sluice::runs::kit::preview::operator_teardown_request;
+    let a = sha('a');
+    let rig = preview_rig(PREVIEW_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(rig.run_to_end(&pa), Status::Complete);
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t1 = rig.create(teardown(&a));
+    // Past the inline retries: the teardown suspends after its command.
+    rig.github.fail_next("list-deployments", 3, 500);
+    assert_eq!(rig.pass(&t1).status, Status::Waiting, "{:?}", rig.row(&t1));
+    assert_eq!(teardown_runs(&rig), 1, "its command ran");
+    let t2 = rig.create(operator_teardown_request(&index_row(&rig)).unwrap());
+    assert_eq!(
+        rig.pass(&t2).status,
+        Status::Waiting,
+        "the second waits for the group"
+    );
+    assert_eq!(teardown_runs(&rig), 1);
+    assert_eq!(rig.run_to_end(&t1), Status::Complete, "{:?}", rig.row(&t1));
+    rig.deliver(&t2);
+    assert_eq!(rig.run_to_end(&t2), Status::Skipped, "{:?}", rig.row(&t2));
+    assert_eq!(rig.row(&t2).reason.as_deref(), Some("no-live-preview"));
+    assert_eq!(teardown_runs(&rig), 1, "teardown ran once");
+    assert_eq!(index_row(&rig).state, "torn_down");
+}
+/// An environment that exports no secret, which a maintainer may preview
+/// a fork into (`SECRET_TOML` selects it).
+const NO_SECRET_ENVIRONMENTS: &str =
+    "[previews]\nrepos = [\"octo/hello\"]\nbranches = [\"**\"]\ntransient = true\n";
+
+/// A maintainer's fork preview into `previews`, which exports no secret.
+fn approved_fork_preview(rig: &Rig, a: &str) -> Inst {
+    rig.github.set_permission(REPO, "maintainer", "write");
+    let p = fork_preview(rig, a);
+    assert_eq!(rig.pass(&p).status, Status::Waiting);
+    let run = rig.github.only_check_run(a, "sluice/preview");
+    let payload = serde_json::json!({ "check_run_id": run.id, "identifier": "preview", "sender": "maintainer" });
+    p.world
+        .engine()
+        .send_event("check-run-action", &payload)
+        .expect("event");
+    p
+}
+
+/// The index remembers that a preview is a fork's: the teardowns made from
+/// it (an operator's, the cap's, the sweep's) are a fork's, so once the
+/// environment exports a secret they run nothing rather than hand it to the
+/// fork's code.
+#[test]
+fn a_forks_preview_torn_down_from_the_index_never_gets_a_secret() {
+    use sluice::runs::kit::preview::operator_teardown_request;
+    let a = sha('a');
+    let mut rig = preview_rig(SECRET_TOML, None);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(NO_SECRET_ENVIRONMENTS));
+    let p = approved_fork_preview(&rig, &a);
+    assert_eq!(rig.run_to_end(&p), Status::Complete, "{:?}", rig.row(&p));
+    let row = index_row(&rig);
+    assert!(row.is_fork(), "{row:?}");
+    // An operator adds a secret to the environment.
+    rig.environments = sluice::runs::environment::Environments::parse(Some(SECRET_ENVIRONMENTS));
+    rig.secrets.set("PREVIEW_TOKEN", "preview-secret-value");
+    let req = operator_teardown_request(&row).unwrap();
+    let input: TeardownInput = serde_json::from_value(req.input.clone()).unwrap();
+    assert!(input.fork, "the operator's teardown is a fork's");
+    let t = rig.create(req);
+    assert_eq!(rig.run_to_end(&t), Status::Skipped, "{:?}", rig.row(&t));
+    assert_eq!(rig.row(&t).reason.as_deref(), Some("fork"));
+    assert_eq!(teardown_runs(&rig), 0, "the fork's code never ran with it");
+    // The same teardown, as an older input that did not say fork: the
+    // index says it, holding the group too.
+    let unflagged = TeardownInput {
+        fork: false,
+        why: "an operator tore it down".into(),
+        ..input
+    };
+    let u = rig.create(teardown_request(&unflagged, T0 + 5_000));
+    assert_eq!(rig.run_to_end(&u), Status::Skipped, "{:?}", rig.row(&u));
+    assert_eq!(rig.row(&u).reason.as_deref(), Some("fork"));
+    assert_eq!(teardown_runs(&rig), 0);
+    // The sweep's reconcile carries the flag into its teardown.
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    rig.clock.advance(PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT + 1);
+    let now = rig.now();
+    assert_eq!(rig.sweep().reconciled, 1);
+    let reconcile = ReconcileInput {
+        slot: 0,
+        repo: REPO.into(),
+        pr: pr(),
+        installation_id: INSTALLATION,
+        sha: a.clone(),
+        head_branch: HEAD_BRANCH.into(),
+        default_branch: BRANCH.into(),
+        fork: true,
+    };
+    let req = reconcile_request(&reconcile, now / PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT);
+    assert!(rig.pokes.poked.borrow().contains(&req.id().to_string()));
+    let r = rig.create(req);
+    assert_eq!(rig.run_to_end(&r), Status::Complete);
+    let spawned = rig.create_spawned();
+    assert_eq!(spawned.len(), 1);
+    let swept: TeardownInput = serde_json::from_value(spawned[0].input.clone()).unwrap();
+    assert!(swept.fork, "the sweep's teardown is a fork's");
+    assert_eq!(rig.run_to_end(&spawned[0]), Status::Skipped);
+    assert_eq!(teardown_runs(&rig), 0);
+}
+
+/// A fork's preview waits for a maintainer; the environment gains a secret
+/// meanwhile: when its command would start, it is refused, and nothing of
+/// the fork's runs.
+#[test]
+fn a_forks_preview_whose_environment_gained_a_secret_runs_nothing() {
+    let a = sha('a');
+    let mut rig = preview_rig(SECRET_TOML, None);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(NO_SECRET_ENVIRONMENTS));
+    let p = approved_fork_preview(&rig, &a);
+    rig.environments = sluice::runs::environment::Environments::parse(Some(SECRET_ENVIRONMENTS));
+    rig.secrets.set("PREVIEW_TOKEN", "preview-secret-value");
+    let end = rig.run_to_end(&p);
+    assert!(end.is_terminal() && end != Status::Complete, "{end:?}");
+    assert!(rig.sandbox.all_runs().is_empty(), "no code of the fork ran");
+}
+
+/// A preview waiting for its confirmation when its pull request closes:
+/// the close's teardown tears down what is live, and a confirmation given
+/// later (from the approvals page, say) deploys nothing, since nothing
+/// would ever tear it down.
+#[test]
+fn a_preview_confirmed_after_its_pull_request_closed_deploys_nothing() {
+    let a = sha('a');
+    let rig = preview_rig(CONFIRM_TOML, None);
+    let pa = push(&rig, &a);
+    assert_eq!(
+        rig.pass(&pa).status,
+        Status::Waiting,
+        "A waits for a confirmation"
+    );
+    rig.github.set_pull_closed(REPO, PR_NUMBER, true);
+    let t = rig.create(teardown(&a));
+    assert_eq!(rig.run_to_end(&t), Status::Complete, "{:?}", rig.row(&t));
+    assert_eq!(index_row(&rig).state, "torn_down");
+    block_on(
+        rig.waker
+            .send(&pa.id, "deploy-confirm", &serde_json::json!({})),
+    )
+    .unwrap();
+    assert_eq!(rig.deliver(&pa), 1);
+    assert_eq!(rig.run_to_end(&pa), Status::Skipped, "{:?}", rig.row(&pa));
+    let deployed: Vec<_> = rig
+        .sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|r| r.workspace == pa.id)
+        .collect();
+    assert!(deployed.is_empty(), "nothing deployed: {deployed:?}");
+    assert_eq!(
+        rig.github.only_deployment(&a).latest().unwrap().state,
+        "inactive"
+    );
+    assert_eq!(index_row(&rig).state, "torn_down");
 }

@@ -1,4 +1,4 @@
-//! The `previews` table (`migrations/0012_previews.sql`): which
+//! The `previews` table (`migrations/0012_previews.sql`, `0013_preview_fork.sql`): which
 //! pull-request previews are live, for the sweep's reconcile with GitHub,
 //! the per-repository cap and the dashboard. The decisions are
 //! `runs::preview`'s.
@@ -25,10 +25,21 @@ pub struct PreviewRow {
     pub execution_id: String,
     pub updated_ms: i64,
     pub checked_ms: i64,
+    /// 1 when the preview's head is in a fork (`migrations/0013_preview_fork.sql`):
+    /// its teardown, whoever starts it, gets no secret.
+    pub fork: i64,
+}
+
+impl PreviewRow {
+    /// The preview's head is in a fork (or was not known not to be, for a
+    /// row written before the flag existed): its code never gets a secret.
+    pub fn is_fork(&self) -> bool {
+        self.fork != 0
+    }
 }
 
 const COLUMNS: &str = "repo, pr, installation_id, default_branch, head_branch, state, sha, url, \
-    result, execution_id, updated_ms, checked_ms";
+    result, execution_id, updated_ms, checked_ms, fork";
 
 /// Where a preview deploy started: its pull request and head.
 #[derive(Debug, Clone, Copy)]
@@ -40,17 +51,21 @@ pub struct Started<'a> {
     pub head_branch: &'a str,
     pub sha: &'a str,
     pub execution_id: &'a str,
+    /// The head is in a fork.
+    pub fork: bool,
 }
 
-/// A preview deploy of `sha` started: the row is live (again, after a
-/// reopen), naming this execution.
+/// A preview deploy of `sha` started (when it arrives, and again holding
+/// its pull request's group just before its command): the row is live
+/// (again, after a reopen or a teardown), naming this execution.
 pub async fn started(db: &dyn Database, s: &Started<'_>, now_ms: i64) -> Result<(), StoreError> {
     db.run(stmt!(
         "INSERT INTO previews (repo, pr, installation_id, default_branch, head_branch, state, \
-           sha, execution_id, updated_ms, checked_ms) \
-         VALUES (?1, ?2, ?3, ?7, ?8, 'live', ?4, ?5, ?6, ?6) \
+           sha, execution_id, updated_ms, checked_ms, fork) \
+         VALUES (?1, ?2, ?3, ?7, ?8, 'live', ?4, ?5, ?6, ?6, ?9) \
          ON CONFLICT (repo, pr) DO UPDATE SET state = 'live', sha = ?4, execution_id = ?5, \
-           installation_id = ?3, default_branch = ?7, head_branch = ?8, updated_ms = ?6",
+           installation_id = ?3, default_branch = ?7, head_branch = ?8, updated_ms = ?6, \
+           fork = ?9",
         s.repo,
         s.pr as i64,
         s.installation_id as i64,
@@ -59,6 +74,7 @@ pub async fn started(db: &dyn Database, s: &Started<'_>, now_ms: i64) -> Result<
         now_ms,
         s.default_branch,
         s.head_branch,
+        i64::from(s.fork),
     ))
     .await
     .map(|_| ())
@@ -89,13 +105,34 @@ pub async fn ended(
     .map(|_| ())
 }
 
-/// The preview was torn down: no longer live.
+/// The preview of `execution_id` was torn down: no longer live. A
+/// compare-and-set: a row that names another execution by now (a preview
+/// of a reopened pull request or a late push that arrived meanwhile) is
+/// left live, for its own deploy and a later teardown. Whether the row
+/// was marked.
 pub async fn torn_down(
     db: &dyn Database,
     repo: &str,
     pr: u64,
+    execution_id: &str,
     now_ms: i64,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
+    let changed = db
+        .run(stmt!(
+            "UPDATE previews SET state = 'torn_down', updated_ms = ?3 \
+             WHERE repo = ?1 AND pr = ?2 AND execution_id = ?4 AND state = 'live'",
+            repo,
+            pr as i64,
+            now_ms,
+            execution_id,
+        ))
+        .await?;
+    Ok(changed > 0)
+}
+
+/// GitHub knows the pull request no more (the sweep's reconcile): the row
+/// is no longer live, whichever execution it names.
+pub async fn forget(db: &dyn Database, repo: &str, pr: u64, now_ms: i64) -> Result<(), StoreError> {
     db.run(stmt!(
         "UPDATE previews SET state = 'torn_down', updated_ms = ?3 WHERE repo = ?1 AND pr = ?2",
         repo,

@@ -159,6 +159,7 @@ impl Sweep<'_> {
                 sha: row.sha,
                 head_branch: row.head_branch,
                 default_branch: row.default_branch,
+                fork: row.fork != 0,
             };
             match self
                 .instances

@@ -180,6 +180,10 @@ pub struct ReconcileInput {
     /// The sweep's reconcile slot it was made in (`reconcile_request`).
     #[serde(default)]
     pub slot: i64,
+    /// The index row says the head is in a fork: the teardown it starts
+    /// gets no secret.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork: bool,
 }
 
 fn request(
@@ -287,7 +291,7 @@ pub fn operator_teardown_request(
         default_branch: row.default_branch.clone(),
         why: "an operator tore it down; push to it again to preview it again".into(),
         evicted: true,
-        fork: false,
+        fork: row.is_fork(),
     };
     let subject = Subject::Preview {
         pr,

@@ -31,11 +31,12 @@ use crate::runs::kit::inputs::DeployInput;
 use crate::runs::kit::needs::{self, Needs};
 use crate::runs::kit::notify::{self, AutoSkipped};
 use crate::runs::kit::report::CheckRunOf;
-use crate::runs::kit::report::{github_step, reported, CheckTarget, Verdict};
+use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured_at, unless_ignored, Configured, RunEnv};
 use crate::secret::Secret;
+use crate::store::previews;
 
 pub const DEPLOY_CHECK_NAME: &str = "sluice/deploy";
 /// A confirmation nobody gives is bounded (ADR-0001 rule 3: hibernation
@@ -243,6 +244,13 @@ pub(crate) struct Lane<'a> {
     pub place: Option<deployment::Place<'a>>,
     pub vars: Vec<(String, String)>,
     pub supersedable: bool,
+    /// The code is a fork's: its command gets no secret, checked again when
+    /// it starts (the environment may have gained one while it waited).
+    pub fork: bool,
+    /// A preview's index row, marked live holding the group just before
+    /// the command, so a teardown that held the group before it cannot
+    /// leave the index saying torn down while this deploy is live.
+    pub live: Option<previews::Started<'a>>,
 }
 
 /// What the deploy's work needs beside the gates.
@@ -469,10 +477,15 @@ async fn deploy_held(
             newer: Some(h.clone()),
         });
     }
+    if let Some(v) = pull_closed(ctx, env, work.lane).await? {
+        return Ok(v);
+    }
     let secret_env = match granted_secrets(env, input, deploy) {
+        Ok(secrets) if work.lane.fork && !secrets.is_empty() => return Ok(fork_refused(deploy)),
         Ok(secrets) => secrets,
         Err(summary) => return Ok(Verdict::Failed { summary }),
     };
+    mark_live(ctx, env, work.lane).await?;
     let timeout_ms = command_timeout_ms(deploy.timeout.as_deref())
         .map_err(|m| RunError::InvalidInput { message: m })?;
     let spec = CommandSpec {
@@ -487,6 +500,66 @@ async fn deploy_held(
         held: &held,
     };
     run_reported(ctx, env, work, &spec).await
+}
+
+/// A fork's command whose environment exports a secret by now (one added
+/// after a maintainer asked for the preview): nothing runs.
+fn fork_refused(deploy: &DeployConfig) -> Verdict {
+    Verdict::Skipped {
+        reason: None,
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: this code is a fork's, and environment `{}` exports secrets by now, \
+             which a fork's code must never receive.",
+            deploy.environment.as_deref().unwrap_or_default()
+        ),
+        newer: None,
+    }
+}
+
+/// Holding the group: a preview whose pull request closed while it waited
+/// (for a confirmation, a maintainer's press, the group) deploys nothing,
+/// since its close's teardown may have run already and nothing would tear
+/// it down (a lane without an index row has no pull request to ask about).
+async fn pull_closed(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    lane: &Lane<'_>,
+) -> Result<Option<Verdict>, RunError> {
+    let Some(s) = lane.live.as_ref() else {
+        return Ok(None);
+    };
+    let open = ctx
+        .step("preview: pull request open?", github_step(), |_| async {
+            env.github
+                .pull_is_open(s.installation_id, s.repo, s.pr)
+                .await
+                .map_err(github_failure)
+        })
+        .await?;
+    Ok((open != Some(true)).then(|| Verdict::Skipped {
+        reason: Some(SkipReason::NotCurrent),
+        tag: SkipTag::RunSkipped,
+        summary: format!(
+            "Not deployed: pull request #{} was closed while this preview waited.",
+            s.pr
+        ),
+        newer: None,
+    }))
+}
+
+/// Holding the group, a preview marks its index row live, naming this
+/// execution (a lane without an index row marks nothing).
+async fn mark_live(ctx: &Ctx<'_>, env: &RunEnv<'_>, lane: &Lane<'_>) -> Result<(), RunError> {
+    let Some(started) = lane.live.as_ref() else {
+        return Ok(());
+    };
+    ctx.step("preview: live", StepConfig::default(), |_| async {
+        previews::started(env.db, started, ctx.now_ms())
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+    })
+    .await
 }
 
 /// What a deploy command is told (its secrets aside).

@@ -198,6 +198,8 @@ async fn deployed(
         }),
         vars: vec![("SLUICE_PR".to_owned(), input.pr.to_string())],
         supersedable: true,
+        fork: input.fork,
+        live: Some(started_of(ctx, input)),
     };
     let as_deploy = input.as_deploy();
     let target = CheckTarget {
@@ -224,6 +226,20 @@ async fn deployed(
     .await?;
     let seen = seen.into_inner();
     Ok((outcome, seen))
+}
+
+/// The preview's index row as this execution marks it live.
+fn started_of<'a>(ctx: &'a Ctx<'_>, input: &'a PreviewInput) -> previews::Started<'a> {
+    previews::Started {
+        repo: &input.repo,
+        pr: input.pr.get(),
+        installation_id: input.installation_id,
+        default_branch: &input.default_branch,
+        head_branch: &input.head_branch,
+        sha: &input.sha,
+        execution_id: ctx.instance_id(),
+        fork: input.fork,
+    }
 }
 
 /// A fork's preview waits for a maintainer's button (the verdict when it
@@ -261,16 +277,8 @@ async fn arrive(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result
     ctx.step("preview: arrive", github_step(), |_| async {
         let gate = |e: crate::store::StoreError| FailureTag::Gate.retryable(e.to_string());
         let me = ctx.instance_id();
-        let (repo, pr) = (input.repo.as_str(), input.pr.get());
-        let started = previews::Started {
-            repo,
-            pr,
-            installation_id: input.installation_id,
-            default_branch: &input.default_branch,
-            head_branch: &input.head_branch,
-            sha: &input.sha,
-            execution_id: me,
-        };
+        let repo = input.repo.as_str();
+        let started = started_of(ctx, input);
         previews::started(env.db, &started, ctx.now_ms())
             .await
             .map_err(gate)?;
@@ -321,7 +329,7 @@ async fn capped(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &PreviewInput) -> Result
                      least recently; push to it again to preview it again"
                 ),
                 evicted: true,
-                fork: false,
+                fork: row.fork != 0,
             };
             env.spawner
                 .spawn(&kit::eviction_request(&teardown))

@@ -78,7 +78,7 @@ async fn run(
         Found::Closed(ms) => ms,
         Found::Gone => {
             ctx.step("reconcile: forget", StepConfig::default(), |_| async {
-                previews::torn_down(env.db, &input.repo, input.pr.get(), ctx.now_ms())
+                previews::forget(env.db, &input.repo, input.pr.get(), ctx.now_ms())
                     .await
                     .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
             })
@@ -96,7 +96,7 @@ async fn run(
             default_branch: input.default_branch.clone(),
             why: "this pull request was closed (its close event never reached Sluice)".into(),
             evicted: false,
-            fork: false,
+            fork: input.fork,
         },
         closed_ms,
         &format!("swept-{}", input.slot),

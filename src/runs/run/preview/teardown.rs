@@ -9,11 +9,16 @@
 //! again by now ends nothing (its reopen deploys a new preview); take the
 //! pull request's group through the gate primitive, so a running preview
 //! deploy ends first (ADR-0004: docs/adr/0004-serialized-run-groups.md;
-//! the teardown supersedes previews still waiting); run `teardown` with the
-//! environment's secrets; then mark every deployment of `pr-<n>` this App
-//! made `inactive`, mark the index row torn down and say so on the pull
-//! request.
+//! the teardown supersedes previews still waiting); holding it, check the
+//! index still holds the preview live, run `teardown` with the
+//! environment's secrets, mark every deployment of `pr-<n>` this App made
+//! `inactive` and mark the index row torn down if it still names the
+//! preview found live (a compare-and-set); then, released, say so on the
+//! pull request. Recording before the release is what makes a teardown
+//! happen once: another teardown waiting on the group finds nothing live,
+//! and a preview that deploys after it marks the row live again itself.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -56,6 +61,9 @@ impl Run for PreviewTeardownRun {
 
 /// The skip reason of a teardown with nothing live to tear down.
 const NO_LIVE_PREVIEW: &str = "no-live-preview";
+/// The skip reason of a fork's teardown where the environment exports
+/// secrets: a fork's code never runs with them.
+const FORK: &str = "fork";
 
 fn skipped(reason: &str) -> RunOutcome {
     RunOutcome::Skipped {
@@ -87,14 +95,48 @@ async fn run(
     // only a secret-less environment's fork preview (a maintainer's) is
     // torn down, with no secret.
     if input.fork && has_secrets(env, input, &preview) {
-        return Ok(skipped("fork"));
+        return Ok(skipped(FORK));
     }
     if !input.evicted && open_again(ctx, env, input).await? {
         return Ok(skipped("reopened"));
     }
-    if !live(ctx, env, input, "teardown: preview live?").await? {
+    let Some(seen) = live(ctx, env, input, "teardown: preview live?").await? else {
         return Ok(skipped(NO_LIVE_PREVIEW));
+    };
+    // The index knows a fork whatever the input says (the sweep's, the
+    // cap's and an operator's teardowns are made from the index).
+    if seen.fork && has_secrets(env, input, &preview) {
+        return Ok(skipped(FORK));
     }
+    let (verdict, done) = gated(ctx, env, input, &preview).await?;
+    if let Some(outcome) = skip_of(&verdict) {
+        return Ok(outcome);
+    }
+    if let Some(summary) = not_torn(&verdict) {
+        // The row stays live: the sweep's reconcile tries again.
+        return Err(RunError::NonRetryable {
+            step: TEARDOWN_COMMAND_STEP.into(),
+            failure: FailureTag::EffectFailed.fatal(summary),
+        });
+    }
+    if done.recorded {
+        comment(ctx, env, input).await?;
+    }
+    Ok(RunOutcome::Complete(json!({
+        "torn_down": input.pr.get(),
+        "inactive": done.inactive,
+        "recorded": done.recorded,
+    })))
+}
+
+/// The teardown on the pull request's group: how it ended, and what it
+/// did holding the group.
+async fn gated(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &TeardownInput,
+    preview: &PreviewConfig,
+) -> Result<(Verdict, Retired), RunError> {
     let group = kit::group_of(&input.repo, input.pr);
     let policy = kit::preview_policy(None);
     let gates = Gates {
@@ -113,24 +155,33 @@ async fn run(
         }],
         report: None,
     };
+    let done = Cell::new(Retired::default());
     let verdict = with_gates(ctx, env, &gates, |held| {
-        torn(ctx, env, input, &preview, held)
+        torn(ctx, env, input, preview, held, &done)
     })
     .await?;
-    if let Some(outcome) = skip_of(&verdict) {
-        return Ok(outcome);
-    }
-    if let Some(summary) = not_torn(&verdict) {
-        // The row stays live: the sweep's reconcile tries again.
-        return Err(RunError::NonRetryable {
-            step: TEARDOWN_COMMAND_STEP.into(),
-            failure: FailureTag::EffectFailed.fatal(summary),
-        });
-    }
-    let retired = retire(ctx, env, input).await?;
-    Ok(RunOutcome::Complete(
-        json!({ "torn_down": input.pr.get(), "inactive": retired }),
-    ))
+    Ok((verdict, done.get()))
+}
+
+/// What a teardown did holding the group, once its command passed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Retired {
+    /// Deployments it marked `inactive`.
+    inactive: usize,
+    /// Whether it marked the index row torn down (false: the row names a
+    /// newer preview by now, which stays live).
+    recorded: bool,
+}
+
+/// What the index holds of a live preview.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Live {
+    /// The preview execution the row names: the teardown records itself
+    /// only while the row still names it (a compare-and-set).
+    execution_id: String,
+    /// The index says the head is in a fork (the teardown's input may not:
+    /// one the sweep made before the index knew).
+    fork: bool,
 }
 
 /// A teardown skipped at the gates (superseded by a reopened pull request's
@@ -145,7 +196,7 @@ fn skip_of(verdict: &Verdict) -> Option<RunOutcome> {
     Some(RunOutcome::Skipped {
         reason: match reason {
             Some(r) => Some(r.as_str().to_owned()),
-            None if summary == NO_LIVE_PREVIEW => Some(NO_LIVE_PREVIEW.to_owned()),
+            None if summary == NO_LIVE_PREVIEW || summary == FORK => Some(summary.clone()),
             // An operator's skip of the waiting teardown.
             None => None,
         },
@@ -179,21 +230,34 @@ fn has_secrets(env: &RunEnv<'_>, input: &TeardownInput, preview: &PreviewConfig)
         .map_or(true, |e| !e.secrets.is_empty())
 }
 
-/// Whether the index holds the pull request's preview live: a pull request
-/// never previewed (or torn down already) has nothing to tear down.
+/// The pull request's preview as the index holds it, when live: a pull
+/// request never previewed (or torn down already) has nothing to tear down.
 async fn live(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &TeardownInput,
     step: &str,
-) -> Result<bool, RunError> {
+) -> Result<Option<Live>, RunError> {
     ctx.step(step, StepConfig::default(), |_| async {
         let row = previews::get(env.db, &input.repo, input.pr.get())
             .await
             .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-        Ok(row.is_some_and(|r| r.state == "live"))
+        Ok(row.filter(|r| r.state == "live").map(|r| Live {
+            fork: r.is_fork(),
+            execution_id: r.execution_id,
+        }))
     })
     .await
+}
+
+/// A teardown skipped holding the group (`skip_of` maps it back).
+fn held_skip(why: &str) -> Verdict {
+    Verdict::Skipped {
+        reason: None,
+        tag: crate::runs::kit::tags::SkipTag::RunSkipped,
+        summary: why.into(),
+        newer: None,
+    }
 }
 
 /// A pull request open again by the time this runs ends nothing: its
@@ -215,23 +279,26 @@ async fn open_again(
 }
 
 /// Holding the pull request's group: run `teardown` at the pull request's
-/// last head with the environment's secrets.
+/// last head with the environment's secrets (none for a fork's, from the
+/// input or the index), then,
+/// still holding it, retire its deployments and record it torn down.
 async fn torn(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &TeardownInput,
     preview: &PreviewConfig,
     held: Held<'_>,
+    done: &Cell<Retired>,
 ) -> Result<Verdict, RunError> {
     // Holding the group: a teardown that ran meanwhile (another key of the
-    // same close, the sweep's) left nothing to tear down.
-    if !live(ctx, env, input, "teardown: still live?").await? {
-        return Ok(Verdict::Skipped {
-            reason: None,
-            tag: crate::runs::kit::tags::SkipTag::RunSkipped,
-            summary: NO_LIVE_PREVIEW.into(),
-            newer: None,
-        });
+    // same close, the sweep's, an eviction) recorded itself holding it too,
+    // so this one finds nothing live and runs nothing twice.
+    let Some(seen) = live(ctx, env, input, "teardown: still live?").await? else {
+        return Ok(held_skip(NO_LIVE_PREVIEW));
+    };
+    let fork = input.fork || seen.fork;
+    if fork && has_secrets(env, input, preview) {
+        return Ok(held_skip(FORK));
     }
     let deploy_cfg = kit::as_deploy_config(preview, &input.head_branch);
     let as_deploy = crate::runs::kit::inputs::DeployInput {
@@ -249,7 +316,7 @@ async fn torn(
     let secret_env = match deploy::granted_secrets(env, &as_deploy, &deploy_cfg) {
         // Belt and braces: a fork's teardown gets no secret whatever the
         // environment says by now.
-        Ok(_) if input.fork => Vec::new(),
+        Ok(_) if fork => Vec::new(),
         Ok(s) => s,
         Err(summary) => return Ok(Verdict::Failed { summary }),
     };
@@ -272,13 +339,24 @@ async fn torn(
         held: &held,
     };
     let result = run_command(ctx, env, &spec).await?;
-    Ok(verdict_of(&preview.teardown, &result))
+    let verdict = verdict_of(&preview.teardown, &result);
+    if matches!(verdict, Verdict::Passed { .. }) {
+        // Still holding the group: a preview waiting for it deploys only
+        // after the row says torn down (and marks it live again itself).
+        done.set(retire(ctx, env, input, &seen.execution_id).await?);
+    }
+    Ok(verdict)
 }
 
-/// Every deployment of the pull request's environment this App made is
-/// `inactive`; the index row is torn down; the comment says so. Returns
-/// how many deployments it retired.
-async fn retire(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Result<usize, RunError> {
+/// Holding the group: every deployment of the pull request's environment
+/// this App made is `inactive`, and the index row is torn down if it still
+/// names `execution_id`, the preview this teardown found live.
+async fn retire(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    input: &TeardownInput,
+    execution_id: &str,
+) -> Result<Retired, RunError> {
     let environment = kit::environment_of(input.pr);
     let (installation, repo) = (input.installation_id, input.repo.as_str());
     let retired: usize = ctx
@@ -313,12 +391,23 @@ async fn retire(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Resul
             Ok(n)
         })
         .await?;
-    ctx.step("teardown: record", StepConfig::default(), |_| async {
-        previews::torn_down(env.db, repo, input.pr.get(), ctx.now_ms())
-            .await
-            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+    let recorded = ctx
+        .step("teardown: record", StepConfig::default(), |_| async {
+            previews::torn_down(env.db, repo, input.pr.get(), execution_id, ctx.now_ms())
+                .await
+                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))
+        })
+        .await?;
+    Ok(Retired {
+        inactive: retired,
+        recorded,
     })
-    .await?;
+}
+
+/// The pull request's comment says the preview was torn down (a courtesy:
+/// GitHub refusing it changes nothing).
+async fn comment(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Result<(), RunError> {
+    let (installation, repo) = (input.installation_id, input.repo.as_str());
     let marker = kit::comment_marker(input.pr);
     let body = format!("**Preview** torn down: {}.", input.why);
     let commented = ctx
@@ -331,6 +420,6 @@ async fn retire(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &TeardownInput) -> Resul
         .await;
     match commented {
         Err(e) if e.is_suspension() || e == RunError::Terminated => Err(e),
-        _ => Ok(retired),
+        _ => Ok(()),
     }
 }
