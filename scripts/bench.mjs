@@ -4,10 +4,10 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only scale|check-latency] [-- --ack-first off]   (builds
+// Usage: npm run bench [-- --rounds N] [-- --only scale|check-latency|pipelines] [-- --ack-first off]   (builds
 // the Worker first unless SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes
 // the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
-// webhook -> completed, --rounds times (default 10), with no peer. `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
+// webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer. `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
 
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -19,6 +19,7 @@ import {
 import { benchAgent } from './bench-agent.mjs';
 import { median } from './bench-stats.mjs';
 import { benchGates } from './bench-gates.mjs';
+import { benchPipelines } from './bench-pipelines.mjs';
 import { benchContainers } from './bench-containers.mjs';
 import { benchCheckLatency, benchScale, POOL_CAPACITY } from './bench-scale.mjs';
 import { soakSummary } from './soak.mjs';
@@ -26,6 +27,8 @@ import { soakSummary } from './soak.mjs';
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
 const ROUNDS_DEFAULT = 7;
 const STEPS = 100;
+// Pipeline rounds: each fan-out round takes over 10 s, so fewer than the engine's.
+const PIPELINE_ROUNDS_DEFAULT = 3;
 const SLEEP_MS = 1_000;
 // Bound of every wait for a run to reach a state: a 100-step run takes well under a second.
 const RUN_TIMEOUT_MS = 60_000;
@@ -175,6 +178,13 @@ async function main() {
       await stack.stop();
     }
   }
+  if (args.only === 'pipelines') {
+    try {
+      return finish(await benchPipelines(stack, { rounds: Number(args.rounds ?? PIPELINE_ROUNDS_DEFAULT) }));
+    } finally {
+      await stack.stop();
+    }
+  }
   const peer = await startPeer();
   const rows = [];
   try {
@@ -194,6 +204,7 @@ async function main() {
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
+    rows.push(...(await benchPipelines(stack, { rounds: PIPELINE_ROUNDS_DEFAULT })));
     rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
   } finally {
     await peer.stop();

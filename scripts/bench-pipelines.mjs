@@ -1,0 +1,105 @@
+// Pipeline figures for `npm run bench` (issue 27, ADR-0013): fan-out overhead (N independent jobs
+// of S seconds, wall time webhook -> the commit's check ended, over S), join latency (a job's
+// command ends -> the command of the job that needs it starts, from the commands' own clocks),
+// durable steps per job, and a one-job pipeline's webhook -> ended. Local agent backend, the
+// bench stack's pools (bench-scale.mjs's POOL_CAPACITY, every check slot open to one repository).
+
+import { readFileSync } from 'node:fs';
+import { pollUntil } from '../tools/stack/index.mjs';
+import { pullRequestPayload } from '../tools/github-standin/webhooks.mjs';
+import { median, pct } from './bench-stats.mjs';
+
+const OWNER = 'bench';
+// Issue 27's figure: N = 4 jobs of S = 10 s.
+const FAN_OUT_JOBS = 4;
+const FAN_OUT_SECONDS = 10;
+// A fan-out round is S plus clones and admission; a join round two one-line commands.
+const RUN_TIMEOUT_MS = 120_000;
+const POLL_MS = 20;
+const TERMINAL = new Set(['complete', 'errored', 'terminated', 'skipped']);
+const INSTALLATION_ID = 42;
+
+async function parentOf(stack, repo, sha, number) {
+  const payload = pullRequestPayload({ owner: OWNER, repo, sha, number, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo) });
+  const t0 = Date.now();
+  const res = await stack.sendWebhook('pull_request', payload);
+  if (res.status !== 202) throw new Error(`pull_request: ${res.status} ${JSON.stringify(res.body)}`);
+  const check = res.body.instances.find((i) => i.run === 'check');
+  if (!check) throw new Error(`no check: ${JSON.stringify(res.body)}`);
+  return { id: check.id, t0 };
+}
+
+async function ended(stack, id) {
+  let execution;
+  await pollUntil(async () => {
+    const res = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
+    execution = res.body?.execution;
+    return TERMINAL.has(execution?.status);
+  }, { what: `execution ${id} to end`, timeoutMs: RUN_TIMEOUT_MS, intervalMs: POLL_MS });
+  if (execution.status !== 'complete') throw new Error(`${id} ended ${execution.status}`);
+  return { at: Date.now(), execution };
+}
+
+/// Durable steps per job: the parent's and its units' steps over the jobs.
+async function stepsPerJob(stack, parentId, jobs) {
+  const res = await stack.api(`/v1/executions/${encodeURIComponent(parentId)}`);
+  const units = res.body.pipeline?.jobs.flatMap((j) => j.units) ?? [];
+  let steps = res.body.execution.step_count;
+  for (const u of units) {
+    const r = await stack.api(`/v1/executions/${encodeURIComponent(u.id)}`);
+    steps += r.body.execution.step_count;
+  }
+  return steps / jobs;
+}
+
+async function fanOutRound(stack, i) {
+  const repo = `fanout-${i}`;
+  const config = Array.from({ length: FAN_OUT_JOBS }, (_, j) => `[jobs.j${j}]\ncommand = "sleep ${FAN_OUT_SECONDS}"\n`).join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const { id, t0 } = await parentOf(stack, repo, sha, 1);
+  const { at } = await ended(stack, id);
+  return { ratio: (at - t0) / (FAN_OUT_SECONDS * 1000), steps: await stepsPerJob(stack, id, FAN_OUT_JOBS) };
+}
+
+async function joinRound(stack, i) {
+  const repo = `join-${i}`;
+  const log = stack.sharedFile(`join-${i}.log`);
+  const config = [
+    '[jobs.first]', `command = "echo end $(date +%s%N) >> ${log}"`, '',
+    '[jobs.second]', `command = "echo start $(date +%s%N) >> ${log}"`, 'needs = ["first"]', '',
+  ].join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const { id, t0 } = await parentOf(stack, repo, sha, 1);
+  const { at } = await ended(stack, id);
+  const marks = Object.fromEntries(readFileSync(log, 'utf8').trim().split('\n').map((l) => l.split(' ')));
+  return { joinMs: Number(BigInt(marks.start) - BigInt(marks.end)) / 1e6, wallMs: at - t0 };
+}
+
+async function oneJobRound(stack, i) {
+  const repo = `onejob-${i}`;
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': '[jobs.unit]\ncommand = "true"\n' });
+  const { id, t0 } = await parentOf(stack, repo, sha, 1);
+  const { at } = await ended(stack, id);
+  return at - t0;
+}
+
+export async function benchPipelines(stack, { rounds }) {
+  const fan = [];
+  const joins = [];
+  const one = [];
+  for (let i = 0; i < rounds; i++) {
+    fan.push(await fanOutRound(stack, i));
+    joins.push(await joinRound(stack, i));
+    one.push(await oneJobRound(stack, i));
+  }
+  const ratio = median(fan.map((r) => r.ratio));
+  const join = joins.map((r) => r.joinMs);
+  const ms = (v) => `${Math.round(v)} ms`;
+  return [
+    { figure: `pipeline: ${FAN_OUT_JOBS} jobs of ${FAN_OUT_SECONDS} s, wall / S (p50)`, sluice: ratio.toFixed(2), peer: '', target: '<= 1.15', met: ratio <= 1.15 },
+    { figure: 'pipeline: a job ends -> its dependent command starts (p50)', sluice: ms(median(join)), peer: '', target: '<= 100 ms', met: median(join) <= 100 },
+    { figure: 'pipeline: a job ends -> its dependent command starts (p99)', sluice: ms(pct(join, 99)), peer: '', target: '', met: true },
+    { figure: 'pipeline: durable steps per job (parent and units)', sluice: median(fan.map((r) => r.steps)).toFixed(1), peer: '', target: '', met: true },
+    { figure: 'pipeline: one job "true", webhook -> check ended (p50)', sluice: ms(median(one)), peer: '', target: '<= 200 ms', met: median(one) <= 200 },
+  ];
+}
