@@ -337,6 +337,55 @@ fn terminating_the_parent_ends_its_live_units() {
     assert_eq!(conclusion(&rig, &a, "sluice/check"), "cancelled");
 }
 
+/// An operator's restart of the parent ends its live units first (their
+/// processes killed, their check runs `cancelled`), then runs every job
+/// again as new units, which the restarted parent waits for.
+#[test]
+fn restarting_the_parent_ends_its_live_units_and_runs_every_job_again() {
+    let a = sha('a');
+    let rig = rig_with(THREE_JOBS, &a);
+    for c in ["./lint.sh", "./test.sh"] {
+        rig.sandbox.script_timed(c, 0, "ok\n", 30 * MINUTE_MS);
+    }
+    rig.sandbox.script("./e2e.sh", 0, "ok\n");
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let first = spawned(&rig);
+    for (_, u) in &first {
+        rig.pass(u);
+    }
+    rig.command(
+        &parent,
+        Command::Restart {
+            from_step: Some("await jobs".into()),
+        },
+    );
+    let old: Vec<&Inst> = first.iter().map(|(_, u)| u).collect();
+    assert_eq!(rig.apply_terminations(&old), 2);
+    for (name, u) in &first {
+        assert!(rig.sandbox.only_run_in(&u.id).killed, "{name}");
+        assert!(rig.record(u).status.is_terminal(), "{name}");
+    }
+    rig.pass(&parent);
+    let second = run_pipeline(&rig, &parent);
+    assert_eq!(names(&second), ["sluice/lint", "sluice/test", "sluice/e2e"]);
+    for (name, u) in &second {
+        assert!(
+            first.iter().all(|(_, f)| f.id != u.id),
+            "{name} is a new unit"
+        );
+    }
+    assert_eq!(newest_conclusion(&rig, &a, "sluice/check"), "success");
+    let lint: Vec<_> = rig
+        .github
+        .check_runs_on(&a)
+        .into_iter()
+        .filter(|r| r.name == "sluice/lint")
+        .map(|r| r.conclusion.unwrap_or_default())
+        .collect();
+    assert_eq!(lint, ["cancelled", "success"]);
+}
+
 // ---------------------------------------------------------------------------
 // The seeded model of the child primitive
 // ---------------------------------------------------------------------------
@@ -410,14 +459,19 @@ fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64)
             6 => rig
                 .clock
                 .advance(sluice::runs::run::check::pipeline::JOB_WAIT_MS / 2),
-            _ => spawn_new(&rig, &mut units),
+            _ => {
+                // The Worker's terminator: a restart's ends of the previous
+                // generation's units land some operations later.
+                rig.apply_terminations(&units.iter().collect::<Vec<_>>());
+                spawn_new(&rig, &mut units);
+            }
         }
         assert_needs_order(&rig, &a, schedule);
     }
     drain(&rig, &parent, &mut units, schedule);
     assert_needs_order(&rig, &a, schedule);
     assert_every_job_concluded_once(&rig, &a, test_passes, schedule);
-    conclusion(&rig, &a, "sluice/check")
+    newest_conclusion(&rig, &a, "sluice/check")
 }
 
 /// Creates each unit asked for once (a second spawn of a key is the
@@ -437,6 +491,7 @@ fn drain(rig: &Rig, parent: &Inst, units: &mut Vec<Inst>, schedule: u64) {
             return;
         }
         let r = rig.pass(parent);
+        rig.apply_terminations(&units.iter().collect::<Vec<_>>());
         spawn_new(rig, units);
         for u in units.iter() {
             if !rig.record(u).status.is_terminal() {
@@ -455,32 +510,56 @@ fn drain(rig: &Rig, parent: &Inst, units: &mut Vec<Inst>, schedule: u64) {
     panic!("schedule {schedule}: the pipeline did not end in {DRAIN_ROUNDS_MAX} rounds");
 }
 
-/// e2e's process never starts unless test's check run passed, before it.
+/// e2e's process never starts unless a test check run passed before it:
+/// the newest test check run opened before each e2e one that ran passed.
 fn assert_needs_order(rig: &Rig, sha: &str, schedule: u64) {
-    let e2e_ran = rig
-        .github
-        .check_runs_on(sha)
+    let runs = rig.github.check_runs_on(sha);
+    for e2e in runs
         .iter()
-        .any(|r| r.name == "sluice/e2e" && r.conclusion.as_deref() != Some("skipped"));
-    if e2e_ran {
+        .filter(|r| r.name == "sluice/e2e" && r.conclusion.as_deref() != Some("skipped"))
+    {
+        let test = runs
+            .iter()
+            .filter(|r| r.name == "sluice/test" && r.id < e2e.id)
+            .next_back();
         assert_eq!(
-            conclusion(rig, sha, "sluice/test"),
-            "success",
-            "schedule {schedule}"
+            test.and_then(|t| t.conclusion.as_deref()),
+            Some("success"),
+            "schedule {schedule}: e2e {} after {test:?}",
+            e2e.id
         );
     }
 }
 
+/// Every check run concluded, a job's earlier ones (a restart's previous
+/// generation, cancelled if it was live) included: the newest stands.
 fn assert_every_job_concluded_once(rig: &Rig, sha: &str, test_passes: bool, schedule: u64) {
     let runs = rig.github.check_runs_on(sha);
     for job in ["sluice/lint", "sluice/test", "sluice/e2e", "sluice/check"] {
         let of: Vec<_> = runs.iter().filter(|r| r.name == job).collect();
-        assert_eq!(of.len(), 1, "schedule {schedule}: one {job}: {of:?}");
+        assert!(!of.is_empty(), "schedule {schedule}: no {job}");
+        let (last, earlier) = of.split_last().expect("not empty");
         assert!(
-            of[0].conclusion.is_some(),
+            last.conclusion.is_some(),
             "schedule {schedule}: {job} concluded"
         );
+        for r in earlier {
+            assert!(
+                r.conclusion.is_some(),
+                "schedule {schedule}: an earlier {job} left open: {of:?}"
+            );
+        }
     }
+    let running: Vec<_> = rig
+        .sandbox
+        .all_runs()
+        .into_iter()
+        .filter(|p| p.ended_ms.is_none())
+        .collect();
+    assert!(
+        running.is_empty(),
+        "schedule {schedule}: no process outlives its pipeline: {running:?}"
+    );
     let processes = rig.sandbox.all_runs();
     let mut workspaces: Vec<&str> = processes.iter().map(|r| r.workspace.as_str()).collect();
     workspaces.sort();
@@ -493,16 +572,28 @@ fn assert_every_job_concluded_once(rig: &Rig, sha: &str, test_passes: bool, sche
     );
     let all_passed = ["sluice/lint", "sluice/test", "sluice/e2e"]
         .iter()
-        .all(|j| conclusion(rig, sha, j) == "success");
-    let check = conclusion(rig, sha, "sluice/check");
+        .all(|j| newest_conclusion(rig, sha, j) == "success");
+    let check = newest_conclusion(rig, sha, "sluice/check");
     assert_eq!(check == "success", all_passed, "schedule {schedule}");
     if !test_passes {
         assert_eq!(
-            conclusion(rig, sha, "sluice/e2e"),
+            newest_conclusion(rig, sha, "sluice/e2e"),
             "skipped",
             "schedule {schedule}"
         );
     }
+}
+
+/// The conclusion of the newest check run named `name` (a restarted
+/// pipeline's generation that stands).
+fn newest_conclusion(rig: &Rig, sha: &str, name: &str) -> String {
+    rig.github
+        .check_runs_on(sha)
+        .into_iter()
+        .filter(|r| r.name == name)
+        .next_back()
+        .and_then(|r| r.conclusion)
+        .unwrap_or_else(|| "(open)".into())
 }
 
 /// Records what `accept` asks to create (nothing is created on the answer

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::engine::{Ctx, RunError, RunOutcome, Status, StepFailure};
+use crate::engine::{Ctx, RestartRequest, RunError, RunOutcome, Status, StepFailure};
 use serde::{Deserialize, Serialize};
 
 use crate::gates::SkipReason;
@@ -103,8 +103,28 @@ impl Run for CheckRun {
     ) {
         if input.job.is_none() {
             let why = format!("was {}", status.as_str());
-            pipeline::end_children(env, instance_id, input, &why).await;
+            let _ = pipeline::end_children(env, instance_id, input, &why).await;
         }
+    }
+
+    /// A pipeline's parent ends its live units first (record 0013,
+    /// `docs/adr/0013-pipelines-as-child-instances.md`): the new
+    /// generation runs every job again as new units, from no later than
+    /// the pipeline's first step. The parent's own gates as any check's.
+    async fn prepare_restart(
+        &self,
+        env: &RunEnv<'_>,
+        req: &RestartRequest<'_>,
+    ) -> Result<u32, String> {
+        let input: CheckInput = serde_json::from_value(req.input.clone())
+            .map_err(|e| format!("the check's input does not parse: {e}"))?;
+        let from_seq = if input.job.is_none() {
+            pipeline::end_children(env, req.instance_id, &input, "was restarted").await?;
+            pipeline::restart_point(req.entries, req.from_seq)
+        } else {
+            req.from_seq
+        };
+        gate::prepare_restart(env, &RestartRequest { from_seq, ..*req }).await
     }
 }
 

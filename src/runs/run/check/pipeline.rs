@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{CreateRequest, Ctx, InstanceId, RunError, StepConfig, StepFailure};
 use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate};
+use crate::journal::Entry;
 use crate::runs::kit::config::paths_match;
 use crate::runs::kit::config::CONFIG_PATH;
 use crate::runs::kit::inputs::CheckInput;
@@ -49,6 +50,11 @@ const PIPELINE_ROUNDS_MAX: u32 = 2 * (crate::runs::kit::pipeline::UNITS_MAX as u
 /// Characters of the parent's id in a child's key: ids end in a hash.
 const PARENT_TAIL_CHARS: usize = 12;
 
+/// The first step of a pipeline's body: a restart at or after it starts
+/// here (`restart_point`), so every job runs again as a unit of the new
+/// generation.
+const DEADLINE_STEP: &str = "pipeline deadline";
+
 /// Which kind of event the commit's check was started by (`on`).
 fn event_of(input: &CheckInput) -> JobEvent {
     match (&input.merge_group, input.pr_number) {
@@ -58,10 +64,21 @@ fn event_of(input: &CheckInput) -> JobEvent {
     }
 }
 
-/// The child that runs `unit` for the parent `parent_id`.
-pub fn unit_create(input: &CheckInput, parent_id: &str, unit: &JobUnit) -> CreateRequest {
+/// The child that runs `unit` for generation `generation` of the parent
+/// `parent_id`. A restarted parent's units are new instances (`.g<n>`):
+/// its restart ended the previous generation's, whose keys now name
+/// finished instances a create would hand back.
+pub fn unit_create(
+    input: &CheckInput,
+    parent_id: &str,
+    generation: u32,
+    unit: &JobUnit,
+) -> CreateRequest {
     let tail: String = parent_id.chars().rev().take(PARENT_TAIL_CHARS).collect();
-    let tail: String = tail.chars().rev().collect();
+    let mut tail: String = tail.chars().rev().collect();
+    if generation > 0 {
+        tail.push_str(&format!(".g{generation}"));
+    }
     let subject = Subject::Check {
         sha: input.sha.clone(),
         pr: input.pr_number,
@@ -200,7 +217,7 @@ pub async fn drive(
 ) -> Result<Verdict, RunError> {
     let filtered = filtered_out(ctx, env, input, jobs).await?;
     let deadline_ms: i64 = ctx
-        .step("pipeline deadline", StepConfig::default(), |_| async {
+        .step(DEADLINE_STEP, StepConfig::default(), |_| async {
             Ok(env.clock.now_ms() + PIPELINE_WAIT_MS_MAX)
         })
         .await?;
@@ -344,7 +361,7 @@ async fn start_jobs(
     let mut creates = Vec::new();
     for job in jobs {
         for unit in &job.units {
-            let create = unit_create(input, parent, unit);
+            let create = unit_create(input, parent, ctx.generation(), unit);
             started.push(Started {
                 job: job.name.clone(),
                 unit: unit.clone(),
@@ -388,7 +405,12 @@ async fn skip_jobs(
         |_| async {
             for (job, why) in skip {
                 for unit in &job.units {
-                    let id = unit_id(&unit_create(input, ctx.instance_id(), unit));
+                    let id = unit_id(&unit_create(
+                        input,
+                        ctx.instance_id(),
+                        ctx.generation(),
+                        unit,
+                    ));
                     let summary = format!("Not run: {why}.");
                     conclude_unit(
                         env,
@@ -746,21 +768,38 @@ fn result_label(r: JobResult) -> &'static str {
     }
 }
 
-/// Ends the live units a parent started (the parent was terminated or
-/// ended in an error): their check runs conclude `cancelled`, their
-/// instances are terminated and their processes killed. Best effort, as
-/// the parent's own check run's conclusion.
-pub async fn end_children(env: &RunEnv<'_>, parent_id: &str, input: &CheckInput, why: &str) {
-    let Ok(live) = executions::live_checks_of(
+/// Where a restart of a pipeline's parent asked at `from_seq` begins: no
+/// later than the pipeline's first step. A later one would replay a
+/// journaled spawn whose units the restart has ended, and the new
+/// generation would wait on units that never run again.
+pub fn restart_point(entries: &[Entry], from_seq: u32) -> u32 {
+    entries
+        .iter()
+        .find(|e| e.name == DEADLINE_STEP)
+        .map_or(from_seq, |e| e.seq.min(from_seq))
+}
+
+/// Ends the live units a parent started (the parent was terminated,
+/// restarted or ended in an error): their check runs conclude `cancelled`,
+/// their instances are terminated and their processes killed. `Err` when
+/// a live unit may not have ended (the listing or one of its ends failed):
+/// a restart is refused then, while a terminate's ending stays best effort
+/// as the parent's own check run's conclusion.
+pub async fn end_children(
+    env: &RunEnv<'_>,
+    parent_id: &str,
+    input: &CheckInput,
+    why: &str,
+) -> Result<(), String> {
+    let live = executions::live_checks_of(
         env.db,
         &input.repo,
         &input.entity(),
         executions::ShaFilter::Only(&input.sha),
     )
     .await
-    else {
-        return;
-    };
+    .map_err(|e| format!("cannot list the pipeline's live jobs: {e}"))?;
+    let mut failed = None;
     for row in live {
         let Ok(child) = serde_json::from_str::<CheckInput>(&row.input_json) else {
             continue;
@@ -776,7 +815,7 @@ pub async fn end_children(env: &RunEnv<'_>, parent_id: &str, input: &CheckInput,
             summary: format!("Cancelled: the commit's pipeline {why}."),
         };
         let name = unit.check_run_name();
-        let _ = cancel_check(
+        let ended = cancel_check(
             env,
             input.installation_id,
             &input.repo,
@@ -785,5 +824,9 @@ pub async fn end_children(env: &RunEnv<'_>, parent_id: &str, input: &CheckInput,
             &ending,
         )
         .await;
+        if let Err(e) = ended {
+            failed = Some(format!("cannot end the job {name}: {}", e.message));
+        }
     }
+    failed.map_or(Ok(()), Err)
 }
