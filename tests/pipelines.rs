@@ -31,6 +31,7 @@ fn pr_check(rig: &Rig, head: &str, base: Option<&str>) -> Inst {
         base_sha: base.map(str::to_owned),
         wakes: None,
         job: None,
+        spec: None,
         rerun: None,
     };
     rig.create(CreateRequest {
@@ -89,9 +90,16 @@ fn lint_and_test_run_together_and_e2e_after_test() {
     let first = spawned(&rig);
     assert_eq!(names(&first), ["sluice/lint", "sluice/test"]);
     assert!(rig.sandbox.all_runs().is_empty(), "the parent runs nothing");
+    let reads = rig.github.calls_to("contents").len();
+    assert!(reads >= 1, "the parent read .sluice.toml");
     for (_, unit) in &first {
         assert_eq!(rig.run_to_end(unit), Status::Complete);
     }
+    assert_eq!(
+        rig.github.calls_to("contents").len(),
+        reads,
+        "a unit runs the job its parent read, without reading the file again"
+    );
     assert!(rig.deliver(&parent) >= 1, "the units woke their parent");
     assert_eq!(rig.pass(&parent).status, Status::Waiting);
     let second = spawned(&rig);

@@ -2161,6 +2161,7 @@ impl Rig {
             base_sha: None,
             wakes: None,
             job: None,
+            spec: None,
             rerun: None,
         };
         self.create(CreateRequest {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::host_tools::HostTools;
 use crate::limits::{
     KILL_REAP_MS, OUTPUT_BYTES_MAX, OUTPUT_DRAIN_MS, OUTPUT_HEAD_BYTES, OUTPUT_READ_CHUNK_BYTES,
-    WAIT_POLL_MS_MAX, WAIT_POLL_MS_MIN,
+    WAIT_POLL_FAST_MS, WAIT_POLL_MS_MAX, WAIT_POLL_MS_MIN,
 };
 use crate::lock;
 use crate::users::{kill_group, RunAs};
@@ -352,7 +352,7 @@ impl Running {
                 break reap(&mut self.child);
             }
             thread::sleep(Duration::from_millis(poll_ms).min(deadline - now));
-            poll_ms = (poll_ms * 2).min(WAIT_POLL_MS_MAX);
+            poll_ms = next_poll_ms(poll_ms, self.started.elapsed());
         };
         self.reaped = true;
         // Background children may still hold the output pipe; give them a moment to finish
@@ -414,6 +414,16 @@ fn reap(child: &mut Child) -> Option<ExitStatus> {
     }
 }
 
+/// The sleep after one of `poll_ms` when the command has run for `elapsed`: the minimum for
+/// the first `WAIT_POLL_FAST_MS`, then doubling up to `WAIT_POLL_MS_MAX`.
+fn next_poll_ms(poll_ms: u64, elapsed: Duration) -> u64 {
+    if elapsed < Duration::from_millis(WAIT_POLL_FAST_MS) {
+        WAIT_POLL_MS_MIN
+    } else {
+        (poll_ms * 2).min(WAIT_POLL_MS_MAX)
+    }
+}
+
 /// Runs a command to completion (or `timeout`) and returns how it ended plus its output.
 pub fn run(
     command: Command,
@@ -431,6 +441,16 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn polls_stay_quick_for_a_quarter_second_then_back_off_to_the_cap() {
+        let fast = Duration::from_millis(WAIT_POLL_FAST_MS - 1);
+        assert_eq!(next_poll_ms(1, fast), WAIT_POLL_MS_MIN);
+        let slow = Duration::from_millis(WAIT_POLL_FAST_MS);
+        assert_eq!(next_poll_ms(1, slow), 2);
+        assert_eq!(next_poll_ms(32, slow), WAIT_POLL_MS_MAX);
+        assert_eq!(next_poll_ms(WAIT_POLL_MS_MAX, slow), WAIT_POLL_MS_MAX);
+    }
 
     #[test]
     fn output_keeps_everything_under_the_cap() {

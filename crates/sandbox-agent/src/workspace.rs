@@ -443,7 +443,8 @@ impl<'a> Git<'a> {
     }
 
     fn fetch_and_checkout(&self, url: &str, sha: &str) -> Result<(), String> {
-        self.run(&["init", "-q"], false)?;
+        // No template: its sample hooks are files to copy that nothing runs.
+        self.run(&["init", "-q", "--template="], false)?;
         let by_sha = self.run(
             &["fetch", "--depth", "1", "--no-tags", "--", url, sha],
             true,

@@ -106,12 +106,20 @@ impl<R: Run> AnyRun for Registered<R> {
         input: &Value,
         status: Status,
     ) -> Result<(), String> {
+        let decoded = decode::<R::Input>(input).ok();
+        // A completed run's end is in the index and its gates were released
+        // by its own steps: whoever waits for it hears of it first, before
+        // the sandbox's cleanup (a job's end -> its dependent's start).
+        let completed = status == Status::Complete;
+        if let Some(i) = decoded.as_ref().filter(|_| completed) {
+            self.0.ended(env, instance_id, i, status).await;
+        }
         let released = if R::GATED {
             gate::finalize(env, instance_id).await
         } else {
             Ok(())
         };
-        let Ok(i) = decode::<R::Input>(input) else {
+        let Some(i) = decoded.filter(|_| !completed) else {
             return released;
         };
         if matches!(status, Status::Terminated | Status::Errored) {

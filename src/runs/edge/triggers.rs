@@ -485,6 +485,7 @@ fn check_input(
         base_sha: None,
         wakes: None,
         job: None,
+        spec: None,
         rerun: None,
     })
 }

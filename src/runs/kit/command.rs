@@ -564,23 +564,32 @@ async fn ensure_workspace(
     ws: &str,
 ) -> Result<Option<Secret>, StepFailure> {
     let sandbox = spec.held.sandbox_id;
-    let state = env
-        .sandbox
-        .workspace(sandbox, ws)
-        .await
-        .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?;
-    if state.exists && state.sha.as_deref() == Some(spec.sha) {
-        return Ok(None);
-    }
     let repo_url = crate::github::clone_url(&env.git_url, spec.repo)
         .map_err(|m| FailureTag::CheckoutFailed.fatal(m))?;
     // A token of its own that can only read this repository, revoked as
     // soon as git is done with it: nothing of it outlives the checkout.
-    let token = env
-        .github
-        .checkout_token(spec.installation_id, spec.repo)
-        .await
-        .map_err(|e| FailureTag::GitHubApi.failure(e.to_string(), e.retryable()))?;
+    // Asked for beside the workspace's state: a command's first round (the
+    // only one that gets here without a process) finds no checkout, and
+    // the two calls in a row were on every check's path.
+    let (state, token) = join(
+        env.sandbox.workspace(sandbox, ws),
+        env.github.checkout_token(spec.installation_id, spec.repo),
+    )
+    .await;
+    let checked_out = match &state {
+        Ok(state) => state.exists && state.sha.as_deref() == Some(spec.sha),
+        Err(_) => false,
+    };
+    if checked_out || state.is_err() {
+        if let Ok(token) = &token {
+            revoke(env, token).await;
+        }
+    }
+    if checked_out {
+        return Ok(None);
+    }
+    state.map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?;
+    let token = token.map_err(|e| FailureTag::GitHubApi.failure(e.to_string(), e.retryable()))?;
     let checkout = Checkout {
         workspace: ws,
         repo_url: &repo_url,

@@ -92,6 +92,12 @@ pub struct CheckInput {
     /// own check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<super::pipeline::JobUnit>,
+    /// A unit's job as its parent read it from `.sluice.toml` at the same
+    /// commit: the unit runs it without reading the file again (a GitHub
+    /// call off the path from a job's end to its dependent's start). None:
+    /// the unit reads it (instances made before the parent passed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<super::pipeline::JobConfig>,
     /// A re-run of a pipeline from GitHub (`kit::pipeline::JobsRerun`):
     /// the jobs it leaves alone keep their results from the attempt it
     /// names. None: every job runs.

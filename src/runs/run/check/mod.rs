@@ -301,10 +301,15 @@ async fn run_unit(
         repo: &input.repo,
         sha: &input.sha,
     };
-    let pick = |c: RepoConfig| Ok(c.jobs.get(&unit.job).cloned());
-    let job = match configured(ctx, env, &target, pick).await? {
-        Configured::Run(job) => job,
-        Configured::Done(outcome) => return Ok(outcome),
+    let job = match &input.spec {
+        Some(spec) => spec.clone(),
+        None => {
+            let pick = |c: RepoConfig| Ok(c.jobs.get(&unit.job).cloned());
+            match configured(ctx, env, &target, pick).await? {
+                Configured::Run(job) => job,
+                Configured::Done(outcome) => return Ok(outcome),
+            }
+        }
     };
     let repo_pool = gate::checks_pool_of(&input.repo);
     let pools = check_pools(env, &repo_pool);

@@ -72,6 +72,7 @@ pub fn unit_create(
     input: &CheckInput,
     parent_id: &str,
     generation: u32,
+    job: &Job,
     unit: &JobUnit,
 ) -> CreateRequest {
     let tail: String = parent_id.chars().rev().take(PARENT_TAIL_CHARS).collect();
@@ -89,6 +90,7 @@ pub fn unit_create(
         needs_approval: false,
         wakes: Some(parent_id.to_owned()),
         job: Some(unit.clone()),
+        spec: Some(job.config.clone()),
         rerun: None,
         ..input.clone()
     };
@@ -361,7 +363,7 @@ async fn start_jobs(
     let mut creates = Vec::new();
     for job in jobs {
         for unit in &job.units {
-            let create = unit_create(input, parent, ctx.generation(), unit);
+            let create = unit_create(input, parent, ctx.generation(), job, unit);
             started.push(Started {
                 job: job.name.clone(),
                 unit: unit.clone(),
@@ -409,6 +411,7 @@ async fn skip_jobs(
                         input,
                         ctx.instance_id(),
                         ctx.generation(),
+                        job,
                         unit,
                     ));
                     let summary = format!("Not run: {why}.");
