@@ -73,7 +73,14 @@ async function joinRound(stack, i) {
   const { id, t0 } = await parentOf(stack, repo, sha, 1);
   const { at } = await ended(stack, id);
   const marks = Object.fromEntries(readFileSync(log, 'utf8').trim().split('\n').map((l) => l.split(' ')));
-  return { joinMs: Number(BigInt(marks.start) - BigInt(marks.end)) / 1e6, wallMs: at - t0 };
+  const endMs = Number(BigInt(marks.end) / 1_000_000n);
+  // The dependent's command step began (its checkout, fence and process start follow, in the
+  // sandbox): same machine, same clock as the commands' `date`.
+  const res = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
+  const second = res.body.pipeline.jobs.find((j) => j.name === 'second').units[0].id;
+  const unit = await stack.api(`/v1/executions/${encodeURIComponent(second)}`);
+  const step = unit.body.steps.find((s) => s.name.startsWith('run check command'));
+  return { joinMs: Number(BigInt(marks.start) - BigInt(marks.end)) / 1e6, toStepMs: step.started_ms - endMs, wallMs: at - t0 };
 }
 
 // When each of the commit's check runs first showed `completed`, from the stand-in's record.
@@ -109,12 +116,14 @@ export async function benchPipelines(stack, { rounds }) {
   }
   const ratio = median(fan.map((r) => r.ratio));
   const join = joins.map((r) => r.joinMs);
+  const toStep = joins.map((r) => r.toStepMs);
   const ms = (v) => `${Math.round(v)} ms`;
   const oneOf = (k) => one.map((r) => r[k]);
   const p50p99 = (v) => `${ms(median(v))} / ${ms(pct(v, 99))}`;
   return [
     { figure: `pipeline: ${FAN_OUT_JOBS} jobs of ${FAN_OUT_SECONDS} s, wall / S (p50)`, sluice: ratio.toFixed(2), peer: '', target: '<= 1.15', met: ratio <= 1.15 },
     { figure: 'pipeline: a job ends -> its dependent command starts (p50 / p99)', sluice: p50p99(join), peer: '', target: 'p50 <= 100 ms', met: median(join) <= 100 },
+    { figure: '  of which: the job ends -> the dependent\'s command step begins, before its checkout', sluice: p50p99(toStep), peer: '', target: '', met: true },
     { figure: 'pipeline: durable steps per job (parent and units)', sluice: median(fan.map((r) => r.steps)).toFixed(1), peer: '', target: '', met: true },
     { figure: 'one-job pipeline [check] "true": webhook -> sluice/check completed (p50 / p99)', sluice: p50p99(oneOf('check')), peer: '', target: 'p50 <= 200 ms', met: median(oneOf('check')) <= 200 },
     { figure: 'one job [jobs.unit] "true": webhook -> sluice/unit completed (p50 / p99)', sluice: p50p99(oneOf('unit')), peer: '', target: 'p50 <= 200 ms', met: median(oneOf('unit')) <= 200 },
