@@ -94,7 +94,9 @@ export function containersConfig(text, images) {
   let imagesSeen = 0;
   let contexts = 0;
   let image = null;
+  let className = null;
   const lines = text.replace(dev, 'enable_containers = true').split('\n').map((line) => {
+    className = /^class_name = "([A-Za-z0-9]+)"$/.exec(line)?.[1] ?? className;
     const found = IMAGE_LINE.exec(line);
     if (found) {
       imagesSeen += 1;
@@ -106,7 +108,10 @@ export function containersConfig(text, images) {
     if (CONTEXT_LINE.test(line)) {
       if (!image) throw new Error('wrangler.toml: image_build_context before its image line');
       contexts += 1;
-      const vars = `image_vars = { BASE_IMAGE = "${image}" }`;
+      // The class as a label makes each class's image distinct: wrangler dev removes every other
+      // cloudflare-dev tag of an image it built, so two classes built alike (node on basic and on
+      // standard-1) would leave only the last one's tag, and the other's containers could not start.
+      const vars = `image_vars = { BASE_IMAGE = "${image}", CONTAINER_CLASS = "${className}" }`;
       image = null;
       return `image_build_context = "./.sluice/containers/agent-context"\n${vars}`;
     }
