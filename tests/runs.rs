@@ -317,6 +317,37 @@ fn a_check_runs_in_the_image_class_it_selects_and_discards_that_sandbox() {
     assert!(rig.held_by(&c).is_empty(), "{:?}", rig.held_by(&c));
 }
 
+/// A check in an image class's sandbox terminated mid-command whose
+/// finalize fails at the lease release (D1 down) still holds that lease;
+/// the sweep finds the instance by it and finalizes again, which frees it
+/// and discards the classed sandbox.
+#[test]
+fn a_classed_sandbox_left_held_by_a_failed_finalize_is_released_by_the_sweep() {
+    let rig = Rig::new();
+    let s = sha('a');
+    let toml = "[check]\ncommand = \"cargo test\"\nimage = \"rust\"\n";
+    rig.github.commit(REPO, &s, &[(".sluice.toml", toml)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    rig.sandbox.hold(&s);
+    rig.clock.freeze_timers(true);
+    let c = rig.check(&s);
+    let mut pass = rig.start_pass(&c);
+    rig.holds_in_flight(&mut pass);
+    drop(pass);
+    rig.clock.freeze_timers(false);
+    rig.sandbox.release(&s);
+    assert_eq!(rig.command(&c, Command::Terminate), Status::Terminated);
+    rig.index
+        .fail_next_matching("DELETE FROM container_leases", 1);
+    assert!(rig.try_finalize(&c).is_err());
+    let held = rig.held_by(&c);
+    assert!(held.iter().any(|h| h.contains("lease")), "{held:?}");
+    assert_eq!(rig.sweep().finalized, 1);
+    assert!(rig.held_by(&c).is_empty(), "{:?}", rig.held_by(&c));
+    let address = format!("{}~rust.standard-1", c.id);
+    assert!(rig.sandbox.discarded().contains(&address));
+}
+
 /// An image class that does not exist fails the check before anything
 /// runs, naming the classes that do.
 #[test]

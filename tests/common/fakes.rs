@@ -2493,7 +2493,8 @@ impl Rig {
             "SELECT 'slot' AS t, state FROM pool_slots WHERE holder = ?1",
         ));
         out.extend(q(
-            "SELECT 'lease' AS t, holder FROM container_leases WHERE sandbox_id = ?1",
+            "SELECT 'lease' AS t, holder FROM container_leases WHERE sandbox_id = ?1 \
+             OR substr(sandbox_id, 1, length(?1) + 1) = ?1 || '~'",
         ));
         out.extend(q(
             "SELECT 'process' AS t, process_id FROM sandbox_processes \
