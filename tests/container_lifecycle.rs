@@ -680,3 +680,70 @@ fn a_container_is_told_the_only_git_host_it_may_clone_from() {
         .map(|(_, v)| v.expose().clone());
     assert_eq!(prefix.as_deref(), Some("http://172.18.0.1:9123/"));
 }
+
+/// Every image class and instance type a job may select
+/// (`sandbox::image::IMAGE_CLASSES`) is a binding in wrangler.toml to a
+/// Durable Object class that has a migration, is declared in the Worker
+/// (`sandbox_classes!`) and is a `[[containers]]` entry of that instance
+/// type and `max_instances`; and no `[[containers]]` entry is outside the
+/// table.
+#[test]
+fn wrangler_toml_declares_every_image_class_of_the_table() {
+    use sluice::sandbox::image::IMAGE_CLASSES;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("wrangler.toml")).expect("wrangler.toml");
+    let glue = std::fs::read_to_string(root.join("src/worker_glue/container.rs")).expect("glue");
+    let toml: toml::Value = toml::from_str(&text).expect("wrangler.toml parses");
+    let list = |key: &str| toml[key].as_array().cloned().unwrap_or_default();
+    let bindings = toml["durable_objects"]["bindings"]
+        .as_array()
+        .expect("bindings")
+        .clone();
+    let migrated: Vec<String> = list("migrations")
+        .iter()
+        .flat_map(|m| {
+            m["new_sqlite_classes"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|c| c.as_str().map(str::to_owned))
+        .collect();
+    let containers = list("containers");
+    let mut classes = Vec::new();
+    for class in IMAGE_CLASSES {
+        for t in class.instance_types {
+            let binding = bindings
+                .iter()
+                .find(|b| b["name"].as_str() == Some(t.binding))
+                .unwrap_or_else(|| panic!("no binding {} ({}/{})", t.binding, class.name, t.name));
+            let name = binding["class_name"].as_str().expect("class_name");
+            assert!(
+                migrated.iter().any(|m| m == name),
+                "{name} has no migration"
+            );
+            assert!(
+                glue.contains(&format!("    {name},\n")),
+                "{name} is not in sandbox_classes!"
+            );
+            let entry = containers
+                .iter()
+                .find(|c| c["class_name"].as_str() == Some(name))
+                .unwrap_or_else(|| panic!("{name} has no [[containers]] entry"));
+            assert_eq!(entry["instance_type"].as_str(), Some(t.name), "{name}");
+            assert_eq!(
+                entry["max_instances"].as_integer(),
+                Some(i64::from(CONTAINER_INSTANCES_MAX)),
+                "{name}"
+            );
+            classes.push(name.to_owned());
+        }
+    }
+    for c in &containers {
+        let name = c["class_name"].as_str().unwrap_or_default();
+        assert!(
+            classes.iter().any(|k| k == name),
+            "{name} is in no image class"
+        );
+    }
+}

@@ -2295,6 +2295,44 @@ fn take(db: &CountingDb, holder: &str, now: i64) -> LeaseOutcome {
     block_on(lease::acquire(db, SANDBOX, holder, now)).expect("lease acquire")
 }
 
+/// An ended instance frees its own sandbox and those of its image classes
+/// (`<id>~<class>.<type>`, `sandbox::image`) in one statement, and no other
+/// instance's, even one whose id starts with its own.
+#[test]
+fn releasing_an_instances_sandboxes_frees_its_image_classes_only() {
+    let db = fresh();
+    let ids = [
+        "i",
+        "i~node.basic",
+        "i~rust.standard-2",
+        "ix~node.basic",
+        "i-2",
+        "i-2~rust.standard-1",
+    ];
+    for id in ids {
+        assert!(matches!(
+            block_on(lease::acquire(&db, id, "g", T0)).expect("acquire"),
+            LeaseOutcome::Acquired { .. }
+        ));
+    }
+    let (freed, n) = trips(&db, || {
+        block_on(lease::release_sandbox(&db, "i")).expect("release")
+    });
+    let mut freed = freed;
+    freed.sort();
+    assert_eq!(freed, ["i", "i~node.basic", "i~rust.standard-2"]);
+    assert_eq!(n, 1, "one statement");
+    for kept in ["ix~node.basic", "i-2", "i-2~rust.standard-1"] {
+        assert!(
+            matches!(
+                block_on(lease::acquire(&db, kept, "other", T0 + 1)).expect("acquire"),
+                LeaseOutcome::Busy { .. }
+            ),
+            "{kept} is still held"
+        );
+    }
+}
+
 #[test]
 fn lease_has_one_holder_and_is_reclaimed_when_stale() {
     let db = fresh();
@@ -2973,11 +3011,19 @@ mod run_model {
                 } else if let Ok(st) = rig.try_command(inst, Command::Terminate) {
                     // Crash mid-finalize, sometimes: D1 fails half way.
                     let fail = rng.borrow_mut().chance(40);
+                    // The write that fails: the first `run`, or the lease
+                    // release (an `all`: it returns the sandboxes it freed).
+                    const LEASES: &str = "DELETE FROM container_leases";
                     if fail {
                         rig.index.fail_next_runs.set(1);
+                        rig.index.fail_next_matching(LEASES, 1);
                     }
                     let fin = rig.try_finalize(inst);
                     rig.index.fail_next_runs.set(0);
+                    rig.index
+                        .fail_matching
+                        .borrow_mut()
+                        .retain(|(p, _)| *p != LEASES);
                     w.log(format!("terminate {k} -> {st:?}, finalize {fin:?}"));
                 }
             }

@@ -138,6 +138,50 @@ fn lint_and_test_run_together_and_e2e_after_test() {
 
 /// A failing test skips e2e (a `skipped` check run naming test, no child,
 /// no process) and fails the pipeline; lint's pass stands.
+/// Each job runs in the sandbox of the image class it selects: a job
+/// without `image` in its unit's own (base) sandbox, `image = "node"` in the
+/// unit's `node` sandbox on the class's default type, a larger
+/// `instance_type` in that type's. Each is discarded when its unit ends.
+#[test]
+fn each_job_runs_in_the_image_class_it_selects() {
+    let a = sha('a');
+    let config = "[jobs.lint]\ncommand = \"./lint.sh\"\n\n\
+        [jobs.web]\ncommand = \"./web.sh\"\nimage = \"node\"\n\n\
+        [jobs.build]\ncommand = \"./build.sh\"\nimage = \"rust\"\ninstance_type = \"standard-2\"\n";
+    let rig = rig_with(config, &a);
+    for c in ["./lint.sh", "./web.sh", "./build.sh"] {
+        rig.sandbox.script(c, 0, "ok\n");
+    }
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let units = spawned(&rig);
+    assert_eq!(names(&units), ["sluice/build", "sluice/lint", "sluice/web"]);
+    for (_, unit) in &units {
+        assert_eq!(rig.run_to_end(unit), Status::Complete);
+    }
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    let expected = [
+        format!("{}~rust.standard-2", units[0].1.id),
+        units[1].1.id.clone(),
+        format!("{}~node.basic", units[2].1.id),
+    ];
+    let started: Vec<String> = rig
+        .sandbox
+        .st
+        .borrow()
+        .starts
+        .iter()
+        .map(|r| r.sandbox.clone())
+        .collect();
+    let discarded = rig.sandbox.discarded();
+    for address in &expected {
+        assert!(started.contains(address), "{address} in {started:?}");
+        assert!(discarded.contains(address), "{address} in {discarded:?}");
+    }
+    assert_eq!(conclusion(&rig, &a, "sluice/check"), "success");
+}
+
 #[test]
 fn a_failing_job_skips_what_needs_it_naming_it() {
     let a = sha('a');

@@ -287,6 +287,87 @@ fn a_check_that_exits_3_reports_failure() {
     );
 }
 
+/// `image = "rust"` with a larger `instance_type`: the command runs in the
+/// instance's sandbox of that class (its own Containers class, reached by
+/// its address), which is discarded with its lease when the run ends.
+#[test]
+fn a_check_runs_in_the_image_class_it_selects_and_discards_that_sandbox() {
+    let rig = Rig::new();
+    let s = sha('a');
+    let toml =
+        "[check]\ncommand = \"cargo test\"\nimage = \"rust\"\ninstance_type = \"standard-2\"\n";
+    rig.github.commit(REPO, &s, &[(".sluice.toml", toml)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    let c = rig.check(&s);
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("success"));
+    let address = format!("{}~rust.standard-2", c.id);
+    let starts: Vec<String> = rig
+        .sandbox
+        .st
+        .borrow()
+        .starts
+        .iter()
+        .map(|r| r.sandbox.clone())
+        .collect();
+    assert_eq!(starts, [address.clone()]);
+    let discarded = rig.sandbox.discarded();
+    assert!(discarded.contains(&address), "{discarded:?}");
+    assert!(rig.held_by(&c).is_empty(), "{:?}", rig.held_by(&c));
+}
+
+/// A check in an image class's sandbox terminated mid-command whose
+/// finalize fails at the lease release (D1 down) still holds that lease;
+/// the sweep finds the instance by it and finalizes again, which frees it
+/// and discards the classed sandbox.
+#[test]
+fn a_classed_sandbox_left_held_by_a_failed_finalize_is_released_by_the_sweep() {
+    let rig = Rig::new();
+    let s = sha('a');
+    let toml = "[check]\ncommand = \"cargo test\"\nimage = \"rust\"\n";
+    rig.github.commit(REPO, &s, &[(".sluice.toml", toml)]);
+    rig.sandbox.script("cargo test", 0, "ok\n");
+    rig.sandbox.hold(&s);
+    rig.clock.freeze_timers(true);
+    let c = rig.check(&s);
+    let mut pass = rig.start_pass(&c);
+    rig.holds_in_flight(&mut pass);
+    drop(pass);
+    rig.clock.freeze_timers(false);
+    rig.sandbox.release(&s);
+    assert_eq!(rig.command(&c, Command::Terminate), Status::Terminated);
+    rig.index
+        .fail_next_matching("DELETE FROM container_leases", 1);
+    assert!(rig.try_finalize(&c).is_err());
+    let held = rig.held_by(&c);
+    assert!(held.iter().any(|h| h.contains("lease")), "{held:?}");
+    assert_eq!(rig.sweep().finalized, 1);
+    assert!(rig.held_by(&c).is_empty(), "{:?}", rig.held_by(&c));
+    let address = format!("{}~rust.standard-1", c.id);
+    assert!(rig.sandbox.discarded().contains(&address));
+}
+
+/// An image class that does not exist fails the check before anything
+/// runs, naming the classes that do.
+#[test]
+fn an_unknown_image_class_fails_the_check_naming_the_classes() {
+    let rig = Rig::new();
+    let s = sha('a');
+    let toml = "[check]\ncommand = \"cargo test\"\nimage = \"python\"\n";
+    rig.github.commit(REPO, &s, &[(".sluice.toml", toml)]);
+    let c = rig.check(&s);
+    assert_eq!(rig.run_to_end(&c), Status::Complete);
+    let run = rig.github.only_check_run(&s, "sluice/check");
+    assert_eq!(run.conclusion.as_deref(), Some("failure"));
+    let summary = run.summary();
+    assert!(
+        summary.contains("image \"python\" is no sandbox image class (classes: base, node, rust)"),
+        "{summary}"
+    );
+    assert!(rig.sandbox.checkouts_in(&c.id).is_empty(), "nothing ran");
+}
+
 #[test]
 fn a_commit_without_sluice_toml_is_not_configured_and_makes_no_check_run() {
     let rig = Rig::new();
@@ -2021,7 +2102,9 @@ fn scenario_6_a_failed_finalize_is_retried_by_the_sweep() {
     let da = rig.deploy(&a);
     assert_eq!(rig.pass(&da).status, Status::Waiting);
     assert_eq!(rig.command(&da, Command::Terminate), Status::Terminated);
-    rig.index.fail_next_runs.set(1);
+    // The lease release fails (an `all`: it returns the sandboxes it freed).
+    rig.index
+        .fail_next_matching("DELETE FROM container_leases", 1);
     assert!(rig.try_finalize(&da).is_err());
     assert!(!rig.held_by(&da).is_empty(), "something was left held");
     let swept = rig.sweep();

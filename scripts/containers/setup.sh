@@ -5,11 +5,14 @@
 #   1. Debian's docker.io (dockerd 20.10, containerd, runc) and mmdebstrap, via apt-get;
 #   2. dockerd, started in the background when `docker info` does not answer;
 #   3. the offline base image, a bookworm root filesystem built by mmdebstrap from this machine's
-#      own apt sources (no registry has base images for us), tagged by a hash of its recipe;
+#      own apt sources (no registry has base images for us), tagged by a hash of its recipe, and
+#      one such image per other image class (node, rust: src/sandbox/image.rs) with the class's
+#      toolchain from Debian's packages too (node-packages.txt, rust-packages.txt);
 #   4. the networking sidecar image wrangler 4.86's runtime starts beside each container
 #      (crates/container-sidecar, built on the host, FROM the base image), tagged by a hash;
 #   5. .sluice/containers/env: what the harness and `npm start` pass to wrangler
-#      (WRANGLER_DOCKER_BIN = scripts/containers/docker-wrapper.sh, the sidecar image, the base).
+#      (WRANGLER_DOCKER_BIN = scripts/containers/docker-wrapper.sh, the sidecar image, the base
+#      and class images).
 #
 # Idempotent; runs as root with no stdin (CI=true). Prints each thing it did or found.
 set -euo pipefail
@@ -148,32 +151,47 @@ debian_source_files() {
   done
 }
 
-build_base_image() {
-  local codename packages hash tag
+# Builds (unless present) the offline image of one image class: mmdebstrap's minbase with the
+# base packages plus the class's own, tagged <repo>:<hash of the recipe>, and prints that tag.
+# Further package files after the first are the class's own (scripts/containers/<class>-packages.txt).
+build_rootfs_image() {
+  local repo="$1" codename packages hash tag
+  shift
   codename="$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:-}")"
   [[ -n "$codename" ]] || die "cannot read VERSION_CODENAME from /etc/os-release"
-  packages="$(grep -Ev '^[[:space:]]*(#|$)' "$PACKAGES_FILE" | tr -d ' ' | paste -sd, -)"
-  [[ -n "$packages" ]] || die "no packages in $PACKAGES_FILE"
+  packages="$(cat "$@" | grep -Ev '^[[:space:]]*(#|$)' | tr -d ' ' | paste -sd, -)"
+  [[ -n "$packages" ]] || die "no packages in $*"
   hash="$(printf '%s\n%s\n%s\n' "$BASE_RECIPE" "$codename" "$packages" | sha256sum | cut -c1-12)"
-  tag="$BASE_REPO:$hash"
-  BASE_IMAGE="$tag"
+  tag="$repo:$hash"
   if image_exists "$tag"; then
-    say "base image $tag present ($codename: $packages)"
+    say "image $tag present ($codename: $packages)" >&2
   else
     local sources=()
     mapfile -t sources < <(debian_source_files "$codename")
     ((${#sources[@]})) || die "no apt source file on this machine carries suite '$codename'"
-    local tarball="$STATE/base-rootfs.tar" started=$SECONDS
-    say "building base image $tag: mmdebstrap $codename minbase + $packages from ${sources[*]}"
+    local tarball="$STATE/${repo}-rootfs.tar" started=$SECONDS
+    say "building image $tag: mmdebstrap $codename minbase + $packages from ${sources[*]}" >&2
     rm -f "$tarball"
     timeout "$MMDEBSTRAP_TIMEOUT_S" mmdebstrap --quiet --variant=minbase --include="$packages" \
-      --format=tar "$codename" "$tarball" "${sources[@]}" </dev/null ||
+      --format=tar "$codename" "$tarball" "${sources[@]}" </dev/null >&2 ||
       die "mmdebstrap failed or took over ${MMDEBSTRAP_TIMEOUT_S} s"
     "$WRAPPER" import --change 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
     rm -f "$tarball"
-    say "base image $tag built in $((SECONDS - started)) s"
+    say "image $tag built in $((SECONDS - started)) s" >&2
   fi
-  "$WRAPPER" tag "$tag" "$BASE_ALIAS"
+  printf '%s\n' "$tag"
+}
+
+build_base_image() {
+  BASE_IMAGE="$(build_rootfs_image "$BASE_REPO" "$PACKAGES_FILE")"
+  "$WRAPPER" tag "$BASE_IMAGE" "$BASE_ALIAS"
+}
+
+# The image classes other than base (src/sandbox/image.rs), each the base packages plus its own
+# toolchain's Debian packages: what its production Dockerfile gets from the official image.
+build_class_images() {
+  NODE_IMAGE="$(build_rootfs_image sluice-node "$PACKAGES_FILE" "$HERE/node-packages.txt")"
+  RUST_IMAGE="$(build_rootfs_image sluice-rust "$PACKAGES_FILE" "$HERE/rust-packages.txt")"
 }
 
 build_sidecar_image() {
@@ -201,12 +219,15 @@ build_sidecar_image() {
 prune_old_images() {
   local ref
   while read -r ref; do
-    [[ "$ref" == "$BASE_IMAGE" || "$ref" == "$BASE_ALIAS" || "$ref" == "$SIDECAR_IMAGE" ]] && continue
+    [[ "$ref" == "$BASE_IMAGE" || "$ref" == "$BASE_ALIAS" || "$ref" == "$SIDECAR_IMAGE" ||
+       "$ref" == "$NODE_IMAGE" || "$ref" == "$RUST_IMAGE" ]] && continue
     if "$WRAPPER" rmi "$ref" >/dev/null 2>&1; then
       say "removed old image $ref"
     fi
   done < <("$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' "$BASE_REPO" 2>/dev/null
-           "$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' "$SIDECAR_REPO" 2>/dev/null)
+           "$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' "$SIDECAR_REPO" 2>/dev/null
+           "$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' sluice-node 2>/dev/null
+           "$WRAPPER" images --format '{{.Repository}}:{{.Tag}}' sluice-rust 2>/dev/null)
 }
 
 write_env() {
@@ -216,6 +237,8 @@ write_env() {
 WRANGLER_DOCKER_BIN="$WRAPPER"
 MINIFLARE_CONTAINER_EGRESS_IMAGE="$SIDECAR_IMAGE"
 SLUICE_BASE_IMAGE="$BASE_IMAGE"
+SLUICE_NODE_IMAGE="$NODE_IMAGE"
+SLUICE_RUST_IMAGE="$RUST_IMAGE"
 EOF
   mv "$env_file.tmp" "$env_file"
   say "wrote $env_file"
@@ -228,6 +251,7 @@ install_packages
 start_dockerd
 require_bridge_gateway
 build_base_image
+build_class_images
 build_sidecar_image
 prune_old_images
 write_env

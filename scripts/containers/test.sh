@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `npm run test:containers`: the end-to-end layer inside real containers (tests/e2e-containers/,
 # docs/containers-local.md) on its own; `npm test` runs it too when the machine can (root, setup.sh
-# succeeds). It needs root, Docker and ~1 GB of images.
+# succeeds). It needs root, Docker and ~2.5 GB of images (base, node, rust).
 # Sets up the project's toolchain and the container layer, builds the Worker once, then runs the
 # tests (or, with --measure, `npm run bench:containers`: the layer's figures).
 set -euo pipefail

@@ -109,15 +109,30 @@ pub fn heartbeat_stmt(sandbox_id: &str, holder: &str, now_ms: i64) -> Stmt {
     )
 }
 
-/// Frees a sandbox whatever its holder: for the instance that owns the
-/// sandbox, once it ended (every generation's lease goes).
-pub async fn release_sandbox(db: &dyn Database, sandbox_id: &str) -> Result<(), StoreError> {
-    db.run(stmt!(
-        "DELETE FROM container_leases WHERE sandbox_id = ?1",
-        sandbox_id
-    ))
-    .await?;
-    Ok(())
+/// Frees the sandboxes of an instance whatever their holder, once it ended
+/// (every generation's lease goes): its own id's and those of an image
+/// class (`<id>~<class>.<type>`, `sandbox::image`: `~` sorts after every
+/// character a class name has, so they fall between `<id>~` and `<id>~~`).
+/// Returns the addresses it freed.
+pub async fn release_sandbox(
+    db: &dyn Database,
+    instance_id: &str,
+) -> Result<Vec<String>, StoreError> {
+    #[derive(Deserialize)]
+    struct Row {
+        sandbox_id: String,
+    }
+    let rows: Vec<Row> = decode(
+        db.all(stmt!(
+            "DELETE FROM container_leases WHERE sandbox_id = ?1 \
+               OR (sandbox_id > ?2 AND sandbox_id < ?3) RETURNING sandbox_id",
+            instance_id,
+            format!("{instance_id}~"),
+            format!("{instance_id}~~"),
+        ))
+        .await?,
+    )?;
+    Ok(rows.into_iter().map(|r| r.sandbox_id).collect())
 }
 
 /// Gives the sandbox back; never touches another holder's lease, and a

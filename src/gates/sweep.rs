@@ -88,9 +88,10 @@ pub struct Unreleased {
     pub status: String,
 }
 
-/// Finished instances with a live serial row, a pool slot, a lease or a
-/// process not known to have ended: their finalize must run (again). Read
-/// from the gate tables, which hold only what is live, not from the whole
+/// Finished instances with a live serial row, a pool slot, a lease (of its
+/// own sandbox or of an image class's, `<id>~<class>.<type>`) or a process
+/// not known to have ended: their finalize must run (again). Read from the
+/// gate tables, which hold only what is live, not from the whole
 /// executions index.
 pub async fn unreleased(db: &dyn Database, limit: u32) -> Result<Vec<Unreleased>, StoreError> {
     decode(
@@ -99,7 +100,7 @@ pub async fn unreleased(db: &dyn Database, limit: u32) -> Result<Vec<Unreleased>
              WHERE e.status IN ('errored','terminated','complete','skipped') AND e.id IN ( \
                SELECT instance_id FROM serial_queue WHERE state IN ('waiting','holding') \
                UNION SELECT holder FROM pool_slots \
-               UNION SELECT sandbox_id FROM container_leases \
+               UNION SELECT substr(sandbox_id, 1, instr(sandbox_id || '~', '~') - 1) FROM container_leases \
                UNION SELECT instance_id FROM sandbox_processes WHERE state = 'live') \
              ORDER BY e.finished_ms LIMIT ?1",
             limit,

@@ -166,7 +166,12 @@ impl Sandbox for AgentSandbox<'_> {
 
     async fn discard(&self, sandbox: &str) -> Result<(), SandboxError> {
         let resp = self
-            .call(sandbox, "DELETE", &protocol::sandbox_path(sandbox), None)
+            .call(
+                sandbox,
+                "DELETE",
+                &protocol::sandbox_path(super::image::instance_of(sandbox)),
+                None,
+            )
             .await?;
         if resp.status == 200 {
             return Ok(());

@@ -8,6 +8,7 @@
 //! instance left in its own sandbox (a stalled holder's deploy).
 
 pub mod agent;
+pub mod image;
 pub mod lifecycle;
 pub mod metered;
 

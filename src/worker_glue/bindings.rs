@@ -7,7 +7,6 @@ use crate::secret::Secret;
 pub const DB: &str = "DB";
 pub const RUN_INSTANCE: &str = "RUN_INSTANCE";
 pub const LOGS: &str = "LOGS";
-pub const SANDBOX: &str = "SANDBOX";
 
 pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
 pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";

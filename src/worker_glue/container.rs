@@ -29,6 +29,7 @@ use crate::limits::CONTAINER_INSTANCES_MAX;
 use crate::net::{HttpRequest, HttpResponse, Transport};
 use crate::runs::config::parse_duration_ms;
 use crate::sandbox::agent::SANDBOX_ID_HEADER;
+use crate::sandbox::image;
 use crate::sandbox::lifecycle::{
     Call, Effect, Lifecycle, ReadyWait, Record, Route, Settings, StartOptions,
 };
@@ -48,8 +49,10 @@ const DESTROY_TIMEOUT_MS: i64 = 60_000;
 // The pool never admits more runs than the account runs containers.
 const _: () = assert!(bindings::POOL_CAPACITY_DEFAULT <= CONTAINER_INSTANCES_MAX);
 
-#[durable_object]
-pub struct SandboxContainer {
+/// One sandbox container's object, whichever class (image and instance
+/// type) it is: each Containers class in `wrangler.toml` is a thin
+/// `#[durable_object]` around it (`sandbox_classes!`).
+pub struct ContainerObject {
     state: State,
     env: Env,
     /// Loaded from storage on first use; never borrowed across an await.
@@ -141,10 +144,10 @@ enum Bounded<T> {
     Exited,
 }
 
-impl DurableObject for SandboxContainer {
+impl ContainerObject {
     fn new(state: State, env: Env) -> Self {
         bindings::apply_log_level(&env);
-        SandboxContainer {
+        ContainerObject {
             state,
             env,
             lifecycle: RefCell::new(None),
@@ -197,6 +200,42 @@ impl DurableObject for SandboxContainer {
     }
 }
 
+/// Declares each Containers class of `wrangler.toml` (one per image class
+/// and instance type, `sandbox::image::IMAGE_CLASSES`) as a Durable Object
+/// that is a `ContainerObject`.
+macro_rules! sandbox_classes {
+    ($($class:ident),+ $(,)?) => {$(
+        #[durable_object(alarm)]
+        pub struct $class {
+            inner: ContainerObject,
+        }
+
+        impl DurableObject for $class {
+            fn new(state: State, env: Env) -> Self {
+                $class {
+                    inner: ContainerObject::new(state, env),
+                }
+            }
+
+            async fn fetch(&self, req: Request) -> Result<Response> {
+                self.inner.fetch(req).await
+            }
+
+            async fn alarm(&self) -> Result<Response> {
+                self.inner.alarm().await
+            }
+        }
+    )+};
+}
+
+sandbox_classes!(
+    SandboxContainer,
+    SandboxNode,
+    SandboxNodeStandard1,
+    SandboxRust,
+    SandboxRustStandard2,
+);
+
 /// `Route::Agent`'s fields.
 struct Reach {
     start: Option<StartOptions>,
@@ -204,7 +243,7 @@ struct Reach {
     timeout_ms: i64,
 }
 
-impl SandboxContainer {
+impl ContainerObject {
     /// Fills the lifecycle from storage once (a concurrent first request
     /// may have filled it meanwhile: the first one wins).
     async fn load(&self) {
@@ -360,7 +399,7 @@ async fn race<T>(
     }
 }
 
-impl SandboxContainer {
+impl ContainerObject {
     /// Starts the container if asked, waits for its agent if asked, then
     /// forwards the request once, within the call's bound.
     async fn reach(
@@ -497,7 +536,7 @@ impl Transport for ContainerTransport {
             })?;
         let ns = self
             .env
-            .durable_object(bindings::SANDBOX)
+            .durable_object(image::binding_of(&sandbox_id)?)
             .map_err(|e| e.to_string())?;
         let stub = ns
             .id_from_name(&sandbox_id)

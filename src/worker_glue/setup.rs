@@ -98,10 +98,18 @@ async fn r2(env: &Env) -> Result<(), String> {
 /// its binding only (a probe would start a container).
 async fn sandbox(env: &Env) -> Result<String, String> {
     if text(env, bindings::SANDBOX_BACKEND).as_deref() == Some("container") {
-        return env
-            .durable_object(bindings::SANDBOX)
-            .map(|_| "the SANDBOX container binding is present".to_owned())
-            .map_err(|_| "SANDBOX_BACKEND is container but the SANDBOX binding is missing".into());
+        let missing: Vec<&str> = crate::sandbox::image::IMAGE_CLASSES
+            .iter()
+            .flat_map(|c| c.instance_types.iter().map(|t| t.binding))
+            .filter(|b| env.durable_object(b).is_err())
+            .collect();
+        return match missing.as_slice() {
+            [] => Ok("every image class's container binding is present".to_owned()),
+            names => Err(format!(
+                "SANDBOX_BACKEND is container but bindings are missing: {}",
+                names.join(", ")
+            )),
+        };
     }
     let base = text(env, bindings::SANDBOX_URL)
         .unwrap_or_else(|| bindings::SANDBOX_URL_DEFAULT.to_owned());

@@ -1290,6 +1290,16 @@ pub fn sandbox_error(status: u16, code: &str, message: impl Into<String>) -> San
     }
 }
 
+/// A sandbox address as the transports take it: an instance id by the
+/// agent's id rule, and an image class the Worker has a binding for
+/// (`sandbox::image`).
+pub fn check_sandbox(address: &str) -> Result<(), SandboxError> {
+    check_id(sluice::sandbox::image::instance_of(address), "sandbox")?;
+    sluice::sandbox::image::binding_of(address)
+        .map(|_| ())
+        .map_err(|m| sandbox_error(400, "invalid_request", m))
+}
+
 /// The agent's id rule: 1 to 100 characters of `[A-Za-z0-9_-]`.
 pub fn check_id(id: &str, what: &str) -> Result<(), SandboxError> {
     let ok = (1..=100).contains(&id.len())
@@ -1578,7 +1588,7 @@ impl FakeSandbox {
 #[async_trait(?Send)]
 impl Sandbox for FakeSandbox {
     async fn checkout(&self, sandbox: &str, req: &Checkout<'_>) -> Result<(), SandboxError> {
-        check_id(sandbox, "sandbox")?;
+        check_sandbox(sandbox)?;
         check_id(req.workspace, "workspace")?;
         if self.st.borrow().checkout_hangs {
             std::future::pending::<()>().await;
@@ -1614,7 +1624,7 @@ impl Sandbox for FakeSandbox {
         sandbox: &str,
         workspace: &str,
     ) -> Result<WorkspaceState, SandboxError> {
-        check_id(sandbox, "sandbox")?;
+        check_sandbox(sandbox)?;
         check_id(workspace, "workspace")?;
         let sha = self.st.borrow().workspaces.get(workspace).cloned();
         Ok(WorkspaceState {
@@ -1638,7 +1648,7 @@ impl Sandbox for FakeSandbox {
             std::task::Poll::Ready(())
         })
         .await;
-        check_id(sandbox, "sandbox")?;
+        check_sandbox(sandbox)?;
         check_id(spec.id, "process")?;
         check_id(spec.workspace, "workspace")?;
         let env_ok = spec
@@ -1751,7 +1761,7 @@ impl Sandbox for FakeSandbox {
         id: &str,
         _wait_ms: i64,
     ) -> Result<Option<ProcessState>, SandboxError> {
-        check_id(sandbox, "sandbox")?;
+        check_sandbox(sandbox)?;
         check_id(id, "process")?;
         if self.st.borrow().kill_fails {
             return Err(SandboxError {
@@ -1801,7 +1811,7 @@ impl Sandbox for FakeSandbox {
     }
 
     async fn discard(&self, sandbox: &str) -> Result<(), SandboxError> {
-        check_id(sandbox, "sandbox")?;
+        check_sandbox(sandbox)?;
         let st = &mut *self.st.borrow_mut();
         st.workspaces.remove(sandbox);
         st.discarded.push(sandbox.into());
@@ -2484,7 +2494,8 @@ impl Rig {
             "SELECT 'slot' AS t, state FROM pool_slots WHERE holder = ?1",
         ));
         out.extend(q(
-            "SELECT 'lease' AS t, holder FROM container_leases WHERE sandbox_id = ?1",
+            "SELECT 'lease' AS t, holder FROM container_leases WHERE sandbox_id = ?1 \
+             OR substr(sandbox_id, 1, length(?1) + 1) = ?1 || '~'",
         ));
         out.extend(q(
             "SELECT 'process' AS t, process_id FROM sandbox_processes \
@@ -2640,7 +2651,7 @@ impl FakeSandbox {
         id: &str,
         wait_ms: i64,
     ) -> Result<Option<ProcessState>, SandboxError> {
-        check_id(sandbox, "sandbox")?;
+        check_sandbox(sandbox)?;
         check_id(id, "process")?;
         if let Some(left_ms) = self.timed_left_ms(id) {
             return self.poll_timed(id, left_ms, wait_ms).await;

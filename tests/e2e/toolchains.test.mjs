@@ -4,7 +4,8 @@
 // sandbox agent with the host's toolchains. Run as root, as CI runs, the agent runs each workspace
 // as an unprivileged user of its own, who reaches rustup's toolchain in root's home only through
 // the agent's read-only mounts (crates/sandbox-agent/src/host_tools.rs). A command the sandbox
-// does not have ends the check naming it and why, never a bare exit 127.
+// does not have ends the check naming it and why, never a bare exit 127. An image class
+// (`image = "node"`) is validated and changes nothing here: the host's tools run.
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -115,4 +116,12 @@ toolchainTest('a command the sandbox does not have fails the check naming it and
   assert.match(run.output.summary, /exited with code 127/);
   assert.match(run.output.summary, /`sluice-no-such-tool` was not found: exit 127 is the shell's "command not found"/);
   assert.match(run.output.summary, /sandbox's `PATH`/);
+});
+
+toolchainTest('under the agent backend an image class is only validated: a node check uses the host\'s node', async () => {
+  const config = '[check]\ncommand = "node --version"\nimage = "node"\ninstance_type = "standard-1"\n';
+  const run = await checkOf('imaged', { 'README.md': '# imaged\n', '.sluice.toml': config });
+  assert.equal(run.conclusion, 'success', run.output.summary);
+  // The host's Node (the one running this test), not the node image's.
+  assert.ok(run.output.summary.includes(process.version), run.output.summary);
 });

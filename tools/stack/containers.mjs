@@ -22,8 +22,9 @@ export const CONTAINERS_CONFIG = join(ROOT, 'wrangler.containers.toml');
 const AGENT_CONTEXT_DIR = join(CONTAINERS_STATE_DIR, 'agent-context');
 const AGENT_RELEASE_BIN = join(ROOT, 'target', 'release', 'sluice-sandbox-agent');
 // What every container of the Worker is named by the runtime: workerd-<worker>-<class>-<id>,
-// and its networking sidecar the same with `-proxy` appended.
-export const SANDBOX_CONTAINER_PREFIX = 'workerd-sluice-SandboxContainer-';
+// and its networking sidecar the same with `-proxy` appended. Every sandbox class is named
+// Sandbox<...> (SandboxContainer, SandboxNode, SandboxRustStandard2, ...: wrangler.toml).
+export const SANDBOX_CONTAINER_PREFIX = 'workerd-sluice-Sandbox';
 
 // setup.sh on a cold machine: apt installs (~20 s here), mmdebstrap (~35-45 s), a release build
 // of the sidecar; 30 minutes allows a slow mirror and a cold cargo cache on a loaded CI machine.
@@ -46,7 +47,7 @@ export function prepareContainerLayer() {
       label: 'scripts/containers/setup.sh', timeoutMs: SETUP_TIMEOUT_MS, stdio: 'pipe', env: { CI: 'true' },
     });
     const vars = readEnvFile(CONTAINERS_ENV_FILE);
-    for (const name of ['WRANGLER_DOCKER_BIN', 'MINIFLARE_CONTAINER_EGRESS_IMAGE', 'SLUICE_BASE_IMAGE']) {
+    for (const name of ['WRANGLER_DOCKER_BIN', 'MINIFLARE_CONTAINER_EGRESS_IMAGE', ...Object.values(CLASS_IMAGE_VARS)]) {
       if (!vars[name]) throw new Error(`${CONTAINERS_ENV_FILE} has no ${name}; run scripts/containers/setup.sh`);
     }
     await runBounded('cargo', ['build', '--release', '-p', 'sluice-sandbox-agent'], {
@@ -55,9 +56,8 @@ export function prepareContainerLayer() {
     rmSync(AGENT_CONTEXT_DIR, { recursive: true, force: true });
     mkdirSync(AGENT_CONTEXT_DIR, { recursive: true });
     copyFileSync(AGENT_RELEASE_BIN, join(AGENT_CONTEXT_DIR, 'sluice-sandbox-agent'));
-    writeFileSync(CONTAINERS_CONFIG, containersConfig(readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'), {
-      baseImage: vars.SLUICE_BASE_IMAGE,
-    }));
+    const images = Object.fromEntries(Object.entries(CLASS_IMAGE_VARS).map(([klass, name]) => [klass, vars[name]]));
+    writeFileSync(CONTAINERS_CONFIG, containersConfig(readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'), images));
     const docker = vars.WRANGLER_DOCKER_BIN;
     return {
       docker,
@@ -73,33 +73,65 @@ export function prepareContainerLayer() {
   return prepared;
 }
 
-// wrangler.toml with containers on and the agent image built locally. Every edit must apply
-// exactly once, so a changed wrangler.toml fails loudly here instead of silently running the
-// process backend.
-export function containersConfig(text, { baseImage }) {
-  const edits = [
-    [/^enable_containers = false$/m, 'enable_containers = true'],
-    [/^image = "\.\/crates\/sandbox-agent\/Dockerfile"$/m, 'image = "./crates/sandbox-agent/Dockerfile.local"'],
-    [/^image_build_context = "\."$/m,
-      `image_build_context = "./.sluice/containers/agent-context"\nimage_vars = { BASE_IMAGE = "${baseImage}" }`],
-  ];
-  let out = text;
-  for (const [pattern, replacement] of edits) {
-    const matches = out.match(new RegExp(pattern.source, 'gm')) ?? [];
-    if (matches.length !== 1) throw new Error(`wrangler.toml: expected one line matching ${pattern}, found ${matches.length}`);
-    out = out.replace(pattern, replacement);
+// The offline image each image class's local agent image builds FROM (scripts/containers/setup.sh
+// writes them to CONTAINERS_ENV_FILE), by the class its production Dockerfile names:
+// `Dockerfile` is `base`, `Dockerfile.<class>` is <class> (src/sandbox/image.rs).
+export const CLASS_IMAGE_VARS = { base: 'SLUICE_BASE_IMAGE', node: 'SLUICE_NODE_IMAGE', rust: 'SLUICE_RUST_IMAGE' };
+
+const IMAGE_LINE = /^image = "\.\/crates\/sandbox-agent\/Dockerfile(?:\.([a-z0-9-]+))?"$/;
+const CONTEXT_LINE = /^image_build_context = "\."$/;
+
+// wrangler.toml with containers on and every [[containers]] class's agent image built locally:
+// Dockerfile.local FROM its class's offline image. Every [[containers]] entry must have exactly
+// one image line and one build context line, so a changed wrangler.toml fails loudly here
+// instead of silently running the process backend.
+export function containersConfig(text, images) {
+  const dev = /^enable_containers = false$/m;
+  if ((text.match(new RegExp(dev.source, 'gm')) ?? []).length !== 1) {
+    throw new Error(`wrangler.toml: expected one line matching ${dev}`);
   }
-  return `# Generated from wrangler.toml by tools/stack/containers.mjs for the local container layer\n# (docs/containers-local.md). Do not edit: edit wrangler.toml.\n${out}`;
+  const entries = (text.match(/^\[\[containers\]\]$/gm) ?? []).length;
+  let imagesSeen = 0;
+  let contexts = 0;
+  let image = null;
+  let className = null;
+  const lines = text.replace(dev, 'enable_containers = true').split('\n').map((line) => {
+    className = /^class_name = "([A-Za-z0-9]+)"$/.exec(line)?.[1] ?? className;
+    const found = IMAGE_LINE.exec(line);
+    if (found) {
+      imagesSeen += 1;
+      const klass = found[1] ?? 'base';
+      image = images[klass];
+      if (!image) throw new Error(`wrangler.toml: no local image for class ${klass} (${CLASS_IMAGE_VARS[klass] ?? 'unknown class'})`);
+      return 'image = "./crates/sandbox-agent/Dockerfile.local"';
+    }
+    if (CONTEXT_LINE.test(line)) {
+      if (!image) throw new Error('wrangler.toml: image_build_context before its image line');
+      contexts += 1;
+      // The class as a label makes each class's image distinct: wrangler dev removes every other
+      // cloudflare-dev tag of an image it built, so two classes built alike (node on basic and on
+      // standard-1) would leave only the last one's tag, and the other's containers could not start.
+      const vars = `image_vars = { BASE_IMAGE = "${image}", CONTAINER_CLASS = "${className}" }`;
+      image = null;
+      return `image_build_context = "./.sluice/containers/agent-context"\n${vars}`;
+    }
+    return line;
+  });
+  if (entries < 1 || imagesSeen !== entries || contexts !== entries) {
+    throw new Error(`wrangler.toml: expected one Dockerfile image line and one image_build_context = "." per [[containers]] entry (${entries}), found ${imagesSeen} and ${contexts}`);
+  }
+  return `# Generated from wrangler.toml by tools/stack/containers.mjs for the local container layer\n# (docs/containers-local.md). Do not edit: edit wrangler.toml.\n${lines.join('\n')}`;
 }
 
-// `max_instances` of wrangler.toml's [[containers]] entry: the most sandbox containers at once.
-// The pool (POOL_CAPACITY, default 8) must admit no more runs than that, since each admitted run
-// holds one container; tests/container_lifecycle.rs checks wrangler.toml itself, and
-// checkPoolCapacity() the vars a stack runs with.
+// `max_instances` of wrangler.toml's [[containers]] entries (one per image class and instance
+// type, each the same): the most sandbox containers of one class at once. The pool
+// (POOL_CAPACITY, default 8) must admit no more runs than that, since each admitted run holds one
+// container; tests/container_lifecycle.rs checks wrangler.toml itself, and checkPoolCapacity()
+// the vars a stack runs with.
 export function maxInstances(wranglerToml) {
-  const found = [...wranglerToml.matchAll(/^max_instances = (\d+)$/gm)];
-  if (found.length !== 1) throw new Error(`wrangler.toml: expected one max_instances line, found ${found.length}`);
-  return Number(found[0][1]);
+  const found = [...wranglerToml.matchAll(/^max_instances = (\d+)$/gm)].map((m) => Number(m[1]));
+  if (found.length === 0) throw new Error('wrangler.toml: no max_instances line');
+  return Math.min(...found);
 }
 
 // Refuses vars whose POOL_CAPACITY exceeds max_instances (the pool would admit a run whose

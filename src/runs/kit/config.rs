@@ -13,6 +13,7 @@ use super::environment;
 pub use super::jobspec::JobConfig;
 pub use super::schedule::ScheduleConfig;
 use crate::limits::CONFIG_BYTES_MAX;
+use crate::sandbox::image;
 
 pub const CONFIG_PATH: &str = ".sluice.toml";
 
@@ -78,6 +79,12 @@ pub struct CheckConfig {
     /// branch protection counts as passed. Empty: every change runs it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// The sandbox image class (`sandbox::image`); default `base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A Containers instance type the class allows; default its first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
 }
 
 /// Most `[check] paths` globs: a filter is a few directories, and the
@@ -262,6 +269,8 @@ fn validate(c: &RepoConfig) -> Result<(), String> {
         }
         command_timeout_ms(check.timeout.as_deref())?;
         validate_paths(&check.paths)?;
+        image::select(check.image.as_deref(), check.instance_type.as_deref())
+            .map_err(|e| format!("[check] {e}"))?;
     }
     if let Some(d) = &c.deploy {
         if d.command.trim().is_empty() {
@@ -462,6 +471,54 @@ mod tests {
             parse("[deploy]\nbranch = \"main\"\ncommand = \"x\"\nenvironment = \"Prod Env\""),
             ConfigState::Invalid { .. }
         ));
+    }
+
+    #[test]
+    fn image_classes_and_instance_types_are_checked_naming_what_exists() {
+        let refused = |text: &str| match parse(text) {
+            ConfigState::Invalid { message } => Some(message),
+            _ => None,
+        };
+        let check = |extra: &str| format!("[check]\ncommand = \"x\"\n{extra}");
+        let job = |extra: &str| format!("[jobs.build]\ncommand = \"x\"\n{extra}");
+        // Unset: base on its first type, the instance's own sandbox.
+        let ConfigState::Valid { config } = parse(&check("")) else {
+            panic!("a plain [check] is valid")
+        };
+        let c = config.check.unwrap();
+        let s = image::select(c.image.as_deref(), c.instance_type.as_deref()).unwrap();
+        assert_eq!((s.class.name, s.instance_type.name), (image::BASE, "lite"));
+        assert_eq!(s.address("inst"), "inst");
+        for ok in [
+            "image = \"node\"\n",
+            "image = \"rust\"\ninstance_type = \"standard-2\"\n",
+            "image = \"base\"\ninstance_type = \"lite\"\n",
+        ] {
+            assert_eq!(refused(&check(ok)), None, "{ok}");
+            assert_eq!(refused(&job(ok)), None, "{ok}");
+        }
+        let unknown = refused(&check("image = \"python\"\n")).unwrap();
+        assert_eq!(
+            unknown,
+            "[check] image \"python\" is no sandbox image class (classes: base, node, rust)"
+        );
+        let unknown = refused(&job("image = \"python\"\n")).unwrap();
+        assert!(
+            unknown.starts_with("[jobs.build] image \"python\""),
+            "{unknown}"
+        );
+        let too_big = refused(&job("image = \"node\"\ninstance_type = \"standard-4\"\n"));
+        assert_eq!(
+            too_big.unwrap(),
+            "[jobs.build] instance_type \"standard-4\" is not allowed for image \"node\" \
+             (allowed: basic, standard-1)"
+        );
+        // A type without a class asks it of `base`.
+        let base = refused(&check("instance_type = \"standard-2\"\n")).unwrap();
+        assert!(
+            base.contains("for image \"base\" (allowed: lite)"),
+            "{base}"
+        );
     }
 
     #[test]

@@ -136,6 +136,9 @@ pub struct Gates<'a> {
     /// (nothing after `with_gates` changes it). None: the run's `reported`
     /// concludes it after the release.
     pub report: Option<&'a Report<'a>>,
+    /// The sandbox's address (`sandbox::image`) when the run chose an
+    /// image class; None: the instance's own id (`base`).
+    pub sandbox: Option<&'a str>,
 }
 
 /// An admission pool and its capacity.
@@ -279,7 +282,7 @@ where
         gate_id: entry.gate_id,
         group: gates.serial.as_ref().map(|s| s.group),
         pools: gates.pools,
-        sandbox_id: ctx.instance_id(),
+        sandbox_id: gates.sandbox.unwrap_or(ctx.instance_id()),
     };
     if let Some(s) = &gates.serial {
         match serial_turn(ctx, env, s, &held).await {
@@ -1034,9 +1037,15 @@ pub async fn release_all(
             event: SLOT_EVENT.into(),
         }));
     }
-    lease::release_sandbox(env.db, instance_id)
+    let sandboxes = lease::release_sandbox(env.db, instance_id)
         .await
         .map_err(gate_failure)?;
+    // A sandbox of an image class other than `base` is discarded with its
+    // lease (finalize discards the instance's own id). Best effort: one that
+    // does not answer is idled out by its own lifecycle.
+    for sandbox in sandboxes.iter().filter(|s| s.as_str() != instance_id) {
+        let _ = env.sandbox.discard(sandbox).await;
+    }
     let subject = Subject {
         instance_id: instance_id.to_owned(),
         ..Subject::default()

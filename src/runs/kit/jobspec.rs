@@ -65,6 +65,12 @@ pub struct JobConfig {
     /// Whether a failed unit cancels its live siblings; default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_fast: Option<bool>,
+    /// The sandbox image class (`sandbox::image`); default `base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A Containers instance type the class allows; default its first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
 }
 
 /// The event kinds `on` selects.
@@ -157,6 +163,7 @@ fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
     if job.shards.is_some_and(|n| n == 0 || n > SHARDS_MAX) {
         return Err(format!("shards must be 1 to {SHARDS_MAX}"));
     }
+    crate::sandbox::image::select(job.image.as_deref(), job.instance_type.as_deref())?;
     validate_matrix(&job.matrix)
 }
 

@@ -173,6 +173,7 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &DeployInput) -> Result<Run
         // deployment after the gates on a failure and notes its verdict),
         // and the group is held no longer than the deployment needs.
         report: None,
+        sandbox: None,
     };
     let window_ms = confirmation_window(&deploy, &policy);
     extend_ceiling(ctx, &deploy, window_ms).await?;

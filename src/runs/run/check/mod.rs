@@ -266,11 +266,13 @@ async fn run_single(
         if let Some(v) = unchanged(ctx, env, input, check).await? {
             return Ok(v);
         }
+        let sandbox = sandbox_of(ctx, check.image.as_deref(), check.instance_type.as_deref())?;
         // The gates' verdict is the check's: concluded before the release.
         let gates = Gates {
             serial: None,
             pools,
             report: Some(&report),
+            sandbox: Some(&sandbox),
         };
         let command = Command {
             text: &check.command,
@@ -315,10 +317,12 @@ async fn run_unit(
     let pools = check_pools(env, &repo_pool);
     let (target, pools, job) = (&target, &pools, &job);
     reported(ctx, env, target, |report| async move {
+        let sandbox = sandbox_of(ctx, job.image.as_deref(), job.instance_type.as_deref())?;
         let gates = Gates {
             serial: None,
             pools,
             report: Some(&report),
+            sandbox: Some(&sandbox),
         };
         let command = Command {
             text: &job.command,
@@ -331,6 +335,19 @@ async fn run_unit(
         .await
     })
     .await
+}
+
+/// The address of the sandbox the command runs in: the instance's, of the
+/// image class and instance type the config chose (validated when it was
+/// read, so an error here is a config read by an older version).
+fn sandbox_of(
+    ctx: &Ctx<'_>,
+    image: Option<&str>,
+    instance_type: Option<&str>,
+) -> Result<String, RunError> {
+    crate::sandbox::image::select(image, instance_type)
+        .map(|s| s.address(ctx.instance_id()))
+        .map_err(|message| RunError::InvalidInput { message })
 }
 
 /// Tells the run that needs this check (a deploy's `needs`) that it ended.

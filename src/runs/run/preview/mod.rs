@@ -190,6 +190,7 @@ async fn deployed(
             capacity: env.pool_capacity,
         }],
         report: None,
+        sandbox: None,
     };
     let lane = Lane {
         place: Some(Place {

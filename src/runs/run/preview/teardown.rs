@@ -154,6 +154,7 @@ async fn gated(
             capacity: env.pool_capacity,
         }],
         report: None,
+        sandbox: None,
     };
     let done = Cell::new(Retired::default());
     let verdict = with_gates(ctx, env, &gates, |held| {

@@ -1,0 +1,125 @@
+// End-to-end inside real containers (docs/containers-local.md): image classes
+// (src/sandbox/image.rs). A `[check]` selects one with `image = "node"` or `image = "rust"` (and
+// may ask a larger `instance_type` the class allows); its command runs in that class's container,
+// built offline from Debian's packages (scripts/containers/setup.sh: node-packages.txt,
+// rust-packages.txt), which the host's own Node (20) and Rust (rustup) are not. An unknown class
+// fails the check naming the classes that exist, before any container starts.
+//
+// Run by `npm test` when the machine can run containers (scripts/test.sh), and by
+// `npm run test:containers`.
+
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { after, before, test } from 'node:test';
+import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
+import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
+import { OWNER, checkRuns, marker1, waitForTerminal } from './helpers.mjs';
+
+// node:test's limit per test: a run wait (a cold container of a class, a crate's build) plus the
+// requests around it.
+const TEST_TIMEOUT_MS = 8 * 60_000;
+// A rust check builds and tests a crate in a container on 2 shared cores: a minute or two cold.
+const RUST_RUN_TIMEOUT_MS = 6 * 60_000;
+// Starting the stack: setup.sh (cold: mmdebstrap of three images), the agent's release build,
+// the Worker build when not prebuilt, and wrangler dev building every class's agent image.
+const STACK_START_TIMEOUT_MS = 45 * 60_000;
+
+// Where the command ran: its host name, and whether it is a Docker container.
+const WHERE = [
+  'printf "sluice-%s=%s\\n" host "$(hostname)"',
+  'printf "sluice-%s=%s\\n" dockerenv "$(test -f /.dockerenv && echo yes || echo no)"',
+].join('; ');
+
+const NODE_CONFIG = `[check]\ncommand = '''${WHERE}; printf "sluice-%s=%s\\n" node "$(node --version)"; npm --version'''\nimage = "node"\n`;
+
+// A crate with no dependencies (nothing to fetch from a registry), with one unit test.
+const CRATE = {
+  'Cargo.toml': '[package]\nname = "boxed"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n',
+  'src/lib.rs': 'pub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 3), 5);\n    }\n}\n',
+};
+const RUST_CONFIG = `[check]\ncommand = '''${WHERE}; printf "sluice-%s=%s\\n" cargo "$(cargo --version)"; cargo test --offline 2>&1'''\nimage = "rust"\ninstance_type = "standard-2"\n`;
+
+let stack;
+
+before(async () => {
+  stack = await startStack({ containers: true });
+}, { timeout: STACK_START_TIMEOUT_MS });
+
+after(async () => {
+  await stack?.stop();
+});
+
+function imageTest(name, fn) {
+  test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      console.error(`\n--- worker log tail (${t.name}) ---\n${stack?.logTail() ?? '(no stack)'}\n`);
+      throw err;
+    }
+  });
+}
+
+async function openPullRequest(repo, sha) {
+  const payload = pullRequestPayload({
+    owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo),
+  });
+  const res = await stack.sendWebhook('pull_request', payload, randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  const checks = res.body.instances.filter((i) => i.run === 'check');
+  assert.equal(checks.length, 1, JSON.stringify(res.body));
+  return checks[0].id;
+}
+
+async function concluded(repo, sha, id, timeoutMs) {
+  await waitForTerminal(stack, id, 'complete', timeoutMs);
+  // The pull request's check (its preview's check run aside).
+  const runs = (await checkRuns(stack, repo)).filter((r) => r.name === 'sluice/check');
+  assert.equal(runs.length, 1, JSON.stringify(runs, null, 2));
+  assert.equal(runs[0].head_sha, sha);
+  assert.equal(runs[0].status, 'completed');
+  return runs[0];
+}
+
+function assertInContainer(summary) {
+  const host = marker1(summary, 'host');
+  assert.notEqual(host, hostname(), 'the command ran on the host');
+  assert.equal(marker1(summary, 'dockerenv'), 'yes');
+}
+
+imageTest('a node check runs node --version in the node image and passes', async () => {
+  const repo = 'imaged-node';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': NODE_CONFIG, 'README.md': '# node\n' });
+  const id = await openPullRequest(repo, sha);
+  const run = await concluded(repo, sha, id);
+  const summary = run.output.summary;
+  assert.equal(run.conclusion, 'success', summary);
+  assertInContainer(summary);
+  // Debian bookworm's Node.js (18), not the host's.
+  assert.match(marker1(summary, 'node'), /^v18\.\d+\.\d+$/, summary);
+});
+
+imageTest('a rust check on a larger instance type builds and tests a crate in the rust image', async () => {
+  const repo = 'imaged-rust';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': RUST_CONFIG, ...CRATE });
+  const id = await openPullRequest(repo, sha);
+  const run = await concluded(repo, sha, id, RUST_RUN_TIMEOUT_MS);
+  const summary = run.output.summary;
+  assert.equal(run.conclusion, 'success', summary);
+  assertInContainer(summary);
+  // Debian's cargo-web (1.85 or newer), not the host's rustup toolchain.
+  assert.match(marker1(summary, 'cargo'), /^cargo 1\.\d+\.\d+/, summary);
+  assert.match(summary, /test tests::adds \.\.\. ok/, summary);
+  assert.match(summary, /test result: ok\. 1 passed/, summary);
+});
+
+imageTest('an unknown image class fails the check naming the classes that exist', async () => {
+  const repo = 'imaged-unknown';
+  const config = '[check]\ncommand = "true"\nimage = "python"\n';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const id = await openPullRequest(repo, sha);
+  const run = await concluded(repo, sha, id);
+  assert.equal(run.conclusion, 'failure', run.output.summary);
+  assert.match(run.output.summary, /image "python" is no sandbox image class \(classes: base, node, rust\)/);
+});
