@@ -180,6 +180,15 @@ fn each_job_runs_in_the_image_class_it_selects() {
         assert!(discarded.contains(address), "{address} in {discarded:?}");
     }
     assert_eq!(conclusion(&rig, &a, "sluice/check"), "success");
+    // Each job's check run says where it ran.
+    for (job, place) in [
+        ("sluice/build", "in the `rust` sandbox (standard-2)."),
+        ("sluice/lint", "in the `base` sandbox (lite)."),
+        ("sluice/web", "in the `node` sandbox (basic)."),
+    ] {
+        let run = rig.github.only_check_run(&a, job);
+        assert!(run.summary().contains(place), "{job}: {}", run.summary());
+    }
 }
 
 #[test]

@@ -137,6 +137,23 @@ pub fn instance_of(address: &str) -> &str {
         .map_or(address, |(id, _)| id)
 }
 
+/// The class and instance type of an address's sandbox, as a summary says
+/// it: "the `node` sandbox (basic)". None for an address no class has.
+pub fn described(address: &str) -> Option<String> {
+    let selected = match address.split_once(ADDRESS_SEPARATOR) {
+        None => select(None, None),
+        Some((_, pair)) => {
+            let (class, instance_type) = pair.split_once('.').unwrap_or((pair, ""));
+            select(Some(class), Some(instance_type))
+        }
+    };
+    let s = selected.ok()?;
+    Some(format!(
+        "the `{}` sandbox ({})",
+        s.class.name, s.instance_type.name
+    ))
+}
+
 /// The Durable Object binding that runs an address's sandbox.
 pub fn binding_of(address: &str) -> Result<&'static str, String> {
     let Some((_, pair)) = address.split_once(ADDRESS_SEPARATOR) else {
@@ -156,6 +173,18 @@ mod tests {
         assert_eq!((s.class.name, s.instance_type.name), ("base", "lite"));
         assert_eq!(s.address("check-x"), "check-x");
         assert_eq!(binding_of("check-x"), Ok("SANDBOX"));
+        assert_eq!(described("check-x").unwrap(), "the `base` sandbox (lite)");
+    }
+
+    #[test]
+    fn a_summary_names_the_class_and_type_of_an_address() {
+        let rust = select(Some("rust"), Some("standard-2")).unwrap();
+        let address = rust.address("check-x");
+        assert_eq!(
+            described(&address).unwrap(),
+            "the `rust` sandbox (standard-2)"
+        );
+        assert_eq!(described("check-x~python.big"), None);
     }
 
     #[test]

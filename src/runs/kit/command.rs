@@ -724,6 +724,17 @@ pub fn summary_parts(summary: &str) -> Option<(&str, &str)> {
 
 /// Maps a command's end to a verdict, with the log tail in the summary.
 pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
+    verdict_in(command, r, None)
+}
+
+/// As `verdict_of`, naming the sandbox the command ran in (a check's job
+/// chooses its image class): "... after 1.2 s in the `rust` sandbox
+/// (standard-1)."
+pub fn verdict_in(command: &str, r: &CommandResult, sandbox: Option<&str>) -> Verdict {
+    let place = sandbox
+        .and_then(crate::sandbox::image::described)
+        .map(|d| format!(" in {d}"))
+        .unwrap_or_default();
     let seconds = r.duration_ms.unwrap_or(0) as f64 / 1000.0;
     let how = match (r.timed_out, r.exit_code) {
         (true, _) => "timed out".to_owned(),
@@ -739,7 +750,7 @@ pub fn verdict_of(command: &str, r: &CommandResult) -> Verdict {
         _ => String::new(),
     };
     let summary = format!(
-        "`{command}` {how} after {seconds:.1} s.{why}{TAIL_INTRO}{} bytes in all, {full}{TAIL_OPEN}{}{TAIL_CLOSE}",
+        "`{command}` {how} after {seconds:.1} s{place}.{why}{TAIL_INTRO}{} bytes in all, {full}{TAIL_OPEN}{}{TAIL_CLOSE}",
         r.output_bytes, r.tail
     );
     match (r.timed_out, r.exit_code) {

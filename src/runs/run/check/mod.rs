@@ -25,7 +25,7 @@ use crate::limits::{
 use crate::store::executions::{self, LiveCheck, ShaFilter};
 
 use crate::runs::kit::approval::{self, Ask, Decided};
-use crate::runs::kit::command::{run_command, verdict_of, CommandSpec};
+use crate::runs::kit::command::{run_command, verdict_in, CommandSpec};
 use crate::runs::kit::config::RepoConfig;
 use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig, CONFIG_PATH};
 use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
@@ -660,5 +660,5 @@ async fn check_held(
         held: &held,
     };
     let result = run_command(ctx, env, &spec).await?;
-    Ok(verdict_of(command.text, &result))
+    Ok(verdict_in(command.text, &result, Some(held.sandbox_id)))
 }
