@@ -166,14 +166,7 @@ fn each_job_runs_in_the_image_class_it_selects() {
         units[1].1.id.clone(),
         format!("{}~node.basic", units[2].1.id),
     ];
-    let started: Vec<String> = rig
-        .sandbox
-        .st
-        .borrow()
-        .starts
-        .iter()
-        .map(|r| r.sandbox.clone())
-        .collect();
+    let started = rig.sandbox.started_in();
     let discarded = rig.sandbox.discarded();
     for address in &expected {
         assert!(started.contains(address), "{address} in {started:?}");

@@ -303,14 +303,7 @@ fn a_check_runs_in_the_image_class_it_selects_and_discards_that_sandbox() {
     let run = rig.github.only_check_run(&s, "sluice/check");
     assert_eq!(run.conclusion.as_deref(), Some("success"));
     let address = format!("{}~rust.standard-2", c.id);
-    let starts: Vec<String> = rig
-        .sandbox
-        .st
-        .borrow()
-        .starts
-        .iter()
-        .map(|r| r.sandbox.clone())
-        .collect();
+    let starts = rig.sandbox.started_in();
     assert_eq!(starts, [address.clone()]);
     let discarded = rig.sandbox.discarded();
     assert!(discarded.contains(&address), "{discarded:?}");

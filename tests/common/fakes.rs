@@ -1833,6 +1833,16 @@ impl FakeSandbox {
     }
 
     /// Sandboxes discarded, in order.
+    /// The sandbox address of every command started, in order.
+    pub fn started_in(&self) -> Vec<String> {
+        self.st
+            .borrow()
+            .starts
+            .iter()
+            .map(|r| r.sandbox.clone())
+            .collect()
+    }
+
     pub fn discarded(&self) -> Vec<String> {
         self.st.borrow().discarded.clone()
     }

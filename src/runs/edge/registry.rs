@@ -106,22 +106,23 @@ impl<R: Run> AnyRun for Registered<R> {
         input: &Value,
         status: Status,
     ) -> Result<(), String> {
-        let decoded = decode::<R::Input>(input).ok();
-        // A completed run's end is in the index and its gates were released
-        // by its own steps: whoever waits for it hears of it first, before
-        // the sandbox's cleanup (a job's end -> its dependent's start).
-        let completed = status == Status::Complete;
-        if let Some(i) = decoded.as_ref().filter(|_| completed) {
-            self.0.ended(env, instance_id, i, status).await;
+        let release = || async {
+            match R::GATED {
+                true => gate::finalize(env, instance_id).await,
+                false => Ok(()),
+            }
+        };
+        let Ok(i) = decode::<R::Input>(input) else {
+            return release().await;
+        };
+        if status == Status::Complete {
+            // Its end is in the index and its own steps released its gates:
+            // whoever waits for it hears of it before the sandbox's cleanup
+            // (a job's end -> its dependent's start).
+            self.0.ended(env, instance_id, &i, status).await;
+            return release().await;
         }
-        let released = if R::GATED {
-            gate::finalize(env, instance_id).await
-        } else {
-            Ok(())
-        };
-        let Some(i) = decoded.filter(|_| !completed) else {
-            return released;
-        };
+        let released = release().await;
         if matches!(status, Status::Terminated | Status::Errored) {
             if let Some(c) = self.0.check_run(&i) {
                 report::conclude_abandoned(env, &c, instance_id, status).await;

@@ -118,13 +118,15 @@ impl Run for CheckRun {
     ) -> Result<u32, String> {
         let input: CheckInput = serde_json::from_value(req.input.clone())
             .map_err(|e| format!("the check's input does not parse: {e}"))?;
-        let from_seq = if input.job.is_none() {
-            pipeline::end_children(env, req.instance_id, &input, "was restarted").await?;
-            pipeline::restart_point(req.entries, req.from_seq)
-        } else {
-            req.from_seq
-        };
-        gate::prepare_restart(env, &RestartRequest { from_seq, ..*req }).await
+        if input.job.is_some() {
+            return gate::prepare_restart(env, req).await;
+        }
+        // What may refuse the restart comes before the units are ended: a
+        // refused restart leaves the pipeline as it was.
+        let from_seq = pipeline::restart_point(req.entries, req.from_seq);
+        let from_seq = gate::prepare_restart(env, &RestartRequest { from_seq, ..*req }).await?;
+        pipeline::end_children(env, req.instance_id, &input, "was restarted").await?;
+        Ok(from_seq)
     }
 }
 
