@@ -10,15 +10,12 @@
 // `npm run test:containers`.
 
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { after, before, test } from 'node:test';
-import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
+import { after, before } from 'node:test';
 import { docker } from '../../tools/stack/index.mjs';
-import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
+import { startStack } from '../e2e/harness.mjs';
 import {
-  OWNER, checkRuns, containerAtGate, gate, marker1, openGate, tunnelled, waitContainerGone, waitForTerminal,
-} from './helpers.mjs';
+  OWNER, checkRuns, containerAtGate, gate, marker1, openGate, tunnelled, waitContainerGone, waitForTerminal, loggedTest, openPullRequest } from './helpers.mjs';
 
 // node:test's limit per test: a run wait plus the requests around it.
 const TEST_TIMEOUT_MS = 5 * 60_000;
@@ -49,29 +46,6 @@ before(async () => {
 after(async () => {
   await stack?.stop();
 });
-
-function containerTest(name, fn) {
-  test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
-    try {
-      await fn(t);
-    } catch (err) {
-      console.error(`\n--- worker log tail (${t.name}) ---\n${stack?.logTail() ?? '(no stack)'}\n`);
-      throw err;
-    }
-  });
-}
-
-async function openPullRequest(repo, sha) {
-  const payload = pullRequestPayload({
-    owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo),
-  });
-  const res = await stack.sendWebhook('pull_request', payload, randomUUID());
-  assert.equal(res.status, 202, JSON.stringify(res.body));
-  // The pull request's check (its preview, `src/runs/edge/previews.rs`, aside).
-  const checks = res.body.instances.filter((i) => i.run === 'check');
-  assert.equal(checks.length, 1, JSON.stringify(res.body));
-  return checks[0].id;
-}
 
 async function completedCheckRun(repo, sha) {
   const runs = await checkRuns(stack, repo);
@@ -104,10 +78,10 @@ async function assertTokenRequired(container) {
   assert.equal(JSON.parse(right.body).exists, false);
 }
 
-containerTest('a check runs inside a container whose agent requires its token, and the container goes with the run', async () => {
+loggedTest(() => stack, TEST_TIMEOUT_MS, 'a check runs inside a container whose agent requires its token, and the container goes with the run', async () => {
   const repo = 'boxed';
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': PASSING_CONFIG, 'README.md': '# boxed\n' });
-  const id = await openPullRequest(repo, sha);
+  const id = await openPullRequest(stack, repo, sha);
 
   // While the command holds at its gate: the container's start options and its agent.
   const box = await containerAtGate(stack, 'where');
@@ -142,10 +116,10 @@ containerTest('a check runs inside a container whose agent requires its token, a
   await waitContainerGone(stack, box.name);
 });
 
-containerTest('a failing command inside a container concludes failure', async () => {
+loggedTest(() => stack, TEST_TIMEOUT_MS, 'a failing command inside a container concludes failure', async () => {
   const repo = 'boxed-failing';
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': FAILING_CONFIG, 'README.md': '# failing\n' });
-  const id = await openPullRequest(repo, sha);
+  const id = await openPullRequest(stack, repo, sha);
   await waitForTerminal(stack, id, 'complete');
   const run = await completedCheckRun(repo, sha);
   assert.equal(run.conclusion, 'failure', run.output.summary);

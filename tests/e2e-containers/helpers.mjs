@@ -6,9 +6,12 @@
 // Not a test file (node --test picks *.test.mjs only).
 
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { CONTAINER_RUN_TIMEOUT_MS as RUN_TIMEOUT_MS, TERMINAL } from '../../tools/stack/index.mjs';
+import { test } from 'node:test';
+import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
+import { CONTAINER_RUN_TIMEOUT_MS as RUN_TIMEOUT_MS, INSTALLATION_ID, TERMINAL } from '../../tools/stack/index.mjs';
 
 export { RUN_TIMEOUT_MS };
 export {
@@ -74,4 +77,28 @@ export function storedLogs(stack) {
   return storedFiles(stack)
     .filter((f) => f.path.includes(`${join('v3', 'r2')}`) && f.path.includes(`${join('blobs', '')}`))
     .map((f) => f.bytes.toString('utf8'));
+}
+
+// A test that prints the Worker's log tail when it fails (`stack()` is the file's running stack).
+export function loggedTest(stack, timeoutMs, name, fn) {
+  test(name, { timeout: timeoutMs }, async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      console.error(`\n--- worker log tail (${t.name}) ---\n${stack()?.logTail() ?? '(no stack)'}\n`);
+      throw err;
+    }
+  });
+}
+
+// Opens a pull request of `sha` and returns its check's instance id (its preview, if any, aside).
+export async function openPullRequest(stack, repo, sha) {
+  const payload = pullRequestPayload({
+    owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo),
+  });
+  const res = await stack.sendWebhook('pull_request', payload, randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  const checks = res.body.instances.filter((i) => i.run === 'check');
+  assert.equal(checks.length, 1, JSON.stringify(res.body));
+  return checks[0].id;
 }

@@ -9,12 +9,10 @@
 // `npm run test:containers`.
 
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { after, before, test } from 'node:test';
-import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
-import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
-import { OWNER, checkRuns, marker1, waitForTerminal } from './helpers.mjs';
+import { after, before } from 'node:test';
+import { startStack } from '../e2e/harness.mjs';
+import { OWNER, checkRuns, marker1, waitForTerminal, loggedTest, openPullRequest } from './helpers.mjs';
 
 // node:test's limit per test: a run wait (a cold container of a class, a crate's build) plus the
 // requests around it.
@@ -50,28 +48,6 @@ after(async () => {
   await stack?.stop();
 });
 
-function imageTest(name, fn) {
-  test(name, { timeout: TEST_TIMEOUT_MS }, async (t) => {
-    try {
-      await fn(t);
-    } catch (err) {
-      console.error(`\n--- worker log tail (${t.name}) ---\n${stack?.logTail() ?? '(no stack)'}\n`);
-      throw err;
-    }
-  });
-}
-
-async function openPullRequest(repo, sha) {
-  const payload = pullRequestPayload({
-    owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo),
-  });
-  const res = await stack.sendWebhook('pull_request', payload, randomUUID());
-  assert.equal(res.status, 202, JSON.stringify(res.body));
-  const checks = res.body.instances.filter((i) => i.run === 'check');
-  assert.equal(checks.length, 1, JSON.stringify(res.body));
-  return checks[0].id;
-}
-
 async function concluded(repo, sha, id, timeoutMs) {
   await waitForTerminal(stack, id, 'complete', timeoutMs);
   // The pull request's check (its preview's check run aside).
@@ -88,10 +64,10 @@ function assertInContainer(summary) {
   assert.equal(marker1(summary, 'dockerenv'), 'yes');
 }
 
-imageTest('a node check runs node --version in the node image and passes', async () => {
+loggedTest(() => stack, TEST_TIMEOUT_MS, 'a node check runs node --version in the node image and passes', async () => {
   const repo = 'imaged-node';
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': NODE_CONFIG, 'README.md': '# node\n' });
-  const id = await openPullRequest(repo, sha);
+  const id = await openPullRequest(stack, repo, sha);
   const run = await concluded(repo, sha, id);
   const summary = run.output.summary;
   assert.equal(run.conclusion, 'success', summary);
@@ -100,10 +76,10 @@ imageTest('a node check runs node --version in the node image and passes', async
   assert.match(marker1(summary, 'node'), /^v18\.\d+\.\d+$/, summary);
 });
 
-imageTest('a rust check on a larger instance type builds and tests a crate in the rust image', async () => {
+loggedTest(() => stack, TEST_TIMEOUT_MS, 'a rust check on a larger instance type builds and tests a crate in the rust image', async () => {
   const repo = 'imaged-rust';
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': RUST_CONFIG, ...CRATE });
-  const id = await openPullRequest(repo, sha);
+  const id = await openPullRequest(stack, repo, sha);
   const run = await concluded(repo, sha, id, RUST_RUN_TIMEOUT_MS);
   const summary = run.output.summary;
   assert.equal(run.conclusion, 'success', summary);
@@ -114,11 +90,11 @@ imageTest('a rust check on a larger instance type builds and tests a crate in th
   assert.match(summary, /test result: ok\. 1 passed/, summary);
 });
 
-imageTest('an unknown image class fails the check naming the classes that exist', async () => {
+loggedTest(() => stack, TEST_TIMEOUT_MS, 'an unknown image class fails the check naming the classes that exist', async () => {
   const repo = 'imaged-unknown';
   const config = '[check]\ncommand = "true"\nimage = "python"\n';
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
-  const id = await openPullRequest(repo, sha);
+  const id = await openPullRequest(stack, repo, sha);
   const run = await concluded(repo, sha, id);
   assert.equal(run.conclusion, 'failure', run.output.summary);
   assert.match(run.output.summary, /image "python" is no sandbox image class \(classes: base, node, rust\)/);
