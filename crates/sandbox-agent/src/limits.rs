@@ -71,3 +71,16 @@ pub const KILL_CONFIRM_MS: u64 = 5_000;
 /// far above what a host's /tmp holds, so a workspace that floods it keeps its uid out of use
 /// instead of stalling its release.
 pub const SWEEP_ENTRIES_MAX: usize = 200_000;
+
+/// Kept packs (`packs.rs`) unused for this long are removed: a pipeline's dependents check out
+/// their commit within minutes of the jobs they need; an hour covers a long job between them.
+pub const PACK_STORE_AGE_MS: u64 = 60 * 60 * 1000;
+
+/// Kept packs at most: a handful of commits in flight per repository, for a few dozen
+/// repositories, on one agent.
+pub const PACK_STORE_ENTRIES_MAX: usize = 64;
+
+/// Bytes of kept packs at most (least recently used go first): a shallow pack is the size of
+/// one checkout's history-less objects, so 2 GiB holds dozens of large repositories' commits
+/// without filling a container's disk.
+pub const PACK_STORE_BYTES_MAX: u64 = 2 * 1024 * 1024 * 1024;

@@ -7,6 +7,7 @@ mod error;
 mod exec;
 mod host_tools;
 mod limits;
+mod packs;
 mod process;
 mod uid_block;
 mod users;

@@ -1748,9 +1748,7 @@ fn the_checkout_token_is_in_no_command_line_and_no_file() {
     assert!(!git_fetches.is_empty(), "no git fetch seen mid-checkout");
     for (uid, environ) in &git_fetches {
         assert!(
-            environ.contains(&format!(
-                "GIT_CONFIG_VALUE_0=Authorization: Basic {header_b64}"
-            )),
+            environ.contains(&format!("=Authorization: Basic {header_b64}")),
             "{environ}"
         );
         if is_root() {
@@ -1936,4 +1934,73 @@ fn a_toolchain_in_a_home_the_workspace_users_cannot_enter_runs_read_only() {
     assert_eq!(mode, 0o700, "the host's home changed mode");
     let log = agent.stderr.lock().unwrap().clone();
     assert!(log.contains("mounted read-only"), "{log}");
+}
+
+/// A second workspace at a commit this agent already fetched checks out from the kept pack:
+/// with its origin gone it still checks out, read-only bytes the agent owns; another
+/// repository's URL at the same commit is never served from it.
+#[test]
+fn a_commit_already_fetched_checks_out_again_from_its_kept_pack() {
+    if !isolation_available("a_commit_already_fetched_checks_out_again_from_its_kept_pack") {
+        return;
+    }
+    let agent = Agent::start();
+    let repo = make_repo();
+    let (status, reply) = agent.post(
+        "/v1/workspaces",
+        checkout_body("first", &repo.url, &repo.second_sha),
+    );
+    assert_eq!(status, 201, "{reply}");
+    // The origin goes away: only the kept pack can serve the commit now.
+    let origin = PathBuf::from(repo.url.trim_start_matches("file://"));
+    let moved = origin.with_extension("gone");
+    std::fs::rename(&origin, &moved).expect("move the origin away");
+    let (status, reply) = agent.post(
+        "/v1/workspaces",
+        checkout_body("second", &repo.url, &repo.second_sha),
+    );
+    assert_eq!(status, 201, "{reply}");
+    let path = PathBuf::from(reply["path"].as_str().expect("path"));
+    assert_eq!(git(&path, &["rev-parse", "HEAD"]), repo.second_sha);
+    assert_eq!(
+        std::fs::read_to_string(path.join("a.txt")).expect("a"),
+        "two"
+    );
+    // Shallow, as a fetch at depth 1 makes it.
+    assert_eq!(git(&path, &["rev-list", "--count", "HEAD"]), "1");
+    let owner = std::fs::metadata(&path).expect("workspace").uid();
+    let packs = files_under(&path.join(".git/objects/pack"));
+    assert!(!packs.is_empty());
+    for f in &packs {
+        let meta = std::fs::metadata(f).expect("pack file");
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o777),
+            (0, 0o444),
+            "{}",
+            f.display()
+        );
+    }
+    assert_ne!(owner, 0, "the workspace is its user's");
+    // What was not fetched before is not there: the origin really is gone.
+    let (status, reply) = agent.post(
+        "/v1/workspaces",
+        checkout_body("third", &repo.url, &repo.first_sha),
+    );
+    assert_eq!(
+        (status, error_code(&reply)),
+        (422, "checkout_failed"),
+        "{reply}"
+    );
+    // Another repository at the same commit fetches from its own URL (gone too): refused.
+    let other = format!("{}-other", repo.url);
+    let (status, reply) = agent.post(
+        "/v1/workspaces",
+        checkout_body("fourth", &other, &repo.second_sha),
+    );
+    assert_eq!(
+        (status, error_code(&reply)),
+        (422, "checkout_failed"),
+        "{reply}"
+    );
+    std::fs::rename(&moved, &origin).expect("move the origin back");
 }
