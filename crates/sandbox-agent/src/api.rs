@@ -25,6 +25,7 @@ fn to_value<T: serde::Serialize>(answer: &T) -> Result<Value, ApiError> {
     serde_json::to_value(answer)
         .map_err(|e| ApiError::new(500, "internal", format!("answer does not encode: {e}")))
 }
+use crate::archive::Scratch;
 use crate::lock;
 use crate::process::Registry;
 use crate::workspace::Workspaces;
@@ -32,6 +33,8 @@ use crate::workspace::Workspaces;
 pub struct State {
     token: Option<String>,
     workspaces: Workspaces,
+    /// Where archives of workspaces pass through.
+    scratch: Scratch,
     /// The host's toolchains as commands reach them.
     tools: HostTools,
     processes: Arc<Registry>,
@@ -40,10 +43,16 @@ pub struct State {
 impl State {
     /// `token: None` (`--insecure-no-token`) accepts `/v1/` requests without a token, but only
     /// those addressed to a loopback host.
-    pub fn new(token: Option<String>, workspaces: Workspaces, tools: HostTools) -> Self {
+    pub fn new(
+        token: Option<String>,
+        workspaces: Workspaces,
+        scratch: Scratch,
+        tools: HostTools,
+    ) -> Self {
         State {
             token,
             workspaces,
+            scratch,
             tools,
             processes: Arc::default(),
         }
@@ -65,6 +74,10 @@ impl From<ApiError> for Reply {
 /// instead of a dropped connection.
 pub fn serve(state: &State, mut request: Request) {
     let started = Instant::now();
+    if let Some(id) = archive_path(request.url()) {
+        let id = id.to_owned();
+        return serve_archive(state, request, &id, started);
+    }
     let reply = panic::catch_unwind(AssertUnwindSafe(|| route(state, &mut request)))
         .unwrap_or_else(|_| {
             ApiError::new(
@@ -87,6 +100,112 @@ pub fn serve(state: &State, mut request: Request) {
         started.elapsed().as_millis()
     );
     respond(request, reply);
+}
+
+/// The workspace id of `/v1/workspaces/{id}/archive[?...]`.
+fn archive_path(url: &str) -> Option<&str> {
+    let path = url.split('?').next()?;
+    path.strip_prefix("/v1/workspaces/")?
+        .strip_suffix("/archive")
+        .filter(|id| !id.contains('/'))
+}
+
+/// `POST /v1/workspaces/{id}/archive` `{"patterns": [...]}`: the matching files as a gzipped
+/// tar (`X-Sluice-Archive-Files`, `X-Sluice-Archive-Sha256`). `PUT ...?sha256=<hex>` with a
+/// gzipped tar (`Content-Type: application/gzip`; a PUT is never sent cross-origin without a
+/// preflight the agent does not grant): unpacks it, `{"files": n}`.
+fn serve_archive(state: &State, mut request: Request, id: &str, started: Instant) {
+    let method = request.method().clone();
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        authorize(state, &request)?;
+        validate_id(id, "workspace")?;
+        match method {
+            Method::Post => {
+                require_json(&request)?;
+                let req: protocol::ArchiveRequest = read_json(&mut request)?;
+                validate_patterns(&req.patterns)?;
+                let scratch = &state.scratch;
+                state
+                    .workspaces
+                    .with_claimed(id, |path, run_as| scratch.pack(path, run_as, &req.patterns))
+                    .map(Ok)
+            }
+            Method::Put => {
+                let sha256 = query_value(request.url(), "sha256")
+                    .ok_or_else(|| ApiError::invalid("sha256 is required"))?;
+                let scratch = &state.scratch;
+                let body = request.as_reader();
+                let files = state.workspaces.with_claimed(id, |path, run_as| {
+                    scratch.unpack(path, run_as, body, &sha256)
+                })?;
+                Ok(Err((200, json!({"workspace": id, "files": files}))))
+            }
+            _ => Err(method_not_allowed()),
+        }
+    }))
+    .unwrap_or_else(|_| {
+        Err(ApiError::new(
+            500,
+            "internal",
+            "the archive handler panicked; see agent logs",
+        ))
+    });
+    let status = match &outcome {
+        Ok(Ok(_)) => 200,
+        Ok(Err((status, _))) => *status,
+        Err(e) => e.status,
+    };
+    eprintln!(
+        "{method} /v1/workspaces/{id}/archive -> {status} ({} ms)",
+        started.elapsed().as_millis()
+    );
+    match outcome {
+        Ok(Ok(packed)) => respond_archive(request, packed),
+        Ok(Err(reply)) => respond(request, reply),
+        Err(e) => respond(request, e.into()),
+    }
+}
+
+fn respond_archive(request: Request, packed: crate::archive::Packed) {
+    let length = usize::try_from(packed.bytes).ok();
+    let mut response = Response::new(200.into(), Vec::new(), packed.file, length, None);
+    for (name, value) in [
+        ("Content-Type", "application/gzip".to_owned()),
+        (protocol::ARCHIVE_FILES_HEADER, packed.files.to_string()),
+        (protocol::ARCHIVE_SHA256_HEADER, packed.sha256),
+    ] {
+        if let Ok(header) = Header::from_bytes(name, value) {
+            response.add_header(header);
+        }
+    }
+    let _ = request.respond(response);
+}
+
+/// Patterns are workspace-relative globs: never absolute, never through `..`.
+fn validate_patterns(patterns: &[String]) -> Result<(), ApiError> {
+    if patterns.is_empty() || patterns.len() > protocol::ARCHIVE_PATTERNS_MAX {
+        return Err(ApiError::invalid(format!(
+            "patterns must name 1 to {} globs",
+            protocol::ARCHIVE_PATTERNS_MAX
+        )));
+    }
+    for p in patterns {
+        if !protocol::valid_archive_pattern(p) {
+            return Err(ApiError::invalid(format!(
+                "{p:?} is not a workspace-relative pattern"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The value of `name=` in `url`'s query (hex and ids only: no decoding).
+fn query_value(url: &str, name: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+        .map(str::to_owned)
 }
 
 /// Answers a request the server has no thread for.

@@ -84,3 +84,16 @@ pub const PACK_STORE_ENTRIES_MAX: usize = 64;
 /// one checkout's history-less objects, so 2 GiB holds dozens of large repositories' commits
 /// without filling a container's disk.
 pub const PACK_STORE_BYTES_MAX: u64 = 2 * 1024 * 1024 * 1024;
+
+/// Bytes of one archive (a job's artifacts, gzipped) at most: build outputs of a few hundred
+/// MB are common; 1 GiB keeps one upload within what a small container's disk and one R2 put
+/// handle in a step's time.
+pub const ARCHIVE_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+
+/// Entries looked through when matching an archive's patterns: a checkout with
+/// `node_modules` has some 100,000; ten times that means something is wrong.
+pub const ARCHIVE_ENTRIES_MAX: usize = 1_000_000;
+
+/// Bound on one `tar` run: 1 GiB compresses in well under a minute; 10 minutes allows for a
+/// loaded machine, and a command step's retry takes over past it.
+pub const ARCHIVE_TIMEOUT_MS: u64 = 10 * 60 * 1000;

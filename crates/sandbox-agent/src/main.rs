@@ -2,6 +2,7 @@
 //! API. In production it runs inside a Cloudflare Container; in development on localhost.
 
 mod api;
+mod archive;
 mod clone_url;
 mod error;
 mod exec;
@@ -155,7 +156,8 @@ fn prepare(args: &Args, token: Option<String>) -> Result<api::State, String> {
     );
     let tools = host_tools(&args.root, block.is_some());
     let workspaces = workspace::Workspaces::open(&args.root, block, urls)?;
-    Ok(api::State::new(token, workspaces, tools))
+    let scratch = archive::Scratch::open(&args.root)?;
+    Ok(api::State::new(token, workspaces, scratch, tools))
 }
 
 /// The host's toolchains as the workspace users reach them (`host_tools`), said at startup.

@@ -196,6 +196,24 @@ impl Workspaces {
         start(&path, run_as)
     }
 
+    /// Runs `f` on an existing workspace, holding it as a checkout does: no command starts
+    /// and no checkout or delete begins there meanwhile (a command already running goes on).
+    pub fn with_claimed<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&Path, RunAs) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let _busy = self.claim(id)?;
+        let (path, run_as) = self.existing_in(&lock(&self.table), id).ok_or_else(|| {
+            ApiError::new(
+                404,
+                "workspace_not_found",
+                format!("workspace {id} does not exist"),
+            )
+        })?;
+        f(&path, run_as)
+    }
+
     fn claim(&self, id: &str) -> Result<Busy<'_>, ApiError> {
         if !lock(&self.table).busy.insert(id.to_owned()) {
             return Err(busy_error(id));

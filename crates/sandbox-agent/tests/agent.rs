@@ -275,6 +275,26 @@ impl Agent {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> (u16, Value) {
+        let (status, head, body) = self.exchange_bytes(method, path, headers, body);
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{head}"
+        );
+        let body = serde_json::from_slice(&body).unwrap_or_else(|e| {
+            panic!("non-JSON body ({e}): {:?}", String::from_utf8_lossy(&body))
+        });
+        (status, body)
+    }
+
+    /// One exchange as `exchange` makes it; status, response head and body bytes.
+    fn exchange_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, String, Vec<u8>) {
         let mut stream = TcpStream::connect(&self.addr).expect("connect");
         let timeout = Some(Duration::from_millis(HTTP_TIMEOUT_MS));
         stream.set_read_timeout(timeout).expect("read timeout");
@@ -302,18 +322,7 @@ impl Agent {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("bad status line in {head:?}"));
-        assert!(
-            head.to_ascii_lowercase()
-                .contains("content-type: application/json"),
-            "{head}"
-        );
-        let body = serde_json::from_slice(&raw[split + 4..]).unwrap_or_else(|e| {
-            panic!(
-                "non-JSON body ({e}): {:?}",
-                String::from_utf8_lossy(&raw[split + 4..])
-            )
-        });
-        (status, body)
+        (status, head.into_owned(), raw[split + 4..].to_vec())
     }
 
     /// An exchange as the Worker makes it: the bearer token, and a JSON content type on
@@ -2003,4 +2012,94 @@ fn a_commit_already_fetched_checks_out_again_from_its_kept_pack() {
         "{reply}"
     );
     std::fs::rename(&moved, &origin).expect("move the origin back");
+}
+
+/// A response header's value (case-insensitive name).
+fn header_of<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// `build`'s `dist/**` (regular files only, never a link) unpacks into `test` as `test`'s
+/// user's files; a corrupted archive or a pattern leaving the workspace is refused.
+#[test]
+fn an_archive_of_one_workspace_unpacks_into_another() {
+    let agent = Agent::start();
+    agent.empty_workspace("build");
+    let made = agent.exec(
+        "build",
+        "mkdir -p dist/sub && echo a > dist/a.txt && echo b > dist/sub/b.txt \
+         && echo c > other.txt && ln -s /etc/hostname dist/link",
+        10_000,
+    );
+    assert_eq!(made["exit_code"], 0, "{made}");
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let json_headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let (status, head, archive) = agent.exchange_bytes(
+        "POST",
+        "/v1/workspaces/build/archive",
+        &json_headers,
+        br#"{"patterns": ["dist/**"]}"#,
+    );
+    assert_eq!(status, 200, "{head} {}", String::from_utf8_lossy(&archive));
+    assert_eq!(
+        header_of(&head, "X-Sluice-Archive-Files"),
+        Some("2"),
+        "{head}"
+    );
+    let sha = header_of(&head, "X-Sluice-Archive-Sha256")
+        .expect("sha")
+        .to_owned();
+    assert_eq!(sha.len(), 64);
+
+    let test = agent.empty_workspace("test");
+    let gzip_headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/gzip"),
+    ];
+    let wrong = format!("/v1/workspaces/test/archive?sha256={}", "0".repeat(64));
+    let (status, _, body) = agent.exchange_bytes("PUT", &wrong, &gzip_headers, &archive);
+    assert_eq!(status, 422, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        !test.join("dist").exists(),
+        "nothing unpacked from a corrupt archive"
+    );
+
+    let path = format!("/v1/workspaces/test/archive?sha256={sha}");
+    let (status, _, body) = agent.exchange_bytes("PUT", &path, &gzip_headers, &archive);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let reply: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(reply["files"], 2, "{reply}");
+    let read = |p: &str| agent.exec("test", &format!("cat {p}"), 10_000)["output"].clone();
+    assert_eq!(read("dist/a.txt"), "a\n");
+    assert_eq!(read("dist/sub/b.txt"), "b\n");
+    assert!(!test.join("other.txt").exists());
+    assert!(
+        std::fs::symlink_metadata(test.join("dist/link")).is_err(),
+        "links are not archived"
+    );
+    let owner = std::fs::metadata(&test).expect("workspace").uid();
+    let file = std::fs::metadata(test.join("dist/a.txt")).expect("a").uid();
+    assert_eq!(file, owner, "unpacked files are the workspace user's");
+
+    let (status, reply) = agent.post(
+        "/v1/workspaces/build/archive",
+        json!({"patterns": ["../x"]}),
+    );
+    assert_eq!(
+        (status, error_code(&reply)),
+        (400, "invalid_request"),
+        "{reply}"
+    );
+    let (status, reply) = agent.post("/v1/workspaces/nope/archive", json!({"patterns": ["x"]}));
+    assert_eq!(
+        (status, error_code(&reply)),
+        (404, "workspace_not_found"),
+        "{reply}"
+    );
 }

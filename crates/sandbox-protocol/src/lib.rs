@@ -93,6 +93,40 @@ pub struct CheckoutRequest {
     pub token: Option<String>,
 }
 
+/// `/v1/workspaces/{id}/archive`: `POST` an [`ArchiveRequest`] for the
+/// matching files as a gzipped tar; `PUT` one (`?sha256=<hex>`,
+/// `Content-Type: application/gzip`) to unpack it into the workspace.
+pub fn archive_path(workspace: &str) -> String {
+    format!("{PATH_WORKSPACES}/{workspace}/archive")
+}
+
+/// How many files an archive holds (a response header).
+pub const ARCHIVE_FILES_HEADER: &str = "X-Sluice-Archive-Files";
+/// The SHA-256 (hex) of the archive's bytes (a response header).
+pub const ARCHIVE_SHA256_HEADER: &str = "X-Sluice-Archive-Sha256";
+
+/// Globs one archive may name: a job's `artifacts` list is a handful.
+pub const ARCHIVE_PATTERNS_MAX: usize = 32;
+
+/// `POST /v1/workspaces/{id}/archive`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveRequest {
+    /// Workspace-relative globs (`dist/**`), matched against the paths
+    /// of regular files.
+    pub patterns: Vec<String>,
+}
+
+/// A workspace-relative glob: not empty, at most 256 bytes, not
+/// absolute, no `..` component, no backslash or control character.
+pub fn valid_archive_pattern(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 256
+        && !p.starts_with('/')
+        && !p.split('/').any(|c| c == "..")
+        && !p.chars().any(|c| c == '\\' || c.is_control())
+}
+
 /// `GET /v1/workspaces/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceState {
