@@ -36,8 +36,13 @@ pub struct PackStore {
 
 /// A complete entry: the files of one pack (`.pack`, `.idx`, and `.rev` when git wrote one).
 pub struct Kept {
+    entry: PathBuf,
     files: Vec<PathBuf>,
 }
+
+/// One kept pack takes at most this share of the store's bytes: a repository's full history
+/// (a server that refused a fetch by sha) would otherwise push every other entry out.
+const PACK_STORE_SHARE_MAX: u64 = 4;
 
 impl PackStore {
     /// Opens (creating) `<root>/packs`, after checking the agent owns it.
@@ -53,7 +58,9 @@ impl PackStore {
         }
         fs::set_permissions(&dir, fs::Permissions::from_mode(STORE_MODE))
             .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
-        Ok(PackStore { dir })
+        let store = PackStore { dir };
+        store.evict(SystemTime::now());
+        Ok(store)
     }
 
     fn entry(&self, url: &str, sha: &str) -> PathBuf {
@@ -62,8 +69,10 @@ impl PackStore {
         self.dir.join(format!("{hex}-{sha}"))
     }
 
-    /// The kept pack of `sha` fetched from `url`, if there is a complete one; marks it used.
+    /// The kept pack of `sha` fetched from `url`, if there is a complete one (`Kept::used`
+    /// marks it used once it checked out).
     pub fn find(&self, url: &str, sha: &str) -> Option<Kept> {
+        self.evict(SystemTime::now());
         let entry = self.entry(url, sha);
         let mut files: Vec<PathBuf> = fs::read_dir(&entry)
             .ok()?
@@ -79,23 +88,50 @@ impl PackStore {
         if !has("pack") || !has("idx") {
             return None;
         }
-        // Least recently used goes first when the store is full.
-        let _ = fs::File::open(&entry).and_then(|f| f.set_modified(SystemTime::now()));
-        Some(Kept { files })
+        Some(Kept { entry, files })
+    }
+
+    /// Forgets the kept pack of `sha` from `url` (it did not check out): renamed aside first,
+    /// so no new checkout links it while it goes.
+    pub fn forget(&self, url: &str, sha: &str) {
+        let entry = self.entry(url, sha);
+        let aside = self.staging(sha);
+        if fs::rename(&entry, &aside).is_ok() {
+            let _ = fs::remove_dir_all(&aside);
+        }
+    }
+
+    /// A fresh name in the store for an entry being made or removed.
+    fn staging(&self, sha: &str) -> PathBuf {
+        static STAGED: AtomicU64 = AtomicU64::new(0);
+        let n = STAGED.fetch_add(1, Ordering::Relaxed);
+        self.dir.join(format!(".new-{n}-{sha}"))
     }
 
     /// Keeps the pack a fetch just wrote into `pack_dir` (a workspace's `.git/objects/pack`)
     /// as the entry of `sha` from `url`: its files become the agent's and read-only, then are
     /// linked into the store. Nothing is kept unless the fetch wrote exactly one pack.
     pub fn keep(&self, url: &str, sha: &str, pack_dir: &Path) -> Result<(), String> {
-        let files = one_pack(pack_dir)?;
         let entry = self.entry(url, sha);
         if entry.exists() {
             return Ok(());
         }
-        static STAGED: AtomicU64 = AtomicU64::new(0);
-        let n = STAGED.fetch_add(1, Ordering::Relaxed);
-        let staging = self.dir.join(format!(".new-{n}-{sha}"));
+        let files = one_pack(pack_dir)?;
+        // Only a store on the workspace's filesystem can link it (else the workspace's pack
+        // would change hands for nothing), and only a pack that leaves room for others.
+        let device = |p: &Path| fs::metadata(p).map(|m| m.dev()).ok();
+        if device(pack_dir).is_none() || device(pack_dir) != device(&self.dir) {
+            return Err("the store is on another filesystem than the workspaces".into());
+        }
+        let bytes: u64 = files
+            .iter()
+            .filter_map(|f| fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        if bytes > PACK_STORE_BYTES_MAX / PACK_STORE_SHARE_MAX {
+            return Err(format!("the pack is {bytes} bytes, too large to keep"));
+        }
+        let staging = self.staging(sha);
         let _ = fs::remove_dir_all(&staging);
         fs::create_dir(&staging).map_err(|e| format!("cannot create the entry: {e}"))?;
         let linked = files.iter().try_for_each(|f| {
@@ -143,6 +179,11 @@ impl PackStore {
 }
 
 impl Kept {
+    /// Marks the entry used (it checked out): the least recently used go first.
+    pub fn used(&self) {
+        let _ = fs::File::open(&self.entry).and_then(|f| f.set_modified(SystemTime::now()));
+    }
+
     /// Hard-links the pack into `pack_dir` (a new workspace's `.git/objects/pack`).
     pub fn link_into(&self, pack_dir: &Path) -> Result<(), String> {
         for f in &self.files {

@@ -364,15 +364,24 @@ impl Workspaces {
             return git.fetch_and_checkout(url, sha);
         };
         if let Some(kept) = packs.find(url, sha) {
-            match git.checkout_kept(&kept, sha) {
-                Ok(()) => return Ok(()),
+            match git.checkout_kept(&kept, sha, url) {
+                Ok(()) => {
+                    kept.used();
+                    return Ok(());
+                }
                 Err(e) => {
                     eprintln!("warning: the kept pack of {sha} did not check out: {e}");
+                    packs.forget(url, sha);
                     fresh_dir(git.dir, git.run_as).map_err(|e| e.message)?;
                 }
             }
         }
         git.fetch_and_checkout(url, sha)?;
+        // A fetch by sha at depth 1 leaves a shallow boundary; the full-history fallback
+        // does not, and its pack is every commit's: not kept.
+        if !git.dir.join(".git/shallow").exists() {
+            return Ok(());
+        }
         if let Err(e) = packs.keep(url, sha, &git.dir.join(".git/objects/pack")) {
             eprintln!("warning: the pack of {sha} is not kept: {e}");
         }
@@ -531,16 +540,21 @@ impl<'a> Git<'a> {
 
     /// Checks out `sha` from a kept pack: linked in, with the commit as the shallow boundary
     /// (a fetch at depth 1 would have made the same), then verified as a fetched one is.
-    fn checkout_kept(&self, kept: &Kept, sha: &str) -> Result<(), String> {
+    fn checkout_kept(&self, kept: &Kept, sha: &str, url: &str) -> Result<(), String> {
         self.run(&["init", "-q", "--template="], false)?;
         let git_dir = self.dir.join(".git");
         kept.link_into(&git_dir.join("objects/pack"))?;
-        let shallow = git_dir.join("shallow");
-        fs::write(&shallow, format!("{sha}\n"))
-            .map_err(|e| format!("cannot write the shallow boundary: {e}"))?;
-        if let RunAs::User(uid) = self.run_as {
-            std::os::unix::fs::chown(&shallow, Some(uid), Some(uid))
-                .map_err(|e| format!("cannot give the shallow boundary to its user: {e}"))?;
+        // What the fetch would have left: the shallow boundary and FETCH_HEAD.
+        for (name, text) in [
+            ("shallow", format!("{sha}\n")),
+            ("FETCH_HEAD", format!("{sha}\t\t{url}\n")),
+        ] {
+            let path = git_dir.join(name);
+            fs::write(&path, text).map_err(|e| format!("cannot write {name}: {e}"))?;
+            if let RunAs::User(uid) = self.run_as {
+                std::os::unix::fs::chown(&path, Some(uid), Some(uid))
+                    .map_err(|e| format!("cannot give {name} to its user: {e}"))?;
+            }
         }
         self.run(&["checkout", "-q", "--detach", sha], false)?;
         self.verify_head(sha)

@@ -1975,8 +1975,9 @@ fn a_commit_already_fetched_checks_out_again_from_its_kept_pack() {
         std::fs::read_to_string(path.join("a.txt")).expect("a"),
         "two"
     );
-    // Shallow, as a fetch at depth 1 makes it.
+    // Shallow, with FETCH_HEAD, as a fetch at depth 1 makes it.
     assert_eq!(git(&path, &["rev-list", "--count", "HEAD"]), "1");
+    assert_eq!(git(&path, &["rev-parse", "FETCH_HEAD"]), repo.second_sha);
     let owner = std::fs::metadata(&path).expect("workspace").uid();
     let packs = files_under(&path.join(".git/objects/pack"));
     assert!(!packs.is_empty());
