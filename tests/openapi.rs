@@ -151,15 +151,19 @@ fn each_list_documents_exactly_the_parameters_it_accepts_and_its_cap() {
         let schema = &query_param(op, limit)["schema"];
         assert_eq!(schema["maximum"], max, "GET {path}: {limit} maximum");
     }
-    // A signed log link takes exactly its signature (`runs::loglink`).
-    let link = &doc["paths"]["/logs/{id}/{step_key}"]["get"];
-    assert_eq!(params(link, "query"), ["exp", "sig"]);
+    // A signed link (a log's, an archive's) takes exactly its signature
+    // (`runs::loglink`).
+    const SIGNED: [&str; 2] = ["/logs/{id}/{step_key}", "/artifacts/{id}"];
+    for path in SIGNED {
+        let link = &doc["paths"][path]["get"];
+        assert_eq!(params(link, "query"), ["exp", "sig"], "{path}");
+    }
     // Other operations without a list document no query.
     for (path, item) in doc["paths"].as_object().unwrap() {
         for m in METHODS {
             let Some(op) = item.get(*m) else { continue };
             let is_list = lists.iter().any(|(p, ..)| p == path) && *m == "get";
-            if !is_list && path != "/logs/{id}/{step_key}" {
+            if !is_list && !SIGNED.contains(&path.as_str()) {
                 assert!(params(op, "query").is_empty(), "{m} {path} takes no query");
             }
         }
@@ -230,7 +234,7 @@ fn every_example_is_valid_against_its_schema() {
     for (what, content) in contents {
         for (media, body) in content {
             assert!(
-                media == "application/json" || media == "text/plain",
+                ["application/json", "text/plain", "application/gzip"].contains(&media.as_str()),
                 "{what}: {media}"
             );
             if let Some(example) = body.get("example") {

@@ -525,8 +525,40 @@ fn exec_page(status: &str) -> ExecutionPage {
         approvals: Vec::new(),
         group: Some("deploy:octo/hello:main".into()),
         pipeline: None,
+        artifacts: Vec::new(),
         actions: Actions::v1(Some("csrf-123".into())),
     }
+}
+
+/// A unit's archives are listed with what they hold and a signed download
+/// link; without LOG_LINK_SECRET the page says how to get one.
+#[test]
+fn the_execution_page_lists_artifacts_with_their_download_link() {
+    use sluice::http::pages::execution::ArtifactView;
+    let mut page = exec_page("complete");
+    page.artifacts = vec![
+        ArtifactView {
+            label: "sluice/build".into(),
+            what: "3 files, 1.2 MB".into(),
+            download: Some(sluice::http::pages::paths::artifact("unit-1", 42, "ab12")),
+        },
+        ArtifactView {
+            label: "sluice/docs".into(),
+            what: "1 file, 10 bytes".into(),
+            download: None,
+        },
+    ];
+    let html = render_execution(&page, NOW);
+    assert!(html.contains("<h2>Artifacts</h2>"), "{html}");
+    assert!(
+        html.contains("<strong>sluice/build</strong>: 3 files, 1.2 MB <a href=\"/artifacts/unit-1?exp=42&amp;sig=ab12\" download>download</a>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<strong>sluice/docs</strong>: 1 file, 10 bytes (set LOG_LINK_SECRET"),
+        "{html}"
+    );
+    assert!(!render_execution(&exec_page("complete"), NOW).contains("Artifacts"));
 }
 
 #[test]
@@ -1312,6 +1344,11 @@ fn hostile_pages(value: &str) -> Vec<String> {
         steps_truncated: true,
         approvals: vec![a],
         group: Some(value.to_owned()),
+        artifacts: vec![sluice::http::pages::execution::ArtifactView {
+            label: value.to_owned(),
+            what: value.to_owned(),
+            download: Some(sluice::http::pages::paths::artifact(value, 1, value)),
+        }],
         pipeline: sluice::http::pages::pipeline::view(
             Some(
                 &serde_json::json!({"pipeline": [

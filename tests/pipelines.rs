@@ -33,6 +33,7 @@ fn pr_check(rig: &Rig, head: &str, base: Option<&str>) -> Inst {
         job: None,
         spec: None,
         rerun: None,
+        artifacts_from: Vec::new(),
     };
     rig.create(CreateRequest {
         key: format!("check:{REPO}:{}:pr{PR_NUMBER}", &head[..12]),
@@ -781,4 +782,120 @@ fn a_rerun_repeats_the_job_and_its_dependents_and_keeps_the_rest() {
         run_pipeline(&rig, &third).is_empty(),
         "no failed job: nothing runs"
     );
+}
+
+const BUILD_THEN_TEST: &str =
+    "[jobs.build]\ncommand = \"./build.sh\"\nartifacts = [\"dist/**\"]\n\n\
+    [jobs.lint]\ncommand = \"./lint.sh\"\nartifacts = [\"lint/**\"]\n\n\
+    [jobs.test]\ncommand = \"./test.sh\"\nneeds = [\"build\"]\n";
+
+/// build's `artifacts` are uploaded when it passes and unpacked into test's
+/// workspace (which needs build) after its checkout, before its command;
+/// lint's, which test does not need, are not. build's check run lists the
+/// archive with a signed link, and the index records it for the API.
+#[test]
+fn a_jobs_artifacts_reach_the_jobs_that_need_it_before_their_command() {
+    let a = sha('a');
+    let rig = rig_with(BUILD_THEN_TEST, &a);
+    for c in ["./build.sh", "./lint.sh", "./test.sh"] {
+        rig.sandbox.script(c, 0, "ok\n");
+    }
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let first = spawned(&rig);
+    assert_eq!(names(&first), ["sluice/build", "sluice/lint"]);
+    for (_, unit) in &first {
+        assert_eq!(rig.run_to_end(unit), Status::Complete);
+    }
+    let build = &first[0].1;
+    let key = format!("artifacts/{}.tar.gz", build.id);
+    let stored = rig.sandbox.st.borrow().archives.get(&key).cloned();
+    assert_eq!(stored, Some((build.id.clone(), vec!["dist/**".to_owned()])));
+    let summary = rig
+        .github
+        .only_check_run(&a, "sluice/build")
+        .summary()
+        .to_owned();
+    assert!(summary.contains("**Artifacts**: 1 file"), "{summary}");
+    assert!(
+        summary.contains(&format!("/artifacts/{}?exp=", build.id)),
+        "a signed link: {summary}"
+    );
+    rig.deliver(&parent);
+    rig.pass(&parent);
+    let second = spawned(&rig);
+    assert_eq!(names(&second), ["sluice/test"]);
+    let test = &second[0].1;
+    assert_eq!(rig.run_to_end(test), Status::Complete);
+    let starts = rig.sandbox.st.borrow().starts.clone();
+    let test_start = starts
+        .iter()
+        .find(|s| s.workspace == test.id && s.spawned)
+        .expect("test started");
+    assert_eq!(
+        test_start.unpacked,
+        [key.clone()],
+        "build's, and only build's"
+    );
+    let rows = block_on(sluice::store::artifacts::of_units(
+        rig.index.as_ref(),
+        &[build.id.clone(), test.id.clone()],
+    ));
+    let rows = rows.expect("artifacts index");
+    assert_eq!(rows.len(), 1, "test uploads nothing: {rows:?}");
+    assert_eq!(
+        (rows[0].job.as_str(), rows[0].label.as_str()),
+        ("build", "sluice/build")
+    );
+    // Past the retention, the sweep deletes the bytes, then the row.
+    rig.blobs
+        .0
+        .borrow_mut()
+        .insert(key.clone(), "archive".into());
+    rig.clock.advance(sluice::limits::RETENTION_MS_DEFAULT + 1);
+    rig.sweep();
+    assert!(
+        !rig.blobs.0.borrow().contains_key(&key),
+        "the archive is deleted"
+    );
+    let left = block_on(sluice::store::artifacts::of_units(
+        rig.index.as_ref(),
+        &[build.id.clone()],
+    ));
+    assert_eq!(left.expect("artifacts index"), []);
+}
+
+/// An upload that fails ends the job as an infrastructure fault
+/// (`cancelled`, saying why) and its dependents are skipped naming it: a
+/// dependent never runs without what it needs.
+#[test]
+fn an_upload_that_fails_ends_the_job_and_skips_its_dependents() {
+    let a = sha('a');
+    let rig = rig_with(BUILD_THEN_TEST, &a);
+    for c in ["./build.sh", "./lint.sh", "./test.sh"] {
+        rig.sandbox.script(c, 0, "ok\n");
+    }
+    rig.sandbox.st.borrow_mut().archive_fails = true;
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    for (_, unit) in &spawned(&rig) {
+        rig.run_to_end(unit);
+    }
+    assert_eq!(conclusion(&rig, &a, "sluice/build"), "cancelled");
+    let summary = rig
+        .github
+        .only_check_run(&a, "sluice/build")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.contains("ArtifactFailed") || summary.contains("the sandbox is down"),
+        "{summary}"
+    );
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    assert!(
+        spawned(&rig).iter().all(|(n, _)| n != "sluice/test"),
+        "test never starts"
+    );
+    assert_eq!(conclusion(&rig, &a, "sluice/test"), "skipped");
 }

@@ -160,9 +160,21 @@ pub async fn page(
     query: &str,
     now_ms: i64,
 ) -> Result<String, ApiError> {
+    page_with(db, page, query, now_ms, None).await
+}
+
+/// A page, its artifacts linked for download when `artifact_links` (the
+/// `LOG_LINK_SECRET`) is given.
+pub async fn page_with(
+    db: &dyn Database,
+    page: &Page,
+    query: &str,
+    now_ms: i64,
+    artifact_links: Option<&[u8]>,
+) -> Result<String, ApiError> {
     match page {
         Page::Home | Page::Executions => executions_page(db, query, now_ms).await,
-        Page::Execution(id) => execution_page(db, id, now_ms).await,
+        Page::Execution(id) => execution_page(db, id, now_ms, artifact_links).await,
         Page::Groups => groups_page(db, query, now_ms).await,
         Page::Group(name) => group_page(db, name, now_ms).await,
         Page::Approvals => approvals_page(db, now_ms).await,
@@ -224,6 +236,7 @@ async fn execution_page(
     db: &dyn Database,
     id: &InstanceId,
     now_ms: i64,
+    artifact_links: Option<&[u8]>,
 ) -> Result<String, ApiError> {
     let row = executions::get(db, id.as_str())
         .await?
@@ -240,6 +253,7 @@ async fn execution_page(
         .collect();
     let group = serial::group_of(db, id.as_str()).await?;
     let pipeline = pipeline_of(db, &row).await?;
+    let artifacts = artifact_views(db, id, pipeline.as_ref(), artifact_links, now_ms).await?;
     let mut views = with_newer_revisions(db, vec![row]).await?;
     let execution = views
         .pop()
@@ -251,9 +265,41 @@ async fn execution_page(
         approvals,
         group,
         pipeline,
+        artifacts,
         actions: Actions::ui(None),
     };
     Ok(pages::render_execution(&page, now_ms))
+}
+
+/// The archives of the execution (a unit) or of its pipeline's units.
+async fn artifact_views(
+    db: &dyn Database,
+    id: &InstanceId,
+    pipeline: Option<&pages::pipeline::PipelineView>,
+    links: Option<&[u8]>,
+    now_ms: i64,
+) -> Result<Vec<pages::execution::ArtifactView>, ApiError> {
+    let mut ids = vec![id.as_str().to_owned()];
+    if let Some(p) = pipeline {
+        ids.extend(
+            p.jobs
+                .iter()
+                .flat_map(|j| j.units.iter().map(|u| u.id.clone())),
+        );
+    }
+    let rows = crate::store::artifacts::of_units(db, &ids).await?;
+    Ok(rows
+        .iter()
+        .map(|r| pages::execution::ArtifactView {
+            label: r.label.clone(),
+            what: crate::runs::kit::artifacts::described(r),
+            download: links.map(|secret| {
+                let (exp, sig) =
+                    crate::runs::kit::artifacts::signature(secret, &r.instance_id, now_ms);
+                pages::paths::artifact(&r.instance_id, exp, &sig)
+            }),
+        })
+        .collect())
 }
 
 /// The pipeline of a commit's check (none for any other execution, and for

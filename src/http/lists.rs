@@ -233,6 +233,44 @@ pub async fn execution(db: &dyn Database, id: &InstanceId, query: &str) -> Resul
     }))
 }
 
+/// The artifacts of an execution as `GET /v1/executions/{id}` answers
+/// them: its own archive (a pipeline job's unit) and, for a commit's
+/// pipeline, its units' (`detail` is that answer's JSON), each with a
+/// signed download path when `LOG_LINK_SECRET` is set.
+pub async fn artifacts(
+    db: &dyn Database,
+    detail: &Value,
+    secret: Option<&[u8]>,
+    now_ms: i64,
+) -> Result<Value, ApiError> {
+    let mut ids: Vec<String> = detail["execution"]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    if let Some(jobs) = detail["pipeline"]["jobs"].as_array() {
+        for unit in jobs.iter().filter_map(|j| j["units"].as_array()).flatten() {
+            ids.extend(unit["id"].as_str().map(str::to_owned));
+        }
+    }
+    let rows = crate::store::artifacts::of_units(db, &ids).await?;
+    Ok(Value::Array(
+        rows.iter()
+            .map(|r| {
+                let mut v = json!(r);
+                if let Some(secret) = secret {
+                    v["download"] = json!(crate::runs::kit::artifacts::signed_path(
+                        secret,
+                        &r.instance_id,
+                        now_ms
+                    ));
+                }
+                v
+            })
+            .collect(),
+    ))
+}
+
 /// Units with what they cost on Cloudflare's bill and what the same
 /// executions would cost on Workers Workflows (`cost::prices`).
 fn priced(units: &CostUnits, executions: u64, steps: u64) -> Value {

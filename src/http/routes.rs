@@ -24,6 +24,8 @@ pub enum Route {
     /// A command's log behind a signed link (`runs::loglink`): the
     /// instance and the step's id form.
     Log(InstanceId, InstanceId),
+    /// A unit's artifacts behind a signed link (`runs::kit::artifacts`).
+    Artifact(InstanceId),
     ListGroups,
     ExplainGroup(String),
     SkipAll(String),
@@ -115,7 +117,11 @@ impl Route {
     pub fn access(&self) -> Access {
         match self {
             // The dispatch checks its own signature (DISPATCH_SECRET).
-            Route::Health | Route::Webhook | Route::Log(..) | Route::Dispatch => Access::Open,
+            Route::Health
+            | Route::Webhook
+            | Route::Log(..)
+            | Route::Artifact(_)
+            | Route::Dispatch => Access::Open,
             Route::Asset(_) | Route::Login | Route::LoginSubmit | Route::Logout => Access::SignIn,
             _ => Access::Operator,
         }
@@ -204,6 +210,7 @@ pub fn route(method: &str, path: &str) -> Result<Route, RouteError> {
         ["healthz"] => only("GET", Route::Health),
         ["webhooks", "github"] => only("POST", Route::Webhook),
         ["logs", instance, step] => only("GET", Route::Log(id(instance)?, id(step)?)),
+        ["artifacts", instance] => only("GET", Route::Artifact(id(instance)?)),
         ["v1", "deliveries"] => only("GET", Route::ListDeliveries),
         ["v1", "costs"] => only("GET", Route::Costs),
         ["v1", "config"] => only("GET", Route::Config),
@@ -309,6 +316,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("POST", "/webhooks/github"),
     ("GET", "/logs/{id}/{step_key}"),
+    ("GET", "/artifacts/{id}"),
     ("GET", "/v1/config"),
     ("POST", "/v1/dispatch"),
     ("GET", "/v1/setup"),

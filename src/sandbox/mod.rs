@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use crate::secret::Secret;
 
@@ -110,4 +111,38 @@ pub trait Sandbox {
     /// The run that owned the sandbox has ended: nothing of it stays (its
     /// workspace is deleted; a container is destroyed).
     async fn discard(&self, sandbox: &str) -> Result<(), SandboxError>;
+}
+
+/// An archive of a workspace's files as stored: its size, how many files,
+/// and its SHA-256 (checked when it is unpacked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Archived {
+    pub bytes: u64,
+    pub files: u64,
+    pub sha256: String,
+}
+
+/// Moves archives of a workspace's files between a sandbox and object
+/// storage (a job's artifacts), streamed: never a whole archive in the
+/// Worker's memory.
+#[async_trait(?Send)]
+pub trait Archives {
+    /// Packs the regular files of `workspace` matching `patterns` and
+    /// stores them at `key`.
+    async fn save(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        patterns: &[String],
+        key: &str,
+    ) -> Result<Archived, SandboxError>;
+    /// Unpacks the archive at `key` (which must be `sha256`) into
+    /// `workspace`; how many files it held.
+    async fn restore(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        key: &str,
+        sha256: &str,
+    ) -> Result<u64, SandboxError>;
 }

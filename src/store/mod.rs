@@ -6,6 +6,7 @@
 //! Architecture invariant: SQL lives here and next to the function that binds
 //! it (`store::executions`, `gates::*`); no other module builds SQL strings.
 
+pub mod artifacts;
 pub mod dispatch;
 pub mod executions;
 pub mod journal;

@@ -16,6 +16,7 @@ use crate::sandbox::agent::AgentSandbox;
 use crate::secret::Secret;
 use crate::store::Database;
 
+use super::archives::{Reach, WorkerArchives};
 use super::bindings::{self, text};
 use super::container::ContainerTransport;
 use super::instances::InstanceWaker;
@@ -155,6 +156,14 @@ impl RunEnvParts {
         self.blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs)
     }
 
+    /// R2, or without its binding a store that refuses every call.
+    pub fn blobs_or_refusal(&self) -> &dyn crate::blobs::Blobs {
+        match &self.blobs {
+            Some(b) => b,
+            None => &NO_BLOBS,
+        }
+    }
+
     pub fn sandbox(&self) -> AgentSandbox<'_> {
         match &self.container {
             Some(c) => AgentSandbox {
@@ -167,6 +176,18 @@ impl RunEnvParts {
                 base_url: self.sandbox_url.clone(),
                 token: self.sandbox_token.clone(),
             },
+        }
+    }
+
+    /// A job's artifacts between its sandbox and R2.
+    pub fn archives(&self) -> WorkerArchives {
+        WorkerArchives {
+            reach: match &self.container {
+                Some(c) => Reach::Containers(c.env.clone()),
+                None => Reach::Url(self.sandbox_url.clone()),
+            },
+            token: self.sandbox_token.clone(),
+            bucket: self.blobs.as_ref().map(|b| b.0.clone()),
         }
     }
 
@@ -198,6 +219,7 @@ impl RunEnvParts {
         RegistryOwner {
             parts: self,
             sandbox: self.sandbox(),
+            archives: self.archives(),
             clock,
             db,
             meter,
@@ -205,10 +227,11 @@ impl RunEnvParts {
     }
 }
 
-/// Owns the sandbox client the registry borrows.
+/// Owns the sandbox clients the registry borrows.
 pub struct RegistryOwner<'a> {
     parts: &'a RunEnvParts,
     sandbox: AgentSandbox<'a>,
+    archives: WorkerArchives,
     clock: &'a dyn Clock,
     db: &'a dyn Database,
     meter: Option<&'a Meter>,
@@ -224,6 +247,7 @@ impl RegistryOwner<'_> {
                 http: &p.transport,
                 github: p.github(self.clock),
                 sandbox: &self.sandbox,
+                archives: &self.archives,
                 blobs: match &p.blobs {
                     Some(b) => b,
                     None => &NO_BLOBS,

@@ -45,6 +45,10 @@ const RECORD_KEY: &str = "lifecycle";
 /// the bound keeps a wedged runtime from holding the request (the alarm
 /// tries again).
 const DESTROY_TIMEOUT_MS: i64 = 60_000;
+/// Until the agent's answer to an archive call starts: packing 1 GiB (the
+/// agent's own bound on an archive, which also times `tar` out at 10
+/// minutes) happens before it answers.
+const ARCHIVE_ANSWER_TIMEOUT_MS: i64 = 11 * 60 * 1000;
 
 // The pool never admits more runs than the account runs containers.
 const _: () = assert!(bindings::POOL_CAPACITY_DEFAULT <= CONTAINER_INSTANCES_MAX);
@@ -159,6 +163,9 @@ impl ContainerObject {
         let Some(container) = self.state.container() else {
             return unavailable("this runtime has no Cloudflare Containers (local development uses SANDBOX_BACKEND=agent)");
         };
+        if req.path().ends_with("/archive") {
+            return self.pass_archive(&container, req).await;
+        }
         let forward = Forward::of(&mut req).await?;
         let call = Call::of(&forward.method, &forward.path, forward.body.as_deref());
         self.load().await;
@@ -464,6 +471,46 @@ impl ContainerObject {
         let effects = self.with(|lc| lc.on_forward_failed(call, container.running(), now_ms()));
         self.carry_out(container, effects).await;
         unavailable(&failure)
+    }
+
+    /// A job's artifacts (`/v1/workspaces/{id}/archive`) pass through as
+    /// streams both ways, never read whole: only to a running container,
+    /// whose workspace they belong to (a stopped one has none left), and
+    /// bounded until the agent's answer starts.
+    async fn pass_archive(&self, container: &Container, req: Request) -> Result<Response> {
+        if !container.running() {
+            return unavailable("the sandbox container is not running: its workspace is gone");
+        }
+        let port = match container.get_tcp_port(AGENT_PORT) {
+            Ok(port) => port,
+            Err(e) => return unavailable(&format!("no port {AGENT_PORT} on the container: {e}")),
+        };
+        let url = req.url()?;
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let mut init = RequestInit::new();
+        init.with_method(req.method())
+            .with_headers(req.headers().clone());
+        if let Some(body) = req.inner().body() {
+            init.with_body(Some(body.into()));
+        }
+        let forward = Request::new_with_init(&format!("http://sandbox{path}"), &init)?;
+        let exchange = port.fetch_request(forward);
+        match race(
+            Box::pin(exchange),
+            ARCHIVE_ANSWER_TIMEOUT_MS,
+            self.exit_promise(container),
+        )
+        .await
+        {
+            Bounded::Done(result) => result,
+            Bounded::TimedOut => unavailable(&format!(
+                "the sandbox agent did not answer the archive within {ARCHIVE_ANSWER_TIMEOUT_MS} ms"
+            )),
+            Bounded::Exited => unavailable("the sandbox container exited"),
+        }
     }
 
     async fn not_ready(&self, container: &Container) {

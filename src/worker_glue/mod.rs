@@ -6,6 +6,7 @@
 //! types; it holds no decisions, only the carrying out of decisions made
 //! in `engine`, `runs` and `http`.
 
+pub mod archives;
 pub mod bindings;
 pub mod compose;
 pub mod container;

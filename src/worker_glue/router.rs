@@ -335,7 +335,13 @@ async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: 
     match r {
         Route::ListExecutions => json_ok(200, &lists::executions(db, query).await?),
         Route::CreateExecution => create_executions(req, env, ops.request_id).await,
-        Route::GetExecution(id) => json_ok(200, &lists::execution(db, &id, query).await?),
+        Route::GetExecution(id) => {
+            let mut detail = lists::execution(db, &id, query).await?;
+            let secret = bindings::secret(env, bindings::LOG_LINK_SECRET);
+            let secret = secret.as_ref().map(|s| s.expose().as_bytes());
+            detail["artifacts"] = lists::artifacts(db, &detail, secret, now).await?;
+            json_ok(200, &detail)
+        }
         Route::SendEvent(id, event_type) => {
             let body = read_body(req, BodyLimit::EVENT).await?;
             let payload: Value = serde_json::from_slice(&body)
@@ -361,6 +367,7 @@ async fn api(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: 
         Route::Costs => json_ok(200, &lists::costs(db, query).await?),
         Route::Config => json_ok(200, &configuration(env)),
         Route::Log(instance, step) => log_page(req, env, &instance, &step, now).await,
+        Route::Artifact(instance) => artifact_download(req, env, &instance, now).await,
         Route::ListGroups => json_ok(200, &lists::groups(db, query, now).await?),
         // A group's policy lives in each commit's config; explain with the
         // ADR defaults for "times out in".
@@ -384,7 +391,11 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
         Route::StepLog(id, step) => return step_log(env, &id, &step).await,
         Route::Page(p) => Reply {
             status: 200,
-            html: dashboard::page(ops.db, &p, query, now).await?,
+            html: {
+                let secret = bindings::secret(env, bindings::LOG_LINK_SECRET);
+                let links = secret.as_ref().map(|s| s.expose().as_bytes());
+                dashboard::page_with(ops.db, &p, query, now, links).await?
+            },
             headers: Vec::new(),
         },
         Route::PageAction(target, action) => {
@@ -459,6 +470,56 @@ async fn log_page(
         }
     })?;
     log_text(env, instance, step).await
+}
+
+/// A unit's artifacts behind their signed link: the archive streamed from
+/// R2 as an attachment (never rendered), named after the unit's job.
+async fn artifact_download(req: &Request, env: &Env, instance: &InstanceId, now: i64) -> Answer {
+    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET).ok_or_else(|| {
+        ApiError::not_found("artifact links are not configured (LOG_LINK_SECRET)")
+    })?;
+    let url = req.url().map_err(internal)?;
+    let path = crate::runs::kit::artifacts::path_of(instance.as_str());
+    loglink::verify(
+        secret.expose().as_bytes(),
+        &path,
+        url.query().unwrap_or(""),
+        now,
+    )
+    .map_err(|e| match e {
+        LinkError::Expired => ApiError::new(403, "link_expired", "this artifact link has expired"),
+        LinkError::BadSignature => {
+            ApiError::new(403, "bad_signature", "this artifact link is not valid")
+        }
+    })?;
+    let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
+    let key = crate::runs::kit::artifacts::key_of(instance.as_str());
+    let object = bucket
+        .get(&key)
+        .execute()
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found("no artifacts are stored for this instance"))?;
+    let size = object.size();
+    let body = object
+        .body()
+        .ok_or_else(|| ApiError::not_found("no artifacts are stored for this instance"))?
+        .response_body()
+        .map_err(internal)?;
+    let mut resp = Response::from_body(body).map_err(internal)?;
+    let headers = resp.headers_mut();
+    let disposition = format!("attachment; filename=\"{}.tar.gz\"", instance.as_str());
+    for (name, value) in [
+        ("Content-Type", "application/gzip"),
+        ("Content-Length", size.to_string().as_str()),
+        ("Content-Disposition", disposition.as_str()),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Cache-Control", "private, no-store"),
+        ("Referrer-Policy", "no-referrer"),
+    ] {
+        headers.set(name, value).map_err(internal)?;
+    }
+    Ok(resp)
 }
 
 /// A command's log (sealed, or the parts stored so far) as plain text that

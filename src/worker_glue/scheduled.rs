@@ -61,11 +61,13 @@ pub async fn sweep(env: &Env) -> SweepReport {
     };
     let retention_ms = bindings::retention_ms(env);
     let waker = InstanceWaker { env: env.clone() };
+    let parts = run_env_parts(env);
     let sweep = Sweep {
         db: &db,
         instances: &ObjectInstances { env },
         waker: &waker,
         finalizer: &RegistryFinalizer { env, db: &db },
+        blobs: parts.blobs_or_refusal(),
         retention_ms,
         preview_reconcile_ms: bindings::preview_reconcile_ms(env),
     };

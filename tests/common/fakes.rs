@@ -1195,6 +1195,8 @@ pub struct StartRecord {
     pub redact: Vec<String>,
     /// False when the id was known and the agent answered the existing one.
     pub spawned: bool,
+    /// The archive keys unpacked into the workspace when it started.
+    pub unpacked: Vec<String>,
 }
 
 /// One spawned process, in virtual time.
@@ -1275,6 +1277,13 @@ pub struct SandboxState {
     /// `release_starts` (a stalled caller, a slow network).
     pub starts_held: Option<String>,
     pub held_starts: Vec<std::task::Waker>,
+    /// Archives stored (`Archives::save`): key to the workspace and globs
+    /// it was packed from.
+    pub archives: HashMap<String, (String, Vec<String>)>,
+    /// Per workspace, the archive keys unpacked into it, in order.
+    pub unpacked: HashMap<String, Vec<String>>,
+    /// Saves fail as an unreachable sandbox would (503), until cleared.
+    pub archive_fails: bool,
 }
 
 pub struct FakeSandbox {
@@ -1616,6 +1625,7 @@ impl Sandbox for FakeSandbox {
             token: req.token.map(|t| t.expose().clone()),
         });
         st.workspaces.insert(req.workspace.into(), req.sha.into());
+        st.unpacked.remove(req.workspace);
         Ok(())
     }
 
@@ -1660,6 +1670,7 @@ impl Sandbox for FakeSandbox {
         }
         let now = self.clock.now_ms();
         let st = &mut *self.st.borrow_mut();
+        let st_unpacked = st.unpacked.get(spec.workspace).cloned().unwrap_or_default();
         let record = |spawned| StartRecord {
             sandbox: sandbox.into(),
             id: spec.id.into(),
@@ -1667,6 +1678,7 @@ impl Sandbox for FakeSandbox {
             env: spec.env.clone(),
             redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
             spawned,
+            unpacked: st_unpacked.clone(),
         };
         if let Some(p) = st.processes.get(spec.id) {
             let state = p.finished.clone().unwrap_or_else(|| running(spec.id));
@@ -2123,6 +2135,7 @@ impl Rig {
                     key_der: Ok(Secret::new(b"fake pkcs8 der".to_vec())),
                 },
                 sandbox: &self.sandbox,
+                archives: &self.sandbox,
                 blobs: &self.blobs,
                 db: self.index.as_ref(),
                 waker: &self.waker,
@@ -2183,6 +2196,7 @@ impl Rig {
             job: None,
             spec: None,
             rerun: None,
+            artifacts_from: Vec::new(),
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),
@@ -2287,6 +2301,7 @@ impl Rig {
             instances: &self.pokes,
             waker: &self.waker,
             finalizer: &finalizer,
+            blobs: &self.blobs,
             retention_ms: sluice::limits::RETENTION_MS_DEFAULT,
             preview_reconcile_ms: sluice::runs::sweep::PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT,
         };
@@ -2737,4 +2752,62 @@ fn from_byte(mut state: ProcessState, since: Option<u64>) -> ProcessState {
         state.output_next = Some(len.max(from));
     }
     state
+}
+
+/// The fake archive's SHA-256: its key's, so a wrong hash is caught.
+pub fn fake_archive_sha(key: &str) -> String {
+    format!("{:0>64}", key.len())
+}
+
+#[async_trait(?Send)]
+impl sluice::sandbox::Archives for FakeSandbox {
+    async fn save(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        patterns: &[String],
+        key: &str,
+    ) -> Result<sluice::sandbox::Archived, SandboxError> {
+        check_sandbox(sandbox)?;
+        let st = &mut *self.st.borrow_mut();
+        if st.archive_fails {
+            return Err(sandbox_error(503, "unavailable", "the sandbox is down"));
+        }
+        if !st.workspaces.contains_key(workspace) {
+            return Err(sandbox_error(404, "workspace_not_found", workspace));
+        }
+        st.archives
+            .insert(key.into(), (workspace.into(), patterns.to_vec()));
+        Ok(sluice::sandbox::Archived {
+            bytes: 1000 * patterns.len() as u64,
+            files: patterns.len() as u64,
+            sha256: fake_archive_sha(key),
+        })
+    }
+
+    async fn restore(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        key: &str,
+        sha256: &str,
+    ) -> Result<u64, SandboxError> {
+        check_sandbox(sandbox)?;
+        let st = &mut *self.st.borrow_mut();
+        if !st.workspaces.contains_key(workspace) {
+            return Err(sandbox_error(404, "workspace_not_found", workspace));
+        }
+        let Some((_, patterns)) = st.archives.get(key) else {
+            return Err(sandbox_error(503, "artifact_gone", key));
+        };
+        if sha256 != fake_archive_sha(key) {
+            return Err(sandbox_error(422, "archive_corrupt", key));
+        }
+        let files = patterns.len() as u64;
+        st.unpacked
+            .entry(workspace.into())
+            .or_default()
+            .push(key.into());
+        Ok(files)
+    }
 }

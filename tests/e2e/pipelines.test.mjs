@@ -6,10 +6,12 @@
 // - a docs-only change reports the path-filtered job `skipped` "no matching change";
 // - a merge queue group runs the jobs marked `on = ["merge_group"]` on the queue's commit;
 // - a newer head of the pull request cancels the older pipeline's live job, killing it;
-// - Re-run on a job's check run re-runs that job and what needs it, keeping the rest.
+// - Re-run on a job's check run re-runs that job and what needs it, keeping the rest;
+// - a job's artifacts reach the job that needs it, and download behind a signed link.
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { after, before, test } from 'node:test';
@@ -278,4 +280,46 @@ pipelineTest('a newer head of the pull request cancels the older pipeline, killi
   assert.equal((await waitForTerminal(second)).status, 'complete');
   assert.equal((await byName(repo, fresh))['sluice/slow'].conclusion, 'success');
   assert.equal(marks(log).end?.length ?? 0, 1, 'the old job was killed: only the new one ended');
+});
+
+pipelineTest("build's artifacts reach test before its command, and download behind a signed link", async () => {
+  const repo = 'artifacts';
+  // build makes dist/ (two files, one nested) and a file outside the globs; test passes only
+  // if build's dist/ is in its own fresh checkout, and the other file is not.
+  const config = [
+    '[jobs.build]',
+    'command = "mkdir -p dist/js && echo built-$SLUICE_SHA > dist/app.txt && echo x > dist/js/a.js && echo no > scratch.txt"',
+    'artifacts = ["dist/**"]', '',
+    '[jobs.test]',
+    'command = "test \\"$(cat dist/app.txt)\\" = built-$SLUICE_SHA && test -f dist/js/a.js && test ! -e scratch.txt"',
+    'needs = ["build"]', '',
+  ].join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const parent = await parentOf('pull_request', pr(repo, sha, { number: 9 }));
+  assert.equal((await waitForTerminal(parent)).status, 'complete');
+  const runs = await byName(repo, sha);
+  for (const name of ['sluice/build', 'sluice/test', 'sluice/check']) {
+    assert.equal(runs[name]?.conclusion, 'success', `${name}: ${JSON.stringify(runs[name]?.output)}`);
+  }
+  const summary = runs['sluice/build'].output.summary;
+  assert.match(summary, /\*\*Artifacts\*\*: 2 files, /);
+  const link = /\[download\]\((http[^)]+)\)/.exec(summary)?.[1];
+  assert.ok(link, summary);
+  const res = await fetch(link);
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-type'), 'application/gzip');
+  const archive = Buffer.from(await res.arrayBuffer());
+  const listed = execFileSync('tar', ['-tzf', '-'], { input: archive }).toString().trim().split('\n').sort();
+  assert.deepEqual(listed, ['dist/app.txt', 'dist/js/a.js']);
+  // The same path with a signature of another path, or none, is refused.
+  const forged = link.replace(/\/artifacts\/[^?]+/, `/artifacts/${parent}`);
+  assert.equal((await fetch(forged)).status, 403);
+  assert.equal((await fetch(link.split('?')[0])).status, 403);
+  // The API lists it with the pipeline, with a download path.
+  const detail = await stack.api(`/v1/executions/${encodeURIComponent(parent)}`);
+  const listedByApi = detail.body.artifacts;
+  assert.equal(listedByApi.length, 1, JSON.stringify(listedByApi));
+  assert.equal(listedByApi[0].label, 'sluice/build');
+  assert.equal(listedByApi[0].files, 2);
+  assert.equal((await fetch(`${stack.url}${listedByApi[0].download}`)).status, 200);
 });

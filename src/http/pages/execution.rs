@@ -33,9 +33,44 @@ pub struct ExecutionPage {
     pub group: Option<String>,
     /// The pipeline, when this is a commit's check that runs jobs.
     pub pipeline: Option<super::pipeline::PipelineView>,
+    /// The archives of its job (a unit) or of its pipeline's jobs.
+    pub artifacts: Vec<ArtifactView>,
     /// Where action forms post; actions that do not fit the status are not
     /// shown (terminate a finished execution, resume a running one).
     pub actions: Actions,
+}
+
+/// One unit's archive as listed: whose, what it holds, and its signed
+/// download link (none without `LOG_LINK_SECRET`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactView {
+    pub label: String,
+    pub what: String,
+    pub download: Option<Url>,
+}
+
+/// "Artifacts": each unit's archive with its download link.
+fn artifacts_section(h: &mut Html, artifacts: &[ArtifactView]) {
+    if artifacts.is_empty() {
+        return;
+    }
+    h.raw("<section id=\"artifacts\"><h2>Artifacts</h2><ul>");
+    for a in artifacts {
+        h.raw("<li><strong>")
+            .text(&a.label)
+            .raw("</strong>: ")
+            .text(&a.what);
+        match &a.download {
+            Some(path) => {
+                h.raw(" <a").href(path).raw(" download>download</a>");
+            }
+            None => {
+                h.raw(" (set LOG_LINK_SECRET to download it here)");
+            }
+        }
+        h.raw("</li>");
+    }
+    h.raw("</ul></section>");
 }
 
 pub fn render(page: &ExecutionPage, now_ms: i64) -> String {
@@ -57,6 +92,7 @@ pub fn render(page: &ExecutionPage, now_ms: i64) -> String {
     if let Some(p) = &page.pipeline {
         super::pipeline::section(&mut h, p);
     }
+    artifacts_section(&mut h, &page.artifacts);
     if !page.approvals.is_empty() {
         approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
     }

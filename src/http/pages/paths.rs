@@ -43,6 +43,14 @@ pub fn log(id: &str, step: &str) -> Url {
     execution(id).seg("log").seg(step)
 }
 
+/// A unit's archive behind its signed link (`runs::kit::artifacts`).
+pub fn artifact(id: &str, exp_ms: i64, sig: &str) -> Url {
+    Url::path("/artifacts")
+        .seg(id)
+        .query("exp", &exp_ms.to_string())
+        .query("sig", sig)
+}
+
 pub fn groups() -> Url {
     Url::path(GROUPS_PATH)
 }

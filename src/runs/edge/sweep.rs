@@ -101,6 +101,8 @@ pub struct Sweep<'a> {
     pub instances: &'a dyn Instances,
     pub waker: &'a dyn Waker,
     pub finalizer: &'a dyn Finalizer,
+    /// Where artifacts are stored: past the retention they are deleted.
+    pub blobs: &'a dyn crate::blobs::Blobs,
     pub retention_ms: i64,
     /// `PREVIEW_RECONCILE_INTERVAL_MS_DEFAULT` unless the operator set one.
     pub preview_reconcile_ms: i64,
@@ -283,6 +285,32 @@ impl Sweep<'_> {
         match crate::store::releases::purge_decided(self.db, before, PURGE_BATCH_MAX).await {
             Ok(n) => report.purged += u32::try_from(n).unwrap_or(u32::MAX),
             Err(_) => report.failed += 1,
+        }
+        self.purge_artifacts(before, report).await;
+    }
+
+    /// Artifacts past the retention: the bytes first, then the row (a row
+    /// left by a failed delete is tried again by the next sweep).
+    async fn purge_artifacts(&self, before: i64, report: &mut SweepReport) {
+        let rows = match crate::store::artifacts::older_than(self.db, before, PURGE_BATCH_MAX).await
+        {
+            Ok(rows) => rows,
+            Err(_) => {
+                report.failed += 1;
+                return;
+            }
+        };
+        for row in rows {
+            let gone = match self.blobs.delete(&row.r2_key).await {
+                Ok(()) => crate::store::artifacts::forget(self.db, &row.instance_id)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match gone {
+                Ok(()) => report.purged += 1,
+                Err(_) => report.failed += 1,
+            }
         }
     }
 }

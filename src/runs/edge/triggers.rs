@@ -487,6 +487,7 @@ fn check_input(
         job: None,
         spec: None,
         rerun: None,
+        artifacts_from: Vec::new(),
     })
 }
 

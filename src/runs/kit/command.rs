@@ -68,6 +68,9 @@ pub struct CommandSpec<'a> {
     pub secret_env: Vec<(String, Secret)>,
     /// The gates the run holds: every spawn is fenced by them.
     pub held: &'a Held<'a>,
+    /// Archives unpacked into the workspace after its checkout, before the
+    /// command starts: the artifacts of the jobs it needs.
+    pub restore: &'a [crate::store::artifacts::ArtifactRow],
 }
 
 /// What the step journals: never the full log, never a secret.
@@ -370,6 +373,13 @@ async fn start_fenced(
     until_ms: i64,
 ) -> Result<Option<ProcessState>, StepFailure> {
     let token = ensure_workspace(env, spec, ids.ws).await?;
+    if let Err(f) = super::artifacts::restore(env, spec.held.sandbox_id, ids.ws, spec.restore).await
+    {
+        if let Some(token) = &token {
+            revoke(env, token).await;
+        }
+        return Err(f);
+    }
     let fenced = fence_and_start(env, spec, ids, token.as_ref(), until_ms);
     match &token {
         Some(token) => join(fenced, revoke(env, token)).await.0,

@@ -401,6 +401,30 @@ mod tests {
     }
 
     #[test]
+    fn artifacts_are_globs_inside_the_workspace() {
+        let with = |artifacts: &str| match parse(&format!(
+            "[jobs.build]\ncommand = \"b\"\nartifacts = {artifacts}\n"
+        )) {
+            ConfigState::Invalid { message } => Some(message),
+            _ => None,
+        };
+        assert_eq!(with("[\"dist/**\", \"reports/*.xml\"]"), None);
+        for bad in [
+            "[\"../up\"]",
+            "[\"/etc/passwd\"]",
+            "[\"\"]",
+            "[\"a/../../b\"]",
+        ] {
+            let message = with(bad).unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(message.contains("[jobs.build] artifacts:"), "{message}");
+        }
+        let many: Vec<String> = (0..33).map(|i| format!("\"d{i}/**\"")).collect();
+        assert!(with(&format!("[{}]", many.join(", ")))
+            .unwrap()
+            .contains("at most 32"));
+    }
+
+    #[test]
     fn check_paths_select_the_changes_that_need_the_check() {
         let paths = vec!["src/**".to_owned(), "Cargo.*".to_owned()];
         let changed = |files: &[&str]| files.iter().map(|f| f.to_string()).collect::<Vec<_>>();

@@ -98,6 +98,11 @@ pub struct CheckInput {
     /// the unit reads it (instances made before the parent passed it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<super::pipeline::JobConfig>,
+    /// A unit's: the instance ids of the units of the jobs it needs whose
+    /// job uploads artifacts (`runs::kit::artifacts`): their archives are
+    /// unpacked into its workspace before its command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts_from: Vec<String>,
     /// A re-run of a pipeline from GitHub (`kit::pipeline::JobsRerun`):
     /// the jobs it leaves alone keep their results from the attempt it
     /// names. None: every job runs.

@@ -71,6 +71,12 @@ pub struct JobConfig {
     /// A Containers instance type the class allows; default its first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
+    /// `["dist/**"]`: the workspace's files these globs match are
+    /// uploaded when the command passes, and unpacked into the workspace
+    /// of every job that `needs` this one before its command
+    /// (`runs::kit::artifacts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
 }
 
 /// The event kinds `on` selects.
@@ -164,7 +170,26 @@ fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
         return Err(format!("shards must be 1 to {SHARDS_MAX}"));
     }
     crate::sandbox::image::select(job.image.as_deref(), job.instance_type.as_deref())?;
+    validate_artifacts(&job.artifacts)?;
     validate_matrix(&job.matrix)
+}
+
+/// At most the protocol's number of globs, each workspace-relative.
+fn validate_artifacts(globs: &[String]) -> Result<(), String> {
+    use sluice_sandbox_protocol::{valid_archive_pattern, ARCHIVE_PATTERNS_MAX};
+    if globs.len() > ARCHIVE_PATTERNS_MAX {
+        return Err(format!(
+            "artifacts: {} globs, at most {ARCHIVE_PATTERNS_MAX}",
+            globs.len()
+        ));
+    }
+    match globs.iter().find(|g| !valid_archive_pattern(g)) {
+        Some(g) => Err(format!(
+            "artifacts: {g:?} is not a glob inside the workspace (relative, no `..`, \
+             at most 256 characters)"
+        )),
+        None => Ok(()),
+    }
 }
 
 fn validate_matrix(matrix: &BTreeMap<String, Vec<MatrixValue>>) -> Result<(), String> {

@@ -57,6 +57,7 @@ impl<'a> Metered<'a> {
                 key_der: env.github.key_der.clone(),
             },
             sandbox: &self.sandbox,
+            archives: env.archives,
             blobs: &self.blobs,
             db: &self.db,
             waker: env.waker,

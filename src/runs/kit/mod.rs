@@ -6,6 +6,7 @@
 //! (tests/tidy.rs `runs_are_built_in_storeys`).
 
 pub mod approval;
+pub mod artifacts;
 pub mod command;
 pub mod config;
 pub mod deployment;
@@ -97,6 +98,8 @@ pub struct RunEnv<'a> {
     pub http: &'a dyn Transport,
     pub github: GitHub<'a>,
     pub sandbox: &'a dyn Sandbox,
+    /// Moves a job's artifacts between its sandbox and R2.
+    pub archives: &'a dyn crate::sandbox::Archives,
     pub blobs: &'a dyn Blobs,
     /// The shared index (D1): the gates live there.
     pub db: &'a dyn Database,

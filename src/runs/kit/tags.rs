@@ -36,6 +36,8 @@ pub enum FailureTag {
     NotifyFailed,
     /// The probe run's side effect failed.
     EffectFailed,
+    /// A job's artifacts could not be packed, stored or unpacked.
+    ArtifactFailed,
 }
 
 impl FailureTag {
@@ -55,6 +57,7 @@ impl FailureTag {
             FailureTag::WakeFailed => "WakeFailed",
             FailureTag::NotifyFailed => "NotifyFailed",
             FailureTag::EffectFailed => "EffectFailed",
+            FailureTag::ArtifactFailed => "ArtifactFailed",
         }
     }
 

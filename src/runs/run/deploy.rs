@@ -499,6 +499,7 @@ async fn deploy_held(
         env: command_vars(input, deploy, head, &work.lane.vars),
         secret_env,
         held: &held,
+        restore: &[],
     };
     run_reported(ctx, env, work, &spec).await
 }

@@ -25,6 +25,7 @@ use crate::limits::{
 use crate::store::executions::{self, LiveCheck, ShaFilter};
 
 use crate::runs::kit::approval::{self, Ask, Decided};
+use crate::runs::kit::artifacts::{self, SaveSpec};
 use crate::runs::kit::command::{run_command, verdict_in, CommandSpec};
 use crate::runs::kit::config::RepoConfig;
 use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig, CONFIG_PATH};
@@ -39,6 +40,7 @@ use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarge
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv};
+use crate::store::artifacts::ArtifactRow;
 
 pub mod cancel;
 pub mod pipeline;
@@ -280,6 +282,8 @@ async fn run_single(
             text: &check.command,
             timeout: check.timeout.as_deref(),
             vars: BTreeMap::new(),
+            restore: &[],
+            artifacts: &[],
         };
         with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, &command, held)
@@ -320,6 +324,7 @@ async fn run_unit(
     let (target, pools, job) = (&target, &pools, &job);
     reported(ctx, env, target, |report| async move {
         let sandbox = sandbox_of(ctx, job.image.as_deref(), job.instance_type.as_deref())?;
+        let restore = artifacts::needed(ctx, env, &input.artifacts_from).await?;
         let gates = Gates {
             serial: None,
             pools,
@@ -330,6 +335,8 @@ async fn run_unit(
             text: &job.command,
             timeout: job.timeout.as_deref(),
             vars: unit.vars(),
+            restore: &restore,
+            artifacts: &job.artifacts,
         };
         with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, &command, held)
@@ -632,6 +639,10 @@ struct Command<'a> {
     text: &'a str,
     timeout: Option<&'a str>,
     vars: BTreeMap<String, String>,
+    /// The artifacts of the jobs it needs, unpacked before it runs.
+    restore: &'a [ArtifactRow],
+    /// Its job's `artifacts` globs: uploaded when it passes.
+    artifacts: &'a [String],
 }
 
 async fn check_held(
@@ -660,7 +671,26 @@ async fn check_held(
         env: vars,
         secret_env: Vec::new(),
         held: &held,
+        restore: command.restore,
     };
     let result = run_command(ctx, env, &spec).await?;
-    Ok(verdict_in(command.text, &result, Some(held.sandbox_id)))
+    let verdict = verdict_in(command.text, &result, Some(held.sandbox_id));
+    match (&verdict, input.job.as_ref()) {
+        (Verdict::Passed { summary }, Some(unit)) if !command.artifacts.is_empty() => {
+            let label = unit.check_run_name();
+            let save = SaveSpec {
+                sandbox_id: held.sandbox_id,
+                instance_id: ctx.instance_id(),
+                job: &unit.job,
+                label: &label,
+                patterns: command.artifacts,
+            };
+            let row = artifacts::save(ctx, env, &save).await?;
+            let listed = artifacts::listed(env, &row, ctx.now_ms());
+            Ok(Verdict::Passed {
+                summary: format!("{summary}\n\n{listed}"),
+            })
+        }
+        _ => Ok(verdict),
+    }
 }

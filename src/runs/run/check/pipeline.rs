@@ -74,6 +74,7 @@ pub fn unit_create(
     generation: u32,
     job: &Job,
     unit: &JobUnit,
+    artifacts_from: &[String],
 ) -> CreateRequest {
     let tail: String = parent_id.chars().rev().take(PARENT_TAIL_CHARS).collect();
     let mut tail: String = tail.chars().rev().collect();
@@ -92,6 +93,7 @@ pub fn unit_create(
         job: Some(unit.clone()),
         spec: Some(job.config.clone()),
         rerun: None,
+        artifacts_from: artifacts_from.to_vec(),
         ..input.clone()
     };
     CreateRequest {
@@ -187,6 +189,22 @@ impl<'j> Board<'j> {
                     .insert(job.name.clone(), JobResult::of_units(&ended));
             }
         }
+    }
+
+    /// The started units of the jobs `job` needs that upload artifacts:
+    /// whose archives its units unpack (a job kept from the attempt a
+    /// re-run repeats has no unit here, so hands none on).
+    fn artifacts_for(&self, job: &Job) -> Vec<String> {
+        let uploads = |name: &str| {
+            self.jobs
+                .iter()
+                .any(|j| j.name == name && !j.config.artifacts.is_empty())
+        };
+        self.started
+            .iter()
+            .filter(|s| job.config.needs.contains(&s.job) && uploads(&s.job))
+            .map(|s| s.id.clone())
+            .collect()
     }
 
     fn done(&self) -> bool {
@@ -344,7 +362,7 @@ async fn advance(
             }
         }
         if !wave.start.is_empty() {
-            let units = start_jobs(ctx, env, input, &wave.start).await?;
+            let units = start_jobs(ctx, env, input, board, &wave.start).await?;
             board.started.extend(units);
         }
     }
@@ -356,14 +374,16 @@ async fn start_jobs(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     input: &CheckInput,
+    board: &Board<'_>,
     jobs: &[&Job],
 ) -> Result<Vec<Started>, RunError> {
     let parent = ctx.instance_id();
     let mut started = Vec::new();
     let mut creates = Vec::new();
     for job in jobs {
+        let from = board.artifacts_for(job);
         for unit in &job.units {
-            let create = unit_create(input, parent, ctx.generation(), job, unit);
+            let create = unit_create(input, parent, ctx.generation(), job, unit, &from);
             started.push(Started {
                 job: job.name.clone(),
                 unit: unit.clone(),
@@ -413,6 +433,7 @@ async fn skip_jobs(
                         ctx.generation(),
                         job,
                         unit,
+                        &[],
                     ));
                     let summary = format!("Not run: {why}.");
                     conclude_unit(

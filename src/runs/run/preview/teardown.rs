@@ -338,6 +338,7 @@ async fn torn(
         env: vars,
         secret_env,
         held: &held,
+        restore: &[],
     };
     let result = run_command(ctx, env, &spec).await?;
     let verdict = verdict_of(&preview.teardown, &result);
