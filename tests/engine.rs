@@ -720,6 +720,38 @@ fn a_failed_mirror_is_caught_up_by_the_next_pass() {
     assert_eq!(row(&w, &c.id).status, "complete");
 }
 
+/// A restart whose own index write fails still takes: the cut journal is
+/// kept with the new generation (never under the old one, whose children
+/// and processes the run already ended), and the next pass runs it and
+/// brings the index up to date, the old generation's later steps gone.
+#[test]
+fn a_restart_whose_index_write_fails_still_takes_its_new_generation() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    assert_eq!(run_to_end(&w, &runs, 2), Status::Complete);
+    let before = block_on(executions::steps(w.index.as_ref(), &c.id, 10)).unwrap();
+    assert_eq!(before.len(), 3);
+    w.index.fail_next_batch.set(true);
+    let st = block_on(w.engine().command(
+        &runs,
+        &Command::Restart {
+            from_step: Some("b".into()),
+        },
+    ))
+    .unwrap();
+    assert_eq!(st, Status::Queued);
+    let rec = w.engine().record().unwrap().unwrap();
+    assert_eq!((rec.generation, rec.status), (1, Status::Queued));
+    assert_eq!(row(&w, &c.id).status, "complete", "D1 is stale for now");
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
+    assert_eq!((runs.effects.count("a"), runs.effects.count("b")), (1, 2));
+    let r = row(&w, &c.id);
+    assert_eq!(r.status, "complete");
+    let after = block_on(executions::steps(w.index.as_ref(), &c.id, 10)).unwrap();
+    assert_eq!(after.len(), 3, "{after:?}");
+}
+
 #[test]
 fn terminate_pause_resume_and_restart() {
     let w = World::new();

@@ -427,7 +427,16 @@ impl<'a> Engine<'a> {
         let sent = changed.len() as u64 + 1;
         rec.costs.d1_statements += sent;
         rec.costs.d1_rows_written += sent;
-        let stmts = executions::mirror_stmts(rec, &changed, step_count, now);
+        let mut stmts = executions::mirror_stmts(rec, &changed, step_count, now);
+        if rec.mirror_pending {
+            // A restart whose own index write failed left the old
+            // generation's later steps there: the journal has no step past
+            // `step_count`.
+            stmts.push(executions::delete_steps_from(
+                &rec.id,
+                u32::try_from(step_count).unwrap_or(u32::MAX),
+            ));
+        }
         self.index.batch(stmts).await.map_err(|e| e.to_string())?;
         if let Some(max) = changed.iter().map(|e| e.rev).max() {
             rec.mirrored_rev = rec.mirrored_rev.max(max);
@@ -517,9 +526,18 @@ impl<'a> Engine<'a> {
             Command::Restart { from_step } => {
                 let seq = self.restart_point(runs, &rec, from_step.as_deref()).await?;
                 self.restart_from(&mut rec, seq, now)?;
+                // The cut journal and the new generation are kept together,
+                // before anything awaits: the run already ended what the old
+                // generation started (`prepare_restart`), so a failed index
+                // write below must never leave the cut journal under the old
+                // generation (whose child keys and process ids name what was
+                // ended). The index catches up with the next pass's mirror.
+                rec.mirror_pending = true;
+                self.journal.save_instance(&rec)?;
                 extra.push(executions::delete_steps_from(&rec.id, seq));
             }
         }
+        let restarted = matches!(cmd, Command::Restart { .. });
         let step_count = self.journal.entry_count()?;
         rec.costs.add(&self.take_costs());
         let sent = 1 + extra.len() as u64;
@@ -527,7 +545,13 @@ impl<'a> Engine<'a> {
         rec.costs.d1_rows_written += sent;
         let mut stmts = executions::mirror_stmts(&rec, &[], step_count, now);
         stmts.extend(extra);
-        self.index.batch(stmts).await?;
+        match self.index.batch(stmts).await {
+            Ok(_) if restarted => rec.mirror_pending = false,
+            Ok(_) => {}
+            // Taken: a pass runs it and mirrors it (`mirror_pending`).
+            Err(_) if restarted => {}
+            Err(e) => return Err(e.into()),
+        }
         self.journal.save_instance(&rec)?;
         Ok(rec.status)
     }
