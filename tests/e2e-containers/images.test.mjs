@@ -3,7 +3,8 @@
 // may ask a larger `instance_type` the class allows); its command runs in that class's container,
 // built offline from Debian's packages (scripts/containers/setup.sh: node-packages.txt,
 // rust-packages.txt), which the host's own Node (20) and Rust (rustup) are not. An unknown class
-// fails the check naming the classes that exist, before any container starts.
+// fails the check naming the classes that exist, before any container starts. A job's artifacts
+// stream from its container to the container of the job that needs it.
 //
 // Run by `npm test` when the machine can run containers (scripts/test.sh), and by
 // `npm run test:containers`.
@@ -98,4 +99,31 @@ loggedTest(() => stack, TEST_TIMEOUT_MS, 'an unknown image class fails the check
   const run = await concluded(repo, sha, id);
   assert.equal(run.conclusion, 'failure', run.output.summary);
   assert.match(run.output.summary, /image "python" is no sandbox image class \(classes: base, node, rust\)/);
+});
+
+// A job's artifacts between two containers (each unit has its own): the archive streams from
+// build's container through its object to R2 and from R2 into test's container
+// (`src/worker_glue/archives.rs`, the container object's `pass_archive`).
+loggedTest(() => stack, TEST_TIMEOUT_MS, "build's artifacts stream from its container to test's through R2", async () => {
+  const repo = 'containers-artifacts';
+  const config = [
+    '[jobs.build]',
+    `command = '''${WHERE}; mkdir -p dist && hostname > dist/built-on && echo built-$SLUICE_SHA > dist/app.txt'''`,
+    'artifacts = ["dist/**"]', '',
+    '[jobs.test]',
+    `command = '''${WHERE}; test "$(cat dist/app.txt)" = built-$SLUICE_SHA && printf "sluice-%s=%s\\n" built "$(cat dist/built-on)"'''`,
+    'needs = ["build"]', '',
+  ].join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const id = await openPullRequest(stack, repo, sha);
+  await waitForTerminal(stack, id, 'complete');
+  const runs = Object.fromEntries((await checkRuns(stack, repo)).map((r) => [r.name, r]));
+  for (const name of ['sluice/build', 'sluice/test', 'sluice/check']) {
+    assert.equal(runs[name]?.conclusion, 'success', `${name}: ${runs[name]?.output?.summary}`);
+  }
+  const testSummary = runs['sluice/test'].output.summary;
+  assertInContainer(testSummary);
+  // Made in build's container, read in test's: two containers, one archive between them.
+  assert.notEqual(marker1(testSummary, 'built'), marker1(testSummary, 'host'), testSummary);
+  assert.match(runs['sluice/build'].output.summary, /\*\*Artifacts\*\*: 2 files, /);
 });
