@@ -1,8 +1,9 @@
 // Pipeline figures for `npm run bench` (issue 27, ADR-0013): fan-out overhead (N independent jobs
 // of S seconds, wall time webhook -> the commit's check ended, over S), join latency (a job's
 // command ends -> the command of the job that needs it starts, from the commands' own clocks),
-// durable steps per job, and a one-job pipeline's webhook -> its check run completed (as `[check]`,
-// and as one `[jobs.unit]` with the parent's summary check after it). Local agent backend, the
+// durable steps per job, a parent starting 50 units at once (webhook -> every unit's first step),
+// and a one-job pipeline's webhook -> its check run completed (as `[check]`, and as one
+// `[jobs.unit]` with the parent's summary check after it). Local agent backend, the
 // bench stack's pools (bench-scale.mjs's POOL_CAPACITY, every check slot open to one repository).
 
 import { readFileSync } from 'node:fs';
@@ -83,6 +84,29 @@ async function joinRound(stack, i) {
   return { joinMs: Number(BigInt(marks.start) - BigInt(marks.end)) / 1e6, toStepMs: step.started_ms - endMs, wallMs: at - t0 };
 }
 
+// Issue 26's wide fan-out: a parent starting WIDE_UNITS units at once (jobs a, b and c of 16
+// shards each and d of 2), each `true`. Wall time from the webhook until every unit has begun
+// its first step (each unit's own earliest step start, from the API), and until the parent ended.
+const WIDE_SHARDS = [['a', 16], ['b', 16], ['c', 16], ['d', 2]];
+const WIDE_UNITS = WIDE_SHARDS.reduce((n, [, s]) => n + s, 0);
+
+export async function wideRound(stack, i) {
+  const repo = `wide-${i}`;
+  const config = WIDE_SHARDS.map(([job, shards]) => `[jobs.${job}]\ncommand = "true"\nshards = ${shards}\n`).join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const { id, t0 } = await parentOf(stack, repo, sha, 1);
+  const { at } = await ended(stack, id);
+  const res = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
+  const units = res.body.pipeline.jobs.flatMap((j) => j.units);
+  if (units.length !== WIDE_UNITS) throw new Error(`${units.length} units, not ${WIDE_UNITS}`);
+  let lastFirstStep = 0;
+  for (const u of units) {
+    const r = await stack.api(`/v1/executions/${encodeURIComponent(u.id)}?steps_limit=1`);
+    lastFirstStep = Math.max(lastFirstStep, r.body.steps[0].started_ms);
+  }
+  return { startedMs: lastFirstStep - t0, endedMs: at - t0 };
+}
+
 // When each of the commit's check runs first showed `completed`, from the stand-in's record.
 async function completedAt(stack, repo, sha) {
   const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
@@ -109,10 +133,12 @@ export async function benchPipelines(stack, { rounds }) {
   const fan = [];
   const joins = [];
   const one = [];
+  const wide = [];
   for (let i = 0; i < rounds; i++) {
     fan.push(await fanOutRound(stack, i));
     joins.push(await joinRound(stack, i));
     one.push(await oneJobRound(stack, i));
+    wide.push(await wideRound(stack, i));
   }
   const ratio = median(fan.map((r) => r.ratio));
   const join = joins.map((r) => r.joinMs);
@@ -124,6 +150,8 @@ export async function benchPipelines(stack, { rounds }) {
     { figure: `pipeline: ${FAN_OUT_JOBS} jobs of ${FAN_OUT_SECONDS} s, wall / S (p50)`, sluice: ratio.toFixed(2), peer: '', target: '<= 1.15', met: ratio <= 1.15 },
     { figure: 'pipeline: a job ends -> its dependent command starts (p50 / p99)', sluice: p50p99(join), peer: '', target: 'p50 <= 100 ms', met: median(join) <= 100 },
     { figure: '  of which: the job ends -> the dependent\'s command step begins, before its checkout', sluice: p50p99(toStep), peer: '', target: '', met: true },
+    { figure: `pipeline: a parent starts ${WIDE_UNITS} units: webhook -> every unit's first step (p50 / p99)`, sluice: p50p99(wide.map((r) => r.startedMs)), peer: '', target: '', met: true },
+    { figure: `  and webhook -> the parent ended, ${WIDE_UNITS} \`true\` units through the pools (p50 / p99)`, sluice: p50p99(wide.map((r) => r.endedMs)), peer: '', target: '', met: true },
     { figure: 'pipeline: durable steps per job (parent and units)', sluice: median(fan.map((r) => r.steps)).toFixed(1), peer: '', target: '', met: true },
     { figure: 'one-job pipeline [check] "true": webhook -> sluice/check completed (p50 / p99)', sluice: p50p99(oneOf('check')), peer: '', target: 'p50 <= 200 ms', met: median(oneOf('check')) <= 200 },
     { figure: 'one job [jobs.unit] "true": webhook -> sluice/unit completed (p50 / p99)', sluice: p50p99(oneOf('unit')), peer: '', target: 'p50 <= 200 ms', met: median(oneOf('unit')) <= 200 },
