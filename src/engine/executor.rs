@@ -538,22 +538,34 @@ impl<'a> Engine<'a> {
             }
         }
         let restarted = matches!(cmd, Command::Restart { .. });
+        self.index_command(&mut rec, extra, restarted, now).await?;
+        self.journal.save_instance(&rec)?;
+        Ok(rec.status)
+    }
+
+    /// Writes a command's effect to the index. A restart's failure leaves
+    /// it taken: a pass runs it and mirrors it (`mirror_pending`).
+    async fn index_command(
+        &self,
+        rec: &mut InstanceRecord,
+        extra: Vec<crate::store::Stmt>,
+        restarted: bool,
+        now: i64,
+    ) -> Result<(), CommandError> {
         let step_count = self.journal.entry_count()?;
         rec.costs.add(&self.take_costs());
         let sent = 1 + extra.len() as u64;
         rec.costs.d1_statements += sent;
         rec.costs.d1_rows_written += sent;
-        let mut stmts = executions::mirror_stmts(&rec, &[], step_count, now);
+        let mut stmts = executions::mirror_stmts(rec, &[], step_count, now);
         stmts.extend(extra);
         match self.index.batch(stmts).await {
             Ok(_) if restarted => rec.mirror_pending = false,
             Ok(_) => {}
-            // Taken: a pass runs it and mirrors it (`mirror_pending`).
             Err(_) if restarted => {}
             Err(e) => return Err(e.into()),
         }
-        self.journal.save_instance(&rec)?;
-        Ok(rec.status)
+        Ok(())
     }
 
     /// Where a restart begins: the first step named `from_step` (the top
