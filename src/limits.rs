@@ -64,6 +64,10 @@ pub const STEP_RETRY_INLINE_MS_MAX: i64 = 2_000;
 /// (process killed, isolate aborted) fails it rather than crash-looping.
 pub const EXECUTOR_CRASHES_MAX: u32 = 5;
 
+/// A repository's dependency caches at most, unless the operator sets
+/// `CACHE_BYTES_PER_REPO`: GitHub Actions' own default cap (10 GB).
+pub const CACHE_BYTES_PER_REPO_DEFAULT: u64 = 10 * 1000 * 1000 * 1000;
+
 /// Completed instances are kept 30 days (ADR-0001: Workflows' retention).
 pub const RETENTION_MS_DEFAULT: i64 = 30 * 24 * 3600 * 1000;
 

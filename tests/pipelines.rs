@@ -19,6 +19,18 @@ const THREE_JOBS: &str = "[jobs.lint]\ncommand = \"./lint.sh\"\n\n\
 
 /// A pull request's check of `head` judged against `base` (`paths`).
 fn pr_check(rig: &Rig, head: &str, base: Option<&str>) -> Inst {
+    scoped_check(rig, head, base, None, &format!("pr{PR_NUMBER}"))
+}
+
+/// A check of `head` with the cache scope the trigger gave it, keyed by
+/// `tail` (a pull request's or a branch's).
+fn scoped_check(
+    rig: &Rig,
+    head: &str,
+    base: Option<&str>,
+    cache_scope: Option<sluice::runs::inputs::CacheScope>,
+    tail: &str,
+) -> Inst {
     let input = CheckInput {
         repo: REPO.into(),
         sha: head.into(),
@@ -34,9 +46,10 @@ fn pr_check(rig: &Rig, head: &str, base: Option<&str>) -> Inst {
         spec: None,
         rerun: None,
         artifacts_from: Vec::new(),
+        cache_scope,
     };
     rig.create(CreateRequest {
-        key: format!("check:{REPO}:{}:pr{PR_NUMBER}", &head[..12]),
+        key: format!("check:{REPO}:{}:{tail}", &head[..12]),
         run: "check".into(),
         input: json!(input),
         repo: Some(REPO.into()),
@@ -898,4 +911,162 @@ fn an_upload_that_fails_ends_the_job_and_skips_its_dependents() {
         "test never starts"
     );
     assert_eq!(conclusion(&rig, &a, "sluice/test"), "skipped");
+}
+
+const CACHED: &str = "[jobs.install]\ncommand = \"./install.sh\"\n\
+    cache = [{ paths = [\"node_modules\", \"~/.npm\"], key_files = [\"package-lock.json\"] }]\n";
+
+/// One pipeline of `sha` with `scope` to its end; the install unit's id.
+fn cached_round(
+    rig: &Rig,
+    sha: &str,
+    scope: sluice::runs::inputs::CacheScope,
+    tail: &str,
+) -> String {
+    rig.github.commit(REPO, sha, &[(".sluice.toml", CACHED)]);
+    rig.github.set_pull_head(REPO, PR_NUMBER, sha);
+    let parent = scoped_check(rig, sha, None, Some(scope), tail);
+    rig.pass(&parent);
+    let units = spawned(rig);
+    let unit = &units.last().expect("the install unit").1;
+    assert_eq!(rig.run_to_end(unit), Status::Complete);
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    unit.id.clone()
+}
+
+/// What the unit's command found unpacked in its workspace when it started.
+fn unpacked_at_start(rig: &Rig, unit: &str) -> Vec<String> {
+    let starts = rig.sandbox.st.borrow().starts.clone();
+    let start = starts.iter().find(|s| s.workspace == unit && s.spawned);
+    start.expect("the command started").unpacked.clone()
+}
+
+fn saved_keys(rig: &Rig) -> Vec<String> {
+    let mut keys: Vec<String> = rig
+        .sandbox
+        .st
+        .borrow()
+        .archives
+        .keys()
+        .filter(|k| k.starts_with("caches/"))
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A job's cache misses and is saved after the command passed; the next
+/// run with the same lockfile restores it before its command and saves
+/// nothing; a changed lockfile restores the newest entry of the prefix and
+/// saves its own key.
+#[test]
+fn a_cache_is_saved_on_a_miss_restored_on_a_hit_and_falls_back_to_its_prefix() {
+    use sluice::runs::inputs::CacheScope;
+    let rig = Rig::new();
+    rig.sandbox.script("./install.sh", 0, "installed\n");
+    let pr = || CacheScope::pull(PR_NUMBER, false, Some("main"));
+    let first = cached_round(&rig, &sha('a'), pr(), "pr1");
+    assert_eq!(
+        unpacked_at_start(&rig, &first),
+        Vec::<String>::new(),
+        "a miss"
+    );
+    let saved = saved_keys(&rig);
+    assert_eq!(saved.len(), 1, "saved after the pass: {saved:?}");
+    assert!(
+        saved[0].starts_with(&format!("caches/{REPO}/pr:{PR_NUMBER}/v1-base-")),
+        "{saved:?}"
+    );
+    let summary = rig
+        .github
+        .only_check_run(&sha('a'), "sluice/install")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.contains("cache `node_modules, ~/.npm`: miss; saved"),
+        "{summary}"
+    );
+
+    let second = cached_round(&rig, &sha('b'), pr(), "pr1");
+    assert_eq!(
+        unpacked_at_start(&rig, &second),
+        saved,
+        "the exact key, before the command"
+    );
+    assert_eq!(saved_keys(&rig), saved, "a hit saves nothing");
+    let summary = rig
+        .github
+        .only_check_run(&sha('b'), "sluice/install")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.contains(&format!("hit `pr:{PR_NUMBER}`")),
+        "{summary}"
+    );
+
+    rig.sandbox
+        .st
+        .borrow_mut()
+        .key_files
+        .insert("package-lock.json".into(), "v2".into());
+    let third = cached_round(&rig, &sha('c'), pr(), "pr1");
+    assert_eq!(
+        unpacked_at_start(&rig, &third),
+        saved,
+        "the prefix's newest"
+    );
+    assert_eq!(saved_keys(&rig).len(), 2, "and its own key saved");
+    let summary = rig
+        .github
+        .only_check_run(&sha('c'), "sluice/install")
+        .summary()
+        .to_owned();
+    assert!(summary.contains("restored an older key"), "{summary}");
+}
+
+/// A fork's pull request saves where only it reads: the next push to main
+/// (what a deploy's `needs` runs) and a same-repository pull request miss,
+/// and what main saves, the fork's next run reads.
+#[test]
+fn a_forks_cache_never_reaches_a_push_to_main_or_another_pull_request() {
+    use sluice::runs::inputs::CacheScope;
+    let rig = Rig::new();
+    rig.sandbox.script("./install.sh", 0, "installed\n");
+    let fork = || CacheScope::pull(9, true, Some("main"));
+    cached_round(&rig, &sha('a'), fork(), "pr9");
+    let poisoned = saved_keys(&rig);
+    assert!(poisoned[0].contains("/fork-pr:9/"), "{poisoned:?}");
+    let main = cached_round(
+        &rig,
+        &sha('b'),
+        CacheScope::push("main", Some("main")),
+        "branch-main",
+    );
+    assert_eq!(
+        unpacked_at_start(&rig, &main),
+        Vec::<String>::new(),
+        "main never reads the fork's"
+    );
+    let other = cached_round(
+        &rig,
+        &sha('c'),
+        CacheScope::pull(7, false, Some("main")),
+        "pr7",
+    );
+    let main_saved: Vec<String> = saved_keys(&rig)
+        .into_iter()
+        .filter(|k| k.contains("/branch:main/"))
+        .collect();
+    assert_eq!(
+        unpacked_at_start(&rig, &other),
+        main_saved,
+        "pr 7 reads main's, not the fork's"
+    );
+    let fork_again = cached_round(&rig, &sha('d'), fork(), "pr9");
+    assert_eq!(
+        unpacked_at_start(&rig, &fork_again),
+        poisoned,
+        "its own first"
+    );
 }

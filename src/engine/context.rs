@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
 
-use futures_util::future::{select, Either};
+use futures_util::future::{select, Either, LocalBoxFuture};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -29,6 +29,9 @@ use crate::clock::Clock;
 use crate::journal::{Entry, EntryKind, EntryState};
 use crate::obs::{self, Kind, Subject};
 use crate::store::journal::JournalStore;
+
+/// A boxed step body's future (`Ctx::step_boxed`): its result as JSON.
+pub type BoxedBody<'a> = LocalBoxFuture<'a, Result<Value, StepFailure>>;
 
 /// What an operator asked of a pass in progress; the next durable call
 /// honours it.
@@ -255,6 +258,28 @@ impl<'a> Ctx<'a> {
         Fut: Future<Output = Result<T, StepFailure>>,
     {
         self.run_step(name, cfg, body, StepKind::Normal).await
+    }
+
+    /// `step` for bodies boxed behind one type: every caller shares one
+    /// copy of the step machinery in the Worker's wasm (a generic `step`
+    /// is compiled once per call site), for a JSON round trip of the
+    /// result. For steps off the hot path.
+    pub async fn step_boxed<'b, T>(
+        &self,
+        name: &str,
+        cfg: StepConfig,
+        body: &mut (dyn FnMut(u32) -> BoxedBody<'b> + 'b),
+    ) -> Result<T, RunError>
+    where
+        T: DeserializeOwned,
+    {
+        let value: Value = self
+            .run_step(name, cfg, &mut *body, StepKind::Normal)
+            .await?;
+        serde_json::from_value(value).map_err(|e| RunError::InvalidStep {
+            step: name.to_owned(),
+            reason: format!("its result does not decode: {e}"),
+        })
     }
 
     /// A step that runs even after an operator's terminate or pause was

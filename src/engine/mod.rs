@@ -15,7 +15,7 @@ pub mod id;
 pub use crate::clock::Clock;
 pub use crate::journal::Status;
 pub use config::{Backoff, StepConfig};
-pub use context::{Ctx, Interrupt, InterruptFlag, PassStats};
+pub use context::{BoxedBody, Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
 pub use executor::{
     Command, CommandError, CreateRequest, Created, Engine, PassResult, RestartRequest, RunOutcome,

@@ -110,6 +110,28 @@ impl Sandbox for AgentSandbox<'_> {
         Self::decode(&resp)
     }
 
+    async fn digest(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        files: &[String],
+    ) -> Result<String, SandboxError> {
+        let body = serde_json::to_string(&protocol::DigestRequest {
+            files: files.to_vec(),
+        })
+        .map_err(|e| SandboxError {
+            code: "internal".into(),
+            message: e.to_string(),
+            status: None,
+        })?;
+        let path = protocol::digest_path(workspace);
+        let resp = self.call(sandbox, "POST", &path, Some(body)).await?;
+        if resp.status != 200 {
+            return Err(Self::error(&resp));
+        }
+        Self::decode::<protocol::DigestAnswer>(&resp).map(|a| a.sha256)
+    }
+
     async fn start(
         &self,
         sandbox: &str,

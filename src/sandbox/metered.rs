@@ -40,6 +40,14 @@ impl Sandbox for MeteredSandbox<'_> {
     ) -> Result<WorkspaceState, SandboxError> {
         self.inner.workspace(sandbox, workspace).await
     }
+    async fn digest(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        files: &[String],
+    ) -> Result<String, SandboxError> {
+        self.inner.digest(sandbox, workspace, files).await
+    }
     async fn start(
         &self,
         sandbox: &str,

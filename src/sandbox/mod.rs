@@ -111,6 +111,14 @@ pub trait Sandbox {
     /// The run that owned the sandbox has ended: nothing of it stays (its
     /// workspace is deleted; a container is destroyed).
     async fn discard(&self, sandbox: &str) -> Result<(), SandboxError>;
+    /// The SHA-256 (hex) of `files`' names and contents in the workspace,
+    /// read as its user: what keys a dependency cache.
+    async fn digest(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        files: &[String],
+    ) -> Result<String, SandboxError>;
 }
 
 /// An archive of a workspace's files as stored: its size, how many files,

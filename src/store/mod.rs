@@ -7,6 +7,7 @@
 //! it (`store::executions`, `gates::*`); no other module builds SQL strings.
 
 pub mod artifacts;
+pub mod caches;
 pub mod dispatch;
 pub mod executions;
 pub mod journal;

@@ -5,7 +5,6 @@
 //! and R2's object body goes to the agent's `PUT` the same way: no archive
 //! is ever whole in the Worker's memory.
 
-use serde::Deserialize;
 use wasm_bindgen::JsValue;
 use worker::{
     Bucket, Env, Fetch, Headers, HttpMetadata, Method, Request, RequestInit, Response, ResponseBody,
@@ -14,7 +13,7 @@ use worker::{
 use crate::sandbox::{image, Archived, Archives, SandboxError};
 use crate::secret::Secret;
 use sluice_sandbox_protocol::{
-    self as protocol, ArchiveRequest, ARCHIVE_FILES_HEADER, ARCHIVE_SHA256_HEADER,
+    self as protocol, ArchiveRequest, ErrorBody, ARCHIVE_FILES_HEADER, ARCHIVE_SHA256_HEADER,
     SANDBOX_ID_HEADER,
 };
 
@@ -37,17 +36,6 @@ fn failed(code: &str, message: impl Into<String>) -> SandboxError {
         message: message.into(),
         status: None,
     }
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-
-#[derive(Deserialize)]
-struct ErrorDetail {
-    code: String,
-    message: String,
 }
 
 impl WorkerArchives {
@@ -220,14 +208,10 @@ impl Archives for WorkerArchives {
         if resp.status_code() != 200 {
             return Err(refused(resp).await);
         }
-        #[derive(Deserialize)]
-        struct Unpacked {
-            files: u64,
-        }
-        let unpacked: Unpacked = resp
+        let unpacked: serde_json::Value = resp
             .json()
             .await
             .map_err(|e| failed("bad_answer", e.to_string()))?;
-        Ok(unpacked.files)
+        Ok(unpacked["files"].as_u64().unwrap_or(0))
     }
 }

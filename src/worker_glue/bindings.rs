@@ -42,6 +42,8 @@ pub const ENVIRONMENTS: &str = "ENVIRONMENTS";
 pub const GITHUB_GIT_URL: &str = "GITHUB_GIT_URL";
 /// Signs the log links in check summaries (`runs::loglink`).
 pub const LOG_LINK_SECRET: &str = "LOG_LINK_SECRET";
+/// A repository's dependency caches at most, in bytes (`kit::caches`).
+pub const CACHE_BYTES_PER_REPO: &str = "CACHE_BYTES_PER_REPO";
 /// How long a sandbox container may sit unused before its object's alarm
 /// destroys it ("10m" when unset; `sandbox::lifecycle`).
 pub const CONTAINER_SLEEP_AFTER: &str = "CONTAINER_SLEEP_AFTER";

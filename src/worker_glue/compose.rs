@@ -61,6 +61,7 @@ pub struct RunEnvParts {
     environments: Environments,
     git_url: String,
     log_link_secret: Option<Secret>,
+    cache_bytes_per_repo: u64,
 }
 
 /// The services runs use, from the Worker's bindings.
@@ -114,6 +115,9 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
         git_url: text(env, bindings::GITHUB_GIT_URL)
             .unwrap_or_else(|| crate::github::GIT_URL_DEFAULT.to_owned()),
         log_link_secret: bindings::secret(env, bindings::LOG_LINK_SECRET),
+        cache_bytes_per_repo: text(env, bindings::CACHE_BYTES_PER_REPO)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(crate::limits::CACHE_BYTES_PER_REPO_DEFAULT),
     }
 }
 
@@ -265,6 +269,7 @@ impl RegistryOwner<'_> {
                 checks_per_repo: p.checks_per_repo,
                 public_url: p.public_url.clone(),
                 log_link_secret: p.log_link_secret.clone(),
+                cache_bytes_per_repo: p.cache_bytes_per_repo,
             },
             meter: self.meter,
         }

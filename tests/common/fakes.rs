@@ -1284,6 +1284,8 @@ pub struct SandboxState {
     pub unpacked: HashMap<String, Vec<String>>,
     /// Saves fail as an unreachable sandbox would (503), until cleared.
     pub archive_fails: bool,
+    /// A key file's content as a digest reads it (absent: "v1").
+    pub key_files: HashMap<String, String>,
 }
 
 pub struct FakeSandbox {
@@ -1822,6 +1824,27 @@ impl Sandbox for FakeSandbox {
         Ok(Some(state))
     }
 
+    async fn digest(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        files: &[String],
+    ) -> Result<String, SandboxError> {
+        check_sandbox(sandbox)?;
+        let st = self.st.borrow();
+        if !st.workspaces.contains_key(workspace) {
+            return Err(sandbox_error(404, "workspace_not_found", workspace));
+        }
+        let text: Vec<String> = files
+            .iter()
+            .map(|f| format!("{f}={}", st.key_files.get(f).map_or("v1", String::as_str)))
+            .collect();
+        Ok(format!(
+            "{:x}",
+            <sha2::Sha256 as sha2::Digest>::digest(text.join("\n").as_bytes())
+        ))
+    }
+
     async fn discard(&self, sandbox: &str) -> Result<(), SandboxError> {
         check_sandbox(sandbox)?;
         let st = &mut *self.st.borrow_mut();
@@ -2153,6 +2176,7 @@ impl Rig {
                 checks_per_repo: 2,
                 public_url: PUBLIC_URL.into(),
                 log_link_secret: Some(Secret::new(LOG_LINK_SECRET.into())),
+                cache_bytes_per_repo: sluice::limits::CACHE_BYTES_PER_REPO_DEFAULT,
             },
         }
     }
@@ -2197,6 +2221,7 @@ impl Rig {
             spec: None,
             rerun: None,
             artifacts_from: Vec::new(),
+            cache_scope: None,
         };
         self.create(CreateRequest {
             key: format!("check:{repo}:{}", &sha[..12]),

@@ -7,7 +7,9 @@
 // - a merge queue group runs the jobs marked `on = ["merge_group"]` on the queue's commit;
 // - a newer head of the pull request cancels the older pipeline's live job, killing it;
 // - Re-run on a job's check run re-runs that job and what needs it, keeping the rest;
-// - a job's artifacts reach the job that needs it, and download behind a signed link.
+// - a job's artifacts reach the job that needs it, and download behind a signed link;
+// - a job's cache is saved on a miss, restored on a hit, falls back to its prefix, and a fork's
+//   is never read by another pull request.
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -322,4 +324,37 @@ pipelineTest("build's artifacts reach test before its command, and download behi
   assert.equal(listedByApi[0].label, 'sluice/build');
   assert.equal(listedByApi[0].files, 2);
   assert.equal((await fetch(`${stack.url}${listedByApi[0].download}`)).status, 200);
+});
+
+pipelineTest("a job's cache: saved on a miss, restored on the next run, a changed lockfile falls back, a fork's is never read", async () => {
+  const repo = 'cached';
+  // The install's work, counted: it makes node_modules only when the cache did not bring it.
+  const config = [
+    '[jobs.install]',
+    `command = '''if [ -f node_modules/dep/index.js ]; then echo "work=reused-$(cat node_modules/dep/index.js)"; else mkdir -p node_modules/dep && cat package-lock.json > node_modules/dep/index.js && echo "work=installed"; fi'''`,
+    'cache = [{ paths = ["node_modules"], key_files = ["package-lock.json"] }]', '',
+  ].join('\n');
+  const work = (run) => /^work=(\S+)$/m.exec(run.output.summary)?.[1];
+  const round = async (files, number, overrides = {}) => {
+    const sha = stack.commit(OWNER, repo, { '.sluice.toml': config, ...files });
+    const parent = await parentOf('pull_request', pr(repo, sha, { number, ...overrides }));
+    assert.equal((await waitForTerminal(parent)).status, 'complete');
+    const run = (await byName(repo, sha))['sluice/install'];
+    assert.equal(run?.conclusion, 'success', JSON.stringify(run?.output));
+    return run;
+  };
+  const first = await round({ 'package-lock.json': 'v1\n' }, 11);
+  assert.equal(work(first), 'installed');
+  assert.match(first.output.summary, /cache `node_modules`: miss; saved \d+ bytes/);
+  const second = await round({ 'package-lock.json': 'v1\n', 'a.txt': 'another commit\n' }, 11);
+  assert.equal(work(second), 'reused-v1', 'the exact key skipped the install');
+  assert.match(second.output.summary, /cache `node_modules`: hit `pr:11`/);
+  const third = await round({ 'package-lock.json': 'v2\n' }, 11);
+  assert.equal(work(third), 'reused-v1', 'the prefix fallback brought the older tree');
+  assert.match(third.output.summary, /restored an older key from `pr:11`.*; saved/);
+  // A fork's pull request saves into its own scope; another pull request does not read it.
+  const fork = await round({ 'package-lock.json': 'v3\n' }, 12, { headOwner: 'stranger' });
+  assert.equal(work(fork), 'installed');
+  const other = await round({ 'package-lock.json': 'v3\n', 'b.txt': 'x\n' }, 13);
+  assert.equal(work(other), 'installed', "pull request 13 never reads the fork's cache");
 });

@@ -262,6 +262,9 @@ fn route_inner(state: &State, request: &mut Request) -> Result<Reply, ApiError> 
         (Method::Post, ["workspaces"]) => create_workspace(state, read_json(request)?),
         (Method::Get, ["workspaces", id]) => get_workspace(state, id),
         (Method::Delete, ["workspaces", id]) => delete_workspace(state, id),
+        (Method::Post, ["workspaces", id, "digest"]) => {
+            digest_files(state, id, read_json(request)?)
+        }
         (Method::Post, ["exec"]) => run_exec(state, read_json(request)?),
         (Method::Post, ["processes"]) => start_process(state, read_json(request)?),
         (Method::Get, ["processes", id]) => get_process(state, id, query),
@@ -417,6 +420,26 @@ fn create_workspace(state: &State, req: CheckoutRequest) -> Result<Reply, ApiErr
             "duration_ms": checkout.duration_ms,
         }),
     ))
+}
+
+/// The SHA-256 of the files' names and contents, read as the workspace's user.
+fn digest_files(state: &State, id: &str, req: protocol::DigestRequest) -> Result<Reply, ApiError> {
+    validate_id(id, "workspace")?;
+    let ok = |f: &String| protocol::valid_archive_pattern(f) && !f.contains(['*', '?', '[', '{']);
+    if req.files.is_empty()
+        || req.files.len() > protocol::DIGEST_FILES_MAX
+        || !req.files.iter().all(ok)
+    {
+        return Err(ApiError::invalid(format!(
+            "files must name 1 to {} paths inside the workspace",
+            protocol::DIGEST_FILES_MAX
+        )));
+    }
+    let scratch = &state.scratch;
+    let sha256 = state
+        .workspaces
+        .with_claimed(id, |path, run_as| scratch.digest(path, run_as, &req.files))?;
+    Ok((200, to_value(&protocol::DigestAnswer { sha256 })?))
 }
 
 fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {

@@ -134,6 +134,33 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// The SHA-256 (hex) of `files`' names and contents, read as the workspace's user
+    /// (`sha256sum`): what keys a dependency cache. A file that is missing or unreadable is
+    /// an error naming it.
+    pub fn digest(
+        &self,
+        workspace: &Path,
+        run_as: RunAs,
+        files: &[String],
+    ) -> Result<String, ApiError> {
+        let out = self.temp().map_err(internal)?;
+        let stdin = self.temp().map_err(internal)?;
+        let mut args = vec!["--"];
+        args.extend(files.iter().map(String::as_str));
+        let stdout = out.try_clone().map_err(internal)?;
+        self.run_tool("sha256sum", workspace, run_as, &args, stdin, stdout)
+            .map_err(|mut e| {
+                if e.code == "archive_failed" {
+                    e.code = "key_file_unreadable";
+                }
+                e
+            })?;
+        let (_, sha) = digest(&out)?;
+        Ok(sha)
+    }
+}
+
 /// Workspace-relative paths of the regular files matching a pattern, in order, never under
 /// `.git` and never through a link.
 pub fn matching_files(workspace: &Path, patterns: &[String]) -> Result<Vec<String>, ApiError> {
@@ -182,8 +209,21 @@ impl Scratch {
         stdin: File,
         stdout: File,
     ) -> Result<(), ApiError> {
+        self.run_tool("tar", dir, run_as, args, stdin, stdout)
+    }
+
+    /// Runs `tool args` as `run_tar` describes.
+    fn run_tool(
+        &self,
+        tool: &str,
+        dir: &Path,
+        run_as: RunAs,
+        args: &[&str],
+        stdin: File,
+        stdout: File,
+    ) -> Result<(), ApiError> {
         let stderr = self.temp().map_err(internal)?;
-        let mut command = Command::new("tar");
+        let mut command = Command::new(tool);
         command
             .args(args)
             .current_dir(dir)
@@ -208,7 +248,7 @@ impl Scratch {
                 return Err(ApiError::new(
                     504,
                     "archive_timed_out",
-                    format!("tar ran past {ARCHIVE_TIMEOUT_MS} ms"),
+                    format!("{tool} ran past {ARCHIVE_TIMEOUT_MS} ms"),
                 ));
             }
             std::thread::sleep(TAR_POLL);
@@ -226,7 +266,7 @@ impl Scratch {
         Err(ApiError::new(
             422,
             "archive_failed",
-            format!("tar {} failed ({status}): {}", args[0], text.trim()),
+            format!("{tool} {} failed ({status}): {}", args[0], text.trim()),
         ))
     }
 }

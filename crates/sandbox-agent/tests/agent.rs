@@ -2104,3 +2104,34 @@ fn an_archive_of_one_workspace_unpacks_into_another() {
         "{reply}"
     );
 }
+
+/// A digest of files' names and contents keys a cache: it changes with a file's content, and
+/// a missing file is refused naming it.
+#[test]
+fn a_digest_changes_with_the_files_content_and_names_a_missing_one() {
+    let agent = Agent::start();
+    agent.empty_workspace("dig");
+    agent.exec("dig", "echo one > lock.json", 10_000);
+    let digest = |files: Value| agent.post("/v1/workspaces/dig/digest", json!({ "files": files }));
+    let (status, first) = digest(json!(["lock.json"]));
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["sha256"].as_str().map(str::len), Some(64));
+    assert_eq!(digest(json!(["lock.json"])).1, first, "stable");
+    agent.exec("dig", "echo two > lock.json", 10_000);
+    assert_ne!(digest(json!(["lock.json"])).1, first);
+    let (status, reply) = digest(json!(["lock.json", "nope.lock"]));
+    assert_eq!(
+        (status, error_code(&reply)),
+        (422, "key_file_unreadable"),
+        "{reply}"
+    );
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("nope.lock"),
+        "{reply}"
+    );
+    let (status, _) = digest(json!(["../etc/passwd"]));
+    assert_eq!(status, 400);
+}

@@ -117,6 +117,27 @@ pub struct ArchiveRequest {
     pub patterns: Vec<String>,
 }
 
+/// `POST /v1/workspaces/{id}/digest`: the SHA-256 of files' names and
+/// contents, read as the workspace's user (a dependency cache's key).
+pub fn digest_path(workspace: &str) -> String {
+    format!("{PATH_WORKSPACES}/{workspace}/digest")
+}
+
+/// Files one digest may name.
+pub const DIGEST_FILES_MAX: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DigestRequest {
+    /// Workspace-relative paths (`valid_archive_pattern`, no wildcard).
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestAnswer {
+    pub sha256: String,
+}
+
 /// A workspace-relative glob: not empty, at most 256 bytes, not
 /// absolute, no `..` component, no backslash or control character.
 pub fn valid_archive_pattern(p: &str) -> bool {

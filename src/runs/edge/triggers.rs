@@ -16,8 +16,8 @@ use crate::github::webhook::{
 
 use crate::runs::kit::approval::RELEASE_EVENT;
 use crate::runs::kit::inputs::{
-    CancelChecksInput, CancelOf, CheckAction, CheckInput, Decision, DeployInput, NeededCheck,
-    PullNumber, ReleaseInput, SchedulesInput, CHECK_ACTION_EVENT,
+    CacheScope, CancelChecksInput, CancelOf, CheckAction, CheckInput, Decision, DeployInput,
+    NeededCheck, PullNumber, ReleaseInput, SchedulesInput, CHECK_ACTION_EVENT,
 };
 use crate::runs::kit::key::{short, Attempt, CancelScope, InstanceKey, Subject};
 use crate::runs::kit::pipeline::JobsRerun;
@@ -181,18 +181,23 @@ const FIRST_TIME_ASSOCIATIONS: [&str; 3] = ["FIRST_TIME_CONTRIBUTOR", "FIRST_TIM
 /// A pull request from a fork by someone who never contributed to the
 /// repository: its code runs only once a maintainer approves it.
 fn needs_approval(pr: &PullRequestEvent) -> bool {
-    let from_fork = pr
-        .pull_request
-        .head
-        .repo
-        .as_ref()
-        .is_none_or(|r| !r.full_name.eq_ignore_ascii_case(&pr.repository.full_name));
+    let from_fork = from_fork(pr);
     let first_time = pr
         .pull_request
         .author_association
         .as_deref()
         .is_none_or(|a| FIRST_TIME_ASSOCIATIONS.contains(&a));
     from_fork && first_time
+}
+
+/// Whether the pull request's head is in another repository (or one
+/// GitHub no longer names: a deleted fork).
+fn from_fork(pr: &PullRequestEvent) -> bool {
+    pr.pull_request
+        .head
+        .repo
+        .as_ref()
+        .is_none_or(|r| !r.full_name.eq_ignore_ascii_case(&pr.repository.full_name))
 }
 
 /// What planning knows besides the event: who Sluice is on GitHub. (The
@@ -488,6 +493,7 @@ fn check_input(
         spec: None,
         rerun: None,
         artifacts_from: Vec::new(),
+        cache_scope: None,
     })
 }
 
@@ -570,6 +576,7 @@ fn commit_id(sha: &str) -> Option<String> {
 fn needed_check(at: &RunTarget<'_>, branch: &str) -> Option<NeededCheck> {
     let mut create = check_request(at, None, false, None)?;
     create.entity = Some(format!("branch:{branch}"));
+    create.input["cache_scope"] = json!(CacheScope::push(branch, at.default_branch));
     Some(NeededCheck {
         create,
         check_run: CHECK_RUN_NAME.to_owned(),
@@ -604,6 +611,11 @@ fn plan_pull_request(pr: &PullRequestEvent) -> Plan {
     match check_input(&at, PullNumber::new(pr.number), needs_approval(pr)) {
         Some(mut input) => {
             input.base_sha = commit_id(&pr.pull_request.base.sha);
+            input.cache_scope = Some(CacheScope::pull(
+                pr.number,
+                from_fork(pr),
+                at.default_branch,
+            ));
             Plan::Create(vec![check_request_of(input, reopen_attempt(pr))])
         }
         None => Plan::Ignore(format!(
@@ -661,6 +673,7 @@ fn plan_merge_group(group: &MergeGroupEvent) -> Plan {
         ));
     };
     input.merge_group = Some(branch.to_owned());
+    input.cache_scope = Some(CacheScope::merge_group(at.default_branch));
     input.base_sha = group.merge_group.base_sha.as_deref().and_then(commit_id);
     Plan::Create(vec![check_request_of(input, None)])
 }

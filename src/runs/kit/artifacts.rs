@@ -58,29 +58,36 @@ pub async fn save(
     let cfg = StepConfig::default()
         .retries(SAVE_RETRIES, SAVE_RETRY_DELAY_MS, Backoff::Exponential)
         .timeout_ms(SAVE_TIMEOUT_MS);
-    ctx.step(SAVE_STEP, cfg, |_| async {
-        let key = key_of(spec.instance_id);
-        let archived = env
-            .archives
-            .save(spec.sandbox_id, spec.instance_id, spec.patterns, &key)
-            .await
-            .map_err(artifact_failure)?;
-        let row = ArtifactRow {
-            instance_id: spec.instance_id.to_owned(),
-            job: spec.job.to_owned(),
-            label: spec.label.to_owned(),
-            r2_key: key,
-            bytes: i64::try_from(archived.bytes).unwrap_or(i64::MAX),
-            files: i64::try_from(archived.files).unwrap_or(i64::MAX),
-            sha256: archived.sha256,
-            created_ms: env.clock.now_ms(),
-        };
-        artifacts::saved(env.db, &row)
-            .await
-            .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
-        Ok(row)
+    ctx.step_boxed(SAVE_STEP, cfg, &mut |_| {
+        Box::pin(async {
+            let key = key_of(spec.instance_id);
+            let archived = env
+                .archives
+                .save(spec.sandbox_id, spec.instance_id, spec.patterns, &key)
+                .await
+                .map_err(artifact_failure)?;
+            let row = ArtifactRow {
+                instance_id: spec.instance_id.to_owned(),
+                job: spec.job.to_owned(),
+                label: spec.label.to_owned(),
+                r2_key: key,
+                bytes: i64::try_from(archived.bytes).unwrap_or(i64::MAX),
+                files: i64::try_from(archived.files).unwrap_or(i64::MAX),
+                sha256: archived.sha256,
+                created_ms: env.clock.now_ms(),
+            };
+            artifacts::saved(env.db, &row)
+                .await
+                .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
+            json_of(&row)
+        })
     })
     .await
+}
+
+/// A boxed step's result (`Ctx::step_boxed`).
+pub fn json_of<T: serde::Serialize>(value: &T) -> Result<serde_json::Value, StepFailure> {
+    serde_json::to_value(value).map_err(|e| StepFailure::fatal("Encode", e.to_string()))
 }
 
 /// Where the archives of the units `ids` are (those that made one).
@@ -92,10 +99,13 @@ pub async fn needed(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    ctx.step(READ_STEP, StepConfig::default(), |_| async {
-        artifacts::of_units(env.db, ids)
-            .await
-            .map_err(|e| FailureTag::Index.retryable(e.to_string()))
+    ctx.step_boxed(READ_STEP, StepConfig::default(), &mut |_| {
+        Box::pin(async {
+            let rows = artifacts::of_units(env.db, ids)
+                .await
+                .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
+            json_of(&rows)
+        })
     })
     .await
 }

@@ -566,6 +566,20 @@ async fn revoke(env: &RunEnv<'_>, token: &Secret) {
     let _ = env.github.revoke_token(token).await;
 }
 
+/// Checks out the commit into the command's workspace unless it already
+/// holds it, ahead of the command step (a cache restored into it first):
+/// the command step then finds the checkout and keeps it.
+pub async fn prepare_workspace(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ws: &str,
+) -> Result<(), StepFailure> {
+    if let Some(token) = ensure_workspace(env, spec, ws).await? {
+        revoke(env, &token).await;
+    }
+    Ok(())
+}
+
 /// Checks out the commit unless the workspace already holds it (a retried
 /// attempt on the same container); the token of a checkout it made.
 async fn ensure_workspace(

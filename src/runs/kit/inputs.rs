@@ -103,11 +103,73 @@ pub struct CheckInput {
     /// unpacked into its workspace before its command.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts_from: Vec<String>,
+    /// Which dependency caches it may read and where it writes one
+    /// (`runs::kit::caches`), decided from the signed event when it was
+    /// planned: never from the repository's files. None (a dispatch, a
+    /// schedule, an instance made before caches): it neither restores nor
+    /// saves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_scope: Option<CacheScope>,
     /// A re-run of a pipeline from GitHub (`kit::pipeline::JobsRerun`):
     /// the jobs it leaves alone keep their results from the attempt it
     /// names. None: every job runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun: Option<super::pipeline::JobsRerun>,
+}
+
+/// The dependency caches a check may read, in the order it prefers them,
+/// and the scope it saves to (none: it saves nothing), as GitHub scopes
+/// Actions caches: the default branch's are everyone's; a pull request's
+/// its own; a fork's pull request's its own too, and never read by
+/// anything else, so nothing a fork writes reaches a same-repository run
+/// or a deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheScope {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write: Option<String>,
+    pub read: Vec<String>,
+}
+
+impl CacheScope {
+    fn branch(name: &str) -> String {
+        format!("branch:{name}")
+    }
+
+    /// A pull request's check: its own scope first (a fork's apart), then
+    /// the default branch's.
+    pub fn pull(number: u64, fork: bool, default_branch: Option<&str>) -> CacheScope {
+        let own = match fork {
+            true => format!("fork-pr:{number}"),
+            false => format!("pr:{number}"),
+        };
+        let mut read = vec![own.clone()];
+        read.extend(default_branch.map(Self::branch));
+        CacheScope {
+            write: Some(own),
+            read,
+        }
+    }
+
+    /// A commit pushed to `branch` (a deploy's `needs`): its branch's scope,
+    /// then the default branch's; the default branch writes for everyone.
+    pub fn push(branch: &str, default_branch: Option<&str>) -> CacheScope {
+        let own = Self::branch(branch);
+        let mut read = vec![own.clone()];
+        read.extend(default_branch.map(Self::branch).filter(|d| *d != own));
+        CacheScope {
+            write: Some(own),
+            read,
+        }
+    }
+
+    /// A merge queue's commit: it reads the default branch's and writes
+    /// nothing (its group's branch is gone once it merged).
+    pub fn merge_group(default_branch: Option<&str>) -> CacheScope {
+        CacheScope {
+            write: None,
+            read: default_branch.map(Self::branch).into_iter().collect(),
+        }
+    }
 }
 
 impl CheckInput {

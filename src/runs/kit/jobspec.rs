@@ -77,6 +77,56 @@ pub struct JobConfig {
     /// (`runs::kit::artifacts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<String>,
+    /// Dependency caches (`runs::kit::caches`): each restored before the
+    /// command by a key derived from its `key_files`, saved after it passed
+    /// when that exact key missed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<CacheConfig>,
+}
+
+/// `{ paths = ["node_modules", "~/.npm"], key_files = ["package-lock.json"] }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Directories (or files) in the checkout; `~/` is the command's home,
+    /// which is the checkout too.
+    pub paths: Vec<String>,
+    /// Files whose content keys the cache (a lockfile).
+    pub key_files: Vec<String>,
+}
+
+/// Caches one job may name: a language's dependencies and its tool's own
+/// cache, for a couple of languages.
+pub const CACHES_PER_JOB_MAX: usize = 4;
+/// Paths or key files one cache may name.
+pub const CACHE_ENTRIES_MAX: usize = 16;
+
+impl CacheConfig {
+    /// `paths` as the archive's globs, relative to the checkout: `~/` is
+    /// the command's home (the checkout), and a directory means all of it.
+    pub fn globs(&self) -> Vec<String> {
+        self.paths
+            .iter()
+            .map(|p| {
+                let p = p.strip_prefix("~/").unwrap_or(p).trim_end_matches('/');
+                format!("{p}/**")
+            })
+            .chain(self.paths.iter().map(|p| {
+                p.strip_prefix("~/")
+                    .unwrap_or(p)
+                    .trim_end_matches('/')
+                    .to_owned()
+            }))
+            .collect()
+    }
+
+    /// `key_files` relative to the checkout.
+    pub fn key_paths(&self) -> Vec<String> {
+        self.key_files
+            .iter()
+            .map(|p| p.strip_prefix("~/").unwrap_or(p).to_owned())
+            .collect()
+    }
 }
 
 /// The event kinds `on` selects.
@@ -171,7 +221,37 @@ fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
     }
     crate::sandbox::image::select(job.image.as_deref(), job.instance_type.as_deref())?;
     validate_artifacts(&job.artifacts)?;
+    validate_caches(&job.cache)?;
     validate_matrix(&job.matrix)
+}
+
+/// At most `CACHES_PER_JOB_MAX` caches, each with 1 to
+/// `CACHE_ENTRIES_MAX` paths and key files inside the checkout.
+fn validate_caches(caches: &[CacheConfig]) -> Result<(), String> {
+    use sluice_sandbox_protocol::valid_archive_pattern;
+    if caches.len() > CACHES_PER_JOB_MAX {
+        return Err(format!("cache: at most {CACHES_PER_JOB_MAX} caches"));
+    }
+    for c in caches {
+        for (what, list) in [("paths", &c.paths), ("key_files", &c.key_files)] {
+            if list.is_empty() || list.len() > CACHE_ENTRIES_MAX {
+                return Err(format!(
+                    "cache: {what} names 1 to {CACHE_ENTRIES_MAX} entries"
+                ));
+            }
+            let bad = list.iter().find(|p| {
+                let rel = p.strip_prefix("~/").unwrap_or(p);
+                !valid_archive_pattern(rel) || rel.contains(['*', '?', '[', '{'])
+            });
+            if let Some(p) = bad {
+                return Err(format!(
+                    "cache: {what}: {p:?} is not a path inside the checkout (relative or ~/, \
+                     no `..`, no wildcards)"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// At most the protocol's number of globs, each workspace-relative.

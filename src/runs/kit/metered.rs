@@ -72,6 +72,7 @@ impl<'a> Metered<'a> {
             checks_per_repo: env.checks_per_repo,
             public_url: env.public_url.clone(),
             log_link_secret: env.log_link_secret.clone(),
+            cache_bytes_per_repo: env.cache_bytes_per_repo,
         }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod approval;
 pub mod artifacts;
+pub mod caches;
 pub mod command;
 pub mod config;
 pub mod deployment;
@@ -123,6 +124,9 @@ pub struct RunEnv<'a> {
     pub public_url: String,
     /// Signs log links (`LOG_LINK_SECRET`); none, no links.
     pub log_link_secret: Option<Secret>,
+    /// A repository's dependency caches at most (`CACHE_BYTES_PER_REPO`):
+    /// past it the least recently used go (`kit::caches`).
+    pub cache_bytes_per_repo: u64,
 }
 
 pub use run::{Run, RunName};

@@ -26,11 +26,13 @@ use crate::store::executions::{self, LiveCheck, ShaFilter};
 
 use crate::runs::kit::approval::{self, Ask, Decided};
 use crate::runs::kit::artifacts::{self, SaveSpec};
+use crate::runs::kit::caches::{self, Caches};
 use crate::runs::kit::command::{run_command, verdict_in, CommandSpec};
 use crate::runs::kit::config::RepoConfig;
 use crate::runs::kit::config::{command_timeout_ms, paths_match, CheckConfig, CONFIG_PATH};
 use crate::runs::kit::gate::{self, with_gates, Gates, Held, Pool};
 use crate::runs::kit::inputs::{CheckInput, PullNumber};
+use crate::runs::kit::jobspec::CacheConfig;
 use crate::runs::kit::needs::NEEDS_EVENT;
 use crate::runs::kit::pipeline::{
     is_job_name, of as pipeline_of, JobRecord, JobResult, JobUnit, Pipeline, JOB_CHECK_PREFIX,
@@ -284,6 +286,8 @@ async fn run_single(
             vars: BTreeMap::new(),
             restore: &[],
             artifacts: &[],
+            caches: &[],
+            class: "",
         };
         with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, &command, held)
@@ -337,6 +341,8 @@ async fn run_unit(
             vars: unit.vars(),
             restore: &restore,
             artifacts: &job.artifacts,
+            caches: &job.cache,
+            class: job.image.as_deref().unwrap_or(crate::sandbox::image::BASE),
         };
         with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, &command, held)
@@ -643,6 +649,9 @@ struct Command<'a> {
     restore: &'a [ArtifactRow],
     /// Its job's `artifacts` globs: uploaded when it passes.
     artifacts: &'a [String],
+    /// Its job's dependency caches, and the image class that keys them.
+    caches: &'a [CacheConfig],
+    class: &'a str,
 }
 
 async fn check_held(
@@ -673,24 +682,72 @@ async fn check_held(
         held: &held,
         restore: command.restore,
     };
+    let caches = input.cache_scope.as_ref().map(|scope| Caches {
+        repo: &input.repo,
+        scope,
+        class: command.class,
+        caches: command.caches,
+    });
+    let caches = caches.filter(|c| !c.caches.is_empty());
+    let restored = match &caches {
+        Some(c) => caches::restore(ctx, env, &spec, c).await?,
+        None => Vec::new(),
+    };
     let result = run_command(ctx, env, &spec).await?;
     let verdict = verdict_in(command.text, &result, Some(held.sandbox_id));
-    match (&verdict, input.job.as_ref()) {
-        (Verdict::Passed { summary }, Some(unit)) if !command.artifacts.is_empty() => {
-            let label = unit.check_run_name();
-            let save = SaveSpec {
-                sandbox_id: held.sandbox_id,
-                instance_id: ctx.instance_id(),
-                job: &unit.job,
-                label: &label,
-                patterns: command.artifacts,
-            };
-            let row = artifacts::save(ctx, env, &save).await?;
-            let listed = artifacts::listed(env, &row, ctx.now_ms());
-            Ok(Verdict::Passed {
-                summary: format!("{summary}\n\n{listed}"),
-            })
+    let mut notes = Vec::new();
+    if let (Verdict::Passed { .. }, Some(c)) = (&verdict, &caches) {
+        let saved = caches::save(ctx, env, held.sandbox_id, c, &restored).await?;
+        notes.push(caches::summary(&restored, &saved));
+    } else if !restored.is_empty() {
+        notes.push(caches::summary(&restored, &[]));
+    }
+    if let (Verdict::Passed { .. }, Some(unit)) = (&verdict, input.job.as_ref()) {
+        if !command.artifacts.is_empty() {
+            notes.push(save_artifacts(ctx, env, unit, command.artifacts, held.sandbox_id).await?);
         }
-        _ => Ok(verdict),
+    }
+    Ok(with_notes(verdict, &notes))
+}
+
+/// Uploads a passed unit's artifacts; the summary's line for them.
+async fn save_artifacts(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    unit: &JobUnit,
+    patterns: &[String],
+    sandbox_id: &str,
+) -> Result<String, RunError> {
+    let label = unit.check_run_name();
+    let save = SaveSpec {
+        sandbox_id,
+        instance_id: ctx.instance_id(),
+        job: &unit.job,
+        label: &label,
+        patterns,
+    };
+    let row = artifacts::save(ctx, env, &save).await?;
+    Ok(artifacts::listed(env, &row, ctx.now_ms()))
+}
+
+/// The verdict with paragraphs added to its summary (a pass's or a
+/// failure's: what its caches and artifacts did).
+fn with_notes(verdict: Verdict, notes: &[String]) -> Verdict {
+    let extra: String = notes
+        .iter()
+        .filter(|n| !n.is_empty())
+        .map(|n| format!("\n\n{n}"))
+        .collect();
+    match verdict {
+        Verdict::Passed { summary } => Verdict::Passed {
+            summary: summary + &extra,
+        },
+        Verdict::Failed { summary } => Verdict::Failed {
+            summary: summary + &extra,
+        },
+        Verdict::TimedOut { summary } => Verdict::TimedOut {
+            summary: summary + &extra,
+        },
+        other => other,
     }
 }
