@@ -52,6 +52,69 @@ async function round(stack, i, sha) {
   return { pollLate, killLate, shortWait };
 }
 
+// Issue 23's cache and artifact throughput: a dependency-like tree of ARCHIVE_FILES files,
+// ARCHIVE_BYTES in all (half base64 of random bytes, half repeated source text: it compresses
+// about as a node_modules does), packed by the agent as the workspace's user (what a cache save
+// or an artifact upload streams to R2) and unpacked into another workspace (a restore). The
+// agent's part only: the R2 leg under `wrangler dev` is a local file.
+const ARCHIVE_FILES = 20_000;
+const ARCHIVE_BYTES = 200_000_000;
+// A 200 MB tree packs and unpacks in tens of seconds on 2 shared cores; two rounds at most.
+const ARCHIVE_ROUNDS_MAX = 2;
+const ARCHIVE_TIMEOUT_MS = 10 * 60_000;
+const MAKE_TREE = [
+  'mkdir -p node_modules/dep',
+  `(head -c ${ARCHIVE_BYTES / 2 * 3 / 4} /dev/urandom | base64 -w 120; yes 'module.exports = function () { return 42; };' | head -c ${ARCHIVE_BYTES / 2})`,
+  `| head -c ${ARCHIVE_BYTES} | split -b ${ARCHIVE_BYTES / ARCHIVE_FILES} -a 5 -d - node_modules/dep/f`,
+].join(' ');
+
+async function raw(stack, method, path, body, contentType) {
+  const res = await fetch(`${stack.agentUrl}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${stack.agentToken}`, 'Content-Type': contentType },
+    body,
+    signal: AbortSignal.timeout(ARCHIVE_TIMEOUT_MS),
+  });
+  if (res.status >= 400) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
+  return res;
+}
+
+async function archiveRound(stack, i, sha) {
+  const token = await stack.installationToken(BENCH_REPO);
+  const [src, dst] = [`bench-pack-${i}`, `bench-unpack-${i}`];
+  for (const ws of [src, dst]) {
+    await call(stack, 'POST', '/v1/workspaces', { workspace: ws, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha, token });
+  }
+  const made = await call(stack, 'POST', '/v1/exec', { workspace: src, command: MAKE_TREE, timeout_ms: ARCHIVE_TIMEOUT_MS });
+  if (made.exit_code !== 0) throw new Error(`making the tree: ${made.output}`);
+  const t0 = Date.now();
+  const packed = await raw(stack, 'POST', `/v1/workspaces/${src}/archive`, JSON.stringify({ patterns: ['node_modules/**'] }), 'application/json');
+  const archive = Buffer.from(await packed.arrayBuffer());
+  const packMs = Date.now() - t0;
+  const files = Number(packed.headers.get('x-sluice-archive-files'));
+  if (files !== ARCHIVE_FILES) throw new Error(`packed ${files} files, not ${ARCHIVE_FILES}`);
+  const sha256 = packed.headers.get('x-sluice-archive-sha256');
+  const t1 = Date.now();
+  const unpacked = await (await raw(stack, 'PUT', `/v1/workspaces/${dst}/archive?sha256=${sha256}`, archive, 'application/gzip')).json();
+  const unpackMs = Date.now() - t1;
+  if (unpacked.files !== ARCHIVE_FILES) throw new Error(`unpacked ${unpacked.files} files`);
+  for (const ws of [src, dst]) await call(stack, 'DELETE', `/v1/workspaces/${ws}`);
+  return { packMs, unpackMs, archiveBytes: archive.length };
+}
+
+export async function benchArchives(stack, { rounds }) {
+  const sha = stack.commit(BENCH_OWNER, BENCH_REPO, { 'README.md': '# agent bench\n' });
+  const rs = [];
+  for (let i = 0; i < Math.min(rounds, ARCHIVE_ROUNDS_MAX); i++) rs.push(await archiveRound(stack, i, sha));
+  const mbps = (ms) => `${(ARCHIVE_BYTES / 1e6 / (ms / 1000)).toFixed(0)} MB/s (${(ms / 1000).toFixed(1)} s)`;
+  const what = `${ARCHIVE_FILES} files, ${ARCHIVE_BYTES / 1e6} MB`;
+  return [
+    { figure: `agent: pack a dependency-like tree (${what}) as a cache save does (p50)`, sluice: mbps(median(rs.map((r) => r.packMs))), peer: '', target: '', met: true },
+    { figure: `agent: unpack it into another workspace as a restore does (p50)`, sluice: mbps(median(rs.map((r) => r.unpackMs))), peer: '', target: '', met: true },
+    { figure: '  the archive (gzip)', sluice: `${(median(rs.map((r) => r.archiveBytes)) / 1e6).toFixed(0)} MB`, peer: '', target: '', met: true },
+  ];
+}
+
 export async function benchAgent(stack, { rounds }) {
   const sha = stack.commit(BENCH_OWNER, BENCH_REPO, { 'README.md': '# agent bench\n' });
   const rs = [];

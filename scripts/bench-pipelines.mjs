@@ -107,6 +107,43 @@ export async function wideRound(stack, i) {
   return { startedMs: lastFirstStep - t0, endedMs: at - t0 };
 }
 
+// Issue 23's warm / cold: a real dependency install (scripts/bench-fixtures/npm-install: 165
+// packages from the npm registry) as a job with a cache of node_modules and ~/.npm, keyed by its
+// lockfile. The first commit's install runs cold (and saves the cache), the second commit's with
+// the cache restored; each install's time is the command's own, from its check run's summary.
+const INSTALL_FIXTURE = new URL('./bench-fixtures/npm-install/', import.meta.url);
+const INSTALL_CONFIG = [
+  '[jobs.install]',
+  'command = "npm install --no-audit --no-fund --prefer-offline"',
+  'timeout = "10m"',
+  'cache = [{ paths = ["node_modules", "~/.npm"], key_files = ["package-lock.json"] }]', '',
+].join('\n');
+
+async function installSeconds(stack, repo, files, number) {
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': INSTALL_CONFIG, ...files });
+  const { id } = await parentOf(stack, repo, sha, number);
+  await ended(stack, id);
+  const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);
+  const run = runs.find((r) => r.head_sha === sha && r.name === 'sluice/install');
+  if (run?.conclusion !== 'success') throw new Error(`install: ${JSON.stringify(run?.output)}`);
+  const seconds = Number(/exited with code 0 after ([\d.]+) s/.exec(run.output.summary)?.[1]);
+  return { seconds, summary: run.output.summary };
+}
+
+export async function benchInstall(stack) {
+  const files = Object.fromEntries(['package.json', 'package-lock.json'].map((f) => [f, readFileSync(new URL(f, INSTALL_FIXTURE), 'utf8')]));
+  const cold = await installSeconds(stack, 'install', files, 1);
+  const warm = await installSeconds(stack, 'install', { ...files, 'CHANGELOG.md': 'another commit\n' }, 1);
+  if (!/cache `node_modules, ~\/\.npm`: hit/.test(warm.summary)) throw new Error(`the warm run missed: ${warm.summary}`);
+  const restore = /hit `[^`]+` \((\d+) bytes, restored in ([\d.]+) s\)/.exec(warm.summary);
+  const ratio = warm.seconds / cold.seconds;
+  return [
+    { figure: 'cache: a real npm install (165 packages), cold -> warm (the command\'s own time)', sluice: `${cold.seconds.toFixed(1)} s -> ${warm.seconds.toFixed(1)} s`, peer: '', target: '', met: true },
+    { figure: '  warm / cold', sluice: ratio.toFixed(2), peer: '', target: '<= 0.25', met: ratio <= 0.25 },
+    { figure: '  the warm run\'s restore (before its command)', sluice: restore ? `${(Number(restore[1]) / 1e6).toFixed(0)} MB in ${restore[2]} s` : '?', peer: '', target: '', met: true },
+  ];
+}
+
 // When each of the commit's check runs first showed `completed`, from the stand-in's record.
 async function completedAt(stack, repo, sha) {
   const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=${OWNER}/${repo}`);

@@ -1070,3 +1070,52 @@ fn a_forks_cache_never_reaches_a_push_to_main_or_another_pull_request() {
         "its own first"
     );
 }
+
+/// An entry whose bytes are not the ones its row records (or are gone) is
+/// forgotten and counts as a miss, and the run saves a good one: a bad
+/// entry never fails a check, nor stays.
+#[test]
+fn an_unusable_cache_entry_is_forgotten_as_a_miss_and_saved_again() {
+    use sluice::runs::inputs::CacheScope;
+    use sluice::store::Database as _;
+    let rig = Rig::new();
+    rig.sandbox.script("./install.sh", 0, "installed\n");
+    let pr = || CacheScope::pull(PR_NUMBER, false, Some("main"));
+    cached_round(&rig, &sha('a'), pr(), "pr1");
+    let first = saved_keys(&rig);
+    block_on(
+        rig.index
+            .run(sluice::stmt!("UPDATE caches SET sha256 = 'tampered'")),
+    )
+    .unwrap();
+    let second = cached_round(&rig, &sha('b'), pr(), "pr1");
+    assert_eq!(
+        unpacked_at_start(&rig, &second),
+        Vec::<String>::new(),
+        "nothing unpacked"
+    );
+    assert_eq!(conclusion(&rig, &sha('b'), "sluice/install"), "success");
+    let summary = rig
+        .github
+        .only_check_run(&sha('b'), "sluice/install")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.contains("miss (the entry found was unusable"),
+        "{summary}"
+    );
+    assert!(summary.contains("; saved"), "{summary}");
+    let now = saved_keys(&rig);
+    assert_eq!(
+        now.len(),
+        2,
+        "a new object, its own: {now:?} after {first:?}"
+    );
+    let third = cached_round(&rig, &sha('c'), pr(), "pr1");
+    let good: Vec<String> = now.into_iter().filter(|k| !first.contains(k)).collect();
+    assert_eq!(
+        unpacked_at_start(&rig, &third),
+        good,
+        "the good entry is found"
+    );
+}

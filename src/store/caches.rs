@@ -50,8 +50,8 @@ pub async fn candidates(
 }
 
 /// Records a saved entry, unless one of that scope and key is there (the
-/// first save wins).
-pub async fn saved(db: &dyn Database, row: &CacheRow) -> Result<(), StoreError> {
+/// first save wins); whether this one was recorded.
+pub async fn saved(db: &dyn Database, row: &CacheRow) -> Result<bool, StoreError> {
     db.run(stmt!(
         "INSERT INTO caches (repo, scope, key, prefix, r2_key, bytes, files, sha256, created_ms, \
            used_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) \
@@ -67,7 +67,7 @@ pub async fn saved(db: &dyn Database, row: &CacheRow) -> Result<(), StoreError> 
         row.created_ms,
     ))
     .await
-    .map(|_| ())
+    .map(|changes| changes > 0)
 }
 
 /// Marks an entry used now.

@@ -1,7 +1,8 @@
 //! A workspace's files as a gzipped tar and back: what a job's `artifacts` upload and the jobs
 //! that need it restore (`GET`/`PUT /v1/workspaces/{id}/archive`).
 //!
-//! The agent only lists the workspace (never following a link); `tar` itself runs as the
+//! The agent only lists the workspace (never following a link, which is archived as a link);
+//! `tar` itself runs as the
 //! workspace's user, so an archive holds only what that user can read and an extraction
 //! writes only where that user may (a member named `../x` or `/etc/x` is refused by tar, and
 //! would be that user's to write anyway). The archive passes through a file of the agent's
@@ -161,8 +162,9 @@ impl Scratch {
     }
 }
 
-/// Workspace-relative paths of the regular files matching a pattern, in order, never under
-/// `.git` and never through a link.
+/// Workspace-relative paths of the regular files and symbolic links (archived as links, never
+/// followed: `node_modules/.bin` is links) matching a pattern, in order, never under `.git`
+/// and never through a link to a directory.
 pub fn matching_files(workspace: &Path, patterns: &[String]) -> Result<Vec<String>, ApiError> {
     let mut found = Vec::new();
     let mut pending = vec![PathBuf::new()];
@@ -189,7 +191,9 @@ pub fn matching_files(workspace: &Path, patterns: &[String]) -> Result<Vec<Strin
             };
             if kind.is_dir() && name != ".git" {
                 pending.push(path);
-            } else if kind.is_file() && patterns.iter().any(|p| glob_match::glob_match(p, &name)) {
+            } else if (kind.is_file() || kind.is_symlink())
+                && patterns.iter().any(|p| glob_match::glob_match(p, &name))
+            {
                 found.push(name);
             }
         }

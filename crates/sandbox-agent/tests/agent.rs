@@ -2023,7 +2023,7 @@ fn header_of<'h>(head: &'h str, name: &str) -> Option<&'h str> {
     })
 }
 
-/// `build`'s `dist/**` (regular files only, never a link) unpacks into `test` as `test`'s
+/// `build`'s `dist/**` (regular files, and a link as a link) unpacks into `test` as `test`'s
 /// user's files; a corrupted archive or a pattern leaving the workspace is refused.
 #[test]
 fn an_archive_of_one_workspace_unpacks_into_another() {
@@ -2050,7 +2050,7 @@ fn an_archive_of_one_workspace_unpacks_into_another() {
     assert_eq!(status, 200, "{head} {}", String::from_utf8_lossy(&archive));
     assert_eq!(
         header_of(&head, "X-Sluice-Archive-Files"),
-        Some("2"),
+        Some("3"),
         "{head}"
     );
     let sha = header_of(&head, "X-Sluice-Archive-Sha256")
@@ -2075,15 +2075,13 @@ fn an_archive_of_one_workspace_unpacks_into_another() {
     let (status, _, body) = agent.exchange_bytes("PUT", &path, &gzip_headers, &archive);
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let reply: Value = serde_json::from_slice(&body).expect("json");
-    assert_eq!(reply["files"], 2, "{reply}");
+    assert_eq!(reply["files"], 3, "{reply}");
     let read = |p: &str| agent.exec("test", &format!("cat {p}"), 10_000)["output"].clone();
     assert_eq!(read("dist/a.txt"), "a\n");
     assert_eq!(read("dist/sub/b.txt"), "b\n");
     assert!(!test.join("other.txt").exists());
-    assert!(
-        std::fs::symlink_metadata(test.join("dist/link")).is_err(),
-        "links are not archived"
-    );
+    let link = std::fs::read_link(test.join("dist/link")).expect("a link is archived as a link");
+    assert_eq!(link, PathBuf::from("/etc/hostname"));
     let owner = std::fs::metadata(&test).expect("workspace").uid();
     let file = std::fs::metadata(test.join("dist/a.txt")).expect("a").uid();
     assert_eq!(file, owner, "unpacked files are the workspace user's");

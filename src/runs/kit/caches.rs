@@ -94,9 +94,10 @@ pub fn pick<'r>(rows: &'r [CacheRow], read: &[String], key: &str) -> Option<(&'r
         .or_else(|| newest().map(|r| (r, Hit::Prefix)))
 }
 
-/// Where R2 keeps an entry.
-fn r2_key(repo: &str, scope: &str, key: &str) -> String {
-    format!("caches/{repo}/{scope}/{key}.tar.gz")
+/// Where R2 keeps an entry, one object per writer: two runs saving the
+/// same key never overwrite the bytes the first one's row describes.
+fn r2_key(repo: &str, scope: &str, key: &str, writer: &str) -> String {
+    format!("caches/{repo}/{scope}/{key}/{writer}.tar.gz")
 }
 
 fn step_config() -> StepConfig {
@@ -158,12 +159,26 @@ async fn restore_one(
         .await
         .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
     if let Some((row, hit)) = pick(&rows, &c.scope.read, &r.key) {
-        env.archives
+        match env
+            .archives
             .restore(sandbox, ws, &row.r2_key, &row.sha256)
             .await
-            .map_err(|e| FailureTag::ArtifactFailed.failure(e.to_string(), e.retryable()))?;
-        let _ = caches::used(env.db, row, env.clock.now_ms()).await;
-        (r.hit, r.scope, r.bytes) = (hit, Some(row.scope.clone()), row.bytes);
+        {
+            Ok(_) => {
+                let _ = caches::used(env.db, row, env.clock.now_ms()).await;
+                (r.hit, r.scope, r.bytes) = (hit, Some(row.scope.clone()), row.bytes);
+            }
+            // An entry whose bytes are gone or not the ones recorded is
+            // forgotten and counts as a miss: the run saves a good one.
+            Err(e) if matches!(e.code.as_str(), "archive_corrupt" | "artifact_gone") => {
+                let _ = caches::forget(env.db, row).await;
+                r.why = Some(format!(
+                    "the entry found was unusable ({}), so forgotten",
+                    e.message
+                ));
+            }
+            Err(e) => return Err(FailureTag::ArtifactFailed.failure(e.to_string(), e.retryable())),
+        }
     }
     r.ms = env.clock.now_ms() - started;
     Ok(r)
@@ -223,7 +238,7 @@ async fn save_one(
     r: &Restored,
 ) -> Result<Saved, StepFailure> {
     let started = env.clock.now_ms();
-    let key = r2_key(c.repo, scope, &r.key);
+    let key = r2_key(c.repo, scope, &r.key, ws);
     let archived = env
         .archives
         .save(sandbox, ws, &cache.globs(), &key)
@@ -242,9 +257,13 @@ async fn save_one(
         created_ms: now,
         used_ms: now,
     };
-    caches::saved(env.db, &row)
+    let inserted = caches::saved(env.db, &row)
         .await
         .map_err(|e| FailureTag::Index.retryable(e.to_string()))?;
+    if !inserted {
+        // Another run saved this key first: its row stands, these bytes go.
+        let _ = env.blobs.delete(&row.r2_key).await;
+    }
     Ok(Saved {
         key: row.key,
         bytes: row.bytes,
@@ -276,6 +295,18 @@ async fn evict(env: &RunEnv<'_>, repo: &str) {
     }
 }
 
+/// Whether a failed step's error is the step's own (its attempts spent):
+/// what a best-effort step may note and go on from. Anything else (a
+/// suspension, a termination, the run's ceiling) must propagate.
+pub fn step_failed(e: &RunError) -> bool {
+    matches!(
+        e,
+        RunError::RetriesExhausted { .. }
+            | RunError::NonRetryable { .. }
+            | RunError::StepTimedOut { .. }
+    )
+}
+
 /// The check summary's lines: per cache, hit or miss, sizes and times.
 pub fn summary(restored: &[Restored], saved: &[Saved]) -> String {
     let mut lines = Vec::new();
@@ -299,7 +330,10 @@ pub fn summary(restored: &[Restored], saved: &[Saved]) -> String {
                     .as_deref()
                     .unwrap_or("its key files could not be read")
             ),
-            _ => "miss".to_owned(),
+            _ => match &r.why {
+                Some(why) => format!("miss ({why})"),
+                None => "miss".to_owned(),
+            },
         };
         let save = saved
             .iter()
@@ -324,7 +358,7 @@ mod tests {
             scope: scope.into(),
             key: key.into(),
             prefix: "p-".into(),
-            r2_key: r2_key("o/r", scope, key),
+            r2_key: r2_key("o/r", scope, key, "w"),
             bytes: 1,
             files: 1,
             sha256: String::new(),

@@ -697,8 +697,16 @@ async fn check_held(
     let verdict = verdict_in(command.text, &result, Some(held.sandbox_id));
     let mut notes = Vec::new();
     if let (Verdict::Passed { .. }, Some(c)) = (&verdict, &caches) {
-        let saved = caches::save(ctx, env, held.sandbox_id, c, &restored).await?;
-        notes.push(caches::summary(&restored, &saved));
+        // Best effort, as GitHub's: a cache that cannot be saved is a note,
+        // never a failed check.
+        match caches::save(ctx, env, held.sandbox_id, c, &restored).await {
+            Ok(saved) => notes.push(caches::summary(&restored, &saved)),
+            Err(e) if caches::step_failed(&e) => notes.push(format!(
+                "{}\n\nThe caches were not saved: {e}",
+                caches::summary(&restored, &[])
+            )),
+            Err(e) => return Err(e),
+        }
     } else if !restored.is_empty() {
         notes.push(caches::summary(&restored, &[]));
     }
