@@ -63,7 +63,7 @@ const ARCHIVE_BYTES = 200_000_000;
 const ARCHIVE_ROUNDS_MAX = 2;
 const ARCHIVE_TIMEOUT_MS = 10 * 60_000;
 const MAKE_TREE = [
-  'mkdir -p node_modules/dep',
+  'mkdir -p node_modules/dep &&',
   `(head -c ${ARCHIVE_BYTES / 2 * 3 / 4} /dev/urandom | base64 -w 120; yes 'module.exports = function () { return 42; };' | head -c ${ARCHIVE_BYTES / 2})`,
   `| head -c ${ARCHIVE_BYTES} | split -b ${ARCHIVE_BYTES / ARCHIVE_FILES} -a 5 -d - node_modules/dep/f`,
 ].join(' ');

@@ -6,7 +6,8 @@
 // - cold start: the sandbox from its start to the agent answering its first request. Containers:
 //   the SandboxContainer Durable Object's own measure, start() to the first 200 of GET /healthz
 //   (its log line "sandbox container ready N ms after start"), one per check; agent process:
-//   spawn to the first 200 of GET /healthz;
+//   spawn to the first 200 of GET /healthz; and per image class (`node`, `rust`: each its own
+//   image, src/sandbox/image.rs), the cold starts of a few checks that select it;
 // - check, webhook to conclusion: the 202 of a pull_request webhook to the check run completed
 //   (a cold start, a clone and a one-line command);
 // - the `run check command` step (workspace, clone, start, wait, log upload), from its timeline;
@@ -46,6 +47,9 @@ const READY_LINE = /sandbox container ready (\d+) ms after start/g;
 const WORKER_LOG_LINES_MAX = 200_000;
 
 const CONFIG = '[check]\ncommand = "echo measured"\n';
+// Issue 23: each image class's cold start (a container of its own image), a few checks each.
+const OTHER_CLASSES = ['node', 'rust'];
+const CLASS_CHECKS = Number(process.env.SLUICE_MEASURE_CLASS_CHECKS ?? 3);
 const HELD_CONFIG = `[check]\ncommand = '''${gate('measure')}'''\n`;
 
 function p50(values) {
@@ -66,9 +70,9 @@ async function webhook(stack, repo, config) {
   return res.body.instances[0].id;
 }
 
-async function runCheck(stack, repo) {
+async function runCheck(stack, repo, config = CONFIG) {
   const started = performance.now();
-  const id = await webhook(stack, repo, CONFIG);
+  const id = await webhook(stack, repo, config);
   const deadline = Date.now() + RUN_TIMEOUT_MS;
   for (;;) {
     const { check_runs: runs } = await stack.standinGet(`/_standin/check-runs?repo=acme/${repo}`);
@@ -168,9 +172,19 @@ async function measureBackend(containers) {
     for (let i = 0; i < CHECKS; i += 1) checks.push(await runCheck(stack, `measure-${i}`));
     if (!containers) return { checks, roundTrips: await agentRoundTrips(stack), coldStarts: await agentColdStarts() };
     const held = await containerRoundTrips(stack);
-    const log = stack.logTail(WORKER_LOG_LINES_MAX);
-    const coldStarts = [...log.matchAll(READY_LINE)].map((m) => Number(m[1]));
-    return { checks, coldStarts, ...held };
+    const readyLines = () => [...stack.logTail(WORKER_LOG_LINES_MAX).matchAll(READY_LINE)].map((m) => Number(m[1]));
+    const coldStarts = readyLines();
+    // Each check of a new repository starts a container of its class: the ready lines its checks
+    // add are that class's cold starts.
+    const classColdStarts = {};
+    for (const cls of OTHER_CLASSES) {
+      const before = readyLines().length;
+      for (let i = 0; i < CLASS_CHECKS; i += 1) {
+        await runCheck(stack, `measure-${cls}-${i}`, `[check]\ncommand = "echo measured"\nimage = "${cls}"\n`);
+      }
+      classColdStarts[cls] = readyLines().slice(before);
+    }
+    return { checks, coldStarts, classColdStarts, ...held };
   } finally {
     await stack.stop();
   }
@@ -189,6 +203,7 @@ const mb = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
 export function figureRows({ agent, boxed, agentBinaryBytes }) {
   return [
     ['sandbox cold start, start -> agent answers', summary(boxed.coldStarts), summary(agent.coldStarts)],
+    ...OTHER_CLASSES.map((cls) => [`  of the \`${cls}\` image class`, summary(boxed.classColdStarts?.[cls] ?? []), 'n/a (the host\'s tools)']),
     ['warm command round trip, POST /v1/exec `true`', summary(boxed.roundTrips), summary(agent.roundTrips)],
     ['check, webhook 202 -> check run completed', summary(boxed.checks.map((c) => c.elapsed)), summary(agent.checks.map((c) => c.elapsed))],
     ['`run check command` step', summary(boxed.checks.map((c) => c.step)), summary(agent.checks.map((c) => c.step))],

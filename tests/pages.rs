@@ -530,6 +530,33 @@ fn exec_page(status: &str) -> ExecutionPage {
     }
 }
 
+/// A job's caches are listed as its summary says them: hit or miss, sizes
+/// and times; an execution without caches has no such section.
+#[test]
+fn the_execution_page_lists_what_each_cache_did() {
+    let mut page = exec_page("complete");
+    let summary = "`npm ci` exited with code 0 after 3.0 s.\n\n**Caches**\n\
+        - cache `node_modules`: hit `branch:main` (12000 bytes, restored in 0.4 s)\n\
+        - cache `~/.cargo`: miss; saved 5 bytes in 0.1 s\n\n**Artifacts**: 1 file";
+    page.execution.row.output_json = Some(
+        serde_json::json!({"conclusion": "success", "verdict": {"summary": summary}}).to_string(),
+    );
+    let html = render_execution(&page, NOW);
+    assert!(html.contains("<h2>Caches</h2>"), "{html}");
+    assert!(
+        html.contains(
+            "<li>cache `node_modules`: hit `branch:main` (12000 bytes, restored in 0.4 s)</li>"
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains("<li>cache `~/.cargo`: miss; saved 5 bytes in 0.1 s</li>"),
+        "{html}"
+    );
+    assert!(!html.contains("<li>**Artifacts**"), "{html}");
+    assert!(!render_execution(&exec_page("complete"), NOW).contains("<h2>Caches</h2>"));
+}
+
 /// A unit's archives are listed with what they hold and a signed download
 /// link; without LOG_LINK_SECRET the page says how to get one.
 #[test]

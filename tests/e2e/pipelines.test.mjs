@@ -290,10 +290,10 @@ pipelineTest("build's artifacts reach test before its command, and download behi
   // if build's dist/ is in its own fresh checkout, and the other file is not.
   const config = [
     '[jobs.build]',
-    'command = "mkdir -p dist/js && echo built-$SLUICE_SHA > dist/app.txt && echo x > dist/js/a.js && echo no > scratch.txt"',
+    'command = "mkdir -p dist/js && echo built-$SLUICE_SHA > dist/app.txt && echo x > dist/js/a.js && head -c 200000 /dev/urandom > dist/big.bin && echo no > scratch.txt"',
     'artifacts = ["dist/**"]', '',
     '[jobs.test]',
-    'command = "test \\"$(cat dist/app.txt)\\" = built-$SLUICE_SHA && test -f dist/js/a.js && test ! -e scratch.txt"',
+    'command = "test \\"$(cat dist/app.txt)\\" = built-$SLUICE_SHA && test -f dist/js/a.js && test $(wc -c < dist/big.bin) = 200000 && test ! -e scratch.txt"',
     'needs = ["build"]', '',
   ].join('\n');
   const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
@@ -304,7 +304,8 @@ pipelineTest("build's artifacts reach test before its command, and download behi
     assert.equal(runs[name]?.conclusion, 'success', `${name}: ${JSON.stringify(runs[name]?.output)}`);
   }
   const summary = runs['sluice/build'].output.summary;
-  assert.match(summary, /\*\*Artifacts\*\*: 2 files, /);
+  // Over the agent's 32 KiB chunking threshold: the archive still streams with its length.
+  assert.match(summary, /\*\*Artifacts\*\*: 3 files, /);
   const link = /\[download\]\((http[^)]+)\)/.exec(summary)?.[1];
   assert.ok(link, summary);
   const res = await fetch(link);
@@ -312,7 +313,7 @@ pipelineTest("build's artifacts reach test before its command, and download behi
   assert.equal(res.headers.get('content-type'), 'application/gzip');
   const archive = Buffer.from(await res.arrayBuffer());
   const listed = execFileSync('tar', ['-tzf', '-'], { input: archive }).toString().trim().split('\n').sort();
-  assert.deepEqual(listed, ['dist/app.txt', 'dist/js/a.js']);
+  assert.deepEqual(listed, ['dist/app.txt', 'dist/big.bin', 'dist/js/a.js']);
   // The same path with a signature of another path, or none, is refused.
   const forged = link.replace(/\/artifacts\/[^?]+/, `/artifacts/${parent}`);
   assert.equal((await fetch(forged)).status, 403);
@@ -322,7 +323,7 @@ pipelineTest("build's artifacts reach test before its command, and download behi
   const listedByApi = detail.body.artifacts;
   assert.equal(listedByApi.length, 1, JSON.stringify(listedByApi));
   assert.equal(listedByApi[0].label, 'sluice/build');
-  assert.equal(listedByApi[0].files, 2);
+  assert.equal(listedByApi[0].files, 3);
   assert.equal((await fetch(`${stack.url}${listedByApi[0].download}`)).status, 200);
 });
 

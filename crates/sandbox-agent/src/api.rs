@@ -168,7 +168,10 @@ fn serve_archive(state: &State, mut request: Request, id: &str, started: Instant
 
 fn respond_archive(request: Request, packed: crate::archive::Packed) {
     let length = usize::try_from(packed.bytes).ok();
-    let mut response = Response::new(200.into(), Vec::new(), packed.file, length, None);
+    // Content-Length, never chunked (tiny_http's default above 32 KiB): R2
+    // takes a streamed body only when its length is known.
+    let mut response = Response::new(200.into(), Vec::new(), packed.file, length, None)
+        .with_chunked_threshold(usize::MAX);
     for (name, value) in [
         ("Content-Type", "application/gzip".to_owned()),
         (protocol::ARCHIVE_FILES_HEADER, packed.files.to_string()),

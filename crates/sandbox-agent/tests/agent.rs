@@ -2032,6 +2032,7 @@ fn an_archive_of_one_workspace_unpacks_into_another() {
     let made = agent.exec(
         "build",
         "mkdir -p dist/sub && echo a > dist/a.txt && echo b > dist/sub/b.txt \
+         && head -c 100000 /dev/urandom > dist/big.bin \
          && echo c > other.txt && ln -s /etc/hostname dist/link",
         10_000,
     );
@@ -2050,9 +2051,15 @@ fn an_archive_of_one_workspace_unpacks_into_another() {
     assert_eq!(status, 200, "{head} {}", String::from_utf8_lossy(&archive));
     assert_eq!(
         header_of(&head, "X-Sluice-Archive-Files"),
-        Some("3"),
+        Some("4"),
         "{head}"
     );
+    // Over tiny_http's 32 KiB chunking threshold, still with its length (R2 needs it).
+    assert_eq!(
+        header_of(&head, "Content-Length"),
+        Some(archive.len().to_string().as_str())
+    );
+    assert!(header_of(&head, "Transfer-Encoding").is_none(), "{head}");
     let sha = header_of(&head, "X-Sluice-Archive-Sha256")
         .expect("sha")
         .to_owned();
@@ -2075,7 +2082,7 @@ fn an_archive_of_one_workspace_unpacks_into_another() {
     let (status, _, body) = agent.exchange_bytes("PUT", &path, &gzip_headers, &archive);
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let reply: Value = serde_json::from_slice(&body).expect("json");
-    assert_eq!(reply["files"], 3, "{reply}");
+    assert_eq!(reply["files"], 4, "{reply}");
     let read = |p: &str| agent.exec("test", &format!("cat {p}"), 10_000)["output"].clone();
     assert_eq!(read("dist/a.txt"), "a\n");
     assert_eq!(read("dist/sub/b.txt"), "b\n");

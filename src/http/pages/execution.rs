@@ -49,6 +49,37 @@ pub struct ArtifactView {
     pub download: Option<Url>,
 }
 
+/// What a job's dependency caches did (`runs::kit::caches::summary`: a
+/// "**Caches**" paragraph of "- " lines in its verdict's summary), one
+/// line per cache.
+pub fn caches_of(output_json: Option<&str>) -> Vec<String> {
+    let Some(output) = output_json.and_then(|o| serde_json::from_str::<serde_json::Value>(o).ok())
+    else {
+        return Vec::new();
+    };
+    let summary = output["verdict"]["summary"].as_str().unwrap_or_default();
+    let Some((_, rest)) = summary.split_once("**Caches**\n") else {
+        return Vec::new();
+    };
+    rest.lines()
+        .map_while(|l| l.strip_prefix("- "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// "Caches": what each of the job's dependency caches did.
+fn caches_section(h: &mut Html, output_json: Option<&str>) {
+    let lines = caches_of(output_json);
+    if lines.is_empty() {
+        return;
+    }
+    h.raw("<section id=\"caches\"><h2>Caches</h2><ul>");
+    for line in &lines {
+        h.raw("<li>").text(line).raw("</li>");
+    }
+    h.raw("</ul></section>");
+}
+
 /// "Artifacts": each unit's archive with its download link.
 fn artifacts_section(h: &mut Html, artifacts: &[ArtifactView]) {
     if artifacts.is_empty() {
@@ -92,6 +123,7 @@ pub fn render(page: &ExecutionPage, now_ms: i64) -> String {
     if let Some(p) = &page.pipeline {
         super::pipeline::section(&mut h, p);
     }
+    caches_section(&mut h, r.output_json.as_deref());
     artifacts_section(&mut h, &page.artifacts);
     if !page.approvals.is_empty() {
         approvals::section(&mut h, &page.approvals, &page.actions, now_ms);
