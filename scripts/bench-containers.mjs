@@ -79,8 +79,15 @@ async function runCheck(stack, repo, config = CONFIG) {
     if (runs[0]?.status === 'completed') {
       const elapsed = performance.now() - started;
       if (runs[0].conclusion !== 'success') throw new Error(`${repo}: ${runs[0].conclusion}: ${runs[0].output.summary}`);
-      const { body } = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
-      const step = body.steps.find((s) => s.name === 'run check command');
+      // The check run is concluded before the instance's pass ends and mirrors its steps to
+      // the index: read them once the instance has ended.
+      let step;
+      while (!step?.finished_ms) {
+        if (Date.now() > deadline) throw new Error(`${repo}: its steps never reached the index`);
+        const { body } = await stack.api(`/v1/executions/${encodeURIComponent(id)}`);
+        step = body.steps?.find((s) => s.name === 'run check command');
+        if (!step?.finished_ms) await new Promise((r) => setTimeout(r, POLL_MS));
+      }
       return { id, elapsed, step: step.finished_ms - step.started_ms };
     }
     if (Date.now() > deadline) throw new Error(`${repo}: no conclusion within ${RUN_TIMEOUT_MS} ms`);
