@@ -1894,6 +1894,19 @@ fn a_pipeline_shows_each_job_outcome_in_needs_order() {
         "{html}"
     );
 
+    // After a restart, the pipeline is the newest generation's units alone.
+    let mut again = unit_row("p1", "test", Some((1, 2)), Some("success"));
+    again.id = "unit-test-1-g1".into();
+    again.key.push_str("-p1tail.g1");
+    let restarted = [units[1].clone(), units[2].clone(), again];
+    let view = sluice::http::pages::pipeline::view(Some(&output), &restarted).expect("a pipeline");
+    let test_units: Vec<&str> = view.jobs[1].units.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(
+        test_units,
+        ["unit-test-1-g1"],
+        "the older generation's units are gone"
+    );
+
     let running = [unit_row("p2", "lint", None, None)];
     let live = sluice::http::pages::pipeline::view(None, &running).expect("units so far");
     assert_eq!(live.jobs.len(), 1);

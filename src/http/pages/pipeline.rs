@@ -63,7 +63,14 @@ pub fn view(parent_output: Option<&str>, units: &[ExecutionRow]) -> Option<Pipel
         .and_then(|o| serde_json::from_value(o.get("pipeline")?.clone()).ok())
         .unwrap_or_default();
     let mut by_job: BTreeMap<String, Vec<UnitView>> = BTreeMap::new();
-    for row in units {
+    // A restarted parent ran every job again as new units (`.g<n>` keys):
+    // the pipeline is its newest generation's.
+    let newest = units
+        .iter()
+        .map(|r| generation_of(&r.key))
+        .max()
+        .unwrap_or(0);
+    for row in units.iter().filter(|r| generation_of(&r.key) == newest) {
         if let Some(unit) = unit_of(row) {
             by_job
                 .entry(unit.job.clone())
@@ -99,6 +106,15 @@ pub fn view(parent_output: Option<&str>, units: &[ExecutionRow]) -> Option<Pipel
     }
     place(&mut jobs);
     Some(PipelineView { jobs })
+}
+
+/// The parent's generation a unit's key names: `…:job-<part>-<tail>.g<n>`
+/// (`runs::check::pipeline::unit_create`), 0 without the suffix.
+fn generation_of(key: &str) -> u32 {
+    let job = key.rsplit(':').next().unwrap_or_default();
+    job.rsplit_once(".g")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(0)
 }
 
 fn unit_of(row: &ExecutionRow) -> Option<JobUnit> {
