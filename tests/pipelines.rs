@@ -988,12 +988,23 @@ fn a_cache_is_saved_on_a_miss_restored_on_a_hit_and_falls_back_to_its_prefix() {
         "{summary}"
     );
 
+    let tokens = rig.github.calls_to("token").len();
     let second = cached_round(&rig, &sha('b'), pr(), "pr1");
     assert_eq!(
         unpacked_at_start(&rig, &second),
         saved,
         "the exact key, before the command"
     );
+    let st = rig.sandbox.st.borrow();
+    let checkouts = st
+        .checkouts
+        .iter()
+        .filter(|c| c.workspace == second)
+        .count();
+    assert_eq!(checkouts, 1, "checked out once, by the restore step");
+    drop(st);
+    let minted = rig.github.calls_to("token").len() - tokens;
+    assert_eq!(minted, 1, "one checkout token: the command step needs none");
     assert_eq!(saved_keys(&rig), saved, "a hit saves nothing");
     let summary = rig
         .github

@@ -453,45 +453,48 @@ async fn log_page(
     step: &InstanceId,
     now: i64,
 ) -> Answer {
-    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET)
-        .ok_or_else(|| ApiError::not_found("log links are not configured (LOG_LINK_SECRET)"))?;
-    let url = req.url().map_err(internal)?;
     let path = loglink::path_of(instance.as_str(), step.as_str());
+    check_signed_link(req, env, &path, "log", now)?;
+    log_text(env, instance, step).await
+}
+
+/// Checks a signed link's query (`runs::loglink`) for `path`: 404 without
+/// `LOG_LINK_SECRET`, 403 for a bad or expired signature. `what` names
+/// what the link opens (a log, artifacts) in the answer.
+fn check_signed_link(
+    req: &Request,
+    env: &Env,
+    path: &str,
+    what: &str,
+    now: i64,
+) -> std::result::Result<(), ApiError> {
+    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET).ok_or_else(|| {
+        ApiError::not_found(format!("{what} links are not configured (LOG_LINK_SECRET)"))
+    })?;
+    let url = req.url().map_err(internal)?;
     loglink::verify(
         secret.expose().as_bytes(),
-        &path,
+        path,
         url.query().unwrap_or(""),
         now,
     )
     .map_err(|e| match e {
-        LinkError::Expired => ApiError::new(403, "link_expired", "this log link has expired"),
-        LinkError::BadSignature => {
-            ApiError::new(403, "bad_signature", "this log link is not valid")
+        LinkError::Expired => {
+            ApiError::new(403, "link_expired", format!("this {what} link has expired"))
         }
-    })?;
-    log_text(env, instance, step).await
+        LinkError::BadSignature => ApiError::new(
+            403,
+            "bad_signature",
+            format!("this {what} link is not valid"),
+        ),
+    })
 }
 
 /// A unit's artifacts behind their signed link: the archive streamed from
 /// R2 as an attachment (never rendered), named after the unit's job.
 async fn artifact_download(req: &Request, env: &Env, instance: &InstanceId, now: i64) -> Answer {
-    let secret = bindings::secret(env, bindings::LOG_LINK_SECRET).ok_or_else(|| {
-        ApiError::not_found("artifact links are not configured (LOG_LINK_SECRET)")
-    })?;
-    let url = req.url().map_err(internal)?;
     let path = crate::runs::kit::artifacts::path_of(instance.as_str());
-    loglink::verify(
-        secret.expose().as_bytes(),
-        &path,
-        url.query().unwrap_or(""),
-        now,
-    )
-    .map_err(|e| match e {
-        LinkError::Expired => ApiError::new(403, "link_expired", "this artifact link has expired"),
-        LinkError::BadSignature => {
-            ApiError::new(403, "bad_signature", "this artifact link is not valid")
-        }
-    })?;
+    check_signed_link(req, env, &path, "artifact", now)?;
     let bucket = env.bucket(bindings::LOGS).map_err(internal)?;
     let key = crate::runs::kit::artifacts::key_of(instance.as_str());
     let object = bucket

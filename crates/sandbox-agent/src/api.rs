@@ -428,10 +428,9 @@ fn create_workspace(state: &State, req: CheckoutRequest) -> Result<Reply, ApiErr
 /// The SHA-256 of the files' names and contents, read as the workspace's user.
 fn digest_files(state: &State, id: &str, req: protocol::DigestRequest) -> Result<Reply, ApiError> {
     validate_id(id, "workspace")?;
-    let ok = |f: &String| protocol::valid_archive_pattern(f) && !f.contains(['*', '?', '[', '{']);
     if req.files.is_empty()
         || req.files.len() > protocol::DIGEST_FILES_MAX
-        || !req.files.iter().all(ok)
+        || !req.files.iter().all(|f| protocol::valid_workspace_path(f))
     {
         return Err(ApiError::invalid(format!(
             "files must name 1 to {} paths inside the workspace",

@@ -83,7 +83,7 @@ impl Scratch {
         let out = self.temp().map_err(internal)?;
         let args = ["-czf", "-", "--null", "--no-recursion", "-T", "-"];
         let stdout = out.try_clone().map_err(internal)?;
-        self.run_tar(workspace, run_as, &args, list, stdout)?;
+        self.run_tool("tar", workspace, run_as, &args, list, stdout)?;
         let (bytes, sha256) = digest(&out)?;
         Ok(Packed {
             file: reopen_at_start(out)?,
@@ -126,7 +126,7 @@ impl Scratch {
         ];
         let stdin = reopen_at_start(archive)?;
         let stdout = listing.try_clone().map_err(internal)?;
-        self.run_tar(workspace, run_as, &args, stdin, stdout)?;
+        self.run_tool("tar", workspace, run_as, &args, stdin, stdout)?;
         let mut names = String::new();
         reopen_at_start(listing)?
             .read_to_string(&mut names)
@@ -203,20 +203,8 @@ pub fn matching_files(workspace: &Path, patterns: &[String]) -> Result<Vec<Strin
 }
 
 impl Scratch {
-    /// Runs `tar args` in `dir` as `run_as`, its stdin and stdout the files given, bounded in
-    /// time and (through RLIMIT_FSIZE) in the bytes it may write to one file.
-    fn run_tar(
-        &self,
-        dir: &Path,
-        run_as: RunAs,
-        args: &[&str],
-        stdin: File,
-        stdout: File,
-    ) -> Result<(), ApiError> {
-        self.run_tool("tar", dir, run_as, args, stdin, stdout)
-    }
-
-    /// Runs `tool args` as `run_tar` describes.
+    /// Runs `tool args` (tar, sha256sum) in `dir` as `run_as`, its stdin and stdout the files
+    /// given, bounded in time and (through RLIMIT_FSIZE) in the bytes it may write to one file.
     fn run_tool(
         &self,
         tool: &str,

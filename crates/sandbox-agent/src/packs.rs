@@ -72,8 +72,14 @@ impl PackStore {
     /// The kept pack of `sha` fetched from `url`, if there is a complete one (`Kept::used`
     /// marks it used once it checked out).
     pub fn find(&self, url: &str, sha: &str) -> Option<Kept> {
-        self.evict(SystemTime::now());
         let entry = self.entry(url, sha);
+        // Past its age an entry is gone for readers at once; its bytes go at
+        // the next keep (eviction lists the store: not on every checkout).
+        let used = fs::metadata(&entry).and_then(|m| m.modified()).ok()?;
+        let age = SystemTime::now().duration_since(used).unwrap_or_default();
+        if age > Duration::from_millis(PACK_STORE_AGE_MS) {
+            return None;
+        }
         let mut files: Vec<PathBuf> = fs::read_dir(&entry)
             .ok()?
             .flatten()

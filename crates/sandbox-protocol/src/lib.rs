@@ -138,6 +138,12 @@ pub struct DigestAnswer {
     pub sha256: String,
 }
 
+/// A workspace-relative path of a file (a cache's key file or path): a
+/// valid pattern with no wildcard.
+pub fn valid_workspace_path(p: &str) -> bool {
+    valid_archive_pattern(p) && !p.contains(['*', '?', '[', '{'])
+}
+
 /// A workspace-relative glob: not empty, at most 256 bytes, not
 /// absolute, no `..` component, no backslash or control character.
 pub fn valid_archive_pattern(p: &str) -> bool {

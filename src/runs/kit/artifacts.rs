@@ -23,15 +23,27 @@ pub const SAVE_STEP: &str = "save artifacts";
 /// The step that reads where the needed jobs' artifacts are.
 pub const READ_STEP: &str = "read artifacts";
 
-/// A save is one archive and one upload; three attempts ride out an R2 or
-/// sandbox hiccup, and a container that went away will not come back.
-const SAVE_RETRIES: u32 = 2;
+/// A step that moves archives (an artifact's, a cache's) is one archive
+/// and one transfer each; three attempts ride out an R2 or sandbox hiccup,
+/// and a container that went away will not come back.
+const ARCHIVE_STEP_RETRIES: u32 = 2;
 /// Between attempts: R2's and the agent's transient errors clear in
 /// seconds.
-const SAVE_RETRY_DELAY_MS: i64 = 2_000;
-/// An upload of up to the agent's 1 GiB archive bound at R2's pace, with a
-/// margin: past it the attempt is retried.
-const SAVE_TIMEOUT_MS: i64 = 15 * 60 * 1000;
+const ARCHIVE_STEP_RETRY_DELAY_MS: i64 = 2_000;
+/// A transfer of up to the agent's 1 GiB archive bound at R2's pace, with
+/// a margin: past it the attempt is retried.
+const ARCHIVE_STEP_TIMEOUT_MS: i64 = 15 * 60 * 1000;
+
+/// The bounds of a step that moves archives (`caches` uses them too).
+pub fn archive_step() -> StepConfig {
+    StepConfig::default()
+        .retries(
+            ARCHIVE_STEP_RETRIES,
+            ARCHIVE_STEP_RETRY_DELAY_MS,
+            Backoff::Exponential,
+        )
+        .timeout_ms(ARCHIVE_STEP_TIMEOUT_MS)
+}
 
 /// Where R2 keeps a unit's archive.
 pub fn key_of(instance_id: &str) -> String {
@@ -55,10 +67,7 @@ pub async fn save(
     env: &RunEnv<'_>,
     spec: &SaveSpec<'_>,
 ) -> Result<ArtifactRow, RunError> {
-    let cfg = StepConfig::default()
-        .retries(SAVE_RETRIES, SAVE_RETRY_DELAY_MS, Backoff::Exponential)
-        .timeout_ms(SAVE_TIMEOUT_MS);
-    ctx.step_boxed(SAVE_STEP, cfg, &mut |_| {
+    ctx.step_boxed(SAVE_STEP, archive_step(), &mut |_| {
         Box::pin(async {
             let key = key_of(spec.instance_id);
             let archived = env
@@ -141,12 +150,10 @@ pub fn path_of(instance_id: &str) -> String {
 /// as a log's link (`loglink::LOG_LINK_TTL_MS`).
 pub fn signature(secret: &[u8], instance_id: &str, now_ms: i64) -> (i64, String) {
     let exp = now_ms + super::loglink::LOG_LINK_TTL_MS;
-    let query = super::loglink::signed_query(secret, &path_of(instance_id), exp);
-    let sig = query
-        .rsplit_once("sig=")
-        .map(|(_, s)| s.to_owned())
-        .unwrap_or_default();
-    (exp, sig)
+    (
+        exp,
+        super::loglink::signature(secret, &path_of(instance_id), exp),
+    )
 }
 
 /// The signed path (and query) that downloads a unit's archive.
@@ -159,10 +166,11 @@ pub fn signed_path(secret: &[u8], instance_id: &str, now_ms: i64) -> String {
 /// `LOG_LINK_SECRET`.
 pub fn link(env: &RunEnv<'_>, instance_id: &str, now_ms: i64) -> Option<String> {
     let secret = env.log_link_secret.as_ref()?;
-    Some(format!(
-        "{}{}",
-        env.public_url.trim_end_matches('/'),
-        signed_path(secret.expose().as_bytes(), instance_id, now_ms)
+    Some(super::loglink::signed_link(
+        &env.public_url,
+        secret.expose().as_bytes(),
+        &path_of(instance_id),
+        now_ms,
     ))
 }
 

@@ -13,10 +13,10 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::engine::{Backoff, Ctx, RunError, StepConfig, StepFailure};
+use crate::engine::{Ctx, RunError, StepFailure};
 use crate::store::caches::{self, CacheRow};
 
-use super::artifacts::json_of;
+use super::artifacts::{archive_step, json_of};
 use super::command::{prepare_workspace, CommandSpec};
 use super::inputs::CacheScope;
 use super::jobspec::CacheConfig;
@@ -26,10 +26,6 @@ use super::RunEnv;
 pub const RESTORE_STEP: &str = "restore caches";
 pub const SAVE_STEP: &str = "save caches";
 
-/// A cache is an archive like a job's artifacts: the same bounds.
-const STEP_RETRIES: u32 = 2;
-const STEP_RETRY_DELAY_MS: i64 = 2_000;
-const STEP_TIMEOUT_MS: i64 = 15 * 60 * 1000;
 /// Entries evicted at most per save: a save adds one entry, so a handful
 /// always brings the repository back under its cap.
 const EVICT_PER_SAVE_MAX: u32 = 20;
@@ -100,12 +96,6 @@ fn r2_key(repo: &str, scope: &str, key: &str, writer: &str) -> String {
     format!("caches/{repo}/{scope}/{key}/{writer}.tar.gz")
 }
 
-fn step_config() -> StepConfig {
-    StepConfig::default()
-        .retries(STEP_RETRIES, STEP_RETRY_DELAY_MS, Backoff::Exponential)
-        .timeout_ms(STEP_TIMEOUT_MS)
-}
-
 /// Checks the commit out and restores each cache into it, in one step.
 pub async fn restore(
     ctx: &Ctx<'_>,
@@ -114,7 +104,7 @@ pub async fn restore(
     c: &Caches<'_>,
 ) -> Result<Vec<Restored>, RunError> {
     let ws = ctx.instance_id();
-    ctx.step_boxed(RESTORE_STEP, step_config(), &mut |_| {
+    ctx.step_boxed(RESTORE_STEP, archive_step(), &mut |_| {
         Box::pin(async move {
             prepare_workspace(env, spec, ws).await?;
             let mut out = Vec::new();
@@ -215,7 +205,7 @@ pub async fn save(
     }
     let ws = ctx.instance_id();
     let wanted = &wanted;
-    ctx.step_boxed(SAVE_STEP, step_config(), &mut |_| {
+    ctx.step_boxed(SAVE_STEP, archive_step(), &mut |_| {
         Box::pin(async move {
             let mut out = Vec::new();
             for (cache, r) in wanted {

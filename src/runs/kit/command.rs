@@ -19,7 +19,9 @@ use crate::limits::{
     COMMAND_TIMEOUT_MS_MAX, FENCE_START_WINDOW_MS, LOG_TAIL_BYTES_MAX, LOG_TAIL_LINES_MAX,
     PASS_DURATION_MS_MAX, PROCESS_POLL_MS, SANDBOX_CLOCK_SKEW_MS,
 };
-use crate::sandbox::{Checkout, ProcessSpec, ProcessState, ProcessStatus, SandboxError};
+use crate::sandbox::{
+    Checkout, ProcessSpec, ProcessState, ProcessStatus, SandboxError, WorkspaceState,
+};
 use crate::secret::Secret;
 use sluice_redact::Redactor;
 
@@ -71,6 +73,10 @@ pub struct CommandSpec<'a> {
     /// Archives unpacked into the workspace after its checkout, before the
     /// command starts: the artifacts of the jobs it needs.
     pub restore: &'a [crate::store::artifacts::ArtifactRow],
+    /// An earlier step of the run checked the commit out already (its
+    /// caches were restored into it): the command step mints a checkout
+    /// token only if the workspace is gone.
+    pub prepared: bool,
 }
 
 /// What the step journals: never the full log, never a secret.
@@ -595,15 +601,20 @@ async fn ensure_workspace(
     // Asked for beside the workspace's state: a command's first round (the
     // only one that gets here without a process) finds no checkout, and
     // the two calls in a row were on every check's path.
-    let (state, token) = join(
-        env.sandbox.workspace(sandbox, ws),
-        env.github.checkout_token(spec.installation_id, spec.repo),
-    )
-    .await;
-    let checked_out = match &state {
-        Ok(state) => state.exists && state.sha.as_deref() == Some(spec.sha),
-        Err(_) => false,
+    let holds = |state: &Result<WorkspaceState, SandboxError>| matches!(state, Ok(s) if s.exists && s.sha.as_deref() == Some(spec.sha));
+    let mint = env.github.checkout_token(spec.installation_id, spec.repo);
+    let (state, token) = if spec.prepared {
+        // An earlier step checked it out (a cache restore): only a lost
+        // container needs a token now.
+        let state = env.sandbox.workspace(sandbox, ws).await;
+        if holds(&state) {
+            return Ok(None);
+        }
+        (state, mint.await)
+    } else {
+        join(env.sandbox.workspace(sandbox, ws), mint).await
     };
+    let checked_out = holds(&state);
     if checked_out || state.is_err() {
         if let Ok(token) = &token {
             revoke(env, token).await;

@@ -101,22 +101,21 @@ pub const CACHES_PER_JOB_MAX: usize = 4;
 /// Paths or key files one cache may name.
 pub const CACHE_ENTRIES_MAX: usize = 16;
 
+/// A cache path or key file relative to the checkout: `~/` is the
+/// command's home, which is the checkout.
+fn in_checkout(p: &str) -> &str {
+    p.strip_prefix("~/").unwrap_or(p).trim_end_matches('/')
+}
+
 impl CacheConfig {
-    /// `paths` as the archive's globs, relative to the checkout: `~/` is
-    /// the command's home (the checkout), and a directory means all of it.
+    /// `paths` as the archive's globs: each path itself (a file) and all
+    /// under it (a directory).
     pub fn globs(&self) -> Vec<String> {
-        self.paths
-            .iter()
-            .map(|p| {
-                let p = p.strip_prefix("~/").unwrap_or(p).trim_end_matches('/');
-                format!("{p}/**")
-            })
-            .chain(self.paths.iter().map(|p| {
-                p.strip_prefix("~/")
-                    .unwrap_or(p)
-                    .trim_end_matches('/')
-                    .to_owned()
-            }))
+        let paths = self.paths.iter().map(|p| in_checkout(p));
+        paths
+            .clone()
+            .map(|p| format!("{p}/**"))
+            .chain(paths.map(str::to_owned))
             .collect()
     }
 
@@ -124,7 +123,7 @@ impl CacheConfig {
     pub fn key_paths(&self) -> Vec<String> {
         self.key_files
             .iter()
-            .map(|p| p.strip_prefix("~/").unwrap_or(p).to_owned())
+            .map(|p| in_checkout(p).to_owned())
             .collect()
     }
 }
@@ -228,7 +227,7 @@ fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
 /// At most `CACHES_PER_JOB_MAX` caches, each with 1 to
 /// `CACHE_ENTRIES_MAX` paths and key files inside the checkout.
 fn validate_caches(caches: &[CacheConfig]) -> Result<(), String> {
-    use sluice_sandbox_protocol::valid_archive_pattern;
+    use sluice_sandbox_protocol::valid_workspace_path;
     if caches.len() > CACHES_PER_JOB_MAX {
         return Err(format!("cache: at most {CACHES_PER_JOB_MAX} caches"));
     }
@@ -239,10 +238,7 @@ fn validate_caches(caches: &[CacheConfig]) -> Result<(), String> {
                     "cache: {what} names 1 to {CACHE_ENTRIES_MAX} entries"
                 ));
             }
-            let bad = list.iter().find(|p| {
-                let rel = p.strip_prefix("~/").unwrap_or(p);
-                !valid_archive_pattern(rel) || rel.contains(['*', '?', '[', '{'])
-            });
+            let bad = list.iter().find(|p| !valid_workspace_path(in_checkout(p)));
             if let Some(p) = bad {
                 return Err(format!(
                     "cache: {what}: {p:?} is not a path inside the checkout (relative or ~/, \

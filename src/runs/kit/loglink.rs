@@ -37,12 +37,23 @@ fn mac(secret: &[u8], path: &str, exp_ms: i64) -> Option<Hmac<Sha256>> {
     Some(mac)
 }
 
+/// The hex signature of `path` until `exp_ms`.
+pub fn signature(secret: &[u8], path: &str, exp_ms: i64) -> String {
+    mac(secret, path, exp_ms)
+        .map(|m| hex::encode(m.finalize().into_bytes()))
+        .unwrap_or_default()
+}
+
 /// The query that signs `path` until `exp_ms`.
 pub fn signed_query(secret: &[u8], path: &str, exp_ms: i64) -> String {
-    let sig = mac(secret, path, exp_ms)
-        .map(|m| hex::encode(m.finalize().into_bytes()))
-        .unwrap_or_default();
-    format!("exp={exp_ms}&sig={sig}")
+    format!("exp={exp_ms}&sig={}", signature(secret, path, exp_ms))
+}
+
+/// `path` (a log's, an archive's) on this Worker, signed for
+/// `LOG_LINK_TTL_MS` from `now_ms`.
+pub fn signed_link(public_url: &str, secret: &[u8], path: &str, now_ms: i64) -> String {
+    let query = signed_query(secret, path, now_ms + LOG_LINK_TTL_MS);
+    format!("{}{path}?{query}", public_url.trim_end_matches('/'))
 }
 
 /// A link to the log of `instance_id`'s step, valid for `LOG_LINK_TTL_MS`.
@@ -53,9 +64,7 @@ pub fn link(
     step_key: &str,
     now_ms: i64,
 ) -> String {
-    let path = path_of(instance_id, step_key);
-    let query = signed_query(secret, &path, now_ms + LOG_LINK_TTL_MS);
-    format!("{}{path}?{query}", public_url.trim_end_matches('/'))
+    signed_link(public_url, secret, &path_of(instance_id, step_key), now_ms)
 }
 
 /// Checks a link's query for `path` at `now_ms` (constant-time compare).

@@ -500,6 +500,7 @@ async fn deploy_held(
         secret_env,
         held: &held,
         restore: &[],
+        prepared: false,
     };
     run_reported(ctx, env, work, &spec).await
 }

@@ -681,6 +681,7 @@ async fn check_held(
         secret_env: Vec::new(),
         held: &held,
         restore: command.restore,
+        prepared: false,
     };
     let caches = input.cache_scope.as_ref().map(|scope| Caches {
         repo: &input.repo,
@@ -689,8 +690,13 @@ async fn check_held(
         caches: command.caches,
     });
     let caches = caches.filter(|c| !c.caches.is_empty());
+    let mut spec = spec;
     let restored = match &caches {
-        Some(c) => caches::restore(ctx, env, &spec, c).await?,
+        Some(c) => {
+            let restored = caches::restore(ctx, env, &spec, c).await?;
+            spec.prepared = true;
+            restored
+        }
         None => Vec::new(),
     };
     let result = run_command(ctx, env, &spec).await?;

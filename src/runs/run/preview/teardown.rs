@@ -339,6 +339,7 @@ async fn torn(
         secret_env,
         held: &held,
         restore: &[],
+        prepared: false,
     };
     let result = run_command(ctx, env, &spec).await?;
     let verdict = verdict_of(&preview.teardown, &result);
