@@ -646,6 +646,8 @@ fn command_result(exit_code: Option<i32>, timed_out: bool, tail: &str) -> Comman
         duration_ms: Some(2_000),
         log_url: None,
         environment_url: None,
+        started: None,
+        process: None,
     }
 }
 

@@ -1130,3 +1130,401 @@ fn an_unusable_cache_entry_is_forgotten_as_a_miss_and_saved_again() {
         "the good entry is found"
     );
 }
+
+// --- Multi-step jobs (`steps = [...]`, ADR-0015) ---
+
+const STEPS: &str = "[jobs.build]\nsteps = [\"./install.sh\", \"./compile.sh\", \"./test.sh\"]\n";
+const STEPS_UNSNAPSHOTTED: &str =
+    "[jobs.build]\nsteps = [\"./install.sh\", \"./compile.sh\", \"./test.sh\"]\nsnapshot = false\n";
+
+/// The job's one unit, run to its end with every step scripted to exit
+/// `exits` (by command), after `prepare` set the fakes up.
+fn steps_unit(
+    config: &str,
+    exits: &[(&str, i32)],
+    prepare: impl FnOnce(&Rig),
+) -> (Rig, Inst, Status) {
+    let a = sha('a');
+    let rig = rig_with(config, &a);
+    for (command, code) in exits {
+        rig.sandbox
+            .script(command, *code, &format!("{command} said {code}\n"));
+    }
+    prepare(&rig);
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let units = spawned(&rig);
+    assert_eq!(names(&units), ["sluice/build"]);
+    let unit = units.into_iter().next().expect("the build unit").1;
+    let status = rig.run_to_end(&unit);
+    (rig, unit, status)
+}
+
+const ALL_PASS: [(&str, i32); 3] = [("./install.sh", 0), ("./compile.sh", 0), ("./test.sh", 0)];
+
+/// What each process the unit spawned ran, and the tree it started on.
+fn started(rig: &Rig, unit: &Inst) -> Vec<(String, Vec<String>)> {
+    rig.sandbox
+        .starts_in(&unit.id)
+        .into_iter()
+        .filter(|s| s.spawned)
+        .map(|s| (s.command, s.tree))
+        .collect()
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Each step runs in order in the tree the ones before it left, as its
+/// own durable step with its own log; the workspace is captured between
+/// steps; the summary lists every step with its time.
+#[test]
+fn steps_run_in_order_each_with_its_log_in_the_tree_the_last_left() {
+    let (rig, unit, status) = steps_unit(STEPS, &ALL_PASS, |_| {});
+    assert_eq!(status, Status::Complete);
+    assert_eq!(
+        started(&rig, &unit),
+        [
+            ("./install.sh".to_owned(), vec![]),
+            ("./compile.sh".to_owned(), strings(&["./install.sh"])),
+            (
+                "./test.sh".to_owned(),
+                strings(&["./install.sh", "./compile.sh"])
+            ),
+        ]
+    );
+    assert_eq!(rig.sandbox.checkouts_in(&unit.id).len(), 1, "one checkout");
+    let logs: Vec<String> = (1..=3)
+        .map(|n| rig.command_result(&unit, &format!("run step {n}")).log_key)
+        .collect();
+    for (n, key) in logs.iter().enumerate() {
+        let log = rig.log(key).unwrap_or_default();
+        let command = ALL_PASS[n].0;
+        assert!(log.contains(&format!("{command} said 0")), "{key}: {log}");
+    }
+    let snapshots = rig.sandbox.st.borrow().snapshots.len();
+    assert_eq!(snapshots, 2, "between steps, never after the last");
+    let summary = rig
+        .github
+        .only_check_run(&sha('a'), "sluice/build")
+        .summary()
+        .to_owned();
+    for line in [
+        "1. `./install.sh` passed in",
+        "2. `./compile.sh` passed in",
+        "3. `./test.sh` passed in",
+    ] {
+        assert!(summary.contains(line), "{line}: {summary}");
+    }
+    assert!(summary.contains("; snapshot "), "{summary}");
+}
+
+/// A failing step ends the job failed, naming it; the steps after it are
+/// never started, and say so.
+#[test]
+fn a_failing_step_ends_the_job_and_the_rest_are_not_run() {
+    let exits = [("./install.sh", 0), ("./compile.sh", 2), ("./test.sh", 0)];
+    let (rig, unit, status) = steps_unit(STEPS, &exits, |_| {});
+    assert_eq!(
+        status,
+        Status::Complete,
+        "a failed check is a completed run"
+    );
+    let a = sha('a');
+    assert_eq!(conclusion(&rig, &a, "sluice/build"), "failure");
+    let commands: Vec<String> = started(&rig, &unit).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(commands, ["./install.sh", "./compile.sh"]);
+    let summary = rig
+        .github
+        .only_check_run(&a, "sluice/build")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.starts_with("`./compile.sh` exited with code 2"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("2. `./compile.sh` failed (exit 2)"),
+        "{summary}"
+    );
+    assert!(summary.contains("3. `./test.sh` not run"), "{summary}");
+}
+
+/// A container lost between two steps: the next step resumes from the
+/// snapshots (unpacked over a fresh checkout), never re-running the steps
+/// before it and never starting on a clean tree.
+#[test]
+fn a_container_lost_between_steps_resumes_from_the_snapshot() {
+    let (rig, unit, status) = steps_unit(STEPS, &ALL_PASS, |rig| {
+        rig.sandbox.st.borrow_mut().replace_container_when = Some(ReplaceWhen::AfterSnapshot);
+    });
+    assert_eq!(status, Status::Complete);
+    assert_eq!(rig.sandbox.st.borrow().containers_replaced, 1);
+    assert_eq!(
+        started(&rig, &unit),
+        [
+            ("./install.sh".to_owned(), vec![]),
+            ("./compile.sh".to_owned(), strings(&["./install.sh"])),
+            (
+                "./test.sh".to_owned(),
+                strings(&["./install.sh", "./compile.sh"])
+            ),
+        ],
+        "install ran once; compile started on install's tree"
+    );
+    assert_eq!(
+        rig.sandbox.checkouts_in(&unit.id).len(),
+        2,
+        "the base of the restore"
+    );
+    let unpacked = rig.sandbox.st.borrow().unpacked.get(&unit.id).cloned();
+    let first = format!("snapshots/{}/g0-r0-s0.tar.gz", unit.id);
+    assert_eq!(unpacked, Some(vec![format!("{first} (pruned)")]));
+}
+
+/// A process lost mid-step (its container replaced while it ran): the
+/// step runs again on the tree the step before left, restored from the
+/// snapshots, not on what the lost run half did.
+#[test]
+fn a_step_whose_container_went_mid_run_restarts_on_the_tree_before_it() {
+    let (rig, unit, status) = steps_unit(STEPS, &ALL_PASS, |rig| {
+        let mut st = rig.sandbox.st.borrow_mut();
+        st.scripts.retain(|(c, _)| c != "./compile.sh");
+        st.replace_container_when = Some(ReplaceWhen::WhileRunning("./compile.sh".into()));
+        drop(st);
+        rig.sandbox
+            .script_running("./compile.sh", 0, "compiled\n", 3);
+    });
+    assert_eq!(status, Status::Complete);
+    let compiles: Vec<Vec<String>> = started(&rig, &unit)
+        .into_iter()
+        .filter(|(c, _)| c == "./compile.sh")
+        .map(|(_, tree)| tree)
+        .collect();
+    assert_eq!(
+        compiles,
+        [strings(&["./install.sh"]), strings(&["./install.sh"])]
+    );
+}
+
+/// With `snapshot = false`, a workspace lost between steps runs the job
+/// again from its first step in a fresh checkout: a later step never runs
+/// on a clean tree.
+#[test]
+fn without_snapshots_a_lost_workspace_runs_the_job_again_from_its_first_step() {
+    let (rig, unit, status) = steps_unit(STEPS_UNSNAPSHOTTED, &ALL_PASS, |rig| {
+        rig.sandbox.st.borrow_mut().replace_container_when =
+            Some(ReplaceWhen::AfterExit("./install.sh".into()));
+    });
+    assert_eq!(status, Status::Complete);
+    assert_eq!(rig.sandbox.st.borrow().snapshots.len(), 0, "none taken");
+    assert_eq!(
+        started(&rig, &unit),
+        [
+            ("./install.sh".to_owned(), vec![]),
+            ("./install.sh".to_owned(), vec![]),
+            ("./compile.sh".to_owned(), strings(&["./install.sh"])),
+            (
+                "./test.sh".to_owned(),
+                strings(&["./install.sh", "./compile.sh"])
+            ),
+        ]
+    );
+    assert!(rig.command_result(&unit, "run step 3 (again 1)").exit_code == Some(0));
+    let summary = rig
+        .github
+        .only_check_run(&sha('a'), "sluice/build")
+        .summary()
+        .to_owned();
+    assert!(
+        summary.contains("the steps ran again from the first (1 time)"),
+        "{summary}"
+    );
+}
+
+/// A snapshot that cannot be taken is no failure, but it breaks the
+/// chain: a workspace lost after it runs the job again from the first
+/// step, never from a tree missing that step's work.
+#[test]
+fn a_snapshot_that_cannot_be_taken_breaks_the_chain_and_a_loss_starts_over() {
+    let (rig, unit, status) = steps_unit(STEPS, &ALL_PASS, |rig| {
+        let mut st = rig.sandbox.st.borrow_mut();
+        st.snapshot_fails = true;
+        st.replace_container_when = Some(ReplaceWhen::AfterExit("./install.sh".into()));
+    });
+    assert_eq!(status, Status::Complete);
+    let commands: Vec<String> = started(&rig, &unit).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(
+        commands,
+        ["./install.sh", "./install.sh", "./compile.sh", "./test.sh"]
+    );
+    for (command, tree) in started(&rig, &unit) {
+        if command == "./test.sh" {
+            assert_eq!(tree, strings(&["./install.sh", "./compile.sh"]));
+        }
+    }
+}
+
+/// A job whose workspace is lost at every run-through ends saying so,
+/// bounded by `RUN_THROUGHS_MAX`.
+#[test]
+fn a_workspace_lost_at_every_run_through_ends_the_job_saying_so() {
+    let (rig, unit, status) = steps_unit(STEPS_UNSNAPSHOTTED, &ALL_PASS, |rig| {
+        rig.sandbox.st.borrow_mut().replace_container_when =
+            Some(ReplaceWhen::AfterEveryExit("./install.sh".into()));
+    });
+    assert_eq!(
+        status,
+        Status::Errored,
+        "an infrastructure fault, concluded cancelled"
+    );
+    let installs = started(&rig, &unit)
+        .iter()
+        .filter(|(c, _)| c == "./install.sh")
+        .count();
+    assert_eq!(installs as u32, sluice::runs::kit::steps::RUN_THROUGHS_MAX);
+    assert!(started(&rig, &unit)
+        .iter()
+        .all(|(c, _)| c == "./install.sh"));
+    assert_eq!(conclusion(&rig, &sha('a'), "sluice/build"), "cancelled");
+    let summary = rig
+        .github
+        .only_check_run(&sha('a'), "sluice/build")
+        .summary()
+        .to_owned();
+    assert!(summary.contains("lost 3 times"), "{summary}");
+}
+
+/// Schedules of the multi-step model.
+const STEP_SCHEDULES: u64 = 200;
+/// Random operations per schedule before the unit is run out.
+const STEP_OPS_PER_SCHEDULE: u32 = 14;
+const STEP_COMMANDS: [&str; 3] = ["./install.sh", "./compile.sh", "./test.sh"];
+
+/// Whatever happens to a multi-step job (its container replaced after a
+/// snapshot, after a step's exit or mid-step; snapshots that cannot be
+/// taken; an operator's pause, resume or restart from any step, while it
+/// runs or after it ended; time passing), every step's process starts on
+/// exactly the tree the steps before it left (the model's effect: each
+/// started command appends to its workspace's tree), and the job ends,
+/// concluded once: passed, or cancelled after its run-throughs.
+#[test]
+fn seeded_steps_start_only_on_the_tree_the_steps_before_left() {
+    let mut seed: u64 = 0x7374_6570_7321;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut resumed, mut again) = (0, 0);
+    for schedule in 0..STEP_SCHEDULES {
+        let (restores, run_throughs) = steps_schedule(schedule, &mut next);
+        resumed += u32::from(restores > 0);
+        again += u32::from(run_throughs > 0);
+    }
+    // The schedules reach both ways back, not only the quiet path.
+    assert!(resumed >= 10, "{resumed} schedules restored from snapshots");
+    assert!(again >= 10, "{again} schedules ran the steps again");
+}
+
+/// One schedule; how many snapshots it unpacked and how many run-throughs
+/// began again.
+fn steps_schedule(schedule: u64, next: &mut dyn FnMut(u64) -> u64) -> (usize, usize) {
+    let a = sha('a');
+    let config = [STEPS, STEPS_UNSNAPSHOTTED][next(2) as usize];
+    let rig = rig_with(config, &a);
+    rig.sandbox.script("./install.sh", 0, "i\n");
+    rig.sandbox.script_running("./compile.sh", 0, "c\n", 2);
+    rig.sandbox.script("./test.sh", 0, "t\n");
+    let parent = pr_check(&rig, &a, None);
+    rig.pass(&parent);
+    let unit = spawned(&rig).into_iter().next().expect("the unit").1;
+    for _ in 0..STEP_OPS_PER_SCHEDULE {
+        let live = !rig.record(&unit).status.is_terminal();
+        let op = next(8);
+        match op {
+            0..=2 if live => drop(rig.pass(&unit)),
+            3 => {
+                let command = STEP_COMMANDS[next(3) as usize].to_owned();
+                rig.sandbox.st.borrow_mut().replace_container_when = Some(match next(3) {
+                    0 => ReplaceWhen::AfterSnapshot,
+                    1 => ReplaceWhen::AfterExit(command),
+                    _ => ReplaceWhen::WhileRunning("./compile.sh".into()),
+                });
+            }
+            4 => {
+                let mut st = rig.sandbox.st.borrow_mut();
+                st.snapshot_fails = !st.snapshot_fails;
+            }
+            5 => {
+                let from = [
+                    None,
+                    Some("run step 1"),
+                    Some("run step 2"),
+                    Some("snapshot after run step 1"),
+                    Some("run step 3"),
+                    Some("snapshot after run step 2"),
+                ];
+                let from_step = from[next(6) as usize].map(str::to_owned);
+                let _ = rig.try_command(&unit, Command::Restart { from_step });
+            }
+            6 => {
+                let paused = rig.record(&unit).status == Status::Paused;
+                let cmd = if paused {
+                    Command::Resume
+                } else {
+                    Command::Pause
+                };
+                let _ = rig.try_command(&unit, cmd);
+            }
+            _ => rig.clock.advance(next(3) as i64 * 1_000),
+        }
+        assert_steps_on_their_trees(&rig, &unit, schedule);
+    }
+    if rig.record(&unit).status == Status::Paused {
+        rig.command(&unit, Command::Resume);
+    }
+    let status = rig.run_to_end(&unit);
+    assert!(status.is_terminal(), "schedule {schedule}: {status:?}");
+    assert_steps_on_their_trees(&rig, &unit, schedule);
+    let conclusion = newest_conclusion(&rig, &a, "sluice/build");
+    assert!(
+        ["success", "cancelled"].contains(&conclusion.as_str()),
+        "schedule {schedule}: {conclusion}"
+    );
+    let restores = rig
+        .sandbox
+        .st
+        .borrow()
+        .unpacked
+        .get(&unit.id)
+        .map_or(0, Vec::len);
+    let again = rig
+        .journal(&unit)
+        .iter()
+        .filter(|e| e.name.starts_with("check out again"))
+        .count();
+    (restores, again)
+}
+
+fn assert_steps_on_their_trees(rig: &Rig, unit: &Inst, schedule: u64) {
+    for start in rig
+        .sandbox
+        .starts_in(&unit.id)
+        .into_iter()
+        .filter(|s| s.spawned)
+    {
+        let k = STEP_COMMANDS
+            .iter()
+            .position(|c| *c == start.command)
+            .expect("a step's command");
+        assert_eq!(
+            start.tree,
+            strings(&STEP_COMMANDS[..k]),
+            "schedule {schedule}: {} started on another tree",
+            start.command
+        );
+    }
+}

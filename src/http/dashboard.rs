@@ -323,13 +323,13 @@ pub async fn pipeline_of(
 /// the one that finished wrote the log).
 fn with_log_links(id: &InstanceId, steps: Vec<StepRow>) -> Vec<StepView> {
     let mut views: Vec<StepView> = steps.into_iter().map(StepView::new).collect();
-    for name in command::LOGGED_STEPS {
-        let last = views
-            .iter_mut()
-            .rev()
-            .find(|v| base_name(&v.row.name) == *name && v.row.state == EntryState::Done.as_str());
-        if let Some(v) = last {
+    let mut linked: Vec<String> = Vec::new();
+    for v in views.iter_mut().rev() {
+        let name = base_name(&v.row.name);
+        let done = v.row.state == EntryState::Done.as_str();
+        if done && command::keeps_log(name) && !linked.iter().any(|l| l == name) {
             v.log_url = Some(paths::log(id.as_str(), name).as_str().to_owned());
+            linked.push(name.to_owned());
         }
     }
     views

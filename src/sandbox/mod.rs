@@ -53,7 +53,7 @@ pub struct Checkout<'a> {
     pub token: Option<&'a Secret>,
 }
 
-pub use sluice_sandbox_protocol::{ProcessState, ProcessStatus, WorkspaceState};
+pub use sluice_sandbox_protocol::{AgentTime, ProcessState, ProcessStatus, WorkspaceState};
 
 /// A process to start: borrowed from the run, sent as the protocol's
 /// `ProcessRequest`.
@@ -145,12 +145,36 @@ pub trait Archives {
         key: &str,
     ) -> Result<Archived, SandboxError>;
     /// Unpacks the archive at `key` (which must be `sha256`) into
-    /// `workspace`; how many files it held.
+    /// `workspace`; how many files it held. `last_of`: the archive is the
+    /// last snapshot of a job's chain, the tree that process left: what
+    /// its manifest does not list goes, and the workspace records it
+    /// (`WorkspaceState::last_process`).
     async fn restore(
         &self,
         sandbox: &str,
         workspace: &str,
         key: &str,
         sha256: &str,
+        last_of: Option<&str>,
     ) -> Result<u64, SandboxError>;
+    /// Snapshots `workspace` and stores it at `key`: what changed since
+    /// `since` when it is the same agent's time, else all of it; without
+    /// `since`, what changed since the workspace's checkout by that agent.
+    async fn snapshot(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        since: Option<&AgentTime>,
+        key: &str,
+    ) -> Result<Snapshotted, SandboxError>;
+}
+
+/// A workspace snapshot as stored: its archive, and when its walk began
+/// by the clock of the agent that took it (the next snapshot's `since`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshotted {
+    pub archived: Archived,
+    pub taken: AgentTime,
+    /// It holds every entry, not only those changed since.
+    pub full: bool,
 }

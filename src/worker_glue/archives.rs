@@ -10,11 +10,12 @@ use worker::{
     Bucket, Env, Fetch, Headers, HttpMetadata, Method, Request, RequestInit, Response, ResponseBody,
 };
 
-use crate::sandbox::{image, Archived, Archives, SandboxError};
+use crate::sandbox::{image, AgentTime, Archived, Archives, SandboxError, Snapshotted};
 use crate::secret::Secret;
 use sluice_sandbox_protocol::{
-    self as protocol, ArchiveRequest, ErrorBody, ARCHIVE_FILES_HEADER, ARCHIVE_SHA256_HEADER,
-    SANDBOX_ID_HEADER,
+    self as protocol, ArchiveRequest, ErrorBody, SnapshotRequest, ARCHIVE_FILES_HEADER,
+    ARCHIVE_SHA256_HEADER, SANDBOX_ID_HEADER, SNAPSHOT_AGENT_HEADER, SNAPSHOT_FULL_HEADER,
+    SNAPSHOT_TAKEN_HEADER,
 };
 
 /// Where the agent is: a URL (the local agent), or each sandbox's own
@@ -114,20 +115,15 @@ fn header_number(resp: &Response, name: &str) -> Option<u64> {
     resp.headers().get(name).ok().flatten()?.parse().ok()
 }
 
-#[async_trait::async_trait(?Send)]
-impl Archives for WorkerArchives {
-    async fn save(
+impl WorkerArchives {
+    /// Asks the agent for an archive (of matching files, or a snapshot).
+    async fn pack(
         &self,
         sandbox: &str,
         workspace: &str,
-        patterns: &[String],
-        key: &str,
-    ) -> Result<Archived, SandboxError> {
-        let bucket = self.bucket()?;
-        let body = serde_json::to_string(&ArchiveRequest {
-            patterns: patterns.to_vec(),
-        })
-        .map_err(|e| failed("internal", e.to_string()))?;
+        request: &ArchiveRequest,
+    ) -> Result<Response, SandboxError> {
+        let body = serde_json::to_string(request).map_err(|e| failed("internal", e.to_string()))?;
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
             .with_headers(self.headers(sandbox, "application/json")?)
@@ -138,11 +134,18 @@ impl Archives for WorkerArchives {
         if resp.status_code() != 200 {
             return Err(refused(resp).await);
         }
+        Ok(resp)
+    }
+
+    /// Streams the agent's archive into R2 at `key`; what it is, and the
+    /// answer's headers.
+    async fn store(&self, resp: Response, key: &str) -> Result<(Archived, Headers), SandboxError> {
+        let bucket = self.bucket()?;
+        let headers = resp.headers().clone();
         let files = header_number(&resp, ARCHIVE_FILES_HEADER).unwrap_or(0);
         let bytes = header_number(&resp, "Content-Length")
             .ok_or_else(|| failed("bad_answer", "the archive came without its length"))?;
-        let sha256 = resp
-            .headers()
+        let sha256 = headers
             .get(ARCHIVE_SHA256_HEADER)
             .ok()
             .flatten()
@@ -165,10 +168,66 @@ impl Archives for WorkerArchives {
                 message: e.to_string(),
                 status: Some(503),
             })?;
-        Ok(Archived {
+        let archived = Archived {
             bytes,
             files,
             sha256,
+        };
+        Ok((archived, headers))
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Archives for WorkerArchives {
+    async fn save(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        patterns: &[String],
+        key: &str,
+    ) -> Result<Archived, SandboxError> {
+        let request = ArchiveRequest {
+            patterns: patterns.to_vec(),
+            snapshot: None,
+        };
+        let resp = self.pack(sandbox, workspace, &request).await?;
+        self.store(resp, key).await.map(|(archived, _)| archived)
+    }
+
+    async fn snapshot(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        since: Option<&AgentTime>,
+        key: &str,
+    ) -> Result<Snapshotted, SandboxError> {
+        let request = ArchiveRequest {
+            patterns: Vec::new(),
+            snapshot: Some(SnapshotRequest {
+                since: since.cloned(),
+                since_checkout: since.is_none(),
+            }),
+        };
+        let resp = self.pack(sandbox, workspace, &request).await?;
+        let (archived, headers) = self.store(resp, key).await?;
+        let taken = AgentTime {
+            agent: headers
+                .get(SNAPSHOT_AGENT_HEADER)
+                .ok()
+                .flatten()
+                .ok_or_else(|| failed("bad_answer", "the snapshot came without its agent"))?,
+            ms: headers
+                .get(SNAPSHOT_TAKEN_HEADER)
+                .ok()
+                .flatten()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| failed("bad_answer", "the snapshot came without its time"))?,
+        };
+        let full = headers.get(SNAPSHOT_FULL_HEADER).ok().flatten().as_deref() != Some("false");
+        Ok(Snapshotted {
+            archived,
+            taken,
+            full,
         })
     }
 
@@ -178,6 +237,7 @@ impl Archives for WorkerArchives {
         workspace: &str,
         key: &str,
         sha256: &str,
+        last_of: Option<&str>,
     ) -> Result<u64, SandboxError> {
         let object = self
             .bucket()?
@@ -203,7 +263,14 @@ impl Archives for WorkerArchives {
         init.with_method(Method::Put)
             .with_headers(headers)
             .with_body(Some(stream.into()));
-        let path = format!("{}?sha256={sha256}", protocol::archive_path(workspace));
+        let last = match last_of {
+            Some(process) => format!("&prune=true&after={process}"),
+            None => String::new(),
+        };
+        let path = format!(
+            "{}?sha256={sha256}{last}",
+            protocol::archive_path(workspace)
+        );
         let mut resp = self.send(sandbox, &path, &init).await?;
         if resp.status_code() != 200 {
             return Err(refused(resp).await);

@@ -436,7 +436,7 @@ async fn ui(req: &mut Request, env: &Env, ops: &Operator<'_>, r: Route, query: &
 /// A command step's log from R2, as plain text that no browser runs or
 /// sniffs (`sandbox` CSP: not even same-origin scripts).
 async fn step_log(env: &Env, id: &InstanceId, step: &str) -> Answer {
-    if !command::LOGGED_STEPS.contains(&step) {
+    if !command::keeps_log(step) {
         return Err(ApiError::not_found(format!(
             "{step:?} is not a step that keeps a log"
         )));

@@ -1197,6 +1197,10 @@ pub struct StartRecord {
     pub spawned: bool,
     /// The archive keys unpacked into the workspace when it started.
     pub unpacked: Vec<String>,
+    pub command: String,
+    /// What the workspace held when it started: the commands that ran in
+    /// it since its checkout, in order (`SandboxState::trees`).
+    pub tree: Vec<String>,
 }
 
 /// One spawned process, in virtual time.
@@ -1227,6 +1231,7 @@ impl ProcessRun {
 
 pub struct Process {
     pub sha: String,
+    pub command: String,
     pub env: BTreeMap<String, String>,
     /// Scrubbed from the output as the agent does (sluice-redact).
     pub redact: Vec<String>,
@@ -1286,6 +1291,50 @@ pub struct SandboxState {
     pub archive_fails: bool,
     /// A key file's content as a digest reads it (absent: "v1").
     pub key_files: HashMap<String, String>,
+    /// Per workspace, its tree as the model sees it: the command of every
+    /// process started in it since its checkout, in order (what each step
+    /// changed), and what a snapshot restored.
+    pub trees: HashMap<String, Vec<String>>,
+    /// Per workspace, the last process started in it since its checkout
+    /// (or the one a restore named), as the agent records it.
+    pub last_process: HashMap<String, String>,
+    /// Snapshots stored (`Archives::snapshot`): key to the tree it holds.
+    pub snapshots: HashMap<String, Vec<String>>,
+    /// Snapshots fail as an unreachable sandbox would (503), until cleared.
+    pub snapshot_fails: bool,
+    /// The container is replaced (every workspace and process gone) at
+    /// this moment, once.
+    pub replace_container_when: Option<ReplaceWhen>,
+}
+
+/// When `SandboxState::replace_container_when` replaces the container.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplaceWhen {
+    /// Right after the next snapshot is stored: between two steps.
+    AfterSnapshot,
+    /// When a process whose command contains this is seen to have ended.
+    AfterExit(String),
+    /// As `AfterExit`, every time.
+    AfterEveryExit(String),
+    /// At a long-poll of a still running process whose command contains
+    /// this: the process and its workspace go mid-run.
+    WhileRunning(String),
+}
+
+impl SandboxState {
+    /// A new container: every process and workspace is gone.
+    pub fn replace_container(&mut self) {
+        self.processes.clear();
+        self.workspaces.clear();
+        self.trees.clear();
+        self.last_process.clear();
+        self.containers_replaced += 1;
+    }
+}
+
+/// The id the fake's agent takes: one per container.
+fn agent_of(containers_replaced: u32) -> String {
+    format!("agent-{containers_replaced}")
 }
 
 pub struct FakeSandbox {
@@ -1341,6 +1390,7 @@ pub fn running(id: &str) -> ProcessState {
         duration_ms: None,
         output_from: None,
         output_next: None,
+        agent: None,
     }
 }
 
@@ -1570,6 +1620,7 @@ impl FakeSandbox {
         }
         let now = self.clock.now_ms();
         let st = &mut *self.st.borrow_mut();
+        let agent = agent_of(st.containers_replaced);
         let p = st.processes.get_mut(id)?;
         let now = match p.script.duration_ms {
             Some(d) => (p.started_ms + d).min(now),
@@ -1585,13 +1636,25 @@ impl FakeSandbox {
             output_bytes: output.len() as u64,
             output,
             output_truncated: false,
-            started_ms: None,
+            started_ms: Some(p.started_ms as u64),
             duration_ms: Some(now - p.started_ms),
             output_from: None,
             output_next: None,
+            agent: Some(agent),
         };
         p.finished = Some(state.clone());
         st.runs[p.run].ended_ms = Some(now);
+        let exited = p.command.clone();
+        match &st.replace_container_when {
+            Some(ReplaceWhen::AfterExit(c)) if exited.contains(c.as_str()) => {
+                st.replace_container_when = None;
+                st.replace_container();
+            }
+            Some(ReplaceWhen::AfterEveryExit(c)) if exited.contains(c.as_str()) => {
+                st.replace_container();
+            }
+            _ => {}
+        }
         Some(state)
     }
 }
@@ -1628,6 +1691,8 @@ impl Sandbox for FakeSandbox {
         });
         st.workspaces.insert(req.workspace.into(), req.sha.into());
         st.unpacked.remove(req.workspace);
+        st.trees.remove(req.workspace);
+        st.last_process.remove(req.workspace);
         Ok(())
     }
 
@@ -1639,10 +1704,12 @@ impl Sandbox for FakeSandbox {
         check_sandbox(sandbox)?;
         check_id(workspace, "workspace")?;
         let sha = self.st.borrow().workspaces.get(workspace).cloned();
+        let last_process = self.st.borrow().last_process.get(workspace).cloned();
         Ok(WorkspaceState {
             workspace: workspace.into(),
             exists: sha.is_some(),
             sha,
+            last_process,
         })
     }
 
@@ -1673,6 +1740,7 @@ impl Sandbox for FakeSandbox {
         let now = self.clock.now_ms();
         let st = &mut *self.st.borrow_mut();
         let st_unpacked = st.unpacked.get(spec.workspace).cloned().unwrap_or_default();
+        let st_tree = st.trees.get(spec.workspace).cloned().unwrap_or_default();
         let record = |spawned| StartRecord {
             sandbox: sandbox.into(),
             id: spec.id.into(),
@@ -1681,6 +1749,8 @@ impl Sandbox for FakeSandbox {
             redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
             spawned,
             unpacked: st_unpacked.clone(),
+            command: spec.command.to_owned(),
+            tree: st_tree.clone(),
         };
         if let Some(p) = st.processes.get(spec.id) {
             let state = p.finished.clone().unwrap_or_else(|| running(spec.id));
@@ -1745,6 +1815,7 @@ impl Sandbox for FakeSandbox {
             spec.id.into(),
             Process {
                 sha,
+                command: spec.command.to_owned(),
                 env: spec.env.clone(),
                 redact: spec.redact.iter().map(|v| (*v).to_owned()).collect(),
                 script,
@@ -1755,6 +1826,12 @@ impl Sandbox for FakeSandbox {
             },
         );
         st.starts.push(record(true));
+        st.trees
+            .entry(spec.workspace.into())
+            .or_default()
+            .push(spec.command.into());
+        st.last_process
+            .insert(spec.workspace.into(), spec.id.into());
         Ok(running(spec.id))
     }
 
@@ -1802,6 +1879,7 @@ impl Sandbox for FakeSandbox {
             return Ok(self.finish(id));
         }
         let st = &mut *self.st.borrow_mut();
+        let agent = agent_of(st.containers_replaced);
         let Some(p) = st.processes.get_mut(id) else {
             return Ok(None);
         };
@@ -1813,10 +1891,11 @@ impl Sandbox for FakeSandbox {
             output: String::new(),
             output_bytes: 0,
             output_truncated: false,
-            started_ms: None,
+            started_ms: Some(p.started_ms as u64),
             duration_ms: Some(now - p.started_ms),
             output_from: None,
             output_next: None,
+            agent: Some(agent),
         };
         p.finished = Some(state.clone());
         st.runs[p.run].ended_ms = Some(now);
@@ -1849,6 +1928,8 @@ impl Sandbox for FakeSandbox {
         check_sandbox(sandbox)?;
         let st = &mut *self.st.borrow_mut();
         st.workspaces.remove(sandbox);
+        st.trees.remove(sandbox);
+        st.last_process.remove(sandbox);
         st.discarded.push(sandbox.into());
         Ok(())
     }
@@ -2728,12 +2809,21 @@ impl FakeSandbox {
             if let Some(n) = st.replace_container_at_poll {
                 if n <= 1 {
                     st.replace_container_at_poll = None;
-                    st.processes.clear();
-                    st.workspaces.clear();
-                    st.containers_replaced += 1;
+                    st.replace_container();
                     return Ok(None);
                 }
                 st.replace_container_at_poll = Some(n - 1);
+            }
+            let polled = st
+                .processes
+                .get(id)
+                .map(|p| p.command.clone())
+                .unwrap_or_default();
+            if matches!(&st.replace_container_when, Some(ReplaceWhen::WhileRunning(c)) if polled.contains(c.as_str()))
+            {
+                st.replace_container_when = None;
+                st.replace_container();
+                return Ok(None);
             }
             let p = st.processes.get_mut(id).expect("still there");
             if st.held.contains(&p.sha) {
@@ -2816,11 +2906,31 @@ impl sluice::sandbox::Archives for FakeSandbox {
         workspace: &str,
         key: &str,
         sha256: &str,
+        last_of: Option<&str>,
     ) -> Result<u64, SandboxError> {
         check_sandbox(sandbox)?;
         let st = &mut *self.st.borrow_mut();
         if !st.workspaces.contains_key(workspace) {
             return Err(sandbox_error(404, "workspace_not_found", workspace));
+        }
+        if let Some(tree) = st.snapshots.get(key).cloned() {
+            if sha256 != fake_archive_sha(key) {
+                return Err(sandbox_error(422, "archive_corrupt", key));
+            }
+            // A snapshot here holds its whole tree: unpacked in order, the
+            // last one (the pruned one) is what the workspace holds.
+            st.trees.insert(workspace.into(), tree.clone());
+            if let Some(process) = last_of {
+                st.last_process.insert(workspace.into(), process.into());
+            }
+            st.unpacked
+                .entry(workspace.into())
+                .or_default()
+                .push(format!(
+                    "{key}{}",
+                    if last_of.is_some() { " (pruned)" } else { "" }
+                ));
+            return Ok(tree.len() as u64);
         }
         let Some((_, patterns)) = st.archives.get(key) else {
             return Err(sandbox_error(503, "artifact_gone", key));
@@ -2834,5 +2944,43 @@ impl sluice::sandbox::Archives for FakeSandbox {
             .or_default()
             .push(key.into());
         Ok(files)
+    }
+
+    async fn snapshot(
+        &self,
+        sandbox: &str,
+        workspace: &str,
+        since: Option<&sluice::sandbox::AgentTime>,
+        key: &str,
+    ) -> Result<sluice::sandbox::Snapshotted, SandboxError> {
+        check_sandbox(sandbox)?;
+        let st = &mut *self.st.borrow_mut();
+        if st.snapshot_fails {
+            return Err(sandbox_error(503, "unavailable", "the sandbox is down"));
+        }
+        if !st.workspaces.contains_key(workspace) {
+            return Err(sandbox_error(404, "workspace_not_found", workspace));
+        }
+        let tree = st.trees.get(workspace).cloned().unwrap_or_default();
+        st.snapshots.insert(key.into(), tree.clone());
+        let agent = agent_of(st.containers_replaced);
+        let full = since.is_some_and(|t| t.agent != agent);
+        let snapshotted = sluice::sandbox::Snapshotted {
+            archived: sluice::sandbox::Archived {
+                bytes: 1000 * (tree.len() as u64 + 1),
+                files: tree.len() as u64,
+                sha256: fake_archive_sha(key),
+            },
+            taken: sluice::sandbox::AgentTime {
+                agent,
+                ms: self.clock.now_ms() as u64,
+            },
+            full,
+        };
+        if st.replace_container_when == Some(ReplaceWhen::AfterSnapshot) {
+            st.replace_container_when = None;
+            st.replace_container();
+        }
+        Ok(snapshotted)
     }
 }

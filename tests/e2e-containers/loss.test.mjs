@@ -15,7 +15,7 @@ import { pullRequestPayload } from '../../tools/github-standin/webhooks.mjs';
 import { docker } from '../../tools/stack/index.mjs';
 import { INSTALLATION_ID, startStack } from '../e2e/harness.mjs';
 import {
-  OWNER, checkRuns, containerAtGate, gate, marker1, markers, openGate, storedLogs, waitForTerminal,
+  OWNER, checkRuns, containerAtGate, execution, gate, marker1, markers, openGate, storedLogs, waitForTerminal,
 } from './helpers.mjs';
 
 // node:test's limit: two container starts, two clones, a step retry (2 s backoff) and the waits.
@@ -89,4 +89,56 @@ async function lostAndRepaired() {
   const logs = storedLogs(stack).filter((log) => log.includes('sluice-readme='));
   assert.equal(logs.length, 1, 'one stored command log');
   assert.deepEqual(markers(logs[0], 'completed'), [second.hostname], logs[0]);
+}
+
+// A job of steps (ADR-0015) killed after its first step: step 1 builds a file naming its
+// container; step 2 marks that it began (in whichever container), holds at a gate, then reports
+// what its tree holds. Retried in a fresh container, step 2 starts on the tree step 1 left,
+// unpacked from its snapshot: not a clean checkout, and not what its own lost attempt began.
+const STEP_TWO = `touch began-in-$(hostname); ${gate('steps')}; printf "sluice-%s=%s\\n" made-in "$(cat out/made-in)" a "$(cat out/a)" runs-in "$(hostname)" began "$(ls began-in-* | wc -l)"`;
+const STEPS_CONFIG = [
+  '[jobs.build]',
+  'steps = [',
+  "  '''mkdir -p out && hostname > out/made-in && echo one > out/a''',",
+  `  '''${STEP_TWO}''',`,
+  ']', '',
+].join('\n');
+
+test("a job killed after its first step resumes from the snapshot: the second step sees the first step's output", { timeout: TEST_TIMEOUT_MS }, async (t) => {
+  try {
+    await resumedFromSnapshot();
+  } catch (err) {
+    console.error(`\n--- worker log tail (${t.name}) ---\n${stack?.logTail(150) ?? '(no stack)'}\n`);
+    throw err;
+  }
+});
+
+async function resumedFromSnapshot() {
+  const repo = 'resumed';
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': STEPS_CONFIG, 'README.md': README });
+  const payload = pullRequestPayload({ owner: OWNER, repo, sha, installationId: INSTALLATION_ID, cloneUrl: stack.cloneUrl(OWNER, repo) });
+  const res = await stack.sendWebhook('pull_request', payload, randomUUID());
+  assert.equal(res.status, 202, JSON.stringify(res.body));
+  const parent = res.body.instances.find((i) => i.run === 'check').id;
+
+  const first = await containerAtGate(stack, 'steps');
+  await docker(stack.docker, ['kill', first.name]);
+  const second = await containerAtGate(stack, 'steps', { except: [first.id] });
+  assert.notEqual(second.hostname, first.hostname);
+  await openGate(stack, second.name, 'steps');
+
+  await waitForTerminal(stack, parent, 'complete');
+  const run = (await checkRuns(stack, repo)).find((r) => r.name === 'sluice/build');
+  assert.equal(run?.conclusion, 'success', JSON.stringify(run?.output));
+  const summary = run.output.summary;
+  assert.equal(marker1(summary, 'made-in'), first.hostname, 'step 1 ran once, in the killed container');
+  assert.equal(marker1(summary, 'a'), 'one', "step 1's output reached step 2");
+  assert.equal(marker1(summary, 'runs-in'), second.hostname);
+  assert.equal(marker1(summary, 'began'), '1', "not the lost attempt's half-begun tree");
+  const unit = (await execution(stack, parent)).pipeline.jobs[0].units[0].id;
+  const { steps } = await execution(stack, unit);
+  const names = steps.map((s) => s.name);
+  assert.ok(names.includes('snapshot after run step 1'), names.join(', '));
+  assert.ok(!names.some((n) => n.startsWith('check out again')), `no run-through began again: ${names.join(', ')}`);
+  assert.equal(steps.filter((s) => s.name === 'run step 1').length, 1);
 }

@@ -9,7 +9,9 @@
 // - Re-run on a job's check run re-runs that job and what needs it, keeping the rest;
 // - a job's artifacts reach the job that needs it, and download behind a signed link;
 // - a job's cache is saved on a miss, restored on a hit, falls back to its prefix, and a fork's
-//   is never read by another pull request.
+//   is never read by another pull request;
+// - a job of several `steps` runs each in the tree the last left, each with its own log and
+//   time on the page; a failing step ends its job and the rest read "not run".
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -358,4 +360,77 @@ pipelineTest("a job's cache: saved on a miss, restored on the next run, a change
   assert.equal(work(fork), 'installed');
   const other = await round({ 'package-lock.json': 'v3\n', 'b.txt': 'x\n' }, 13);
   assert.equal(work(other), 'installed', "pull request 13 never reads the fork's cache");
+});
+
+/// What a person sees of a unit's execution page, in a real Chromium: each step row's name and
+/// the text behind its log link, the failure box when there is one.
+async function unitSeen(id) {
+  const browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
+  try {
+    const page = await (await browser.newContext()).newPage();
+    await page.goto(`${stack.url}/ui/login#token=${stack.adminToken}`);
+    await page.waitForURL(/\/ui\/executions$/);
+    await page.goto(`${stack.url}/ui/executions/${encodeURIComponent(id)}`);
+    const rows = page.locator('table.steps tbody tr');
+    const steps = {};
+    for (let i = 0; i < await rows.count(); i++) {
+      const cells = rows.nth(i).locator('td');
+      // The step list is folded under its phase: read its text, not what is drawn.
+      const name = (await cells.nth(1).textContent()).trim();
+      const link = rows.nth(i).locator('a', { hasText: /log/i });
+      const href = await link.count() ? await link.first().getAttribute('href') : null;
+      const log = href ? await (await page.request.get(new URL(href, stack.url).href)).text() : null;
+      steps[name] = { duration: (await cells.nth(6).textContent()).trim(), log };
+    }
+    const failure = page.locator('.failure');
+    const why = await failure.count() ? (await failure.innerText()).trim() : null;
+    return { steps, why };
+  } finally {
+    await browser.close();
+  }
+}
+
+pipelineTest('a job of steps runs each in the tree the last left, each with its log; a failing step ends its job', async () => {
+  const repo = 'steps';
+  const config = [
+    '[jobs.build]',
+    'steps = [',
+    '  "mkdir -p out && echo one > out/a && echo scratch > tmp.txt && echo step-one-ran",',
+    '  "test \\"$(cat out/a)\\" = one && echo two >> out/a && rm tmp.txt && echo step-two-ran",',
+    '  "test \\"$(cat out/a | tr \'\\\\n\' ,)\\" = one,two, && test ! -e tmp.txt && echo step-three-ran",',
+    ']', '',
+    '[jobs.broken]',
+    'steps = ["echo fine", "echo about-to-fail && exit 3", "echo never-ran"]',
+    'snapshot = false', '',
+  ].join('\n');
+  const sha = stack.commit(OWNER, repo, { '.sluice.toml': config });
+  const parent = await parentOf('pull_request', pr(repo, sha, { number: 12 }));
+  assert.equal((await waitForTerminal(parent)).status, 'complete');
+  const runs = await byName(repo, sha);
+  assert.equal(runs['sluice/build']?.conclusion, 'success', JSON.stringify(runs['sluice/build']?.output));
+  const built = runs['sluice/build'].output.summary;
+  for (const n of [1, 2, 3]) assert.match(built, new RegExp(`${n}\\. \`[^\n]+\` passed in \\d+\\.\\d s`), built);
+  assert.match(built, /; snapshot [\d.]+ (bytes|KB|MB)/, 'steps 1 and 2 left snapshots');
+  assert.equal(runs['sluice/broken'].conclusion, 'failure');
+  const broken = runs['sluice/broken'].output.summary;
+  assert.match(broken, /^`echo about-to-fail && exit 3` exited with code 3/);
+  assert.match(broken, /3\. `echo never-ran` not run/);
+
+  const api = await stack.api(`/v1/executions/${encodeURIComponent(parent)}`);
+  const units = Object.fromEntries(api.body.pipeline.jobs.map((j) => [j.name, j.units[0].id]));
+  const seen = await unitSeen(units.build);
+  assert.deepEqual(
+    Object.keys(seen.steps).filter((n) => /^(run step|snapshot after)/.test(n)),
+    ['run step 1', 'snapshot after run step 1', 'run step 2', 'snapshot after run step 2', 'run step 3'],
+  );
+  for (const [n, said] of [[1, 'step-one-ran'], [2, 'step-two-ran'], [3, 'step-three-ran']]) {
+    const step = seen.steps[`run step ${n}`];
+    assert.ok(step.log?.includes(said), `run step ${n}'s own log: ${step.log}`);
+    assert.ok(!step.log.includes(n === 1 ? 'step-two-ran' : 'step-one-ran'), 'only its own output');
+    assert.match(step.duration, /\d/, `run step ${n} shows its time`);
+  }
+  const failed = await unitSeen(units.broken);
+  assert.match(failed.why ?? '', /exited with code 3/, 'the failed job reads as failed');
+  assert.match(failed.why ?? '', /about-to-fail/);
+  assert.ok(!('run step 3' in failed.steps), 'the step after the failure never ran');
 });

@@ -27,7 +27,9 @@ fn to_value<T: serde::Serialize>(answer: &T) -> Result<Value, ApiError> {
 }
 use crate::archive::Scratch;
 use crate::lock;
+use crate::process::agent_id;
 use crate::process::Registry;
+use crate::snapshot::{Since, Snapshot};
 use crate::workspace::Workspaces;
 
 pub struct State {
@@ -120,26 +122,8 @@ fn serve_archive(state: &State, mut request: Request, id: &str, started: Instant
         authorize(state, &request)?;
         validate_id(id, "workspace")?;
         match method {
-            Method::Post => {
-                require_json(&request)?;
-                let req: protocol::ArchiveRequest = read_json(&mut request)?;
-                validate_patterns(&req.patterns)?;
-                let scratch = &state.scratch;
-                state
-                    .workspaces
-                    .with_claimed(id, |path, run_as| scratch.pack(path, run_as, &req.patterns))
-                    .map(Ok)
-            }
-            Method::Put => {
-                let sha256 = query_value(request.url(), "sha256")
-                    .ok_or_else(|| ApiError::invalid("sha256 is required"))?;
-                let scratch = &state.scratch;
-                let body = request.as_reader();
-                let files = state.workspaces.with_claimed(id, |path, run_as| {
-                    scratch.unpack(path, run_as, body, &sha256)
-                })?;
-                Ok(Err((200, json!({"workspace": id, "files": files}))))
-            }
+            Method::Post => pack_archive(state, &mut request, id).map(Ok),
+            Method::Put => unpack_archive(state, &mut request, id).map(Err),
             _ => Err(method_not_allowed()),
         }
     }))
@@ -166,7 +150,63 @@ fn serve_archive(state: &State, mut request: Request, id: &str, started: Instant
     }
 }
 
-fn respond_archive(request: Request, packed: crate::archive::Packed) {
+/// `POST`: the matching files, or a snapshot, of workspace `id`.
+fn pack_archive(state: &State, request: &mut Request, id: &str) -> Result<Snapshot, ApiError> {
+    require_json(request)?;
+    let req: protocol::ArchiveRequest = read_json(request)?;
+    let scratch = &state.scratch;
+    if let Some(snapshot) = &req.snapshot {
+        let since = match (&snapshot.since, snapshot.since_checkout) {
+            (Some(t), _) => Since::Agent(t),
+            (None, true) => Since::Checkout(state.workspaces.checked_out_ms(id)),
+            (None, false) => Since::Start,
+        };
+        return state
+            .workspaces
+            .with_claimed(id, |path, run_as| scratch.snapshot(path, run_as, since));
+    }
+    validate_patterns(&req.patterns)?;
+    state
+        .workspaces
+        .with_claimed(id, |path, run_as| scratch.pack(path, run_as, &req.patterns))
+        .map(Snapshot::plain)
+}
+
+/// `PUT ?sha256=<hex>[&prune=true&after=<process>]`: unpacks the body into workspace `id`.
+fn unpack_archive(state: &State, request: &mut Request, id: &str) -> Result<Reply, ApiError> {
+    let sha256 = query_value(request.url(), "sha256")
+        .ok_or_else(|| ApiError::invalid("sha256 is required"))?;
+    let prune = query_value(request.url(), "prune").is_some_and(|v| v == "true");
+    let after = query_value(request.url(), "after");
+    if let Some(after) = &after {
+        validate_id(after, "process")?;
+    }
+    let scratch = &state.scratch;
+    let body = request.as_reader();
+    let (files, pruned) = state.workspaces.with_claimed(id, |path, run_as| {
+        let files = scratch.unpack(path, run_as, body, &sha256)?;
+        let pruned = if prune {
+            scratch.prune(path, run_as)?
+        } else {
+            0
+        };
+        Ok((files, pruned))
+    })?;
+    if let (true, Some(after)) = (prune, &after) {
+        state.workspaces.set_last_process(id, after);
+    }
+    Ok((
+        200,
+        json!({"workspace": id, "files": files, "pruned": pruned}),
+    ))
+}
+
+fn respond_archive(request: Request, snapshot: Snapshot) {
+    let Snapshot {
+        packed,
+        taken_ms,
+        full,
+    } = snapshot;
     let length = usize::try_from(packed.bytes).ok();
     // Content-Length, never chunked (tiny_http's default above 32 KiB): R2
     // takes a streamed body only when its length is known.
@@ -176,6 +216,9 @@ fn respond_archive(request: Request, packed: crate::archive::Packed) {
         ("Content-Type", "application/gzip".to_owned()),
         (protocol::ARCHIVE_FILES_HEADER, packed.files.to_string()),
         (protocol::ARCHIVE_SHA256_HEADER, packed.sha256),
+        (protocol::SNAPSHOT_AGENT_HEADER, agent_id().to_owned()),
+        (protocol::SNAPSHOT_TAKEN_HEADER, taken_ms.to_string()),
+        (protocol::SNAPSHOT_FULL_HEADER, full.to_string()),
     ] {
         if let Ok(header) = Header::from_bytes(name, value) {
             response.add_header(header);
@@ -450,6 +493,7 @@ fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
         workspace: id.to_owned(),
         exists: state.workspaces.existing(id).is_some(),
         sha: state.workspaces.head(id),
+        last_process: state.workspaces.last_process(id),
     };
     Ok((200, to_value(&answer)?))
 }
@@ -574,7 +618,9 @@ fn start_process(state: &State, req: ProcessRequest) -> Result<Reply, ApiError> 
         .processes
         .start(&req.id, &spec.workspace, timeout, || {
             refuse_past_window(start_by_ms, now_ms())?;
-            spawn(state, &spec)
+            let running = spawn(state, &spec)?;
+            state.workspaces.set_last_process(&spec.workspace, &req.id);
+            Ok(running)
         })?;
     Ok((if created { 201 } else { 200 }, to_value(&process.state())?))
 }

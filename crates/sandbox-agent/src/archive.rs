@@ -53,7 +53,7 @@ impl Scratch {
     }
 
     /// A new file here, already unlinked: it goes when its last handle does.
-    fn temp(&self) -> io::Result<File> {
+    pub(crate) fn temp(&self) -> io::Result<File> {
         static N: AtomicU64 = AtomicU64::new(0);
         let path = self.dir.join(N.fetch_add(1, Ordering::Relaxed).to_string());
         let file = fs::OpenOptions::new()
@@ -84,12 +84,17 @@ impl Scratch {
         let args = ["-czf", "-", "--null", "--no-recursion", "-T", "-"];
         let stdout = out.try_clone().map_err(internal)?;
         self.run_tool("tar", workspace, run_as, &args, list, stdout)?;
+        self.packed(out, names.len())
+    }
+
+    /// The archive tar wrote to `out`, with its size and hash.
+    pub(crate) fn packed(&self, out: File, files: usize) -> Result<Packed, ApiError> {
         let (bytes, sha256) = digest(&out)?;
         Ok(Packed {
             file: reopen_at_start(out)?,
             bytes,
             sha256,
-            files: names.len(),
+            files,
         })
     }
 
@@ -205,7 +210,7 @@ pub fn matching_files(workspace: &Path, patterns: &[String]) -> Result<Vec<Strin
 impl Scratch {
     /// Runs `tool args` (tar, sha256sum) in `dir` as `run_as`, its stdin and stdout the files
     /// given, bounded in time and (through RLIMIT_FSIZE) in the bytes it may write to one file.
-    fn run_tool(
+    pub(crate) fn run_tool(
         &self,
         tool: &str,
         dir: &Path,
@@ -289,7 +294,7 @@ fn too_large() -> ApiError {
     )
 }
 
-fn reopen_at_start(mut file: File) -> Result<File, ApiError> {
+pub(crate) fn reopen_at_start(mut file: File) -> Result<File, ApiError> {
     use std::io::Seek;
     file.seek(io::SeekFrom::Start(0)).map_err(internal)?;
     Ok(file)
@@ -308,6 +313,6 @@ fn digest(file: &File) -> Result<(u64, String), ApiError> {
     Ok((bytes, hex))
 }
 
-fn internal(e: io::Error) -> ApiError {
+pub(crate) fn internal(e: io::Error) -> ApiError {
     ApiError::new(500, "internal", format!("archive: {e}"))
 }

@@ -10,6 +10,7 @@ mod host_tools;
 mod limits;
 mod packs;
 mod process;
+mod snapshot;
 mod uid_block;
 mod users;
 mod workspace;

@@ -116,6 +116,7 @@ impl Process {
             output_truncated: output.truncated,
             started_ms: Some(self.started_ms),
             duration_ms: i64::try_from(duration_ms).ok(),
+            agent: Some(agent_id().to_owned()),
             output_from: None,
             output_next: None,
         }
@@ -161,13 +162,16 @@ impl Registry {
                 format!("{PROCESSES_MAX} detached processes are already running"),
             ));
         }
+        // Read before the spawn: nothing the process changes predates it (a snapshot's
+        // `since`).
+        let started_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         let running = spawn()?;
         let process = Arc::new(Process {
             id: id.to_owned(),
             workspace: workspace.to_owned(),
-            started_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            started_ms,
             started: Instant::now(),
             pgid: running.pgid(),
             run_as: running.run_as(),
@@ -297,4 +301,22 @@ mod tests {
         // An existing id is still answered while at the cap.
         assert!(!start(&registry, "s0", "true").1);
     }
+}
+
+/// The id this agent took when it started: times it reports (a process's start, a snapshot's)
+/// are by its clock, and a snapshot's `since` is honoured only in the agent that gave it (a
+/// new container, or a restarted agent, has other files and maybe another clock).
+pub fn agent_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        // The kernel's random UUID; failing that (no procfs), the pid and the start time.
+        std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                format!("{}-{now}", std::process::id())
+            })
+    })
 }

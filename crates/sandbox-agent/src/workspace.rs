@@ -8,7 +8,7 @@
 //! traversable, not listable. A workspace keeps its uid until it is deleted, and the uid is
 //! released only once nothing runs as it any more.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -82,6 +82,12 @@ struct Table {
     busy: HashSet<String>,
     /// Isolated: which workspace holds which uid.
     uids: Option<Allocation>,
+    /// When each workspace's checkout by this agent ended (ms since the epoch): a job's first
+    /// snapshot holds what changed since (`snapshot.rs`).
+    checked_out: HashMap<String, u64>,
+    /// The last process started in each workspace since its checkout, or the one a restore
+    /// named: whose tree it holds (`WorkspaceState::last_process`).
+    last_process: HashMap<String, String>,
 }
 
 pub struct Checkout {
@@ -148,6 +154,8 @@ impl Workspaces {
             table: Mutex::new(Table {
                 busy: HashSet::new(),
                 uids,
+                checked_out: HashMap::new(),
+                last_process: HashMap::new(),
             }),
             packs,
         })
@@ -295,6 +303,24 @@ impl Workspaces {
         Some(head.trim().to_owned()).filter(|h| is_sha(h))
     }
 
+    /// When the workspace's checkout by this agent ended (ms since the epoch); None when this
+    /// agent made none (it started since, or the workspace is gone).
+    pub fn checked_out_ms(&self, id: &str) -> Option<u64> {
+        lock(&self.table).checked_out.get(id).copied()
+    }
+
+    /// The process whose tree the workspace holds, as far as this agent knows.
+    pub fn last_process(&self, id: &str) -> Option<String> {
+        lock(&self.table).last_process.get(id).cloned()
+    }
+
+    /// Records that `process` (just started, or named by a restore) made the workspace's tree.
+    pub fn set_last_process(&self, id: &str, process: &str) {
+        lock(&self.table)
+            .last_process
+            .insert(id.to_owned(), process.to_owned());
+    }
+
     /// Kills everything running as the workspace's user, removes the workspace and releases
     /// its uid; `false` if there was no workspace.
     pub fn delete(&self, id: &str) -> Result<bool, ApiError> {
@@ -303,6 +329,10 @@ impl Workspaces {
         if let Some(RunAs::User(uid)) = run_as {
             users::kill_user(uid).map_err(kill_unconfirmed)?;
         }
+        let mut table = lock(&self.table);
+        table.checked_out.remove(id);
+        table.last_process.remove(id);
+        drop(table);
         let removed =
             remove_tree(&self.path(id)).map_err(|e| internal("cannot remove workspace", e))?;
         if let Some(run_as) = run_as {
@@ -335,14 +365,26 @@ impl Workspaces {
         let sha = sha.to_ascii_lowercase();
         let started = Instant::now();
         let (_busy, run_as) = self.claim_for_checkout(id)?;
+        let mut table = lock(&self.table);
+        table.checked_out.remove(id);
+        table.last_process.remove(id);
+        drop(table);
         let path = self.path(id);
         fresh_dir(&path, run_as)?;
         let git = Git::new(&path, &self.dir, token, run_as);
         match self.fetch_or_reuse(&git, repo_url, &sha) {
-            Ok(()) => Ok(Checkout {
-                path,
-                duration_ms: started.elapsed().as_millis() as u64,
-            }),
+            Ok(()) => {
+                let ended_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                lock(&self.table)
+                    .checked_out
+                    .insert(id.to_owned(), ended_ms);
+                Ok(Checkout {
+                    path,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                })
+            }
             Err(message) => {
                 // A half-made checkout must not look usable to a later probe.
                 let _ = remove_tree(&path);

@@ -2140,3 +2140,220 @@ fn a_digest_changes_with_the_files_content_and_names_a_missing_one() {
     let (status, _) = digest(json!(["../etc/passwd"]));
     assert_eq!(status, 400);
 }
+
+/// Takes a snapshot of `workspace` (`since` as `{agent, ms}`): status, headers, bytes.
+fn snapshot_of(agent: &Agent, workspace: &str, since: Option<(&str, u64)>) -> (String, Vec<u8>) {
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let body = match since {
+        Some((id, ms)) => json!({"snapshot": {"since": {"agent": id, "ms": ms}}}),
+        None => json!({"snapshot": {}}),
+    };
+    let path = format!("/v1/workspaces/{workspace}/archive");
+    let (status, head, bytes) =
+        agent.exchange_bytes("POST", &path, &headers, body.to_string().as_bytes());
+    assert_eq!(status, 200, "{head} {}", String::from_utf8_lossy(&bytes));
+    (head, bytes)
+}
+
+/// The member names of a gzipped tar, as `tar -tz` lists them.
+fn members_of(archive: &[u8]) -> Vec<String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("tar")
+        .args(["-tzf", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tar");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(archive)
+        .expect("write");
+    let out = child.wait_with_output().expect("tar -t");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_end_matches('/').to_owned())
+        .collect()
+}
+
+/// Two steps' snapshots of one workspace, the second holding only what changed (a file given a
+/// 1985 mtime included, an untouched tree not), unpack over a fresh checkout of the same commit
+/// in another workspace and, pruned, leave exactly the first workspace's tree: moved, deleted
+/// and removed-from-the-checkout entries included, `.git` too, and no manifest behind.
+#[test]
+fn snapshots_of_two_steps_restore_the_tree_the_second_left() {
+    let agent = Agent::start();
+    let repo = make_repo();
+    for ws in ["first", "second"] {
+        let (status, reply) = agent.post(
+            "/v1/workspaces",
+            checkout_body(ws, &repo.url, &repo.second_sha),
+        );
+        assert_eq!(status, 201, "{reply}");
+    }
+    // Step 1, as a detached process: its start (by the agent's clock) is the first `since`,
+    // set apart from the checkout by more than the agent's 100 ms slack.
+    std::thread::sleep(Duration::from_millis(300));
+    let step = json!({"id": "step-1", "workspace": "first", "timeout_ms": 10_000,
+        "command": "mkdir -p vendor/lib build empty && echo v > vendor/lib/x.txt \
+                    && echo one > build/out && echo gone > gone.txt && rm a.txt \
+                    && ln -s vendor/lib/x.txt link"});
+    let (status, started) = agent.post("/v1/processes", step);
+    assert_eq!(status, 201, "{started}");
+    let (_, ended) = agent.get("/v1/processes/step-1?wait_ms=10000");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let id = started["agent"]
+        .as_str()
+        .expect("a process names its agent")
+        .to_owned();
+    let (_, state) = agent.get("/v1/workspaces/first");
+    assert_eq!(state["last_process"], "step-1", "{state}");
+    let since = started["started_ms"].as_u64().expect("started_ms");
+
+    std::thread::sleep(Duration::from_millis(300));
+    let (head, one) = snapshot_of(&agent, "first", Some((&id, since)));
+    assert_eq!(
+        header_of(&head, "X-Sluice-Snapshot-Full"),
+        Some("false"),
+        "{head}"
+    );
+    // The same, asked as a job's first snapshot: what changed since this agent's checkout.
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let json_headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let (status, head, since_checkout) = agent.exchange_bytes(
+        "POST",
+        "/v1/workspaces/first/archive",
+        &json_headers,
+        br#"{"snapshot": {"since_checkout": true}}"#,
+    );
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(
+        header_of(&head, "X-Sluice-Snapshot-Full"),
+        Some("false"),
+        "{head}"
+    );
+    // The checkout's last writes fall inside the agent's slack; the step's are all there.
+    let first_members = members_of(&one);
+    let checkout_members = members_of(&since_checkout);
+    for m in &first_members {
+        assert!(checkout_members.contains(m), "{m}: {checkout_members:?}");
+    }
+    assert_eq!(header_of(&head, "X-Sluice-Agent"), Some(id.as_str()));
+    let taken: u64 = header_of(&head, "X-Sluice-Snapshot-Taken-Ms")
+        .and_then(|v| v.parse().ok())
+        .expect("taken");
+    assert!(
+        first_members.contains(&"vendor/lib/x.txt".to_owned()),
+        "{first_members:?}"
+    );
+    assert!(
+        !first_members.iter().any(|m| m.starts_with(".git/objects")),
+        "the checkout's objects predate the step: {first_members:?}"
+    );
+    assert!(!agent.exec("first", "ls -a", 10_000)["output"]
+        .as_str()
+        .unwrap_or_default()
+        .contains(".sluice-snapshot-paths"));
+
+    // Step 2 changes a little, one file stamped 1985 as package managers do.
+    let changed = agent.exec(
+        "first",
+        "echo two >> build/out && mv build/out build/moved && rm gone.txt && rmdir empty \
+         && echo old > old.txt && touch -d 1985-01-01 old.txt",
+        10_000,
+    );
+    assert_eq!(changed["exit_code"], 0, "{changed}");
+    let (head, two) = snapshot_of(&agent, "first", Some((&id, taken)));
+    assert_eq!(
+        header_of(&head, "X-Sluice-Snapshot-Full"),
+        Some("false"),
+        "{head}"
+    );
+    let second_members = members_of(&two);
+    for m in ["build/moved", "old.txt"] {
+        assert!(
+            second_members.contains(&m.to_owned()),
+            "{m}: {second_members:?}"
+        );
+    }
+    assert!(
+        !second_members.contains(&"vendor/lib/x.txt".to_owned()),
+        "an untouched tree is not taken again: {second_members:?}"
+    );
+
+    // Another agent's time is not trusted: the snapshot is whole.
+    let (head, _) = snapshot_of(&agent, "first", Some(("another-agent", taken)));
+    assert_eq!(
+        header_of(&head, "X-Sluice-Snapshot-Full"),
+        Some("true"),
+        "{head}"
+    );
+
+    restore_chain(&agent, "second", &[&one, &two], "step-2");
+    // Git's own records of a checkout (its reflog, FETCH_HEAD) carry its time: each
+    // checkout's are its own.
+    let tree = |ws: &str| {
+        let listing = "find . -not -path './.git/index' -printf '%y %p \\n' | sort \
+                       && find . -type f -not -path './.git/index' -not -path './.git/logs/*' \
+                          -not -name FETCH_HEAD -exec sha256sum {} + | sort \
+                       && readlink link && git status --porcelain";
+        agent.exec(ws, listing, 10_000)["output"].clone()
+    };
+    let (_, state) = agent.get("/v1/workspaces/second");
+    assert_eq!(
+        state["last_process"], "step-2",
+        "the tree step-2 left: {state}"
+    );
+    let restored = tree("second");
+    assert_eq!(restored, tree("first"));
+    for absent in [
+        "gone.txt",
+        "a.txt",
+        "build/out",
+        "empty",
+        ".sluice-snapshot-paths",
+    ] {
+        assert!(
+            !restored
+                .as_str()
+                .unwrap_or_default()
+                .contains(&format!("./{absent} ")),
+            "{absent}: {restored}"
+        );
+    }
+    let moved = agent.exec("second", "cat build/moved", 10_000)["output"].clone();
+    assert_eq!(moved, "one\ntwo\n");
+}
+
+/// Unpacks `chain` in order into `workspace`, the last pruning and naming `after`.
+fn restore_chain(agent: &Agent, workspace: &str, chain: &[&Vec<u8>], after: &str) {
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let gzip = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/gzip"),
+    ];
+    for (i, archive) in chain.iter().enumerate() {
+        let sha = sha256_hex(archive);
+        let last = i + 1 == chain.len();
+        let path =
+            format!("/v1/workspaces/{workspace}/archive?sha256={sha}&prune={last}&after={after}");
+        let (status, _, body) = agent.exchange_bytes("PUT", &path, &gzip, archive);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -94,8 +94,11 @@ pub struct CheckoutRequest {
 }
 
 /// `/v1/workspaces/{id}/archive`: `POST` an [`ArchiveRequest`] for the
-/// matching files as a gzipped tar; `PUT` one (`?sha256=<hex>`,
-/// `Content-Type: application/gzip`) to unpack it into the workspace.
+/// matching files (or a snapshot) as a gzipped tar; `PUT` one
+/// (`?sha256=<hex>`, `Content-Type: application/gzip`) to unpack it into
+/// the workspace, adding `&prune=true&after=<process id>` after a job's
+/// last snapshot to remove what its manifest does not list and record the
+/// tree as the one that process left (`WorkspaceState::last_process`).
 pub fn archive_path(workspace: &str) -> String {
     format!("{PATH_WORKSPACES}/{workspace}/archive")
 }
@@ -113,9 +116,54 @@ pub const ARCHIVE_PATTERNS_MAX: usize = 32;
 #[serde(deny_unknown_fields)]
 pub struct ArchiveRequest {
     /// Workspace-relative globs (`dist/**`), matched against the paths
-    /// of regular files.
+    /// of regular files. Empty for a snapshot.
+    #[serde(default)]
     pub patterns: Vec<String>,
+    /// Instead of matching files: the whole workspace (`.git` too) as a
+    /// snapshot between two steps of a job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotRequest>,
 }
+
+/// A snapshot of a workspace: every entry changed at or after `since`
+/// (all of them without it, or when `since` is another agent's time),
+/// and the list of every path the workspace holds, so that unpacking the
+/// snapshots of a job in order and then pruning (`PUT ...&prune=true`)
+/// leaves exactly the tree the last one saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<AgentTime>,
+    /// Without `since`: what changed since the workspace's checkout, when
+    /// this agent made it (a job's first snapshot: over a fresh checkout
+    /// of the same commit, the rest is the checkout's own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub since_checkout: bool,
+}
+
+/// A moment by one agent's clock: `agent` is the id the agent took when
+/// it started (`ProcessState::agent`, `SNAPSHOT_AGENT_HEADER`), so a time
+/// is never compared with another machine's files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentTime {
+    pub agent: String,
+    /// Milliseconds since the Unix epoch, by that agent's clock.
+    pub ms: u64,
+}
+
+/// A snapshot's answer: the id of the agent that took it.
+pub const SNAPSHOT_AGENT_HEADER: &str = "X-Sluice-Agent";
+/// A snapshot's answer: when its walk of the workspace began (ms, by the
+/// agent's clock): the `since` of the next snapshot of the same tree.
+pub const SNAPSHOT_TAKEN_HEADER: &str = "X-Sluice-Snapshot-Taken-Ms";
+/// A snapshot's answer: `true` when it holds every entry (no `since`, or
+/// another agent's), `false` when only those changed since.
+pub const SNAPSHOT_FULL_HEADER: &str = "X-Sluice-Snapshot-Full";
+/// The member of a snapshot that lists every path of the workspace
+/// (NUL-separated); pruning reads it, then removes it.
+pub const SNAPSHOT_MANIFEST: &str = ".sluice-snapshot-paths";
 
 /// `POST /v1/workspaces/{id}/digest`: the SHA-256 of files' names and
 /// contents, read as the workspace's user (a dependency cache's key).
@@ -161,6 +209,12 @@ pub struct WorkspaceState {
     pub exists: bool,
     /// The checked-out commit, when it exists.
     pub sha: Option<String>,
+    /// The id of the last process started in it since its checkout (or
+    /// the one a restore named, `?after=`), as this agent knows: a job's
+    /// step runs in place only after the step before it
+    /// (`runs::kit::command::Continuation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_process: Option<String>,
 }
 
 /// `POST /v1/processes`: starts a detached process, or answers the one
@@ -218,6 +272,10 @@ pub struct ProcessState {
     #[serde(default)]
     pub started_ms: Option<u64>,
     pub duration_ms: Option<i64>,
+    /// The id the agent took when it started: `started_ms` is by its
+    /// clock (a snapshot's `since`, `AgentTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// With `since`: the output's byte offset where `output` starts (later
     /// than `since` when the agent no longer holds those bytes: then
     /// `output` begins with a line saying how many were omitted).

@@ -76,6 +76,9 @@ impl Phase {
         if base.starts_with(DEPLOYMENT_STEP_PREFIX) {
             return Phase::Report;
         }
+        if crate::runs::command::is_job_step_work(base) {
+            return Phase::Command;
+        }
         NAMED
             .iter()
             .find(|(name, _)| *name == base)

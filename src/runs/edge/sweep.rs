@@ -253,6 +253,8 @@ impl Sweep<'_> {
         match executions::finished_before(self.db, before, PURGE_BATCH_MAX).await {
             Ok(ids) => {
                 for id in ids {
+                    // A job's snapshots its end did not delete.
+                    crate::runs::kit::snapshots::discard(self.blobs, &id).await;
                     let purged = match InstanceId::parse(&id) {
                         Ok(iid) => match self.instances.purge(&iid).await {
                             Ok(()) => executions::delete(self.db, &id)

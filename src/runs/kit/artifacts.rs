@@ -94,6 +94,18 @@ pub async fn save(
     .await
 }
 
+/// Whether a failed step's error is the step's own (its attempts spent):
+/// what a best-effort step may note and go on from. Anything else (a
+/// suspension, a termination, the run's ceiling) must propagate.
+pub fn step_failed(e: &RunError) -> bool {
+    matches!(
+        e,
+        RunError::RetriesExhausted { .. }
+            | RunError::NonRetryable { .. }
+            | RunError::StepTimedOut { .. }
+    )
+}
+
 /// A boxed step's result (`Ctx::step_boxed`).
 pub fn json_of<T: serde::Serialize>(value: &T) -> Result<serde_json::Value, StepFailure> {
     serde_json::to_value(value).map_err(|e| StepFailure::fatal("Encode", e.to_string()))
@@ -130,7 +142,7 @@ pub async fn restore(
 ) -> Result<(), StepFailure> {
     for row in rows {
         env.archives
-            .restore(sandbox, ws, &row.r2_key, &row.sha256)
+            .restore(sandbox, ws, &row.r2_key, &row.sha256, None)
             .await
             .map_err(|e| {
                 let mut f = artifact_failure(e);
@@ -199,7 +211,7 @@ pub fn described(row: &ArtifactRow) -> String {
     format!("{files}, {}", human_bytes(row.bytes))
 }
 
-fn human_bytes(bytes: i64) -> String {
+pub fn human_bytes(bytes: i64) -> String {
     const UNITS: [&str; 4] = ["bytes", "KB", "MB", "GB"];
     let mut value = bytes as f64;
     let mut unit = 0;

@@ -151,7 +151,7 @@ async fn restore_one(
     if let Some((row, hit)) = pick(&rows, &c.scope.read, &r.key) {
         match env
             .archives
-            .restore(sandbox, ws, &row.r2_key, &row.sha256)
+            .restore(sandbox, ws, &row.r2_key, &row.sha256, None)
             .await
         {
             Ok(_) => {
@@ -285,17 +285,7 @@ async fn evict(env: &RunEnv<'_>, repo: &str) {
     }
 }
 
-/// Whether a failed step's error is the step's own (its attempts spent):
-/// what a best-effort step may note and go on from. Anything else (a
-/// suspension, a termination, the run's ceiling) must propagate.
-pub fn step_failed(e: &RunError) -> bool {
-    matches!(
-        e,
-        RunError::RetriesExhausted { .. }
-            | RunError::NonRetryable { .. }
-            | RunError::StepTimedOut { .. }
-    )
-}
+pub use super::artifacts::step_failed;
 
 /// The check summary's lines: per cache, hit or miss, sizes and times.
 pub fn summary(restored: &[Restored], saved: &[Saved]) -> String {

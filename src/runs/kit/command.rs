@@ -77,6 +77,29 @@ pub struct CommandSpec<'a> {
     /// caches were restored into it): the command step mints a checkout
     /// token only if the workspace is gone.
     pub prepared: bool,
+    /// A later step of a multi-step job: it runs in the tree the step
+    /// before it left, never in a fresh checkout (`kit::steps`; ADR-0015:
+    /// docs/adr/0015-multi-step-jobs-resume-from-snapshots.md).
+    pub continues: Option<Continuation<'a>>,
+    /// The first step of a multi-step job: it starts only on a checkout
+    /// no process ran in yet (a restart or a lost step checks out again).
+    pub pristine: bool,
+}
+
+/// Where a later step of a job finds the tree the step before it left:
+/// the workspace as it is, when the last process started in it is the
+/// step before's (not this step's, lost mid-run; not later steps', before
+/// an operator's restart); else the snapshots of the steps before it,
+/// unpacked in order over a fresh checkout. Without them the workspace is
+/// lost, and the job runs again from its first step (`Progress::Lost`).
+#[derive(Clone, Copy)]
+pub struct Continuation<'a> {
+    /// The process of the step before: the workspace is used as it is
+    /// when the last process started in it is that one.
+    pub after: &'a str,
+    /// The snapshots of every step before this one, in order; empty when
+    /// the job takes none, or one of them could not be taken.
+    pub chain: &'a [super::snapshots::StepSnapshot],
 }
 
 /// What the step journals: never the full log, never a secret.
@@ -98,6 +121,15 @@ pub struct CommandResult {
     /// written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment_url: Option<String>,
+    /// When the process started, by the clock of the agent that ran it:
+    /// what changed in its workspace since is what it did (a snapshot's
+    /// `since`). Absent from older agents and journals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<crate::sandbox::AgentTime>,
+    /// The sandbox process id it ran as (a job's next step runs in place
+    /// only after it). Absent from older journals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
 }
 
 /// The line prefix a command prints to report its environment's URL.
@@ -166,6 +198,42 @@ pub const DEPLOY_COMMAND_STEP: &str = "run deploy command";
 /// A preview's teardown (`runs::preview::teardown`).
 pub const TEARDOWN_COMMAND_STEP: &str = "run teardown command";
 
+/// The journal name of a job's step (`kit::steps`): `run step 2`, and in
+/// a run-through begun again after a lost workspace, `run step 2 (again
+/// 1)`. Each keeps its log, as `LOGGED_STEPS` do.
+pub fn step_name(index: usize, again: u32) -> String {
+    match again {
+        0 => format!("{JOB_STEP_PREFIX}{}", index + 1),
+        n => format!("{JOB_STEP_PREFIX}{} (again {n})", index + 1),
+    }
+}
+
+const JOB_STEP_PREFIX: &str = "run step ";
+
+/// Whether `name` is a job's step's work (`kit::steps`): a step, the
+/// snapshot after one, or the checkout before a run-through begun again.
+pub fn is_job_step_work(name: &str) -> bool {
+    let step = name.strip_prefix("snapshot after ").unwrap_or(name);
+    (keeps_log(step) && !LOGGED_STEPS.contains(&step)) || name.starts_with("check out again (")
+}
+
+/// Whether `name` is a step that stores its log: a run's command step, or
+/// a job's step (`step_name`).
+pub fn keeps_log(name: &str) -> bool {
+    if LOGGED_STEPS.contains(&name) {
+        return true;
+    }
+    let Some(rest) = name.strip_prefix(JOB_STEP_PREFIX) else {
+        return false;
+    };
+    let (number, again) = match rest.split_once(" (again ") {
+        Some((n, a)) => (n, a.strip_suffix(')')),
+        None => (rest, Some("1")),
+    };
+    let digits = |s: &str| !s.is_empty() && s.len() <= 3 && s.bytes().all(|b| b.is_ascii_digit());
+    digits(number) && again.is_some_and(digits)
+}
+
 /// The sandbox process id of a command step in this generation: fresh
 /// after a restart, the same on every replay.
 pub fn process_id(instance_id: &str, step: &str, generation: u32) -> InstanceId {
@@ -177,6 +245,22 @@ pub async fn run_command(
     env: &RunEnv<'_>,
     spec: &CommandSpec<'_>,
 ) -> Result<CommandResult, RunError> {
+    run_step_command(ctx, env, spec)
+        .await?
+        .ok_or_else(|| RunError::NonRetryable {
+            step: spec.step.to_owned(),
+            failure: FailureTag::SandboxUnavailable
+                .fatal("the workspace was lost and nothing restores it"),
+        })
+}
+
+/// As `run_command`; None when it is a later step of a job whose
+/// workspace was lost with nothing to restore it from (`Continuation`).
+pub async fn run_step_command(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+) -> Result<Option<CommandResult>, RunError> {
     let process_id = process_id(ctx.instance_id(), spec.step, ctx.generation());
     let workspace = ctx.instance_id().to_owned();
     let step_key = InstanceId::from_key(spec.step);
@@ -202,7 +286,8 @@ pub async fn run_command(
     for _ in 0..rounds_max {
         let progress = command_round(ctx, env, spec, cfg, &ids).await?;
         match progress {
-            Progress::Finished(result) => return Ok(result),
+            Progress::Finished(result) => return Ok(Some(result)),
+            Progress::Lost => return Ok(None),
             Progress::Running | Progress::Blocked => {
                 ctx.sleep("command still running", COMMAND_RESUME_MS)
                     .await?
@@ -249,6 +334,9 @@ enum Progress {
     /// fence stays shut until it ends.
     Blocked,
     Finished(CommandResult),
+    /// A later step of a job found neither the tree the step before it
+    /// left nor snapshots of it (`Continuation`).
+    Lost,
 }
 
 async fn command_round(
@@ -287,6 +375,11 @@ async fn command_round(
                         .await
                         .map_err(|m| FailureTag::LogUploadFailed.retryable(m))?;
                     log.at = 0;
+                }
+                if let Some(cont) = spec.continues {
+                    if !resume(env, spec, cont, ids.ws).await? {
+                        return Ok(Progress::Lost);
+                    }
                 }
                 match start_fenced(env, spec, ids, wait_until_ms).await? {
                     Some(state) => state,
@@ -337,6 +430,12 @@ async fn finished(
         duration_ms: state.duration_ms,
         log_url: log_url(env, ids.log_key),
         environment_url: environment_url_of(&log),
+        started: state
+            .agent
+            .clone()
+            .zip(state.started_ms)
+            .map(|(agent, ms)| crate::sandbox::AgentTime { agent, ms }),
+        process: Some(ids.pid.to_owned()),
     })
 }
 
@@ -378,7 +477,11 @@ async fn start_fenced(
     ids: &Ids<'_>,
     until_ms: i64,
 ) -> Result<Option<ProcessState>, StepFailure> {
-    let token = ensure_workspace(env, spec, ids.ws).await?;
+    // A later step's tree is `steps::resume`'s: never checked out here.
+    let token = match spec.continues {
+        Some(_) => None,
+        None => ensure_workspace(env, spec, ids.ws).await?,
+    };
     if let Err(f) = super::artifacts::restore(env, spec.held.sandbox_id, ids.ws, spec.restore).await
     {
         if let Some(token) = &token {
@@ -586,6 +689,56 @@ pub async fn prepare_workspace(
     Ok(())
 }
 
+/// Makes the workspace the tree the step before left (`Continuation`):
+/// as it is, when that step's process is the last that started in it;
+/// else restored from the chain. False when nothing can restore it.
+async fn resume(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    cont: Continuation<'_>,
+    ws: &str,
+) -> Result<bool, StepFailure> {
+    let sandbox = spec.held.sandbox_id;
+    let state = env
+        .sandbox
+        .workspace(sandbox, ws)
+        .await
+        .map_err(|e| sandbox_failure(FailureTag::SandboxUnavailable, e))?;
+    if state.exists && state.last_process.as_deref() == Some(cont.after) {
+        return Ok(true);
+    }
+    if cont.chain.is_empty() {
+        return Ok(false);
+    }
+    checkout_fresh(env, spec, ws).await?;
+    super::snapshots::restore_chain(env, sandbox, ws, cont.chain, cont.after).await
+}
+
+/// Replaces the workspace with a fresh checkout of the commit, whatever it
+/// holds: the base a job's snapshots are unpacked over.
+pub async fn checkout_fresh(
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    ws: &str,
+) -> Result<(), StepFailure> {
+    let repo_url = crate::github::clone_url(&env.git_url, spec.repo)
+        .map_err(|m| FailureTag::CheckoutFailed.fatal(m))?;
+    let token = env
+        .github
+        .checkout_token(spec.installation_id, spec.repo)
+        .await
+        .map_err(|e| FailureTag::GitHubApi.failure(e.to_string(), e.retryable()))?;
+    let checkout = Checkout {
+        workspace: ws,
+        repo_url: &repo_url,
+        sha: spec.sha,
+        token: Some(&token),
+    };
+    let made = env.sandbox.checkout(spec.held.sandbox_id, &checkout).await;
+    revoke(env, &token).await;
+    made.map_err(|e| sandbox_failure(FailureTag::CheckoutFailed, e))
+}
+
 /// Checks out the commit unless the workspace already holds it (a retried
 /// attempt on the same container); the token of a checkout it made.
 async fn ensure_workspace(
@@ -601,7 +754,10 @@ async fn ensure_workspace(
     // Asked for beside the workspace's state: a command's first round (the
     // only one that gets here without a process) finds no checkout, and
     // the two calls in a row were on every check's path.
-    let holds = |state: &Result<WorkspaceState, SandboxError>| matches!(state, Ok(s) if s.exists && s.sha.as_deref() == Some(spec.sha));
+    let holds = |state: &Result<WorkspaceState, SandboxError>| {
+        matches!(state, Ok(s) if s.exists && s.sha.as_deref() == Some(spec.sha)
+            && !(spec.pristine && s.last_process.is_some()))
+    };
     let mint = env.github.checkout_token(spec.installation_id, spec.repo);
     let (state, token) = if spec.prepared {
         // An earlier step checked it out (a cache restore): only a lost
@@ -750,11 +906,13 @@ const TAIL_CLOSE: &str = "\n```";
 /// What a summary `verdict_of` wrote says, in two parts: how the command
 /// ended (its first paragraph) and the last lines of its log. None for a
 /// summary `verdict_of` did not write. The dashboard shows them on a failed
-/// run's page (`http::pages::execution`).
+/// run's page (`http::pages::execution`). Notes after the log (a job's
+/// steps, its caches) are not part of it.
 pub fn summary_parts(summary: &str) -> Option<(&str, &str)> {
     let (how, rest) = summary.split_once(TAIL_INTRO)?;
     let (_, fenced) = rest.split_once(TAIL_OPEN)?;
-    Some((how, fenced.strip_suffix(TAIL_CLOSE)?))
+    let (tail, notes) = fenced.rsplit_once(TAIL_CLOSE)?;
+    (notes.is_empty() || notes.starts_with("\n\n")).then_some((how, tail))
 }
 
 /// Maps a command's end to a verdict, with the log tail in the summary.
@@ -809,6 +967,8 @@ mod tests {
             duration_ms: Some(12),
             log_url: None,
             environment_url: None,
+            started: None,
+            process: None,
         }
     }
 
@@ -899,6 +1059,41 @@ mod tests {
             "https://example.com/{}",
             "a".repeat(ENVIRONMENT_URL_CHARS_MAX)
         )));
+    }
+
+    #[test]
+    fn a_jobs_steps_keep_their_logs_and_nothing_else_passes_for_one() {
+        assert_eq!(step_name(0, 0), "run step 1");
+        assert_eq!(step_name(2, 1), "run step 3 (again 1)");
+        for name in ["run step 1", "run step 20 (again 2)", CHECK_COMMAND_STEP] {
+            assert!(keeps_log(name), "{name}");
+        }
+        for name in [
+            "run step",
+            "run step x",
+            "run step 1 (again)",
+            "run step 1 (again 1) ",
+            "run step 1234",
+            "read config",
+        ] {
+            assert!(!keeps_log(name), "{name}");
+        }
+        assert!(is_job_step_work("snapshot after run step 2"));
+        assert!(is_job_step_work("check out again (1)"));
+        assert!(!is_job_step_work(CHECK_COMMAND_STEP));
+    }
+
+    #[test]
+    fn a_summary_with_notes_after_its_log_still_splits_into_how_and_tail() {
+        let Verdict::Failed { summary } = verdict_of("x", &ended(Some(1), "boom\n```inner```"))
+        else {
+            panic!("exit 1 fails");
+        };
+        let noted = format!("{summary}\n\n**Steps**\n\n1. `x` failed (exit 1) in 0.0 s");
+        let (how, tail) = summary_parts(&noted).expect("parts");
+        assert!(how.starts_with("`x` exited with code 1"), "{how}");
+        assert_eq!(tail, "boom\n```inner```");
+        assert_eq!(summary_parts(&summary), Some((how, tail)));
     }
 
     #[test]

@@ -425,6 +425,46 @@ mod tests {
     }
 
     #[test]
+    fn a_job_runs_a_command_or_steps_never_both_nor_neither() {
+        let with = |body: &str| match parse(&format!("[jobs.build]\n{body}\n")) {
+            ConfigState::Invalid { message } => Some(message),
+            _ => None,
+        };
+        assert_eq!(with("steps = [\"npm ci\", \"npm test\"]"), None);
+        assert_eq!(with("steps = [\"npm ci\"]\nsnapshot = false"), None);
+        let refused = [
+            (
+                "command = \"a\"\nsteps = [\"b\"]",
+                "has both `command` and `steps`",
+            ),
+            ("timeout = \"1m\"", "needs a `command` or `steps`"),
+            ("steps = []", "needs a `command` or `steps`"),
+            ("steps = [\"a\", \" \"]", "steps[1] is empty"),
+            (
+                "command = \"a\"\nsnapshot = false",
+                "`snapshot` is for `steps`",
+            ),
+            ("steps = [\"a\"]\nsnapshot = \"no\"", "snapshot"),
+        ];
+        for (body, says) in refused {
+            let message = with(body).unwrap_or_else(|| panic!("{body} accepted"));
+            assert!(message.contains(says), "{body}: {message}");
+        }
+        let many = vec!["\"x\""; crate::runs::kit::jobspec::STEPS_PER_JOB_MAX + 1].join(", ");
+        assert!(with(&format!("steps = [{many}]"))
+            .unwrap()
+            .contains("at most 20"));
+        let long = "x".repeat(crate::runs::kit::jobspec::STEP_CHARS_MAX + 1);
+        assert!(with(&format!("steps = [\"{long}\"]")).is_some());
+        let ConfigState::Valid { config } = parse("[jobs.build]\nsteps = [\"a\", \"b\"]\n") else {
+            panic!("valid");
+        };
+        let job = &config.jobs["build"];
+        assert_eq!(job.commands(), ["a", "b"]);
+        assert!(job.snapshots(), "snapshots by default");
+    }
+
+    #[test]
     fn check_paths_select_the_changes_that_need_the_check() {
         let paths = vec!["src/**".to_owned(), "Cargo.*".to_owned()];
         let changed = |files: &[&str]| files.iter().map(|f| f.to_string()).collect::<Vec<_>>();

@@ -39,8 +39,20 @@ const RESERVED_JOB_NAMES: [&str; 3] = ["check", "deploy", "release-notes"];
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobConfig {
-    /// A shell command run at the repository root.
+    /// A shell command run at the repository root (or `steps`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command: String,
+    /// `["npm ci", "npm run build", "npm test"]` instead of `command`: each
+    /// a durable step with its own log, in one workspace, stopping at the
+    /// first that fails (ADR-0015,
+    /// `docs/adr/0015-multi-step-jobs-resume-from-snapshots.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<String>,
+    /// Whether the workspace each step leaves is captured, so that a step
+    /// after a lost container resumes from those bytes; default true. Off,
+    /// a lost workspace runs the job again from its first step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<bool>,
     /// Go-style duration; default 30 minutes, at most 1 hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
@@ -208,9 +220,7 @@ fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
             "`{name}` is taken (sluice/{name} is another run's check run)"
         ));
     }
-    if job.command.trim().is_empty() {
-        return Err("command is empty".into());
-    }
+    validate_commands(job)?;
     command_timeout_ms(job.timeout.as_deref())?;
     if job.paths.len() > PATHS_MAX || job.paths.iter().any(|g| g.trim().is_empty()) {
         return Err(format!("paths: at most {PATHS_MAX} globs, none empty"));
@@ -222,6 +232,56 @@ fn validate_job(name: &str, job: &JobConfig) -> Result<(), String> {
     validate_artifacts(&job.artifacts)?;
     validate_caches(&job.cache)?;
     validate_matrix(&job.matrix)
+}
+
+/// Most steps one job may list: each is a durable step with its log and
+/// a snapshot between it and the next (ADR-0015); a build is a handful.
+pub const STEPS_PER_JOB_MAX: usize = 20;
+/// Longest step command: it is the step's label on every page and in the
+/// check summary.
+pub const STEP_CHARS_MAX: usize = 1_000;
+
+/// `command` or 1 to `STEPS_PER_JOB_MAX` `steps`, never both, none empty.
+fn validate_commands(job: &JobConfig) -> Result<(), String> {
+    match (job.command.trim().is_empty(), job.steps.is_empty()) {
+        (true, true) => Err("needs a `command` or `steps`".into()),
+        (false, false) => Err("has both `command` and `steps`: give one".into()),
+        (false, true) if job.snapshot.is_some() => {
+            Err("`snapshot` is for `steps`: a single `command` has nothing to resume".into())
+        }
+        (false, true) => Ok(()),
+        (true, false) => {
+            if job.steps.len() > STEPS_PER_JOB_MAX {
+                return Err(format!("steps: at most {STEPS_PER_JOB_MAX}"));
+            }
+            match job
+                .steps
+                .iter()
+                .position(|c| c.trim().is_empty() || c.len() > STEP_CHARS_MAX)
+            {
+                Some(i) => Err(format!(
+                    "steps[{i}] is empty or longer than {STEP_CHARS_MAX} characters"
+                )),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+impl JobConfig {
+    /// The commands the job runs in order: its `steps`, or its `command`.
+    pub fn commands(&self) -> Vec<&str> {
+        if self.steps.is_empty() {
+            vec![self.command.as_str()]
+        } else {
+            self.steps.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// Whether its workspace is captured between steps (ADR-0015).
+    pub fn snapshots(&self) -> bool {
+        self.snapshot.unwrap_or(true)
+    }
 }
 
 /// At most `CACHES_PER_JOB_MAX` caches, each with 1 to

@@ -27,6 +27,8 @@ pub mod preview;
 pub mod report;
 pub mod run;
 pub mod schedule;
+pub mod snapshots;
+pub mod steps;
 pub mod tags;
 
 use async_trait::async_trait;

@@ -501,6 +501,8 @@ async fn deploy_held(
         held: &held,
         restore: &[],
         prepared: false,
+        continues: None,
+        pristine: false,
     };
     run_reported(ctx, env, work, &spec).await
 }

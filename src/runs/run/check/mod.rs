@@ -40,6 +40,7 @@ use crate::runs::kit::pipeline::{
 use crate::runs::kit::report::CheckRunOf;
 use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarget, Verdict};
 use crate::runs::kit::run::{Run, RunName};
+use crate::runs::kit::steps;
 use crate::runs::kit::tags::{FailureTag, SkipTag};
 use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv};
 use crate::store::artifacts::ArtifactRow;
@@ -78,9 +79,14 @@ impl Run for CheckRun {
     /// `needs`) once its end is in the index the waiter reads: a wake sent
     /// from a step arrives before the pass's index write, and the waiter
     /// would read the check as still running and wait out `JOB_WAIT_MS`.
-    async fn ended(&self, env: &RunEnv<'_>, _id: &str, input: &CheckInput, _status: Status) {
+    async fn ended(&self, env: &RunEnv<'_>, id: &str, input: &CheckInput, _status: Status) {
         if let Some(parent) = &input.wakes {
             let _ = env.waker.wake(parent, NEEDS_EVENT).await;
+        }
+        // A job's snapshots serve only its own later steps (the sweep
+        // deletes any this missed).
+        if input.spec.as_ref().is_some_and(|job| !job.steps.is_empty()) {
+            crate::runs::kit::snapshots::discard(env.blobs, id).await;
         }
     }
 
@@ -288,6 +294,8 @@ async fn run_single(
             artifacts: &[],
             caches: &[],
             class: "",
+            steps: Vec::new(),
+            snapshot: false,
         };
         with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, &command, held)
@@ -343,6 +351,8 @@ async fn run_unit(
             artifacts: &job.artifacts,
             caches: &job.cache,
             class: job.image.as_deref().unwrap_or(crate::sandbox::image::BASE),
+            steps: job.steps.iter().map(String::as_str).collect(),
+            snapshot: job.snapshots(),
         };
         with_gates(ctx, env, &gates, |held| {
             check_held(ctx, env, input, &command, held)
@@ -652,6 +662,10 @@ struct Command<'a> {
     /// Its job's dependency caches, and the image class that keys them.
     caches: &'a [CacheConfig],
     class: &'a str,
+    /// A job's `steps` (`kit::steps`); empty: `text` alone.
+    steps: Vec<&'a str>,
+    /// Whether its workspace is captured between steps.
+    snapshot: bool,
 }
 
 async fn check_held(
@@ -682,6 +696,8 @@ async fn check_held(
         held: &held,
         restore: command.restore,
         prepared: false,
+        continues: None,
+        pristine: false,
     };
     let caches = input.cache_scope.as_ref().map(|scope| Caches {
         repo: &input.repo,
@@ -699,9 +715,7 @@ async fn check_held(
         }
         None => Vec::new(),
     };
-    let result = run_command(ctx, env, &spec).await?;
-    let verdict = verdict_in(command.text, &result, Some(held.sandbox_id));
-    let mut notes = Vec::new();
+    let (verdict, mut notes) = run_commands(ctx, env, &spec, command).await?;
     if let (Verdict::Passed { .. }, Some(c)) = (&verdict, &caches) {
         // Best effort, as GitHub's: a cache that cannot be saved is a note,
         // never a failed check.
@@ -722,6 +736,29 @@ async fn check_held(
         }
     }
     Ok(with_notes(verdict, &notes))
+}
+
+/// Runs the check's command, or its job's steps: the verdict, and the
+/// summary's list of steps.
+async fn run_commands(
+    ctx: &Ctx<'_>,
+    env: &RunEnv<'_>,
+    spec: &CommandSpec<'_>,
+    command: &Command<'_>,
+) -> Result<(Verdict, Vec<String>), RunError> {
+    let sandbox = Some(spec.held.sandbox_id);
+    if command.steps.is_empty() {
+        let result = run_command(ctx, env, spec).await?;
+        return Ok((verdict_in(command.text, &result, sandbox), Vec::new()));
+    }
+    let run = steps::run_steps(ctx, env, spec, &command.steps, command.snapshot).await?;
+    let Some(deciding) = run.deciding() else {
+        return Err(RunError::InvalidInput {
+            message: "a job's `steps` list is empty".into(),
+        });
+    };
+    let verdict = verdict_in(&deciding.command, &deciding.result, sandbox);
+    Ok((verdict, vec![steps::summary(&run, &command.steps)]))
 }
 
 /// Uploads a passed unit's artifacts; the summary's line for them.

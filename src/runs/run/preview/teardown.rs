@@ -340,6 +340,8 @@ async fn torn(
         held: &held,
         restore: &[],
         prepared: false,
+        continues: None,
+        pristine: false,
     };
     let result = run_command(ctx, env, &spec).await?;
     let verdict = verdict_of(&preview.teardown, &result);
