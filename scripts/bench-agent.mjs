@@ -126,3 +126,72 @@ export async function benchAgent(stack, { rounds }) {
     { figure: `agent: wait_ms=${SHORT_WAIT_MS} on a running process returns in (p50)`, sluice: `${m('shortWait')} ms`, peer: '', target: '<= 500 ms', met: m('shortWait') <= 500 },
   ];
 }
+
+// Issue 23's snapshots between a job's steps (ADR-0015): step 1 makes the same dependency-like
+// tree (an install), step 2 changes a little of it (a build's output, a few sources); the agent
+// snapshots after each as the job does (the first since the checkout, the second since the
+// first), then a fresh checkout in another workspace takes both back, pruned, as a step after a
+// lost container does. The agent's part only, as above.
+const SMALL_CHANGE = 'mkdir -p build && head -c 1000000 /dev/urandom > build/out.bin && touch node_modules/dep/f0000[0-9] && rm node_modules/dep/f19999';
+
+async function stepProcess(stack, ws, id, command) {
+  const started = await call(stack, 'POST', '/v1/processes', { id, workspace: ws, command, timeout_ms: ARCHIVE_TIMEOUT_MS });
+  for (let i = 0; i < ARCHIVE_TIMEOUT_MS / LONG_POLL_MS; i++) {
+    const state = await call(stack, 'GET', `/v1/processes/${id}?wait_ms=${LONG_POLL_MS}`);
+    if (state.status !== 'running') {
+      if (state.exit_code !== 0) throw new Error(`${command}: ${state.output}`);
+      return started;
+    }
+  }
+  throw new Error(`${command} still running after ${ARCHIVE_TIMEOUT_MS} ms`);
+}
+
+async function snapshotOf(stack, ws, since) {
+  const t0 = Date.now();
+  const body = JSON.stringify({ snapshot: since ? { since } : { since_checkout: true } });
+  const res = await raw(stack, 'POST', `/v1/workspaces/${ws}/archive`, body, 'application/json');
+  const archive = Buffer.from(await res.arrayBuffer());
+  return {
+    ms: Date.now() - t0,
+    archive,
+    sha256: res.headers.get('x-sluice-archive-sha256'),
+    files: Number(res.headers.get('x-sluice-archive-files')),
+    taken: { agent: res.headers.get('x-sluice-agent'), ms: Number(res.headers.get('x-sluice-snapshot-taken-ms')) },
+  };
+}
+
+async function snapshotRound(stack, i, sha) {
+  const token = await stack.installationToken(BENCH_REPO);
+  const [src, dst] = [`bench-steps-${i}`, `bench-resume-${i}`];
+  await call(stack, 'POST', '/v1/workspaces', { workspace: src, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha, token });
+  await stepProcess(stack, src, `bench-step1-${i}-${Date.now()}`, MAKE_TREE);
+  const first = await snapshotOf(stack, src, null);
+  const step2 = `bench-step2-${i}-${Date.now()}`;
+  await stepProcess(stack, src, step2, SMALL_CHANGE);
+  const second = await snapshotOf(stack, src, first.taken);
+  await call(stack, 'POST', '/v1/workspaces', { workspace: dst, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha, token: await stack.installationToken(BENCH_REPO) });
+  const t0 = Date.now();
+  for (const [s, last] of [[first, false], [second, true]]) {
+    const tail = last ? `&prune=true&after=${step2}` : '';
+    await raw(stack, 'PUT', `/v1/workspaces/${dst}/archive?sha256=${s.sha256}${tail}`, s.archive, 'application/gzip');
+  }
+  const restoreMs = Date.now() - t0;
+  const count = await call(stack, 'POST', '/v1/exec', { workspace: dst, command: 'find node_modules -type f | wc -l; test -f build/out.bin', timeout_ms: 60_000 });
+  if (count.exit_code !== 0 || Number(count.output.trim()) !== ARCHIVE_FILES - 1) throw new Error(`restored tree: ${count.output}`);
+  for (const ws of [src, dst]) await call(stack, 'DELETE', `/v1/workspaces/${ws}`);
+  return { first, second, restoreMs };
+}
+
+export async function benchSnapshots(stack, { rounds }) {
+  const sha = stack.commit(BENCH_OWNER, BENCH_REPO, { 'README.md': '# agent bench\n' });
+  const rs = [];
+  for (let i = 0; i < Math.min(rounds, ARCHIVE_ROUNDS_MAX); i++) rs.push(await snapshotRound(stack, i, sha));
+  const s = (ms) => `${(ms / 1000).toFixed(1)} s`;
+  const size = (r) => `${r.files} entries, ${(r.archive.length / 1e6).toFixed(1)} MB`;
+  const mid = rs[Math.floor(rs.length / 2)];
+  return [
+    { figure: `agent: snapshot after a step that made ${ARCHIVE_FILES} files, ${ARCHIVE_BYTES / 1e6} MB (p50)`, sluice: `${s(median(rs.map((r) => r.first.ms)))} (${size(mid.first)})`, peer: '', target: '', met: true },
+    { figure: 'agent: snapshot after a step that changed 1 MB and 11 files of it (p50)', sluice: `${s(median(rs.map((r) => r.second.ms)))} (${size(mid.second)})`, peer: '', target: '', met: true },
+    { figure: 'agent: restore both over a fresh checkout, pruned (p50)', sluice: s(median(rs.map((r) => r.restoreMs))), peer: '', target: '', met: true },
+  ];
+}

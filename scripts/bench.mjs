@@ -4,10 +4,10 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only scale|check-latency|pipelines|caches] [-- --ack-first off]   (builds
+// Usage: npm run bench [-- --rounds N] [-- --only scale|check-latency|pipelines|caches|snapshots] [-- --ack-first off]   (builds
 // the Worker first unless SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes
 // the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
-// webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
+// webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs); `--only snapshots` the agent's snapshot after a step that made that tree, after one that changed a little of it, and the restore of both over a fresh checkout (ADR-0015). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
 
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import {
   NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, scratchRoot, delay, freePort, pollUntil, spawnGroup, startStack, stopGroup, waitForHttp, wranglerEnv,
 } from '../tools/stack/index.mjs';
-import { benchAgent, benchArchives } from './bench-agent.mjs';
+import { benchAgent, benchArchives, benchSnapshots } from './bench-agent.mjs';
 import { median } from './bench-stats.mjs';
 import { benchGates } from './bench-gates.mjs';
 import { benchInstall, benchPipelines } from './bench-pipelines.mjs';
@@ -178,6 +178,13 @@ async function main() {
       await stack.stop();
     }
   }
+  if (args.only === 'snapshots') {
+    try {
+      return finish(await benchSnapshots(stack, { rounds }));
+    } finally {
+      await stack.stop();
+    }
+  }
   if (args.only === 'caches') {
     try {
       return finish([...(await benchArchives(stack, { rounds })), ...(await benchInstall(stack))]);
@@ -212,6 +219,7 @@ async function main() {
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
     rows.push(...(await benchArchives(stack, { rounds })), ...(await benchInstall(stack)));
+    rows.push(...(await benchSnapshots(stack, { rounds })));
     rows.push(...(await benchPipelines(stack, { rounds: PIPELINE_ROUNDS_DEFAULT })));
     rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
   } finally {
