@@ -2,8 +2,8 @@
 //! (`docs/adr/0015-multi-step-jobs-resume-from-snapshots.md`).
 //!
 //! A snapshot holds every entry (file, link, directory; `.git` too) whose data or status
-//! changed at or after its `since`, or whose directory did (a rename may leave the moved
-//! inode's times alone, never its directory's), and a manifest of every path the workspace
+//! changed at or after its `since` (Linux's file systems, ext4, xfs, btrfs, tmpfs and so
+//! overlayfs, stamp a renamed inode's ctime too), and a manifest of every path the workspace
 //! then held. A job's snapshots unpacked in order over a fresh checkout, then pruned to the
 //! last one's manifest, are the tree that last snapshot saw: what a step after a lost
 //! container resumes from.
@@ -67,7 +67,7 @@ pub enum Since<'a> {
 /// One entry of a workspace's walk.
 struct Entry {
     name: String,
-    /// Its data, status or directory changed at or after the cutoff.
+    /// Its data or status changed at or after the cutoff.
     changed: bool,
 }
 
@@ -85,14 +85,11 @@ fn changed_ms(meta: &fs::Metadata) -> u64 {
 }
 
 /// Every entry under `workspace` (never following a link, never the manifest), sorted, each
-/// marked changed when it or its directory changed at or after `cutoff_ms`.
+/// marked changed when it changed at or after `cutoff_ms`.
 fn walk(workspace: &Path, cutoff_ms: u64) -> Result<Vec<Entry>, ApiError> {
     let mut found = Vec::new();
-    let root_changed = fs::symlink_metadata(workspace)
-        .map(|m| changed_ms(&m) >= cutoff_ms)
-        .map_err(internal)?;
-    let mut pending = vec![(PathBuf::new(), root_changed)];
-    while let Some((rel, dir_changed)) = pending.pop() {
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
         for entry in fs::read_dir(workspace.join(&rel))
             .map_err(internal)?
             .flatten()
@@ -115,9 +112,9 @@ fn walk(workspace: &Path, cutoff_ms: u64) -> Result<Vec<Entry>, ApiError> {
             {
                 continue;
             }
-            let changed = dir_changed || changed_ms(&meta) >= cutoff_ms;
+            let changed = changed_ms(&meta) >= cutoff_ms;
             if kind.is_dir() {
-                pending.push((path, changed_ms(&meta) >= cutoff_ms));
+                pending.push(path);
             }
             found.push(Entry { name, changed });
         }
