@@ -163,7 +163,7 @@ async function snapshotOf(stack, ws, since) {
 async function snapshotRound(stack, i, sha) {
   const token = await stack.installationToken(BENCH_REPO);
   const [src, dst] = [`bench-steps-${i}`, `bench-resume-${i}`];
-  await call(stack, 'POST', '/v1/workspaces', { workspace: src, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha, token });
+  await call(stack, 'POST', '/v1/workspaces', { workspace: src, repo_url: stack.cloneUrl(BENCH_OWNER, BENCH_REPO), sha, token, baseline: true });
   await stepProcess(stack, src, `bench-step1-${i}-${Date.now()}`, MAKE_TREE);
   const first = await snapshotOf(stack, src, null);
   const step2 = `bench-step2-${i}-${Date.now()}`;

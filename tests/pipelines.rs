@@ -1403,7 +1403,8 @@ const STEP_OPS_PER_SCHEDULE: u32 = 14;
 const STEP_COMMANDS: [&str; 3] = ["./install.sh", "./compile.sh", "./test.sh"];
 
 /// Whatever happens to a multi-step job (its container replaced after a
-/// snapshot, after a step's exit or mid-step; snapshots that cannot be
+/// snapshot, after a step's exit or mid-step; its agent restarted mid-step
+/// over the same disk; snapshots that cannot be
 /// taken; an operator's pause, resume or restart from any step, while it
 /// runs or after it ended; time passing), every step's process starts on
 /// exactly the tree the steps before it left (the model's effect: each
@@ -1448,9 +1449,10 @@ fn steps_schedule(schedule: u64, next: &mut dyn FnMut(u64) -> u64) -> (usize, us
             0..=2 if live => drop(rig.pass(&unit)),
             3 => {
                 let command = STEP_COMMANDS[next(3) as usize].to_owned();
-                rig.sandbox.st.borrow_mut().replace_container_when = Some(match next(3) {
+                rig.sandbox.st.borrow_mut().replace_container_when = Some(match next(5) {
                     0 => ReplaceWhen::AfterSnapshot,
                     1 => ReplaceWhen::AfterExit(command),
+                    2 => ReplaceWhen::AgentRestartWhileRunning(command),
                     _ => ReplaceWhen::WhileRunning("./compile.sh".into()),
                 });
             }

@@ -82,6 +82,7 @@ impl Sandbox for AgentSandbox<'_> {
             repo_url: req.repo_url.to_owned(),
             sha: req.sha.to_owned(),
             token: req.token.map(|t| t.expose().clone()),
+            baseline: req.baseline,
         };
         let resp = self
             .call(

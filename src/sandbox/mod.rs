@@ -51,6 +51,8 @@ pub struct Checkout<'a> {
     pub repo_url: &'a str,
     pub sha: &'a str,
     pub token: Option<&'a Secret>,
+    /// Keep the tree as the first snapshot's baseline (a job of steps).
+    pub baseline: bool,
 }
 
 pub use sluice_sandbox_protocol::{AgentTime, ProcessState, ProcessStatus, WorkspaceState};

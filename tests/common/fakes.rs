@@ -1298,6 +1298,8 @@ pub struct SandboxState {
     /// Per workspace, the last process started in it since its checkout
     /// (or the one a restore named), as the agent records it.
     pub last_process: HashMap<String, String>,
+    /// Workspaces this agent checked out (forgotten when it restarts).
+    pub checked_out: HashSet<String>,
     /// Snapshots stored (`Archives::snapshot`): key to the tree it holds.
     pub snapshots: HashMap<String, Vec<String>>,
     /// Snapshots fail as an unreachable sandbox would (503), until cleared.
@@ -1319,15 +1321,26 @@ pub enum ReplaceWhen {
     /// At a long-poll of a still running process whose command contains
     /// this: the process and its workspace go mid-run.
     WhileRunning(String),
+    /// As `WhileRunning`, but only the agent restarts: its processes die,
+    /// the workspaces stay on disk as they were, and what it knew of them
+    /// (which checkout is pristine, which process ran last) is gone.
+    AgentRestartWhileRunning(String),
 }
 
 impl SandboxState {
     /// A new container: every process and workspace is gone.
     pub fn replace_container(&mut self) {
-        self.processes.clear();
         self.workspaces.clear();
         self.trees.clear();
+        self.restart_agent();
+    }
+
+    /// A new agent over the same disk: every process gone, and what the
+    /// agent knew of the workspaces.
+    pub fn restart_agent(&mut self) {
+        self.processes.clear();
         self.last_process.clear();
+        self.checked_out.clear();
         self.containers_replaced += 1;
     }
 }
@@ -1693,6 +1706,7 @@ impl Sandbox for FakeSandbox {
         st.unpacked.remove(req.workspace);
         st.trees.remove(req.workspace);
         st.last_process.remove(req.workspace);
+        st.checked_out.insert(req.workspace.into());
         Ok(())
     }
 
@@ -1708,6 +1722,11 @@ impl Sandbox for FakeSandbox {
         Ok(WorkspaceState {
             workspace: workspace.into(),
             exists: sha.is_some(),
+            pristine: Some(
+                sha.is_some()
+                    && last_process.is_none()
+                    && self.st.borrow().checked_out.contains(workspace),
+            ),
             sha,
             last_process,
         })
@@ -2819,11 +2838,18 @@ impl FakeSandbox {
                 .get(id)
                 .map(|p| p.command.clone())
                 .unwrap_or_default();
-            if matches!(&st.replace_container_when, Some(ReplaceWhen::WhileRunning(c)) if polled.contains(c.as_str()))
-            {
-                st.replace_container_when = None;
-                st.replace_container();
-                return Ok(None);
+            match &st.replace_container_when {
+                Some(ReplaceWhen::WhileRunning(c)) if polled.contains(c.as_str()) => {
+                    st.replace_container_when = None;
+                    st.replace_container();
+                    return Ok(None);
+                }
+                Some(ReplaceWhen::AgentRestartWhileRunning(c)) if polled.contains(c.as_str()) => {
+                    st.replace_container_when = None;
+                    st.restart_agent();
+                    return Ok(None);
+                }
+                _ => {}
             }
             let p = st.processes.get_mut(id).expect("still there");
             if st.held.contains(&p.sha) {

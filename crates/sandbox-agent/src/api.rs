@@ -29,7 +29,7 @@ use crate::archive::Scratch;
 use crate::lock;
 use crate::process::agent_id;
 use crate::process::Registry;
-use crate::snapshot::{Since, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::workspace::Workspaces;
 
 pub struct State {
@@ -156,14 +156,20 @@ fn pack_archive(state: &State, request: &mut Request, id: &str) -> Result<Snapsh
     let req: protocol::ArchiveRequest = read_json(request)?;
     let scratch = &state.scratch;
     if let Some(snapshot) = &req.snapshot {
-        let since = match (&snapshot.since, snapshot.since_checkout) {
-            (Some(t), _) => Since::Agent(t),
-            (None, true) => Since::Checkout(state.workspaces.checked_out_ms(id)),
-            (None, false) => Since::Start,
+        let ws = &state.workspaces;
+        let since_ms = match (&snapshot.since, snapshot.since_checkout) {
+            (Some(t), _) => (t.agent == agent_id()).then_some(t.ms),
+            (None, true) => ws.checked_out_ms(id),
+            (None, false) => None,
         };
-        return state
-            .workspaces
-            .with_claimed(id, |path, run_as| scratch.snapshot(path, run_as, since));
+        let baseline = since_ms.and_then(|ms| ws.baseline(id, ms));
+        let mut snapshot = ws.with_claimed(id, |path, run_as| {
+            scratch.snapshot(path, run_as, baseline.as_deref())
+        })?;
+        if let Some(tree) = snapshot.baseline.take() {
+            ws.keep_baseline(id, tree);
+        }
+        return Ok(snapshot);
     }
     validate_patterns(&req.patterns)?;
     state
@@ -183,18 +189,20 @@ fn unpack_archive(state: &State, request: &mut Request, id: &str) -> Result<Repl
     }
     let scratch = &state.scratch;
     let body = request.as_reader();
-    let (files, pruned) = state.workspaces.with_claimed(id, |path, run_as| {
+    let ws = &state.workspaces;
+    let (files, pruned) = ws.with_claimed(id, |path, run_as| {
         let files = scratch.unpack(path, run_as, body, &sha256)?;
         let pruned = if prune {
             scratch.prune(path, run_as)?
         } else {
             0
         };
+        // Inside the claim: no checkout can come between the tree and what names it.
+        if let (true, Some(after)) = (prune, &after) {
+            ws.set_last_process(id, after);
+        }
         Ok((files, pruned))
     })?;
-    if let (true, Some(after)) = (prune, &after) {
-        state.workspaces.set_last_process(id, after);
-    }
     Ok((
         200,
         json!({"workspace": id, "files": files, "pruned": pruned}),
@@ -206,6 +214,7 @@ fn respond_archive(request: Request, snapshot: Snapshot) {
         packed,
         taken_ms,
         full,
+        ..
     } = snapshot;
     let length = usize::try_from(packed.bytes).ok();
     // Content-Length, never chunked (tiny_http's default above 32 KiB): R2
@@ -456,6 +465,7 @@ fn create_workspace(state: &State, req: CheckoutRequest) -> Result<Reply, ApiErr
         &req.repo_url,
         &req.sha,
         req.token.as_deref(),
+        req.baseline,
     )?;
     Ok((
         201,
@@ -494,6 +504,7 @@ fn get_workspace(state: &State, id: &str) -> Result<Reply, ApiError> {
         exists: state.workspaces.existing(id).is_some(),
         sha: state.workspaces.head(id),
         last_process: state.workspaces.last_process(id),
+        pristine: Some(state.workspaces.pristine(id)),
     };
     Ok((200, to_value(&answer)?))
 }

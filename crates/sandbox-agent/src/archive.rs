@@ -81,7 +81,15 @@ impl Scratch {
         list.sync_data().map_err(internal)?;
         let list = reopen_at_start(list)?;
         let out = self.temp().map_err(internal)?;
-        let args = ["-czf", "-", "--null", "--no-recursion", "-T", "-"];
+        let args = [
+            "-czf",
+            "-",
+            "--null",
+            "--verbatim-files-from",
+            "--no-recursion",
+            "-T",
+            "-",
+        ];
         let stdout = out.try_clone().map_err(internal)?;
         self.run_tool("tar", workspace, run_as, &args, list, stdout)?;
         self.packed(out, names.len())

@@ -1,45 +1,51 @@
 //! A workspace as a snapshot between two steps of a job (`steps = [...]`), and back: ADR-0015
 //! (`docs/adr/0015-multi-step-jobs-resume-from-snapshots.md`).
 //!
-//! A snapshot holds every entry (file, link, directory; `.git` too) whose data or status
-//! changed at or after its `since` (Linux's file systems, ext4, xfs, btrfs, tmpfs and so
-//! overlayfs, stamp a renamed inode's ctime too), and a manifest of every path the workspace
-//! then held. A job's snapshots unpacked in order over a fresh checkout, then pruned to the
-//! last one's manifest, are the tree that last snapshot saw: what a step after a lost
-//! container resumes from.
+//! A snapshot holds every entry (file, link, fifo, directory; `.git` too) that changed since a
+//! baseline: the tree as this agent saw it at the job's checkout or at its last snapshot (each
+//! path's inode). An entry changed when its path or inode is not the baseline's (it was made,
+//! moved or replaced: a moved directory's whole subtree is new paths) or its data or status
+//! changed since (ctime, which no command of the workspace's user can set back; a package
+//! manager sets mtimes to 1985). Without the baseline `since` names (another agent's time, an
+//! agent restarted since, a lost answer's retry) the snapshot is whole. It also holds the
+//! manifest of every path; the job's snapshots unpacked in order over a fresh checkout, then
+//! pruned to the last manifest, are the tree that last snapshot saw.
 //!
-//! Status-change time (ctime) is what no command of the workspace's user can set back (a
-//! package manager sets mtimes to 1985; `touch -d` sets any mtime), so a change is never
-//! missed by a `since` of the same agent; another agent's `since` (a new container) is not
-//! trusted, and the snapshot is whole. As for archives, the agent only lists; `tar`, `dd`,
-//! `cat` and `rm` run as the workspace's user.
+//! Names are bytes (any a file system holds but NUL). As for archives, the agent only lists;
+//! `tar`, `dd`, `cat`, `rm` and `xargs` run as the workspace's user.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_sandbox_protocol::{AgentTime, SNAPSHOT_MANIFEST};
+use sluice_sandbox_protocol::SNAPSHOT_MANIFEST;
 
 use crate::archive::{internal, reopen_at_start, Packed, Scratch};
 use crate::error::ApiError;
 use crate::limits::ARCHIVE_ENTRIES_MAX;
-use crate::process::agent_id;
 use crate::users::RunAs;
 
-/// A change this long before `since` is taken again: the kernel stamps ctime from a coarse
-/// clock that may lag the clock `since` was read from by one tick (1 to 10 ms); 100 ms is ten
-/// ticks at the slowest rate and costs only the files changed in it.
+/// A change this long before the baseline is taken again: the kernel stamps ctime from a
+/// coarse clock that may lag the clock the baseline's time was read from by one tick (1 to
+/// 10 ms); 100 ms is ten ticks at the slowest rate and costs only the files changed in it.
 const CTIME_SLACK_MS: u64 = 100;
 
-/// A snapshot made: the archive, when its walk began (by this agent's clock), and whether it
-/// holds every entry.
+/// Where a workspace's objects live: never pruned. They are named by their content, so one
+/// more is harmless, and a fresh checkout's pack may be named otherwise than the one the
+/// snapshot's manifest saw.
+const GIT_OBJECTS: &[u8] = b".git/objects/";
+
+/// A snapshot made: the archive, when its walk began (by this agent's clock), whether it holds
+/// every entry, and the tree it saw (the next one's baseline).
 pub struct Snapshot {
     pub packed: Packed,
     pub taken_ms: u64,
     pub full: bool,
+    pub baseline: Option<Baseline>,
 }
 
 impl Snapshot {
@@ -49,29 +55,45 @@ impl Snapshot {
             packed,
             taken_ms: now_ms(),
             full: true,
+            baseline: None,
         }
     }
 }
 
-/// What a snapshot holds changes since.
-#[derive(Clone, Copy)]
-pub enum Since<'a> {
-    /// The time of an agent: this one's is trusted, another's is not.
-    Agent(&'a AgentTime),
-    /// The end of the workspace's checkout by this agent, if it made one.
-    Checkout(Option<u64>),
-    /// Nothing: the snapshot is whole.
-    Start,
+/// A workspace's tree as this agent saw it at `ms`: each path's inode.
+pub struct Baseline {
+    pub ms: u64,
+    inodes: HashMap<Vec<u8>, u64>,
+}
+
+impl Baseline {
+    /// The tree of `workspace` now.
+    pub fn of(workspace: &Path) -> Result<Baseline, ApiError> {
+        let ms = now_ms();
+        let inodes = walk(workspace)?
+            .into_iter()
+            .map(|e| (e.name, e.ino))
+            .collect();
+        Ok(Baseline { ms, inodes })
+    }
+
+    /// Whether `e` is not as this baseline saw it.
+    fn differs(&self, e: &Entry) -> bool {
+        self.inodes.get(&e.name) != Some(&e.ino)
+            || e.changed_ms >= self.ms.saturating_sub(CTIME_SLACK_MS)
+    }
 }
 
 /// One entry of a workspace's walk.
 struct Entry {
-    name: String,
-    /// Its data or status changed at or after the cutoff.
-    changed: bool,
+    /// Its path in the workspace, as the file system's bytes.
+    name: Vec<u8>,
+    ino: u64,
+    /// The later of its data and status change, in ms since the epoch.
+    changed_ms: u64,
 }
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -84,9 +106,9 @@ fn changed_ms(meta: &fs::Metadata) -> u64 {
     ms(meta.ctime(), meta.ctime_nsec()).max(ms(meta.mtime(), meta.mtime_nsec()))
 }
 
-/// Every entry under `workspace` (never following a link, never the manifest), sorted, each
-/// marked changed when it changed at or after `cutoff_ms`.
-fn walk(workspace: &Path, cutoff_ms: u64) -> Result<Vec<Entry>, ApiError> {
+/// Every entry under `workspace` but sockets (never following a link, never the manifest),
+/// sorted by name.
+fn walk(workspace: &Path) -> Result<Vec<Entry>, ApiError> {
     let mut found = Vec::new();
     let mut pending = vec![PathBuf::new()];
     while let Some(rel) = pending.pop() {
@@ -102,21 +124,21 @@ fn walk(workspace: &Path, cutoff_ms: u64) -> Result<Vec<Entry>, ApiError> {
                 ));
             }
             let path = rel.join(entry.file_name());
-            let Some(name) = path.to_str().map(str::to_owned) else {
-                continue;
-            };
             let (Ok(kind), Ok(meta)) = (entry.file_type(), entry.metadata()) else {
                 continue;
             };
-            if name == SNAPSHOT_MANIFEST || !(kind.is_dir() || kind.is_file() || kind.is_symlink())
-            {
+            let name = path.as_os_str().as_bytes().to_vec();
+            if name == SNAPSHOT_MANIFEST.as_bytes() || kind.is_socket() {
                 continue;
             }
-            let changed = changed_ms(&meta) >= cutoff_ms;
             if kind.is_dir() {
                 pending.push(path);
             }
-            found.push(Entry { name, changed });
+            found.push(Entry {
+                name,
+                ino: meta.ino(),
+                changed_ms: changed_ms(&meta),
+            });
         }
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
@@ -124,77 +146,82 @@ fn walk(workspace: &Path, cutoff_ms: u64) -> Result<Vec<Entry>, ApiError> {
 }
 
 /// `names` NUL-separated in a scratch file, read back from its start.
-fn listing(scratch: &Scratch, names: &[&str]) -> Result<fs::File, ApiError> {
+fn listing(scratch: &Scratch, names: &[&[u8]]) -> Result<fs::File, ApiError> {
     let mut list = scratch.temp().map_err(internal)?;
     for name in names {
-        list.write_all(name.as_bytes()).map_err(internal)?;
+        list.write_all(name).map_err(internal)?;
         list.write_all(b"\0").map_err(internal)?;
     }
     reopen_at_start(list)
 }
 
 impl Scratch {
-    /// Snapshots `workspace`: the entries changed since `since` (when it is this agent's
-    /// time), else all of them, and the manifest of every path.
+    /// Snapshots `workspace`: the entries that differ from `baseline`, else all of them, and
+    /// the manifest of every path.
     pub fn snapshot(
         &self,
         workspace: &Path,
         run_as: RunAs,
-        since: Since<'_>,
+        baseline: Option<&Baseline>,
     ) -> Result<Snapshot, ApiError> {
         let taken_ms = now_ms();
-        let since_ms = match since {
-            Since::Agent(t) => (t.agent == agent_id()).then_some(t.ms),
-            Since::Checkout(at) => at,
-            Since::Start => None,
-        }
-        .map(|ms| ms.saturating_sub(CTIME_SLACK_MS));
-        let entries = walk(workspace, since_ms.unwrap_or(0))?;
-        let all: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-        let manifest = listing(self, &all)?;
-        let out = self.temp().map_err(internal)?;
-        let write = [
-            "of=".to_owned() + SNAPSHOT_MANIFEST,
-            "status=none".to_owned(),
-        ];
-        let write: Vec<&str> = write.iter().map(String::as_str).collect();
-        self.run_tool(
-            "dd",
-            workspace,
-            run_as,
-            &write,
-            manifest,
-            out.try_clone().map_err(internal)?,
-        )?;
-        let mut members: Vec<&str> = entries
+        let entries = walk(workspace)?;
+        let all: Vec<&[u8]> = entries.iter().map(|e| e.name.as_slice()).collect();
+        self.write_manifest(workspace, run_as, &all)?;
+        let mut members: Vec<&[u8]> = entries
             .iter()
-            .filter(|e| e.changed)
-            .map(|e| e.name.as_str())
+            .filter(|e| baseline.is_none_or(|b| b.differs(e)))
+            .map(|e| e.name.as_slice())
             .collect();
         let files = members.len();
-        members.push(SNAPSHOT_MANIFEST);
+        members.push(SNAPSHOT_MANIFEST.as_bytes());
         let packed = self.tar_listed(workspace, run_as, &members, files);
         let removed = self.remove_manifest(workspace, run_as);
         let packed = packed?;
         removed?;
+        let inodes = entries.into_iter().map(|e| (e.name, e.ino)).collect();
         Ok(Snapshot {
             packed,
             taken_ms,
-            full: since_ms.is_none(),
+            full: baseline.is_none(),
+            baseline: Some(Baseline {
+                ms: taken_ms,
+                inodes,
+            }),
         })
     }
 
-    /// Packs exactly the entries `names` (directories without what they hold).
+    /// Writes the manifest into the workspace as its user: never through a link or over a
+    /// file already there (`conv=excl`), which `rm` removes first (the name is Sluice's).
+    fn write_manifest(&self, ws: &Path, run_as: RunAs, names: &[&[u8]]) -> Result<(), ApiError> {
+        self.remove_manifest(ws, run_as)?;
+        let manifest = listing(self, names)?;
+        let out = self.temp().map_err(internal)?;
+        let of = format!("of={SNAPSHOT_MANIFEST}");
+        let args = [of.as_str(), "conv=excl", "status=none"];
+        self.run_tool("dd", ws, run_as, &args, manifest, out)
+    }
+
+    /// Packs exactly the entries `names` (directories without what they hold), each taken as
+    /// a name even when it starts with a dash.
     fn tar_listed(
         &self,
         workspace: &Path,
         run_as: RunAs,
-        names: &[&str],
+        names: &[&[u8]],
         files: usize,
     ) -> Result<Packed, ApiError> {
         let list = listing(self, names)?;
         let out = self.temp().map_err(internal)?;
-        let args = ["-czf", "-", "--null", "--no-recursion", "-T", "-"];
+        let args = [
+            "-czf",
+            "-",
+            "--null",
+            "--verbatim-files-from",
+            "--no-recursion",
+            "-T",
+            "-",
+        ];
         let stdout = out.try_clone().map_err(internal)?;
         self.run_tool("tar", workspace, run_as, &args, list, stdout)?;
         self.packed(out, files)
@@ -210,53 +237,52 @@ impl Scratch {
     }
 
     /// After a job's last snapshot was unpacked: removes every entry its manifest does not
-    /// list (what a step deleted, or what the checkout had and the step removed), then the
-    /// manifest; how many entries went.
+    /// list (what a step deleted, or what the checkout had and the step removed), never under
+    /// `.git/objects/`, then the manifest; how many entries went.
     pub fn prune(&self, workspace: &Path, run_as: RunAs) -> Result<usize, ApiError> {
         let out = self.temp().map_err(internal)?;
         let stdin = self.temp().map_err(internal)?;
         let args = ["--", SNAPSHOT_MANIFEST];
-        self.run_tool(
-            "cat",
-            workspace,
-            run_as,
-            &args,
-            stdin,
-            out.try_clone().map_err(internal)?,
-        )
-        .map_err(|mut e| {
-            e.code = "snapshot_manifest_missing".into();
-            e
-        })?;
+        let copy = out.try_clone().map_err(internal)?;
+        self.run_tool("cat", workspace, run_as, &args, stdin, copy)
+            .map_err(|mut e| {
+                e.code = "snapshot_manifest_missing".into();
+                e
+            })?;
         let mut text = Vec::new();
         reopen_at_start(out)?
             .read_to_end(&mut text)
             .map_err(internal)?;
         let kept: HashSet<&[u8]> = text.split(|b| *b == 0).filter(|n| !n.is_empty()).collect();
-        let mut extra: Vec<&str> = Vec::new();
-        let entries = walk(workspace, u64::MAX)?;
-        for e in &entries {
-            // Sorted: a removed directory's entries follow it, and go with it.
-            let under_removed = extra
-                .last()
-                .is_some_and(|d| e.name.strip_prefix(d).is_some_and(|r| r.starts_with('/')));
-            if !under_removed && !kept.contains(e.name.as_bytes()) {
-                extra.push(&e.name);
-            }
-        }
+        let entries = walk(workspace)?;
+        let extra = extras(&entries, &kept);
         if !extra.is_empty() {
             let list = listing(self, &extra)?;
             let args = ["-0", "rm", "-rf", "--"];
-            self.run_tool(
-                "xargs",
-                workspace,
-                run_as,
-                &args,
-                list,
-                self.temp().map_err(internal)?,
-            )?;
+            let out = self.temp().map_err(internal)?;
+            self.run_tool("xargs", workspace, run_as, &args, list, out)?;
         }
         self.remove_manifest(workspace, run_as)?;
         Ok(extra.len())
     }
+}
+
+/// The entries `kept` does not list, outermost only (a removed directory takes what it
+/// holds), never under `.git/objects/`.
+fn extras<'e>(entries: &'e [Entry], kept: &HashSet<&[u8]>) -> Vec<&'e [u8]> {
+    let mut extra: Vec<&[u8]> = Vec::new();
+    let mut removed: HashSet<&[u8]> = HashSet::new();
+    for e in entries {
+        let name = e.name.as_slice();
+        // Sorted, so a directory comes before what it holds.
+        let under_removed = name
+            .iter()
+            .enumerate()
+            .any(|(i, b)| *b == b'/' && removed.contains(&name[..i]));
+        if !under_removed && !name.starts_with(GIT_OBJECTS) && !kept.contains(name) {
+            extra.push(name);
+            removed.insert(name);
+        }
+    }
+    extra
 }

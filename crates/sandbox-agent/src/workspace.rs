@@ -14,7 +14,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -27,6 +27,7 @@ use crate::exec;
 use crate::limits::{ERROR_OUTPUT_BYTES_MAX, GIT_TIMEOUT_MS};
 use crate::lock;
 use crate::packs::{Kept, PackStore};
+use crate::snapshot::Baseline;
 use crate::uid_block::{Allocation, UidBlock};
 use crate::users::{self, RunAs};
 
@@ -88,7 +89,14 @@ struct Table {
     /// The last process started in each workspace since its checkout, or the one a restore
     /// named: whose tree it holds (`WorkspaceState::last_process`).
     last_process: HashMap<String, String>,
+    /// Each workspace's trees as this agent last saw them (at its checkout, when asked, and at
+    /// each snapshot), newest last: what the next snapshot holds changes since.
+    baselines: HashMap<String, Vec<Arc<Baseline>>>,
 }
+
+/// Baselines kept per workspace: the newest, and the one before it (the `since` of a
+/// snapshot retried after its answer was lost, whose attempt made the newest).
+const BASELINES_KEPT: usize = 2;
 
 pub struct Checkout {
     pub path: PathBuf,
@@ -156,6 +164,7 @@ impl Workspaces {
                 uids,
                 checked_out: HashMap::new(),
                 last_process: HashMap::new(),
+                baselines: HashMap::new(),
             }),
             packs,
         })
@@ -309,6 +318,36 @@ impl Workspaces {
         lock(&self.table).checked_out.get(id).copied()
     }
 
+    /// Forgets what this agent knew of the workspace's tree (a checkout or delete begins).
+    fn forget_tree(&self, id: &str) {
+        let mut table = lock(&self.table);
+        table.checked_out.remove(id);
+        table.last_process.remove(id);
+        table.baselines.remove(id);
+    }
+
+    /// Keeps `baseline` as the workspace's newest.
+    pub fn keep_baseline(&self, id: &str, baseline: Baseline) {
+        let mut table = lock(&self.table);
+        let kept = table.baselines.entry(id.to_owned()).or_default();
+        kept.push(Arc::new(baseline));
+        let excess = kept.len().saturating_sub(BASELINES_KEPT);
+        kept.drain(..excess);
+    }
+
+    /// The baseline taken at `ms`, if this agent still holds it.
+    pub fn baseline(&self, id: &str, ms: u64) -> Option<Arc<Baseline>> {
+        let table = lock(&self.table);
+        let kept = table.baselines.get(id)?;
+        kept.iter().find(|b| b.ms == ms).cloned()
+    }
+
+    /// Whether the workspace is a checkout by this agent that no process has run in yet.
+    pub fn pristine(&self, id: &str) -> bool {
+        let table = lock(&self.table);
+        table.checked_out.contains_key(id) && !table.last_process.contains_key(id)
+    }
+
     /// The process whose tree the workspace holds, as far as this agent knows.
     pub fn last_process(&self, id: &str) -> Option<String> {
         lock(&self.table).last_process.get(id).cloned()
@@ -329,10 +368,7 @@ impl Workspaces {
         if let Some(RunAs::User(uid)) = run_as {
             users::kill_user(uid).map_err(kill_unconfirmed)?;
         }
-        let mut table = lock(&self.table);
-        table.checked_out.remove(id);
-        table.last_process.remove(id);
-        drop(table);
+        self.forget_tree(id);
         let removed =
             remove_tree(&self.path(id)).map_err(|e| internal("cannot remove workspace", e))?;
         if let Some(run_as) = run_as {
@@ -351,6 +387,7 @@ impl Workspaces {
         repo_url: &str,
         sha: &str,
         token: Option<&str>,
+        baseline: bool,
     ) -> Result<Checkout, ApiError> {
         self.urls.check(repo_url).map_err(ApiError::invalid)?;
         if !is_sha(sha) {
@@ -365,21 +402,21 @@ impl Workspaces {
         let sha = sha.to_ascii_lowercase();
         let started = Instant::now();
         let (_busy, run_as) = self.claim_for_checkout(id)?;
-        let mut table = lock(&self.table);
-        table.checked_out.remove(id);
-        table.last_process.remove(id);
-        drop(table);
+        self.forget_tree(id);
         let path = self.path(id);
         fresh_dir(&path, run_as)?;
         let git = Git::new(&path, &self.dir, token, run_as);
         match self.fetch_or_reuse(&git, repo_url, &sha) {
             Ok(()) => {
-                let ended_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
+                // Walked before any process can run in it: the first snapshot's baseline.
+                let tree = baseline.then(|| Baseline::of(&path)).transpose()?;
+                let ended_ms = tree.as_ref().map_or_else(crate::snapshot::now_ms, |t| t.ms);
                 lock(&self.table)
                     .checked_out
                     .insert(id.to_owned(), ended_ms);
+                if let Some(tree) = tree {
+                    self.keep_baseline(id, tree);
+                }
                 Ok(Checkout {
                     path,
                     duration_ms: started.elapsed().as_millis() as u64,

@@ -2181,28 +2181,27 @@ fn members_of(archive: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Two steps' snapshots of one workspace, the second holding only what changed (a file given a
-/// 1985 mtime included, an untouched tree not), unpack over a fresh checkout of the same commit
-/// in another workspace and, pruned, leave exactly the first workspace's tree: moved, deleted
-/// and removed-from-the-checkout entries included, `.git` too, and no manifest behind.
+/// Two steps' snapshots of one workspace, the first against the checkout's tree and the second
+/// holding only what changed (a file given a 1985 mtime included, a directory moved whole, an
+/// untouched tree not), unpack over a fresh checkout of the same commit in another workspace
+/// and, pruned, leave exactly the first workspace's tree: moved, deleted and removed-from-the-
+/// checkout entries included, `.git` too, and no manifest behind.
 #[test]
 fn snapshots_of_two_steps_restore_the_tree_the_second_left() {
     let agent = Agent::start();
     let repo = make_repo();
-    for ws in ["first", "second"] {
-        let (status, reply) = agent.post(
-            "/v1/workspaces",
-            checkout_body(ws, &repo.url, &repo.second_sha),
-        );
+    for (ws, baseline) in [("first", true), ("second", false)] {
+        let mut body = checkout_body(ws, &repo.url, &repo.second_sha);
+        body["baseline"] = json!(baseline);
+        let (status, reply) = agent.post("/v1/workspaces", body);
         assert_eq!(status, 201, "{reply}");
     }
-    // Step 1, as a detached process: its start (by the agent's clock) is the first `since`,
-    // set apart from the checkout by more than the agent's 100 ms slack.
-    std::thread::sleep(Duration::from_millis(300));
+    let (_, state) = agent.get("/v1/workspaces/first");
+    assert_eq!(state["pristine"], true, "{state}");
     let step = json!({"id": "step-1", "workspace": "first", "timeout_ms": 10_000,
-        "command": "mkdir -p vendor/lib build empty && echo v > vendor/lib/x.txt \
-                    && echo one > build/out && echo gone > gone.txt && rm a.txt \
-                    && ln -s vendor/lib/x.txt link"});
+        "command": "mkdir -p deep/a/b stay build empty && echo f > deep/a/b/f \
+                    && echo s > stay/s.txt && echo one > build/out && echo gone > gone.txt \
+                    && rm a.txt && ln -s stay/s.txt link"});
     let (status, started) = agent.post("/v1/processes", step);
     assert_eq!(status, 201, "{started}");
     let (_, ended) = agent.get("/v1/processes/step-1?wait_ms=10000");
@@ -2212,62 +2211,42 @@ fn snapshots_of_two_steps_restore_the_tree_the_second_left() {
         .expect("a process names its agent")
         .to_owned();
     let (_, state) = agent.get("/v1/workspaces/first");
-    assert_eq!(state["last_process"], "step-1", "{state}");
-    let since = started["started_ms"].as_u64().expect("started_ms");
+    assert_eq!(
+        (state["last_process"].clone(), state["pristine"].clone()),
+        (json!("step-1"), json!(false))
+    );
 
+    // The job's first snapshot: what changed since this agent's checkout, set apart from the
+    // step by more than the agent's 100 ms slack.
     std::thread::sleep(Duration::from_millis(300));
-    let (head, one) = snapshot_of(&agent, "first", Some((&id, since)));
+    let (head, one) = snapshot_since_checkout(&agent, "first");
     assert_eq!(
         header_of(&head, "X-Sluice-Snapshot-Full"),
         Some("false"),
         "{head}"
     );
-    // The same, asked as a job's first snapshot: what changed since this agent's checkout.
-    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
-    let json_headers = [
-        ("Authorization", bearer.as_str()),
-        ("Content-Type", "application/json"),
-    ];
-    let (status, head, since_checkout) = agent.exchange_bytes(
-        "POST",
-        "/v1/workspaces/first/archive",
-        &json_headers,
-        br#"{"snapshot": {"since_checkout": true}}"#,
-    );
-    assert_eq!(status, 200, "{head}");
-    assert_eq!(
-        header_of(&head, "X-Sluice-Snapshot-Full"),
-        Some("false"),
-        "{head}"
-    );
-    // The checkout's last writes fall inside the agent's slack; the step's are all there.
-    let first_members = members_of(&one);
-    let checkout_members = members_of(&since_checkout);
-    for m in &first_members {
-        assert!(checkout_members.contains(m), "{m}: {checkout_members:?}");
-    }
     assert_eq!(header_of(&head, "X-Sluice-Agent"), Some(id.as_str()));
     let taken: u64 = header_of(&head, "X-Sluice-Snapshot-Taken-Ms")
         .and_then(|v| v.parse().ok())
         .expect("taken");
-    assert!(
-        first_members.contains(&"vendor/lib/x.txt".to_owned()),
-        "{first_members:?}"
-    );
-    assert!(
-        !first_members.iter().any(|m| m.starts_with(".git/objects")),
-        "the checkout's objects predate the step: {first_members:?}"
-    );
+    let first_members = members_of(&one);
+    for m in ["deep/a/b/f", "stay/s.txt", "link"] {
+        assert!(
+            first_members.contains(&m.to_owned()),
+            "{m}: {first_members:?}"
+        );
+    }
     assert!(!agent.exec("first", "ls -a", 10_000)["output"]
         .as_str()
         .unwrap_or_default()
         .contains(".sluice-snapshot-paths"));
 
-    // Step 2 changes a little, one file stamped 1985 as package managers do.
+    // Step 2 changes a little: a directory moved whole, a file stamped 1985.
+    std::thread::sleep(Duration::from_millis(300));
     let changed = agent.exec(
         "first",
-        "echo two >> build/out && mv build/out build/moved && rm gone.txt && rmdir empty \
-         && echo old > old.txt && touch -d 1985-01-01 old.txt",
+        "echo two >> build/out && mv build/out build/moved && mv deep moved && rm gone.txt \
+         && rmdir empty && echo old > old.txt && touch -d 1985-01-01 old.txt",
         10_000,
     );
     assert_eq!(changed["exit_code"], 0, "{changed}");
@@ -2278,30 +2257,34 @@ fn snapshots_of_two_steps_restore_the_tree_the_second_left() {
         "{head}"
     );
     let second_members = members_of(&two);
-    for m in ["build/moved", "old.txt"] {
+    for m in ["build/moved", "old.txt", "moved/a/b/f"] {
         assert!(
             second_members.contains(&m.to_owned()),
             "{m}: {second_members:?}"
         );
     }
-    for untouched in ["vendor/lib/x.txt", "link"] {
+    for untouched in ["stay/s.txt", "link"] {
         assert!(
             !second_members.contains(&untouched.to_owned()),
-            "{untouched}, untouched (its directory changed), is not taken again: {second_members:?}"
+            "{untouched}, untouched, is not taken again: {second_members:?}"
         );
     }
-
-    // Another agent's time is not trusted: the snapshot is whole.
-    let (head, _) = snapshot_of(&agent, "first", Some(("another-agent", taken)));
-    assert_eq!(
-        header_of(&head, "X-Sluice-Snapshot-Full"),
-        Some("true"),
-        "{head}"
-    );
-
+    // Another agent's time, or one this agent holds no tree of, is not trusted: all of it.
+    for since in [("another-agent", taken), (id.as_str(), taken - 1)] {
+        let (head, _) = snapshot_of(&agent, "first", Some(since));
+        assert_eq!(
+            header_of(&head, "X-Sluice-Snapshot-Full"),
+            Some("true"),
+            "{head}"
+        );
+    }
     restore_chain(&agent, "second", &[&one, &two], "step-2");
-    // Git's own records of a checkout (its reflog, FETCH_HEAD) carry its time: each
-    // checkout's are its own.
+    assert_restored_as(&agent, "second", "first");
+}
+
+/// `restored` holds `original`'s tree (but git's own records of its checkout, which carry its
+/// time), and names `step-2` as the process that left it.
+fn assert_restored_as(agent: &Agent, restored: &str, original: &str) {
     let tree = |ws: &str| {
         let listing = "find . -not -path './.git/index' -printf '%y %p \\n' | sort \
                        && find . -type f -not -path './.git/index' -not -path './.git/logs/*' \
@@ -2309,30 +2292,40 @@ fn snapshots_of_two_steps_restore_the_tree_the_second_left() {
                        && readlink link && git status --porcelain";
         agent.exec(ws, listing, 10_000)["output"].clone()
     };
-    let (_, state) = agent.get("/v1/workspaces/second");
+    let (_, state) = agent.get(&format!("/v1/workspaces/{restored}"));
     assert_eq!(
         state["last_process"], "step-2",
         "the tree step-2 left: {state}"
     );
-    let restored = tree("second");
-    assert_eq!(restored, tree("first"));
+    let seen = tree(restored);
+    assert_eq!(seen, tree(original));
     for absent in [
         "gone.txt",
         "a.txt",
         "build/out",
         "empty",
+        "deep",
         ".sluice-snapshot-paths",
     ] {
-        assert!(
-            !restored
-                .as_str()
-                .unwrap_or_default()
-                .contains(&format!("./{absent} ")),
-            "{absent}: {restored}"
-        );
+        let text = seen.as_str().unwrap_or_default();
+        assert!(!text.contains(&format!("./{absent} ")), "{absent}: {seen}");
     }
-    let moved = agent.exec("second", "cat build/moved", 10_000)["output"].clone();
-    assert_eq!(moved, "one\ntwo\n");
+    let read = |p: &str| agent.exec(restored, &format!("cat {p}"), 10_000)["output"].clone();
+    assert_eq!(read("build/moved"), "one\ntwo\n");
+    assert_eq!(read("moved/a/b/f"), "f\n");
+}
+
+fn snapshot_since_checkout(agent: &Agent, workspace: &str) -> (String, Vec<u8>) {
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let path = format!("/v1/workspaces/{workspace}/archive");
+    let body = br#"{"snapshot": {"since_checkout": true}}"#;
+    let (status, head, bytes) = agent.exchange_bytes("POST", &path, &headers, body);
+    assert_eq!(status, 200, "{head}");
+    (head, bytes)
 }
 
 /// Unpacks `chain` in order into `workspace`, the last pruning and naming `after`.

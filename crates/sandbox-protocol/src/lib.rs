@@ -91,6 +91,10 @@ pub struct CheckoutRequest {
     /// Used for this checkout only, never written into it.
     #[serde(default)]
     pub token: Option<String>,
+    /// Keep the checked-out tree as the baseline of the workspace's first
+    /// snapshot (`SnapshotRequest::since_checkout`): a job of steps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub baseline: bool,
 }
 
 /// `/v1/workspaces/{id}/archive`: `POST` an [`ArchiveRequest`] for the
@@ -215,6 +219,11 @@ pub struct WorkspaceState {
     /// (`runs::kit::command::Continuation`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_process: Option<String>,
+    /// A checkout by this agent that no process has run in yet (None: an
+    /// agent that does not say). An agent that restarted since does not
+    /// know, and says false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pristine: Option<bool>,
 }
 
 /// `POST /v1/processes`: starts a detached process, or answers the one

@@ -733,6 +733,7 @@ pub async fn checkout_fresh(
         repo_url: &repo_url,
         sha: spec.sha,
         token: Some(&token),
+        baseline: true,
     };
     let made = env.sandbox.checkout(spec.held.sandbox_id, &checkout).await;
     revoke(env, &token).await;
@@ -756,7 +757,7 @@ async fn ensure_workspace(
     // the two calls in a row were on every check's path.
     let holds = |state: &Result<WorkspaceState, SandboxError>| {
         matches!(state, Ok(s) if s.exists && s.sha.as_deref() == Some(spec.sha)
-            && !(spec.pristine && s.last_process.is_some()))
+            && !(spec.pristine && s.pristine != Some(true)))
     };
     let mint = env.github.checkout_token(spec.installation_id, spec.repo);
     let (state, token) = if spec.prepared {
@@ -786,6 +787,7 @@ async fn ensure_workspace(
         repo_url: &repo_url,
         sha: spec.sha,
         token: Some(&token),
+        baseline: spec.pristine,
     };
     if let Err(e) = env.sandbox.checkout(sandbox, &checkout).await {
         revoke(env, &token).await;

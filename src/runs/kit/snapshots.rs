@@ -52,14 +52,15 @@ pub fn prefix_of(instance_id: &str) -> String {
     format!("snapshots/{instance_id}/")
 }
 
-/// What a snapshot after `step` holds changes since: the one before it when
-/// the step ran on the same agent; else the step's own start (a new
-/// container, restored before the step began); for a job's first, the
-/// checkout (None here: `since_checkout`).
+/// What a snapshot after a step holds changes since: the one before it
+/// (the agent holds that tree as its baseline) when the step ran on the
+/// same agent; else (a new container, where the step's tree was restored
+/// over a fresh checkout), and for a job's first, the checkout (None here:
+/// `since_checkout`). An agent without that baseline takes all of it.
 pub fn since_of(previous: Option<&StepSnapshot>, started: Option<&AgentTime>) -> Option<AgentTime> {
     let previous = previous?;
     match started {
-        Some(started) if started.agent != previous.taken.agent => Some(started.clone()),
+        Some(started) if started.agent != previous.taken.agent => None,
         _ => Some(previous.taken.clone()),
     }
 }
@@ -157,7 +158,7 @@ pub async fn restore_chain(
             .await
         {
             Ok(_) => {}
-            Err(e) if e.code == GONE => return Ok(false),
+            Err(e) if UNRESTORABLE.contains(&e.code.as_str()) => return Ok(false),
             Err(e) => {
                 let mut f = snapshot_failure(e);
                 f.message = format!("restoring the workspace from {}: {}", s.key, f.message);
@@ -168,8 +169,16 @@ pub async fn restore_chain(
     Ok(true)
 }
 
-/// The code `Archives::restore` gives an archive R2 no longer holds.
-const GONE: &str = "artifact_gone";
+/// What `Archives::restore` says of a snapshot that will never unpack:
+/// gone from R2 (the job ended and was restarted), not the recorded
+/// bytes, refused by tar (a directory a step replaced by a file), no
+/// manifest. The job runs again from its first step instead.
+const UNRESTORABLE: [&str; 4] = [
+    "artifact_gone",
+    "archive_corrupt",
+    "archive_failed",
+    "snapshot_manifest_missing",
+];
 
 /// Deletes an instance's snapshots (its job ended, or the sweep purges
 /// it); best effort, bounded by what one listing returns.
@@ -232,14 +241,9 @@ mod tests {
             since_of(Some(&before), ran_on(Some("a"), 150).as_ref()),
             Some(before.taken.clone())
         );
-        // A new container restored the chain before the step began.
-        assert_eq!(
-            since_of(Some(&before), ran_on(Some("b"), 7).as_ref()),
-            Some(AgentTime {
-                agent: "b".into(),
-                ms: 7
-            })
-        );
+        // A new container restored the chain over its checkout before the
+        // step began: what differs from that checkout.
+        assert_eq!(since_of(Some(&before), ran_on(Some("b"), 7).as_ref()), None);
         // An agent that does not say: the one before's time, which another
         // agent does not trust (the snapshot is whole).
         assert_eq!(

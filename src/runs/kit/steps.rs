@@ -213,6 +213,37 @@ async fn check_out_again(
     .await
 }
 
+/// `command` as inline code on one line: newlines as spaces, fenced by one
+/// backtick more than its longest run of them (CommonMark), so nothing in
+/// it reads as Markdown or ends a list item.
+fn code(command: &str) -> String {
+    let flat: String = command
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let longest = flat.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    match longest {
+        0 => format!("`{flat}`"),
+        n => {
+            let fence = "`".repeat(n + 1);
+            format!("{fence} {flat} {fence}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::code;
+
+    #[test]
+    fn a_step_reads_as_one_line_of_code_whatever_it_holds() {
+        assert_eq!(code("npm test"), "`npm test`");
+        assert_eq!(code("echo `date`"), "`` echo `date` ``");
+        assert_eq!(code("a\n```\n# b"), "```` a ``` # b ````");
+        assert!(!code("x\ny").contains('\n'));
+    }
+}
+
 /// The check summary's list of steps: each with how it ended and its time,
 /// and those not run.
 pub fn summary(run: &StepsRun, commands: &[&str]) -> String {
@@ -236,9 +267,13 @@ pub fn summary(run: &StepsRun, commands: &[&str]) -> String {
                         snap.duration_ms as f64 / 1000.0
                     )
                 });
-                format!("{}. `{command}` {how} in {seconds:.1} s{snapshot}", i + 1)
+                format!(
+                    "{}. {} {how} in {seconds:.1} s{snapshot}",
+                    i + 1,
+                    code(command)
+                )
             }
-            None => format!("{}. `{command}` not run", i + 1),
+            None => format!("{}. {} not run", i + 1, code(command)),
         };
         lines.push(line);
     }

@@ -677,13 +677,7 @@ async fn check_held(
 ) -> Result<Verdict, RunError> {
     let timeout_ms =
         command_timeout_ms(command.timeout).map_err(|m| RunError::InvalidInput { message: m })?;
-    let mut vars = crate::runs::kit::command::input_vars(&input.inputs);
-    vars.extend(command.vars.clone());
-    vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
-    vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
-    if let Some(pr) = input.pr_number {
-        vars.insert("SLUICE_PR".to_owned(), pr.to_string());
-    }
+    let vars = command_vars(input, command);
     let spec = CommandSpec {
         step: crate::runs::kit::command::CHECK_COMMAND_STEP,
         repo: &input.repo,
@@ -697,7 +691,9 @@ async fn check_held(
         restore: command.restore,
         prepared: false,
         continues: None,
-        pristine: false,
+        // A job of steps checks out for its first step (a cache's restore
+        // first): keep that tree as the first snapshot's baseline.
+        pristine: !command.steps.is_empty(),
     };
     let caches = input.cache_scope.as_ref().map(|scope| Caches {
         repo: &input.repo,
@@ -736,6 +732,19 @@ async fn check_held(
         }
     }
     Ok(with_notes(verdict, &notes))
+}
+
+/// The command's environment: the dispatch's inputs, the unit's matrix
+/// and shard, and what the commit is.
+fn command_vars(input: &CheckInput, command: &Command<'_>) -> BTreeMap<String, String> {
+    let mut vars = crate::runs::kit::command::input_vars(&input.inputs);
+    vars.extend(command.vars.clone());
+    vars.insert("SLUICE_SHA".to_owned(), input.sha.clone());
+    vars.insert("SLUICE_REPO".to_owned(), input.repo.clone());
+    if let Some(pr) = input.pr_number {
+        vars.insert("SLUICE_PR".to_owned(), pr.to_string());
+    }
+    vars
 }
 
 /// Runs the check's command, or its job's steps: the verdict, and the
