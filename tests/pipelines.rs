@@ -1394,6 +1394,15 @@ fn a_workspace_lost_at_every_run_through_ends_the_job_saying_so() {
         .summary()
         .to_owned();
     assert!(summary.contains("lost 3 times"), "{summary}");
+    let errored = rig.record(&unit);
+    assert!(
+        errored
+            .error_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("lost 3 times"),
+        "{errored:?}"
+    );
 }
 
 /// Schedules of the multi-step model.

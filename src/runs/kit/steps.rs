@@ -74,6 +74,7 @@ pub async fn run_steps(
     commands: &[&str],
     snapshot: bool,
 ) -> Result<StepsRun, RunError> {
+    let mut lost_at = 0;
     for again in 0..RUN_THROUGHS_MAX {
         if again > 0 {
             check_out_again(ctx, env, base, again).await?;
@@ -84,16 +85,25 @@ pub async fn run_steps(
             snapshot,
             again,
         };
-        if let Some(steps) = run_through(ctx, env, &through).await? {
-            return Ok(StepsRun { steps, again });
+        match run_through(ctx, env, &through).await? {
+            Through::Ended(steps) => return Ok(StepsRun { steps, again }),
+            Through::Lost(index) => lost_at = index,
         }
     }
     Err(RunError::NonRetryable {
-        step: step_name(commands.len().saturating_sub(1), RUN_THROUGHS_MAX - 1),
+        step: step_name(lost_at, RUN_THROUGHS_MAX - 1),
         failure: FailureTag::SandboxUnavailable.fatal(format!(
             "the workspace was lost {RUN_THROUGHS_MAX} times with nothing to resume from"
         )),
     })
+}
+
+/// How a run-through ended.
+enum Through {
+    /// Its steps, up to the first that failed.
+    Ended(Vec<StepRun>),
+    /// This step found its workspace lost with nothing to restore it.
+    Lost(usize),
 }
 
 struct RunThrough<'a> {
@@ -103,13 +113,13 @@ struct RunThrough<'a> {
     again: u32,
 }
 
-/// One run-through of the steps; None when a later step found its
+/// One run-through of the steps; `Lost` when a later step found its
 /// workspace lost with nothing to restore it.
 async fn run_through(
     ctx: &Ctx<'_>,
     env: &RunEnv<'_>,
     t: &RunThrough<'_>,
-) -> Result<Option<Vec<StepRun>>, RunError> {
+) -> Result<Through, RunError> {
     let base = t.base;
     let mut chain: Vec<StepSnapshot> = Vec::new();
     let mut chained = t.snapshot;
@@ -136,7 +146,7 @@ async fn run_through(
             ..*base
         };
         let Some(result) = run_step_command(ctx, env, &spec).await? else {
-            return Ok(None);
+            return Ok(Through::Lost(i));
         };
         let ok = passed(&result);
         let snapshot = match ok && i + 1 < t.commands.len() && chained {
@@ -154,7 +164,7 @@ async fn run_through(
             break;
         }
     }
-    Ok(Some(done))
+    Ok(Through::Ended(done))
 }
 
 /// The snapshots step `index` may be restored from: one per step before
