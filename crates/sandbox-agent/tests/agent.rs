@@ -544,7 +544,8 @@ fn checkout_is_fresh_each_time_and_can_be_probed_and_deleted() {
     assert_eq!(status, 200);
     assert_eq!(
         reply,
-        json!({"workspace": "w1", "exists": true, "sha": repo.second_sha})
+        json!({"workspace": "w1", "exists": true, "sha": repo.second_sha, "pristine": true}),
+        "a checkout no process ran in yet"
     );
     let (status, reply) = agent.call("DELETE", "/v1/workspaces/w1", None);
     assert_eq!((status, reply), (200, json!({"deleted": true})));
@@ -552,7 +553,7 @@ fn checkout_is_fresh_each_time_and_can_be_probed_and_deleted() {
     let (_, reply) = agent.get("/v1/workspaces/w1");
     assert_eq!(
         reply,
-        json!({"workspace": "w1", "exists": false, "sha": null})
+        json!({"workspace": "w1", "exists": false, "sha": null, "pristine": false})
     );
     let (status, reply) = agent.call("DELETE", "/v1/workspaces/w1", None);
     assert_eq!((status, reply), (200, json!({"deleted": false})));
@@ -1492,7 +1493,10 @@ fn a_restarted_agent_keeps_its_workspaces_and_kills_what_the_last_one_left() {
         Vec::<u32>::new(),
         "killed before the agent was ready"
     );
-    let (_, after) = second.get("/v1/workspaces/w");
+    let (_, mut after) = second.get("/v1/workspaces/w");
+    // A new agent does not know what ran in it: never pristine to it.
+    assert_eq!(after["pristine"], false, "{after}");
+    after["pristine"] = before["pristine"].clone();
     assert_eq!(after, before, "the workspace is still there");
     assert_eq!(
         second.exec("w", "id -u", 10_000)["output"],
