@@ -163,13 +163,14 @@ fn pack_archive(state: &State, request: &mut Request, id: &str) -> Result<Snapsh
             (None, false) => None,
         };
         let baseline = since_ms.and_then(|ms| ws.baseline(id, ms));
-        let mut snapshot = ws.with_claimed(id, |path, run_as| {
-            scratch.snapshot(path, run_as, baseline.as_deref())
-        })?;
-        if let Some(tree) = snapshot.baseline.take() {
-            ws.keep_baseline(id, tree);
-        }
-        return Ok(snapshot);
+        return ws.with_claimed(id, |path, run_as| {
+            let mut snapshot = scratch.snapshot(path, run_as, baseline.as_deref())?;
+            // Inside the claim: no checkout can come between the tree and its baseline.
+            if let Some(tree) = snapshot.baseline.take() {
+                ws.keep_baseline(id, tree);
+            }
+            Ok(snapshot)
+        });
     }
     validate_patterns(&req.patterns)?;
     state

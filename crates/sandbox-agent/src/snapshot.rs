@@ -34,10 +34,28 @@ use crate::users::RunAs;
 /// 10 ms); 100 ms is ten ticks at the slowest rate and costs only the files changed in it.
 const CTIME_SLACK_MS: u64 = 100;
 
-/// Where a workspace's objects live: never pruned. They are named by their content, so one
-/// more is harmless, and a fresh checkout's pack may be named otherwise than the one the
-/// snapshot's manifest saw.
+/// Where a workspace's objects live (`content_addressed`).
 const GIT_OBJECTS: &[u8] = b".git/objects/";
+/// The marker of a checkout fetched at depth 1 (the agent's usual); a full-history fetch (its
+/// fallback) leaves none. A chain taken over one shape does not restore over the other.
+const GIT_SHALLOW: &[u8] = b".git/shallow";
+
+/// A git object or pack, named by its content: never pruned (one more is harmless, and a fresh
+/// checkout's pack may be named otherwise than the one the manifest saw), and judged changed
+/// by path and inode alone (a kept pack's hard links change its ctime, never its bytes).
+fn content_addressed(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(GIT_OBJECTS) else {
+        return false;
+    };
+    let hex = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_hexdigit);
+    if let Some(pack) = rest.strip_prefix(b"pack/pack-") {
+        return [&b".pack"[..], b".idx", b".rev", b".bitmap"]
+            .iter()
+            .any(|ext| pack.strip_suffix(*ext).is_some_and(hex));
+    }
+    matches!(rest.split(|b| *b == b'/').collect::<Vec<_>>().as_slice(),
+        [dir, file] if dir.len() == 2 && hex(dir) && file.len() == 38 && hex(file))
+}
 
 /// A snapshot made: the archive, when its walk began (by this agent's clock), whether it holds
 /// every entry, and the tree it saw (the next one's baseline).
@@ -60,27 +78,38 @@ impl Snapshot {
     }
 }
 
-/// A workspace's tree as this agent saw it at `ms`: each path's inode.
+/// A workspace's tree as this agent saw it at `ms`: each path's inode and change time.
 pub struct Baseline {
     pub ms: u64,
-    inodes: HashMap<Vec<u8>, u64>,
+    seen: HashMap<Vec<u8>, (u64, u64)>,
 }
 
 impl Baseline {
     /// The tree of `workspace` now.
     pub fn of(workspace: &Path) -> Result<Baseline, ApiError> {
         let ms = now_ms();
-        let inodes = walk(workspace)?
-            .into_iter()
-            .map(|e| (e.name, e.ino))
-            .collect();
-        Ok(Baseline { ms, inodes })
+        Ok(Baseline::from_walk(ms, walk(workspace)?))
     }
 
-    /// Whether `e` is not as this baseline saw it.
+    fn from_walk(ms: u64, entries: Vec<Entry>) -> Baseline {
+        let seen = entries
+            .into_iter()
+            .map(|e| (e.name, (e.ino, e.changed_ms)))
+            .collect();
+        Baseline { ms, seen }
+    }
+
+    /// Whether `e` is not as this baseline saw it: another path or inode; for all but
+    /// content-addressed objects, another change time (a file system that keeps whole seconds,
+    /// a clock stepped back) or one since the baseline, less the slack.
     fn differs(&self, e: &Entry) -> bool {
-        self.inodes.get(&e.name) != Some(&e.ino)
-            || e.changed_ms >= self.ms.saturating_sub(CTIME_SLACK_MS)
+        let Some(&(ino, changed_ms)) = self.seen.get(&e.name) else {
+            return true;
+        };
+        ino != e.ino
+            || (!content_addressed(&e.name)
+                && (changed_ms != e.changed_ms
+                    || e.changed_ms >= self.ms.saturating_sub(CTIME_SLACK_MS)))
     }
 }
 
@@ -179,15 +208,11 @@ impl Scratch {
         let removed = self.remove_manifest(workspace, run_as);
         let packed = packed?;
         removed?;
-        let inodes = entries.into_iter().map(|e| (e.name, e.ino)).collect();
         Ok(Snapshot {
             packed,
             taken_ms,
             full: baseline.is_none(),
-            baseline: Some(Baseline {
-                ms: taken_ms,
-                inodes,
-            }),
+            baseline: Some(Baseline::from_walk(taken_ms, entries)),
         })
     }
 
@@ -237,8 +262,9 @@ impl Scratch {
     }
 
     /// After a job's last snapshot was unpacked: removes every entry its manifest does not
-    /// list (what a step deleted, or what the checkout had and the step removed), never under
-    /// `.git/objects/`, then the manifest; how many entries went.
+    /// list (what a step deleted, or what the checkout had and the step removed), never a git
+    /// object or pack, then the manifest; how many entries went. A chain over a checkout of
+    /// another shape (shallow or full) is refused: its objects are not the ones the tree needs.
     pub fn prune(&self, workspace: &Path, run_as: RunAs) -> Result<usize, ApiError> {
         let out = self.temp().map_err(internal)?;
         let stdin = self.temp().map_err(internal)?;
@@ -255,6 +281,16 @@ impl Scratch {
             .map_err(internal)?;
         let kept: HashSet<&[u8]> = text.split(|b| *b == 0).filter(|n| !n.is_empty()).collect();
         let entries = walk(workspace)?;
+        let shallow = entries.iter().any(|e| e.name == GIT_SHALLOW);
+        if shallow != kept.contains(GIT_SHALLOW) {
+            self.remove_manifest(workspace, run_as)?;
+            return Err(ApiError::new(
+                422,
+                "snapshot_base_differs",
+                "the checkout under the snapshots was fetched otherwise (shallow or full) than \
+                 the one they were taken over",
+            ));
+        }
         let extra = extras(&entries, &kept);
         if !extra.is_empty() {
             let list = listing(self, &extra)?;
@@ -268,7 +304,7 @@ impl Scratch {
 }
 
 /// The entries `kept` does not list, outermost only (a removed directory takes what it
-/// holds), never under `.git/objects/`.
+/// holds), never a git object or pack.
 fn extras<'e>(entries: &'e [Entry], kept: &HashSet<&[u8]>) -> Vec<&'e [u8]> {
     let mut extra: Vec<&[u8]> = Vec::new();
     let mut removed: HashSet<&[u8]> = HashSet::new();
@@ -279,10 +315,38 @@ fn extras<'e>(entries: &'e [Entry], kept: &HashSet<&[u8]>) -> Vec<&'e [u8]> {
             .iter()
             .enumerate()
             .any(|(i, b)| *b == b'/' && removed.contains(&name[..i]));
-        if !under_removed && !name.starts_with(GIT_OBJECTS) && !kept.contains(name) {
+        if !under_removed && !content_addressed(name) && !kept.contains(name) {
             extra.push(name);
             removed.insert(name);
         }
     }
     extra
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_addressed;
+
+    #[test]
+    fn only_objects_and_packs_named_by_their_content_are_content_addressed() {
+        for name in [
+            ".git/objects/ab/0123456789abcdef0123456789abcdef012345",
+            ".git/objects/pack/pack-0123abcd.pack",
+            ".git/objects/pack/pack-0123abcd.idx",
+            ".git/objects/pack/pack-0123abcd.rev",
+        ] {
+            assert!(content_addressed(name.as_bytes()), "{name}");
+        }
+        for name in [
+            ".git/objects/info/alternates",
+            ".git/objects/pack/pack-0123abcd.keep",
+            ".git/objects/pack/multi-pack-index",
+            ".git/objects/ab",
+            ".git/objects/zz/0123456789abcdef0123456789abcdef012345",
+            ".git/shallow",
+            "src/objects/ab/0123456789abcdef0123456789abcdef012345",
+        ] {
+            assert!(!content_addressed(name.as_bytes()), "{name}");
+        }
+    }
 }

@@ -409,7 +409,10 @@ impl Workspaces {
         match self.fetch_or_reuse(&git, repo_url, &sha) {
             Ok(()) => {
                 // Walked before any process can run in it: the first snapshot's baseline.
-                let tree = baseline.then(|| Baseline::of(&path)).transpose()?;
+                // A tree too large to walk has none: the first snapshot is whole.
+                let tree = baseline.then(|| Baseline::of(&path)).and_then(|walked| {
+                    walked.map_err(|e| eprintln!("warning: {}", e.message)).ok()
+                });
                 let ended_ms = tree.as_ref().map_or_else(crate::snapshot::now_ms, |t| t.ms);
                 lock(&self.table)
                     .checked_out

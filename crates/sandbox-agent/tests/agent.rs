@@ -2284,6 +2284,42 @@ fn snapshots_of_two_steps_restore_the_tree_the_second_left() {
     }
     restore_chain(&agent, "second", &[&one, &two], "step-2");
     assert_restored_as(&agent, "second", "first");
+    refused_over_a_full_checkout(&agent, &repo);
+}
+
+/// A chain taken over a checkout of another shape (full history, no `.git/shallow`: the
+/// agent's fallback fetch) is refused over a shallow one rather than left without the objects
+/// its tree's history needs, and no step is named as having left it.
+fn refused_over_a_full_checkout(agent: &Agent, repo: &Repo) {
+    for ws in ["full", "third"] {
+        let mut body = checkout_body(ws, &repo.url, &repo.second_sha);
+        body["baseline"] = json!(true);
+        assert_eq!(agent.post("/v1/workspaces", body).0, 201);
+    }
+    let unshallowed = agent.exec("full", "rm .git/shallow", 10_000);
+    assert_eq!(unshallowed["exit_code"], 0, "{unshallowed}");
+    let (_, taken) = snapshot_since_checkout(agent, "full");
+    let bearer = format!("Bearer {}", agent.token.clone().expect("token"));
+    let gzip = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/gzip"),
+    ];
+    let path = format!(
+        "/v1/workspaces/third/archive?sha256={}&prune=true&after=step-x",
+        sha256_hex(&taken)
+    );
+    let (status, _, body) = agent.exchange_bytes("PUT", &path, &gzip, &taken);
+    let reply: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(
+        (status, error_code(&reply)),
+        (422, "snapshot_base_differs"),
+        "{reply}"
+    );
+    let (_, state) = agent.get("/v1/workspaces/third");
+    assert_ne!(
+        state["last_process"], "step-x",
+        "a refused tree is named by no step: {state}"
+    );
 }
 
 /// `restored` holds `original`'s tree (but git's own records of its checkout, which carry its

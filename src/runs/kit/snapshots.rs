@@ -172,12 +172,14 @@ pub async fn restore_chain(
 /// What `Archives::restore` says of a snapshot that will never unpack:
 /// gone from R2 (the job ended and was restarted), not the recorded
 /// bytes, refused by tar (a directory a step replaced by a file), no
-/// manifest. The job runs again from its first step instead.
-const UNRESTORABLE: [&str; 4] = [
+/// manifest, a checkout of another shape under them (shallow or full). The
+/// job runs again from its first step instead.
+const UNRESTORABLE: [&str; 5] = [
     "artifact_gone",
     "archive_corrupt",
     "archive_failed",
     "snapshot_manifest_missing",
+    "snapshot_base_differs",
 ];
 
 /// Deletes an instance's snapshots (its job ended, or the sweep purges
