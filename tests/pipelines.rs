@@ -1539,3 +1539,70 @@ fn assert_steps_on_their_trees(rig: &Rig, unit: &Inst, schedule: u64) {
         );
     }
 }
+
+const STEPS_CACHED: &str = "[jobs.build]\n\
+    steps = [\"./install.sh\", \"./compile.sh\"]\n\
+    cache = [{ paths = [\"node_modules\"], key_files = [\"package-lock.json\"] }]\n\
+    artifacts = [\"dist/**\"]\n";
+
+/// A job of steps with a cache and artifacts, as a Node project moving
+/// from GitHub Actions writes one: the cache is restored into the one
+/// checkout before the first step (no second checkout, no second token),
+/// the first snapshot is taken over that checkout, and the cache and the
+/// artifacts are saved once, after the last step passed.
+#[test]
+fn a_job_of_steps_restores_its_cache_before_the_first_and_saves_after_the_last() {
+    use sluice::runs::inputs::CacheScope;
+    let rig = Rig::new();
+    rig.sandbox.script("./install.sh", 0, "installed\n");
+    rig.sandbox.script("./compile.sh", 0, "compiled\n");
+    let scope = || CacheScope::pull(PR_NUMBER, false, Some("main"));
+    for (round, head) in [(0, sha('a')), (1, sha('b'))] {
+        rig.github
+            .commit(REPO, &head, &[(".sluice.toml", STEPS_CACHED)]);
+        rig.github.set_pull_head(REPO, PR_NUMBER, &head);
+        let parent = scoped_check(&rig, &head, None, Some(scope()), "pr1");
+        rig.pass(&parent);
+        let unit = spawned(&rig).pop().expect("the build unit").1;
+        let tokens = rig.github.calls_to("token").len();
+        assert_eq!(rig.run_to_end(&unit), Status::Complete);
+        assert_eq!(conclusion(&rig, &head, "sluice/build"), "success");
+        assert_eq!(
+            rig.sandbox.checkouts_in(&unit.id).len(),
+            1,
+            "round {round}: one checkout"
+        );
+        assert_eq!(
+            rig.github.calls_to("token").len() - tokens,
+            1,
+            "round {round}: one token"
+        );
+        let commands: Vec<String> = started(&rig, &unit).into_iter().map(|(c, _)| c).collect();
+        assert_eq!(commands, ["./install.sh", "./compile.sh"]);
+        let names: Vec<String> = rig.journal(&unit).into_iter().map(|e| e.name).collect();
+        let at = |n: &str| {
+            names
+                .iter()
+                .position(|x| x == n)
+                .unwrap_or_else(|| panic!("{n}: {names:?}"))
+        };
+        assert!(at("run step 1") < at("snapshot after run step 1"));
+        assert!(at("snapshot after run step 1") < at("run step 2"));
+        assert!(at("run step 2") < at("save artifacts"), "{names:?}");
+        let caches = saved_keys(&rig);
+        assert_eq!(
+            caches.len(),
+            1,
+            "round {round}: saved once, on the first round's miss: {caches:?}"
+        );
+        if round == 1 {
+            assert_eq!(
+                unpacked_at_start(&rig, &unit.id),
+                caches,
+                "the hit, before the first step"
+            );
+        }
+        rig.deliver(&parent);
+        assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    }
+}
