@@ -2392,3 +2392,129 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Schedules of the snapshot model below, and random operations per step.
+const SNAPSHOT_SCHEDULES: u64 = 6;
+const SNAPSHOT_OPS_PER_STEP: usize = 6;
+const SNAPSHOT_STEPS: usize = 3;
+/// Between a step and its snapshot: more than the agent's 100 ms ctime slack.
+const STEP_TO_SNAPSHOT_MS: u64 = 150;
+
+/// One random change to a workspace, as a shell command on a small namespace of directories
+/// and files, so that moves, deletions and re-creations meet: what steps do to a tree.
+fn random_op(next: &mut dyn FnMut(u64) -> u64) -> String {
+    let d = |n: u64| format!("d{n}");
+    let f = |n: u64| format!("f{n}");
+    let (a, b, c) = (next(3), next(3), next(4));
+    match next(9) {
+        0 => format!(
+            "mkdir -p {}/{} && echo {c} > {}/{}/{}",
+            d(a),
+            d(b),
+            d(a),
+            d(b),
+            f(c)
+        ),
+        1 => format!("echo more-{c} >> {}", f(c)),
+        2 => format!("rm -rf {}", d(a)),
+        3 if a == b => "true".to_owned(),
+        3 => format!(
+            "if [ -e {} ]; then rm -rf {} && mv {} {}; fi",
+            d(a),
+            d(b),
+            d(a),
+            d(b)
+        ),
+        4 => format!(
+            "if [ -f {} ] && [ -d {} ]; then mv {} {}/{}-moved; fi",
+            f(c),
+            d(a),
+            f(c),
+            d(a),
+            f(c)
+        ),
+        5 => format!("ln -sfn {} l{a}", f(c)),
+        6 => format!("if [ -f {} ]; then truncate -s 0 {}; fi", f(c), f(c)),
+        7 => format!("rm -f {} a.txt", f(c)),
+        _ => format!(
+            "mkdir -p {} && echo n > {}/new-{c} && chmod 600 {}/new-{c}",
+            d(a),
+            d(a),
+            d(a)
+        ),
+    }
+}
+
+/// Whatever a job's steps do to its tree (random makes, appends, deletions, directory and file
+/// moves, links, truncations, removals of checked-out files), the snapshot after each step,
+/// unpacked in order over a fresh checkout and pruned, rebuilds exactly the tree the last step
+/// left: a real file system's times and inodes, not a model's.
+#[test]
+fn seeded_steps_restore_exactly_the_tree_the_last_step_left() {
+    let agent = Agent::start();
+    let repo = make_repo();
+    let mut seed: u64 = 0x736e_6170_7321;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for schedule in 0..SNAPSHOT_SCHEDULES {
+        let (ws, copy) = (format!("m{schedule}"), format!("r{schedule}"));
+        for (w, baseline) in [(&ws, true), (&copy, false)] {
+            let mut body = checkout_body(w, &repo.url, &repo.second_sha);
+            body["baseline"] = json!(baseline);
+            assert_eq!(agent.post("/v1/workspaces", body).0, 201);
+        }
+        let mut chain = Vec::new();
+        let mut since: Option<u64> = None;
+        let id = agent_id_of(&agent, &ws);
+        for step in 0..SNAPSHOT_STEPS {
+            let ops: Vec<String> = (0..SNAPSHOT_OPS_PER_STEP)
+                .map(|_| random_op(&mut next))
+                .collect();
+            let ran = agent.exec(&ws, &ops.join("; "), 10_000);
+            assert_eq!(
+                ran["exit_code"], 0,
+                "schedule {schedule} step {step}: {ran}"
+            );
+            // Past the agent's 100 ms slack: what the step did is older than the snapshot's
+            // moment, so only the baseline's paths, inodes and times can tell it changed.
+            std::thread::sleep(Duration::from_millis(STEP_TO_SNAPSHOT_MS));
+            let (head, archive) = match since {
+                None => snapshot_since_checkout(&agent, &ws),
+                Some(ms) => snapshot_of(&agent, &ws, Some((&id, ms))),
+            };
+            since = header_of(&head, "X-Sluice-Snapshot-Taken-Ms").and_then(|v| v.parse().ok());
+            chain.push(archive);
+        }
+        let refs: Vec<&Vec<u8>> = chain.iter().collect();
+        restore_chain(&agent, &copy, &refs, "step-2");
+        assert_eq!(
+            tree_of(&agent, &copy),
+            tree_of(&agent, &ws),
+            "schedule {schedule}"
+        );
+    }
+}
+
+/// The agent's id, as a process started in `workspace` reports it.
+fn agent_id_of(agent: &Agent, workspace: &str) -> String {
+    let id = format!("probe-{workspace}");
+    let body = json!({"id": id, "workspace": workspace, "timeout_ms": 10_000, "command": "true"});
+    let (status, started) = agent.post("/v1/processes", body);
+    assert_eq!(status, 201, "{started}");
+    started["agent"].as_str().expect("agent").to_owned()
+}
+
+/// A workspace's tree: every entry's type and path, every file's content hash, every link's
+/// target (git's own records of its checkout, which carry its time, aside).
+fn tree_of(agent: &Agent, workspace: &str) -> Value {
+    let listing = "find . -not -path './.git/index' -printf '%y %p %l\\n' | sort \
+                   && find . -type f -not -path './.git/index' -not -path './.git/logs/*' \
+                      -not -name FETCH_HEAD -exec sha256sum {} + | sort";
+    let seen = agent.exec(workspace, listing, 10_000);
+    assert_eq!(seen["exit_code"], 0, "{seen}");
+    seen["output"].clone()
+}
