@@ -107,12 +107,7 @@ function chromiumPath() {
 /// What a person sees of the execution page's pipeline, in a real Chromium, signed in as
 /// `npm start`'s link does: each job box's text, by job name.
 async function pipelineSeen(id) {
-  const browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
-  try {
-    const page = await (await browser.newContext()).newPage();
-    await page.goto(`${stack.url}/ui/login#token=${stack.adminToken}`);
-    await page.waitForURL(/\/ui\/executions$/);
-    await page.goto(`${stack.url}/ui/executions/${encodeURIComponent(id)}`);
+  return onExecutionPage(id, async (page) => {
     const boxes = page.locator('#pipeline .job');
     const seen = {};
     for (let i = 0; i < await boxes.count(); i++) {
@@ -121,6 +116,18 @@ async function pipelineSeen(id) {
     }
     seen.outcome = (await page.locator('#facts dd').first().innerText()).trim();
     return seen;
+  });
+}
+
+/// `read(page)` on execution `id`'s page in a real Chromium, signed in as `npm start`'s link does.
+async function onExecutionPage(id, read) {
+  const browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
+  try {
+    const page = await (await browser.newContext()).newPage();
+    await page.goto(`${stack.url}/ui/login#token=${stack.adminToken}`);
+    await page.waitForURL(/\/ui\/executions$/);
+    await page.goto(`${stack.url}/ui/executions/${encodeURIComponent(id)}`);
+    return await read(page);
   } finally {
     await browser.close();
   }
@@ -365,12 +372,7 @@ pipelineTest("a job's cache: saved on a miss, restored on the next run, a change
 /// What a person sees of a unit's execution page, in a real Chromium: each step row's name and
 /// the text behind its log link, the failure box when there is one.
 async function unitSeen(id) {
-  const browser = await chromium.launch({ executablePath: chromiumPath(), headless: true });
-  try {
-    const page = await (await browser.newContext()).newPage();
-    await page.goto(`${stack.url}/ui/login#token=${stack.adminToken}`);
-    await page.waitForURL(/\/ui\/executions$/);
-    await page.goto(`${stack.url}/ui/executions/${encodeURIComponent(id)}`);
+  return onExecutionPage(id, async (page) => {
     const rows = page.locator('table.steps tbody tr');
     const steps = {};
     for (let i = 0; i < await rows.count(); i++) {
@@ -385,9 +387,7 @@ async function unitSeen(id) {
     const failure = page.locator('.failure');
     const why = await failure.count() ? (await failure.innerText()).trim() : null;
     return { steps, why };
-  } finally {
-    await browser.close();
-  }
+  });
 }
 
 pipelineTest('a job of steps runs each in the tree the last left, each with its log; a failing step ends its job', async () => {

@@ -73,13 +73,30 @@ impl Scratch {
         patterns: &[String],
     ) -> Result<Packed, ApiError> {
         let names = matching_files(workspace, patterns)?;
+        let names: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        self.tar_listed(workspace, run_as, &names, names.len())
+    }
+
+    /// `names` NUL-separated in a scratch file, read back from its start.
+    pub(crate) fn listing(&self, names: &[&[u8]]) -> Result<File, ApiError> {
         let mut list = self.temp().map_err(internal)?;
-        for name in &names {
-            list.write_all(name.as_bytes()).map_err(internal)?;
+        for name in names {
+            list.write_all(name).map_err(internal)?;
             list.write_all(b"\0").map_err(internal)?;
         }
-        list.sync_data().map_err(internal)?;
-        let list = reopen_at_start(list)?;
+        reopen_at_start(list)
+    }
+
+    /// Packs exactly the entries `names` (a directory without what it holds), each taken as a
+    /// name even when it starts with a dash; `files` is what the archive says it holds.
+    pub(crate) fn tar_listed(
+        &self,
+        workspace: &Path,
+        run_as: RunAs,
+        names: &[&[u8]],
+        files: usize,
+    ) -> Result<Packed, ApiError> {
+        let list = self.listing(names)?;
         let out = self.temp().map_err(internal)?;
         let args = [
             "-czf",
@@ -92,7 +109,7 @@ impl Scratch {
         ];
         let stdout = out.try_clone().map_err(internal)?;
         self.run_tool("tar", workspace, run_as, &args, list, stdout)?;
-        self.packed(out, names.len())
+        self.packed(out, files)
     }
 
     /// The archive tar wrote to `out`, with its size and hash.

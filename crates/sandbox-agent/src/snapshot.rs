@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -174,16 +174,6 @@ fn walk(workspace: &Path) -> Result<Vec<Entry>, ApiError> {
     Ok(found)
 }
 
-/// `names` NUL-separated in a scratch file, read back from its start.
-fn listing(scratch: &Scratch, names: &[&[u8]]) -> Result<fs::File, ApiError> {
-    let mut list = scratch.temp().map_err(internal)?;
-    for name in names {
-        list.write_all(name).map_err(internal)?;
-        list.write_all(b"\0").map_err(internal)?;
-    }
-    reopen_at_start(list)
-}
-
 impl Scratch {
     /// Snapshots `workspace`: the entries that differ from `baseline`, else all of them, and
     /// the manifest of every path.
@@ -220,36 +210,11 @@ impl Scratch {
     /// file already there (`conv=excl`), which `rm` removes first (the name is Sluice's).
     fn write_manifest(&self, ws: &Path, run_as: RunAs, names: &[&[u8]]) -> Result<(), ApiError> {
         self.remove_manifest(ws, run_as)?;
-        let manifest = listing(self, names)?;
+        let manifest = self.listing(names)?;
         let out = self.temp().map_err(internal)?;
         let of = format!("of={SNAPSHOT_MANIFEST}");
         let args = [of.as_str(), "conv=excl", "status=none"];
         self.run_tool("dd", ws, run_as, &args, manifest, out)
-    }
-
-    /// Packs exactly the entries `names` (directories without what they hold), each taken as
-    /// a name even when it starts with a dash.
-    fn tar_listed(
-        &self,
-        workspace: &Path,
-        run_as: RunAs,
-        names: &[&[u8]],
-        files: usize,
-    ) -> Result<Packed, ApiError> {
-        let list = listing(self, names)?;
-        let out = self.temp().map_err(internal)?;
-        let args = [
-            "-czf",
-            "-",
-            "--null",
-            "--verbatim-files-from",
-            "--no-recursion",
-            "-T",
-            "-",
-        ];
-        let stdout = out.try_clone().map_err(internal)?;
-        self.run_tool("tar", workspace, run_as, &args, list, stdout)?;
-        self.packed(out, files)
     }
 
     fn remove_manifest(&self, workspace: &Path, run_as: RunAs) -> Result<(), ApiError> {
@@ -293,7 +258,7 @@ impl Scratch {
         }
         let extra = extras(&entries, &kept);
         if !extra.is_empty() {
-            let list = listing(self, &extra)?;
+            let list = self.listing(&extra)?;
             let args = ["-0", "rm", "-rf", "--"];
             let out = self.temp().map_err(internal)?;
             self.run_tool("xargs", workspace, run_as, &args, list, out)?;
