@@ -4,8 +4,10 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only scale|check-latency|pipelines|caches|snapshots] [-- --ack-first off]   (builds
-// the Worker first unless SLUICE_PREBUILT=1). `--only scale` runs the scale section alone (and quotes
+// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|check-latency|pipelines|caches|snapshots|profile] [-- --ack-first off]   (builds
+// the Worker first unless SLUICE_PREBUILT=1). `--only engine` runs the engine's figures against the
+// Workflows peer (steps, inline steps, sleep, events); `--only profile` a CPU profile of one creation
+// and one step (scripts/bench-profile.mjs), with no peer. `--only scale` runs the scale section alone (and quotes
 // the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
 // webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs); `--only snapshots` the agent's snapshot after a step that made that tree, after one that changed a little of it, and the restore of both over a fresh checkout (ADR-0015). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
@@ -17,6 +19,7 @@ import {
   NO_INSPECTOR_ENV, ROOT, WRANGLER_BIN, scratchRoot, delay, freePort, pollUntil, spawnGroup, startStack, stopGroup, waitForHttp, wranglerEnv,
 } from '../tools/stack/index.mjs';
 import { benchAgent, benchArchives, benchSnapshots } from './bench-agent.mjs';
+import { benchProfile } from './bench-profile.mjs';
 import { median } from './bench-stats.mjs';
 import { benchGates } from './bench-gates.mjs';
 import { benchInstall, benchPipelines } from './bench-pipelines.mjs';
@@ -111,7 +114,7 @@ function sluiceApi(stack) {
 async function benchEngine(stack, peer, tag) {
   const s = sluiceApi(stack);
   const p = peerApi(peer);
-  const out = { sSteps: [], pSteps: [], sLate: [], pLate: [], sEvent: [], pEvent: [], d1PerStep: [], writesPerStep: [] };
+  const out = { sSteps: [], sInline: [], pSteps: [], sLate: [], pLate: [], sEvent: [], pEvent: [], d1PerStep: [], writesPerStep: [] };
   for (let i = 0; i < rounds; i++) {
     // 100 no-op steps, create -> complete.
     const id = await s.create(`bench:${tag}:steps:${i}`, { steps: STEPS });
@@ -119,6 +122,10 @@ async function benchEngine(stack, peer, tag) {
     out.sSteps.push(e.execution.finished_ms - e.execution.created_ms);
     out.d1PerStep.push(e.execution.index_round_trips / STEPS);
     out.writesPerStep.push(e.execution.journal_writes / STEPS);
+    // The same as inline steps (Ctx::step_inline): plain computations, journaled together.
+    const iid = await s.create(`bench:${tag}:inline:${i}`, { steps: STEPS, inline: true });
+    const ie = await s.done(iid);
+    out.sInline.push(ie.execution.finished_ms - ie.execution.created_ms);
     const pid = `steps-${tag}-${i}`;
     const created = await p.create(pid, { steps: STEPS });
     const po = await p.done(pid);
@@ -169,6 +176,15 @@ export function printTable(rows) {
 
 async function main() {
   console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
+  if (args.only === 'profile') {
+    // Its own stack: the inspector stays off everywhere else (tools/stack/env.mjs says why).
+    const profiled = await startStack({ inspector: true });
+    try {
+      return finish(await benchProfile(profiled));
+    } finally {
+      await profiled.stop();
+    }
+  }
   // The scale section's pool: POOL_CAPACITY sandboxes, all check slots open to one repository.
   const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1), ACK_FIRST: ackFirst } });
   if (args.only === 'check-latency') {
@@ -212,10 +228,13 @@ async function main() {
     const sSteps = median(r.sSteps);
     const pSteps = median(r.pSteps);
     rows.push({ figure: `${STEPS} no-op steps, create -> complete (p50)`, sluice: fmt(sSteps), peer: fmt(pSteps), ratio: `1/${(pSteps / sSteps).toFixed(1)}`, target: '<= 1/10 of peer', met: sSteps * 10 <= pSteps });
+    const sInline = median(r.sInline);
+    rows.push({ figure: `${STEPS} no-op inline steps (Ctx::step_inline), create -> complete (p50)`, sluice: fmt(sInline), peer: fmt(pSteps), ratio: `1/${(pSteps / sInline).toFixed(1)}`, target: '<= 1/50 of peer', met: sInline * 50 <= pSteps });
     rows.push({ figure: `sleep ${SLEEP_MS} ms, lateness (p50)`, sluice: fmt(median(r.sLate)), peer: fmt(median(r.pLate)), ratio: '', target: '<= 10 ms', met: median(r.sLate) <= 10 });
     rows.push({ figure: 'send event -> resumed step (p50)', sluice: fmt(median(r.sEvent)), peer: fmt(median(r.pEvent)), ratio: '', target: '<= 5 ms', met: median(r.sEvent) <= 5 });
     rows.push({ figure: 'D1 round trips per completed step', sluice: fmt(median(r.d1PerStep), ''), peer: 'n/a', target: '~0 (one batch per pass)', met: median(r.d1PerStep) <= 0.05 });
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
+    if (args.only === 'engine') return finish(rows);
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
     rows.push(...(await benchArchives(stack, { rounds })), ...(await benchInstall(stack)));

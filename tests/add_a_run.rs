@@ -74,6 +74,7 @@ fn a_run_added_by_its_file_and_one_registry_line_runs_to_its_end() {
         ..rig.registry()
     };
     let inst = rig.create(CreateRequest {
+        indexed: false,
         key: "greet:octo/hello:ana".into(),
         run: GreetRun::NAME.as_str().into(),
         input: json!({ "name": "ana" }),

@@ -423,6 +423,7 @@ fn a_refused_action_shows_why_and_a_server_error_is_left_to_the_caller() {
 
 fn create(w: &World, key: &str, repo: &str, entity: &str) -> String {
     let req = CreateRequest {
+        indexed: false,
         key: key.into(),
         run: "probe".into(),
         input: json!({}),

@@ -654,6 +654,7 @@ fn a_rollback_is_a_new_deployment_of_the_older_commit() {
         };
         rig.github.set_head(REPO, BRANCH, s);
         let i = rig.create(CreateRequest {
+            indexed: false,
             key: format!("deploy:{REPO}:{BRANCH}:{}:{}", &s[..12], &before[..12]),
             run: "deploy".into(),
             input: json!(input),

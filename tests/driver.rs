@@ -183,6 +183,7 @@ impl Rig {
             runs: Runs::default(),
         };
         let req = CreateRequest {
+            indexed: false,
             key: format!("driver:{run}"),
             run: run.into(),
             input: Value::Null,

@@ -15,6 +15,7 @@ use sluice::engine::{
 };
 use sluice::limits::{PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
+use sluice::store::journal::JournalStore;
 
 /// The runs these tests drive; every side effect is counted in `effects`.
 #[derive(Default)]
@@ -22,6 +23,9 @@ struct Runs {
     effects: Effects,
     /// For runs whose step bodies take virtual time.
     clock: Option<common::ManualClock>,
+    /// What each async step body of `inline-mix` saw of the inline steps
+    /// before it, as it started: what could have left the instance.
+    observed: std::cell::RefCell<Vec<Vec<(String, u32)>>>,
 }
 
 fn cfg_fast(limit: u32) -> StepConfig {
@@ -197,6 +201,21 @@ impl Runs {
                 reason: Some("not-configured".into()),
                 tag: None,
             }),
+            "inline-mix" => {
+                let shape = input.as_str().unwrap_or_default().chars().collect();
+                self.inline_mix(ctx, shape).await
+            }
+            "inline-big" => {
+                // Three 300 KB results, then a computation that fails.
+                for name in ["big", "big", "big"] {
+                    ctx.step_inline(name, || Ok("x".repeat(300_000)))?;
+                }
+                ctx.step_inline("refuse", || -> Result<u32, StepFailure> {
+                    fx.hit("refuse");
+                    Err(StepFailure::retryable("Nope", "no"))
+                })?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
             "loop-sleep" => {
                 for i in 0..3 {
                     ctx.step("tick", StepConfig::default(), |_| async move { Ok(i) })
@@ -207,6 +226,37 @@ impl Runs {
             }
             other => self.changed_runs(other, ctx).await,
         }
+    }
+
+    /// Inline steps (each returns how often its body ran: a re-run shows)
+    /// among async steps that record what they saw (`observed`), steps
+    /// that hang on their first attempt (the test drops the pass: a crash),
+    /// and sleeps, in the order of `shape`.
+    async fn inline_mix(&self, ctx: &Ctx<'_>, shape: Vec<char>) -> Result<RunOutcome, RunError> {
+        let fx = &self.effects;
+        let mut seen: Vec<(String, u32)> = Vec::new();
+        for (k, op) in shape.into_iter().enumerate() {
+            let name = format!("{op}{k}");
+            match op {
+                'i' => {
+                    let v = ctx.step_inline(&name, || Ok(fx.hit(&name)))?;
+                    seen.push((name, v));
+                }
+                'a' | 'h' => {
+                    let seen = &seen;
+                    ctx.step(&name, StepConfig::default(), |_| async {
+                        self.observed.borrow_mut().push(seen.clone());
+                        if op == 'h' && fx.hit(&name) == 1 {
+                            pending::<()>().await;
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                }
+                _ => ctx.sleep(&name, 10).await?,
+            }
+        }
+        Ok(RunOutcome::Complete(Value::Null))
     }
 
     /// Runs whose code or process changes under them: a renamed step, a crash, an
@@ -267,6 +317,7 @@ impl Runs {
 
 fn req(run: &str, input: Value) -> CreateRequest {
     CreateRequest {
+        indexed: false,
         key: format!("test:{run}"),
         run: run.into(),
         input,
@@ -1020,4 +1071,133 @@ fn passes_failed_steps_and_skips_are_logged_as_json_lines() {
         assert!(!line.contains('\n'));
         assert!(serde_json::from_str::<Value>(&line).is_ok_and(|v| v.is_object()));
     }
+}
+
+/// Schedules of the seeded inline-step model, and calls in each.
+const INLINE_SCHEDULES: u64 = 200;
+const INLINE_CALLS: u64 = 14;
+/// Passes a schedule may take: a crash and a sleep each end one.
+const INLINE_PASSES_MAX: u32 = 64;
+
+/// Inline steps are journaled together, yet no effect outside the
+/// instance ever depends on an inline result that is not durable: over
+/// seeded shapes of inline steps, async steps, sleeps and crashes (an
+/// async step that hangs on its first attempt, its pass dropped after its
+/// body started, i.e. after anything it sent left), every value an async
+/// body saw is the value the journal holds at the end. A crash lands only
+/// at an await, as a Durable Object's uncommitted writes are lost back to
+/// its last one; every await of a run is a durable call, which writes the
+/// held entries first.
+#[test]
+fn seeded_inline_steps_never_change_under_an_effect_that_saw_them() {
+    let mut seed: u64 = 0x696e_6c69_6e65;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut flushes, mut crashes) = (0u32, 0u64);
+    for schedule in 0..INLINE_SCHEDULES {
+        let mut hangs = 0;
+        let shape: Vec<char> = (0..INLINE_CALLS)
+            .map(|_| match ['i', 'i', 'i', 'a', 'h', 's'][next(6) as usize] {
+                // Fewer crashes than the executor's crash-loop bound.
+                'h' if hangs + 1 >= sluice::limits::EXECUTOR_CRASHES_MAX => 'a',
+                'h' => {
+                    hangs += 1;
+                    'h'
+                }
+                op => op,
+            })
+            .collect();
+        let w = World::new();
+        let runs = Runs::default();
+        let mut r = req("inline-mix", json!(shape.iter().collect::<String>()));
+        r.key = format!("test:inline-mix:{schedule}");
+        block_on(w.engine().create(&r)).unwrap();
+        w.clock.freeze_timers(true);
+        let mut ended = false;
+        for _ in 0..INLINE_PASSES_MAX {
+            let Some(p) = w.engine().pass(&runs, &w.interrupt).now_or_never() else {
+                crashes += 1;
+                continue;
+            };
+            let p = p.expect("pass");
+            flushes += p.stats.journal_flushes;
+            match (p.status, p.wake_at_ms) {
+                (Status::Waiting, Some(wake)) => w.clock.set(wake.max(w.clock.0.get())),
+                (Status::Complete, _) => {
+                    ended = true;
+                    break;
+                }
+                other => panic!("schedule {schedule} {shape:?}: {other:?}"),
+            }
+        }
+        assert!(ended, "schedule {schedule} {shape:?} did not end");
+        let journaled: std::collections::HashMap<String, u32> = w
+            .journal
+            .entries()
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| Some((e.name, serde_json::from_str(e.value.as_deref()?).ok()?)))
+            .collect();
+        for seen in runs.observed.borrow().iter() {
+            for (name, v) in seen {
+                assert_eq!(
+                    journaled.get(name),
+                    Some(v),
+                    "schedule {schedule} {shape:?}: {name} changed after an effect saw it"
+                );
+            }
+        }
+        for (k, op) in shape.iter().enumerate() {
+            let name = format!("{op}{k}");
+            assert!(
+                *op != 'i' || journaled.contains_key(&name),
+                "schedule {schedule}: {name} journaled"
+            );
+        }
+    }
+    assert!(crashes >= INLINE_SCHEDULES / 2, "{crashes} crashes");
+    assert!(
+        u64::from(flushes) >= INLINE_SCHEDULES,
+        "{flushes} writes of held inline steps"
+    );
+}
+
+/// Held inline results are written before they pass 512 KB together, so
+/// every write fits Durable Object storage's 2 MB per value; a failing
+/// inline step is journaled at once, never retried, and replayed as failed.
+#[test]
+fn inline_steps_are_written_in_bounded_batches_and_a_failure_is_final() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("inline-big", json!(null)))).unwrap();
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Errored);
+    assert_eq!(p.stats.journal_writes, 4, "three results and the failure");
+    assert_eq!(
+        p.stats.journal_flushes, 3,
+        "each big result alone, then before the failure"
+    );
+    let entries = w.journal.entries().unwrap();
+    let names: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e.name.as_str(), e.state.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("big", "done"),
+            ("big#2", "done"),
+            ("big#3", "done"),
+            ("refuse", "failed")
+        ]
+    );
+    assert!(entries[..3]
+        .iter()
+        .all(|e| e.value.as_ref().is_some_and(|v| v.len() == 300_002)));
+    assert_eq!(row(&w, &c.id).error_tag.as_deref(), Some("NonRetryable"));
+    assert_eq!(runs.effects.count("refuse"), 1, "not retried");
 }

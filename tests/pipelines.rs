@@ -12,6 +12,7 @@ use common::fakes::*;
 use serde_json::json;
 use sluice::engine::{Command, CreateRequest, Status};
 use sluice::runs::inputs::{CheckInput, PullNumber};
+use sluice::store::executions;
 
 const THREE_JOBS: &str = "[jobs.lint]\ncommand = \"./lint.sh\"\n\n\
     [jobs.test]\ncommand = \"./test.sh\"\n\n\
@@ -49,6 +50,7 @@ fn scoped_check(
         cache_scope,
     };
     rig.create(CreateRequest {
+        indexed: false,
         key: format!("check:{REPO}:{}:{tail}", &head[..12]),
         run: "check".into(),
         input: json!(input),
@@ -318,6 +320,64 @@ fn shards_start_at_once_and_a_failed_one_cancels_its_siblings() {
     assert_eq!(conclusion(&rig, &a, "sluice/node (node 22)"), "success");
 }
 
+/// The D1 calls of a parent's first pass, which starts a wave of `shards`
+/// units, and of creating the units' objects; the rig, its parent, and
+/// the units asked for (not yet created).
+fn first_wave(shards: u32) -> (Rig, Inst, u32, Vec<CreateRequest>) {
+    let a = sha('a');
+    let config = format!("[jobs.suite]\ncommand = \"./suite.sh\"\nshards = {shards}\n");
+    let rig = rig_with(&config, &a);
+    rig.sandbox.script("./suite.sh", 0, "ok\n");
+    let parent = pr_check(&rig, &a, None);
+    let before = rig.index.calls.get();
+    rig.pass(&parent);
+    let calls = rig.index.calls.get() - before;
+    let asked: Vec<CreateRequest> = rig.spawner.spawned.borrow_mut().drain(..).collect();
+    (rig, parent, calls, asked)
+}
+
+/// A wave's units are indexed in one D1 batch, so its D1 calls do not grow
+/// with its width, and their objects write nothing to D1 when created. A
+/// unit whose create never reaches its object is still listed, queued,
+/// and the sweep's poke creates it: the pipeline ends as if nothing was
+/// lost (issue 26, item 2).
+#[test]
+fn a_wave_of_units_costs_one_d1_batch_and_a_lost_create_is_swept() {
+    let (_, _, narrow, _) = first_wave(2);
+    let (rig, parent, wide, mut asked) = first_wave(16);
+    assert_eq!(narrow, wide, "the parent's D1 calls for 2 units and for 16");
+    assert_eq!(asked.len(), 16);
+    assert!(
+        asked.iter().all(|c| c.indexed),
+        "every unit's row was written"
+    );
+    let lost = asked.remove(5);
+    let listed = |id: &str| block_on(executions::get(rig.index.as_ref(), id)).unwrap();
+    let row = listed(lost.id().as_str()).expect("the lost unit is listed");
+    assert_eq!(row.status, "queued");
+    let before = rig.index.calls.get();
+    let mut units: Vec<Inst> = asked.into_iter().map(|c| rig.create(c)).collect();
+    assert_eq!(
+        rig.index.calls.get(),
+        before,
+        "the objects' creates wrote nothing to D1"
+    );
+    for u in &units {
+        assert_eq!(rig.run_to_end(u), Status::Complete);
+        assert!(listed(&u.id).is_some_and(|r| r.status == "complete"));
+    }
+    rig.clock.advance(sluice::limits::SWEEP_OVERDUE_MS + 1);
+    rig.sweep();
+    assert_eq!(*rig.pokes.poked.borrow(), [lost.id().to_string()]);
+    units.extend(rig.create_poked());
+    assert_eq!(rig.run_to_end(units.last().unwrap()), Status::Complete);
+    rig.deliver(&parent);
+    assert_eq!(rig.run_to_end(&parent), Status::Complete);
+    let a = sha('a');
+    assert_eq!(conclusion(&rig, &a, "sluice/check"), "success");
+    assert_eq!(conclusion(&rig, &a, "sluice/suite (6/16)"), "success");
+}
+
 /// A job whose `paths` no changed file matches concludes `skipped` "no
 /// matching change" without a child; the jobs that need it run.
 #[test]
@@ -489,6 +549,8 @@ fn seeded_pipelines_keep_needs_order_and_end_every_job() {
     }
     assert!(passed >= SCHEDULES / 5, "{passed} passed");
     assert!(failed >= SCHEDULES / 5, "{failed} failed");
+    let swept = SWEPT_UNITS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(swept >= 10, "only {swept} lost creates were swept up");
 }
 
 fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64) -> u64) -> String {
@@ -531,7 +593,9 @@ fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64)
                 // The Worker's terminator: a restart's ends of the previous
                 // generation's units land some operations later.
                 rig.apply_terminations(&units.iter().collect::<Vec<_>>());
-                spawn_new(&rig, &mut units);
+                // Now and then one unit's create never reaches its object:
+                // its row, written with the wave's, is the sweep's to poke.
+                spawn_new(&rig, &mut units, next(4) == 0);
             }
         }
         assert_needs_order(&rig, &a, schedule);
@@ -543,12 +607,34 @@ fn pipeline_schedule(schedule: u64, test_passes: bool, next: &mut dyn FnMut(u64)
 }
 
 /// Creates each unit asked for once (a second spawn of a key is the
-/// instance it names, as the Worker's create is).
-fn spawn_new(rig: &Rig, units: &mut Vec<Inst>) {
+/// instance it names, as the Worker's create is); with `lose_one`, the
+/// first new one's create is lost on its way to its object.
+fn spawn_new(rig: &Rig, units: &mut Vec<Inst>, mut lose_one: bool) {
     let asked: Vec<CreateRequest> = rig.spawner.spawned.borrow_mut().drain(..).collect();
     for create in asked {
         if !units.iter().any(|u| u.id == create.id().as_str()) {
+            if std::mem::take(&mut lose_one) {
+                continue;
+            }
             units.push(rig.create(create));
+        }
+    }
+}
+
+/// Units the seeded model's sweeps created after their create was lost.
+static SWEPT_UNITS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The cron sweep, once the rows of lost creates are overdue: each poke of
+/// an instance without an object creates it, as the object does.
+fn sweep_lost(rig: &Rig, parent: &Inst, units: &mut Vec<Inst>) {
+    rig.clock.advance(sluice::limits::SWEEP_OVERDUE_MS + 1);
+    rig.sweep();
+    let poked: Vec<CreateRequest> = rig.pokes.requests.borrow_mut().drain(..).collect();
+    for create in poked {
+        let id = create.id();
+        if id.as_str() != parent.id && !units.iter().any(|u| u.id == id.as_str()) {
+            units.push(rig.create(create));
+            SWEPT_UNITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -560,7 +646,8 @@ fn drain(rig: &Rig, parent: &Inst, units: &mut Vec<Inst>, schedule: u64) {
         }
         let r = rig.pass(parent);
         rig.apply_terminations(&units.iter().collect::<Vec<_>>());
-        spawn_new(rig, units);
+        spawn_new(rig, units, false);
+        sweep_lost(rig, parent, units);
         for u in units.iter() {
             if !rig.record(u).status.is_terminal() {
                 rig.run_to_end(u);

@@ -2623,6 +2623,7 @@ fn first_timer_check(rig: &Rig, s: &str) -> Inst {
         "pr_number": PR_NUMBER, "needs_approval": true,
     });
     rig.create(sluice::engine::CreateRequest {
+        indexed: false,
         key: format!("check:{REPO}:{}", &s[..12]),
         run: "check".into(),
         input,
@@ -2807,6 +2808,7 @@ fn a_bot_the_repository_ignores_starts_nothing() {
     rig.sandbox.script("cargo test", 0, "ok\n");
     let make = |sender: &str, attempt: &str| {
         rig.create(sluice::engine::CreateRequest {
+            indexed: false,
             key: format!("check:{REPO}:{}:{attempt}", &s[..12]),
             run: "check".into(),
             input: json!({"repo": REPO, "sha": s, "installation_id": INSTALLATION, "pr_number": PR_NUMBER, "sender": sender}),
@@ -2978,6 +2980,7 @@ fn a_rerun_of_a_dispatched_rollback_after_a_newer_deploy_deploys_nothing() {
         needs_check: None,
     };
     let rollback = rig.create(sluice::engine::CreateRequest {
+        indexed: false,
         key: format!("deploy:{REPO}:dispatch-feedfacefeedface"),
         run: "deploy".into(),
         input: json!(input),
@@ -3756,6 +3759,7 @@ fn a_rerun_of_the_needed_check_that_passes_lets_the_deploy_through() {
 /// The creation a check instance was made from, again.
 fn planned_check_create(check: &Inst) -> CreateRequest {
     CreateRequest {
+        indexed: false,
         key: format!("check:{REPO}:{}", &sha('a')[..12]),
         run: "check".into(),
         input: check.input.clone(),

@@ -78,6 +78,7 @@ fn sync(rig: &Rig, sha: &str) {
         sha: sha.into(),
     };
     let i = rig.create(CreateRequest {
+        indexed: false,
         key: format!("schedules:{REPO}:{}", &sha[..12]),
         run: "schedules".into(),
         input: json!(input),

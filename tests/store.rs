@@ -14,6 +14,7 @@ use sluice::store::{Database, Param, Stmt};
 
 fn create(w: &World, key: &str) -> String {
     let req = CreateRequest {
+        indexed: false,
         key: key.into(),
         run: "probe".into(),
         input: json!({}),
@@ -497,4 +498,94 @@ fn human_waits_are_the_waiting_event_waits_a_person_decides() {
     assert!(block_on(executions::human_waits(&db, &[], 10))
         .unwrap()
         .is_empty());
+}
+
+/// A pass's changed entries reach `execution_steps` field for field, in as
+/// few statements as the JSON size allows: 300 entries, half with 4,096
+/// character error messages, names in any script, are 3 statements past
+/// the record's update, and a second mirror of changed entries replaces rows.
+#[test]
+fn mirrored_steps_arrive_whole_in_a_few_statements() {
+    use sluice::journal::{Entry, EntryKind, EntryState, InstanceRecord};
+    use sluice::store::journal::JournalStore;
+    let w = World::new();
+    let id = create(&w, "mirrored");
+    let rec: InstanceRecord = w.journal.load_instance().unwrap().unwrap();
+    let entry = |seq: u32, failed: bool| Entry {
+        seq,
+        name: format!("étape «{seq}» 🚀 \"quoted\""),
+        kind: if seq % 3 == 0 {
+            EntryKind::Sleep
+        } else {
+            EntryKind::Step
+        },
+        state: if failed {
+            EntryState::Failed
+        } else {
+            EntryState::Done
+        },
+        value: (seq % 2 == 0).then(|| "x".repeat(seq as usize)),
+        error_tag: failed.then(|| "Blip".to_owned()),
+        error_message: failed.then(|| format!("{seq}: {}", "é\n".repeat(2048))),
+        attempts: seq % 4,
+        started_ms: T0 + i64::from(seq),
+        finished_ms: (seq % 5 != 0).then_some(T0 + 1_000 + i64::from(seq)),
+        wake_at_ms: (seq % 3 == 0).then_some(T0 + 2_000),
+        rev: i64::from(seq) + 1,
+    };
+    let entries: Vec<Entry> = (0..300).map(|s| entry(s, s % 2 == 1)).collect();
+    let stmts = executions::mirror_stmts(&rec, &entries, 300, T0);
+    // 150 messages of 8 KB as JSON: 1.2 MB of rows, three statements.
+    assert_eq!(stmts.len(), 4, "the record's update and three of step rows");
+    block_on(w.index.batch(stmts)).unwrap();
+    let rows = block_on(executions::steps(w.index.as_ref(), &id, 1_000)).unwrap();
+    assert_eq!(rows.len(), 300);
+    for (row, e) in rows.iter().zip(&entries) {
+        assert_eq!(
+            (
+                row.seq,
+                row.name.as_str(),
+                row.kind.as_str(),
+                row.state.as_str()
+            ),
+            (
+                i64::from(e.seq),
+                e.name.as_str(),
+                e.kind.as_str(),
+                e.state.as_str()
+            )
+        );
+        assert_eq!(row.attempts, i64::from(e.attempts));
+        assert_eq!(
+            (row.started_ms, row.finished_ms, row.wake_at_ms),
+            (e.started_ms, e.finished_ms, e.wake_at_ms)
+        );
+        assert_eq!(
+            (&row.error_tag, &row.error_message),
+            (&e.error_tag, &e.error_message)
+        );
+        assert_eq!(row.result_bytes, e.value.as_ref().map(|v| v.len() as i64));
+    }
+    let changed = Entry {
+        state: EntryState::Done,
+        error_tag: None,
+        error_message: None,
+        value: Some("42".into()),
+        ..entry(7, true)
+    };
+    block_on(
+        w.index
+            .batch(executions::mirror_stmts(&rec, &[changed], 300, T0)),
+    )
+    .unwrap();
+    let rows = block_on(executions::steps(w.index.as_ref(), &id, 1_000)).unwrap();
+    assert_eq!(rows.len(), 300);
+    assert_eq!(
+        (
+            rows[7].state.as_str(),
+            rows[7].error_message.as_deref(),
+            rows[7].result_bytes
+        ),
+        ("done", None, Some(2))
+    );
 }

@@ -47,8 +47,10 @@ pub type InterruptFlag = Rc<Cell<Option<Interrupt>>>;
 /// Per-pass counters, for tests and the benchmark.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PassStats {
-    /// Journal writes made in this pass.
+    /// Journal entries written in this pass.
     pub journal_writes: u32,
+    /// Writes of several inline steps' entries at once (`Ctx::flush`).
+    pub journal_flushes: u32,
     /// Step bodies actually executed (attempts) in this pass.
     pub bodies_run: u32,
     /// Durable calls answered from the journal.
@@ -74,12 +76,23 @@ pub struct Ctx<'a> {
     max_duration_ms: Cell<i64>,
     max_steps: u32,
     entries: RefCell<Vec<Entry>>,
+    /// Entries of inline steps not yet in the journal (`step_inline`):
+    /// written, in one statement, before the next durable call that may
+    /// start I/O and before the pass ends (`flush`).
+    unwritten: RefCell<Vec<Entry>>,
+    /// Bytes of their values and messages, bounded by `UNWRITTEN_BYTES_MAX`.
+    unwritten_bytes: Cell<usize>,
     cursor: Cell<u32>,
     occurrences: RefCell<HashMap<String, u32>>,
     next_rev: Cell<i64>,
     interrupt: InterruptFlag,
     stats: Cell<PassStats>,
 }
+
+/// Bytes of inline steps' results held before they are written together:
+/// a quarter of the 2 MB Durable Object storage allows one bound string,
+/// so one write always fits; a larger result is written on its own.
+const UNWRITTEN_BYTES_MAX: usize = 512 * 1024;
 
 /// The failure tag of an attempt that ran past its step's timeout.
 pub const TAG_STEP_TIMED_OUT: &str = "StepTimedOut";
@@ -143,6 +156,8 @@ impl<'a> Ctx<'a> {
             max_duration_ms: Cell::new(max_duration_ms),
             max_steps,
             entries: RefCell::new(entries),
+            unwritten: RefCell::new(Vec::new()),
+            unwritten_bytes: Cell::new(0),
             cursor: Cell::new(0),
             occurrences: RefCell::new(HashMap::new()),
             next_rev: Cell::new(next_rev),
@@ -300,6 +315,66 @@ impl<'a> Ctx<'a> {
         self.run_step(name, cfg, body, StepKind::Cleanup).await
     }
 
+    /// A step whose body is a plain computation, run at once: no I/O, no
+    /// await, no retry (a failure is journaled as the step's). Its entry is
+    /// held and written with those of the inline steps after it, before the
+    /// next durable call that may start I/O (a step, a sleep, a wait, a
+    /// blob read) and before the pass ends: no effect outside the instance
+    /// can depend on an inline result that is not yet durable, and a crash
+    /// before the write loses only results nobody saw, run again on replay.
+    /// A run of consecutive inline steps costs one journal write.
+    pub fn step_inline<T, F>(&self, name: &str, body: F) -> Result<T, RunError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Result<T, StepFailure>,
+    {
+        let slot = self.slot(name, EntryKind::Step)?;
+        let started_ms = match self.resume_step(&slot, StepKind::Normal)? {
+            Resumed::Value(json) => return self.decode_replayed(&slot, &json),
+            Resumed::Attempt { started_ms, .. } => started_ms,
+        };
+        self.check_interrupt()?;
+        self.bump(|s| s.bodies_run += 1);
+        match body() {
+            Ok(value) => self.complete_inline(&slot, started_ms, value),
+            Err(failure) => {
+                // A computation fails the same way again: never retried.
+                let err = RunError::NonRetryable {
+                    step: slot.name.clone(),
+                    failure,
+                };
+                Err(self.fail(&slot, EntryKind::Step, 1, started_ms, err))
+            }
+        }
+    }
+
+    /// Holds an inline step's entry (`step_inline`), writing what is held
+    /// first when it would pass `UNWRITTEN_BYTES_MAX`.
+    fn complete_inline<T: Serialize>(
+        &self,
+        slot: &Slot,
+        started_ms: i64,
+        value: T,
+    ) -> Result<T, RunError> {
+        let json = self.encode_result(slot, 1, started_ms, &value)?;
+        if self.unwritten_bytes.get() + json.len() > UNWRITTEN_BYTES_MAX {
+            self.flush()?;
+        }
+        let entry = Entry {
+            state: EntryState::Done,
+            value: Some(json),
+            attempts: 1,
+            finished_ms: Some(self.clock.now_ms()),
+            rev: self.take_rev(),
+            ..self.blank(slot, EntryKind::Step, started_ms)
+        };
+        self.unwritten_bytes
+            .set(self.unwritten_bytes.get() + entry.value.as_ref().map_or(0, String::len));
+        self.unwritten.borrow_mut().push(entry.clone());
+        self.remember(entry);
+        Ok(value)
+    }
+
     async fn run_step<T, F, Fut>(
         &self,
         name: &str,
@@ -323,6 +398,8 @@ impl<'a> Ctx<'a> {
         if kind == StepKind::Normal {
             self.check_interrupt()?;
         }
+        // The body may start I/O: what it can have read is written first.
+        self.flush()?;
         loop {
             let limit_ms = match self.attempt_limit_ms(&slot, cfg, kind, attempt, started_ms)? {
                 Some(ms) => ms,
@@ -583,6 +660,7 @@ impl<'a> Ctx<'a> {
         let blobs = self.blobs.ok_or_else(|| RunError::Store {
             message: "no object storage is configured".into(),
         })?;
+        self.flush()?;
         blobs
             .get_text(key)
             .await
@@ -691,6 +769,7 @@ impl<'a> Ctx<'a> {
                 rev: self.take_rev(),
                 ..self.blank(&slot, EntryKind::Wait, started_ms)
             };
+            self.flush()?;
             self.journal.consume_event(event.seq, &entry)?;
             self.remember(entry);
             return serde_json::from_str(&event.payload).map_err(|e| RunError::InvalidInput {
@@ -808,22 +887,39 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// One journal write: the only way the context changes the journal.
+    /// One journal write: the only way the context changes the journal
+    /// (with `flush`, whose entries it writes first, in order).
     fn write(&self, mut entry: Entry) -> Result<(), RunError> {
+        self.flush()?;
         entry.rev = self.take_rev();
         self.journal.put_entry(&entry)?;
         self.remember(entry);
         Ok(())
     }
 
-    fn complete_step<T: Serialize>(
+    /// Writes the inline steps' entries held so far, in one statement.
+    /// The executor calls it when the body returns, so a pass never ends
+    /// with an inline step unwritten.
+    pub(crate) fn flush(&self) -> Result<(), RunError> {
+        if self.unwritten.borrow().is_empty() {
+            return Ok(());
+        }
+        let entries = self.unwritten.take();
+        self.unwritten_bytes.set(0);
+        self.journal.put_entries(&entries)?;
+        self.bump(|s| s.journal_flushes += 1);
+        Ok(())
+    }
+
+    /// A step's result as the journal keeps it; too large fails the step.
+    fn encode_result<T: Serialize>(
         &self,
         slot: &Slot,
         attempt: u32,
         started_ms: i64,
-        value: T,
-    ) -> Result<T, RunError> {
-        let json = serde_json::to_string(&value).map_err(|e| RunError::InvalidStep {
+        value: &T,
+    ) -> Result<String, RunError> {
+        let json = serde_json::to_string(value).map_err(|e| RunError::InvalidStep {
             step: slot.name.clone(),
             reason: format!("result does not serialize: {e}"),
         })?;
@@ -835,6 +931,17 @@ impl<'a> Ctx<'a> {
             };
             return Err(self.fail(slot, EntryKind::Step, attempt, started_ms, err));
         }
+        Ok(json)
+    }
+
+    fn complete_step<T: Serialize>(
+        &self,
+        slot: &Slot,
+        attempt: u32,
+        started_ms: i64,
+        value: T,
+    ) -> Result<T, RunError> {
+        let json = self.encode_result(slot, attempt, started_ms, &value)?;
         self.write(Entry {
             state: EntryState::Done,
             value: Some(json),

@@ -109,6 +109,14 @@ pub struct CreateRequest {
     /// Run ceiling; default 6 h.
     #[serde(default)]
     pub max_duration_ms: Option<i64>,
+    /// The caller wrote this instance's `executions` row already, in one
+    /// batch with its siblings' (a delivery's, a parent's wave, an API
+    /// batch): the object skips its own insert, so N creations cost one D1
+    /// statement rather than N. Should the object never hear of it, the
+    /// row is queued and due, and the sweep's poke creates it. Never taken
+    /// from a request body the Worker did not build (`router` clears it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub indexed: bool,
 }
 
 impl CreateRequest {
@@ -122,6 +130,44 @@ pub struct Created {
     pub id: String,
     pub created: bool,
     pub status: Status,
+}
+
+/// Writes the `executions` rows of instances created together (a parent's
+/// wave, an API batch) in ONE D1 batch, and marks each request `indexed`
+/// so its object skips its own insert. Rows first: an object asked to
+/// create finds its row there, and a row whose object is never asked is
+/// queued and due, so the sweep's poke creates it (`runs::edge::sweep`).
+pub async fn index_creates(
+    db: &dyn Database,
+    creates: &mut [CreateRequest],
+    now_ms: i64,
+) -> Result<(), crate::store::StoreError> {
+    if creates.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<InstanceId> = creates.iter().map(CreateRequest::id).collect();
+    let inputs: Vec<String> = creates.iter().map(|c| c.input.to_string()).collect();
+    let stmts = creates
+        .iter()
+        .zip(ids.iter().zip(&inputs))
+        .map(|(c, (id, input_json))| {
+            let r = executions::Requested {
+                id: id.as_str(),
+                key: &c.key,
+                run: &c.run,
+                repo: c.repo.as_deref(),
+                entity: c.entity.as_deref(),
+                sha: c.sha.as_deref(),
+                input_json,
+            };
+            executions::insert_requested_now_stmt(&r, now_ms)
+        })
+        .collect();
+    db.batch(stmts).await?;
+    for c in creates.iter_mut() {
+        c.indexed = true;
+    }
+    Ok(())
 }
 
 /// How a pass ended.
@@ -233,11 +279,16 @@ impl<'a> Engine<'a> {
             mirror_pending: false,
         };
         let mut rec = rec;
-        // The insert below, and the record's own row.
-        rec.costs.d1_statements += 1;
-        rec.costs.d1_rows_written += 1;
+        // The record's own row, and the insert below unless the caller's
+        // batch wrote the row.
         rec.costs.do_rows_written += 1;
-        executions::insert(self.index, &rec).await?;
+        if !req.indexed {
+            rec.costs.d1_statements += 1;
+            rec.costs.d1_rows_written += 1;
+            executions::insert(self.index, &rec).await?;
+        } else {
+            rec.index_round_trips = 0;
+        }
         self.journal.save_instance(&rec)?;
         Ok(Created {
             id: rec.id,
@@ -352,6 +403,9 @@ impl<'a> Engine<'a> {
                 message: e.to_string(),
             }),
         };
+        // Inline steps' entries still held reach the journal before the
+        // pass can answer or mirror anything.
+        ctx.flush()?;
         rec.max_duration_ms = ctx.max_duration_ms();
         Ok((result, ctx.stats()))
     }
@@ -422,21 +476,19 @@ impl<'a> Engine<'a> {
             .entries_since(rec.mirrored_rev)
             .map_err(|e| e.to_string())?;
         let step_count = self.journal.entry_count().map_err(|e| e.to_string())?;
-        // This batch counts itself: one statement and one row per entry
+        let rows = executions::step_rows_stmts(&rec.id, &changed);
+        // A restart whose own index write failed left the old generation's
+        // later steps there: the journal has no step past `step_count`.
+        let stale = rec.mirror_pending.then(|| {
+            executions::delete_steps_from(&rec.id, u32::try_from(step_count).unwrap_or(u32::MAX))
+        });
+        // This batch counts itself: its statements, and one row per entry
         // and one for the record (index rows D1 also bills are not seen).
-        let sent = changed.len() as u64 + 1;
-        rec.costs.d1_statements += sent;
-        rec.costs.d1_rows_written += sent;
-        let mut stmts = executions::mirror_stmts(rec, &changed, step_count, now);
-        if rec.mirror_pending {
-            // A restart whose own index write failed left the old
-            // generation's later steps there: the journal has no step past
-            // `step_count`.
-            stmts.push(executions::delete_steps_from(
-                &rec.id,
-                u32::try_from(step_count).unwrap_or(u32::MAX),
-            ));
-        }
+        rec.costs.d1_statements += 1 + rows.len() as u64 + u64::from(stale.is_some());
+        rec.costs.d1_rows_written += changed.len() as u64 + 1;
+        let mut stmts = vec![executions::record_stmt(rec, step_count, now)];
+        stmts.extend(rows);
+        stmts.extend(stale);
         self.index.batch(stmts).await.map_err(|e| e.to_string())?;
         if let Some(max) = changed.iter().map(|e| e.rev).max() {
             rec.mirrored_rev = rec.mirrored_rev.max(max);
@@ -557,7 +609,7 @@ impl<'a> Engine<'a> {
         let sent = 1 + extra.len() as u64;
         rec.costs.d1_statements += sent;
         rec.costs.d1_rows_written += sent;
-        let mut stmts = executions::mirror_stmts(rec, &[], step_count, now);
+        let mut stmts = vec![executions::record_stmt(rec, step_count, now)];
         stmts.extend(extra);
         match self.index.batch(stmts).await {
             Ok(_) if restarted => rec.mirror_pending = false,

@@ -18,7 +18,7 @@ pub use config::{Backoff, StepConfig};
 pub use context::{BoxedBody, Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
 pub use executor::{
-    Command, CommandError, CreateRequest, Created, Engine, PassResult, RestartRequest, RunOutcome,
-    RunRegistry,
+    index_creates, Command, CommandError, CreateRequest, Created, Engine, PassResult,
+    RestartRequest, RunOutcome, RunRegistry,
 };
 pub use id::InstanceId;

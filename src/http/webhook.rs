@@ -604,6 +604,12 @@ async fn carry_out(
             executions::delivery(db, &act.delivery).await?,
         ));
     };
+    // The batch that recorded the delivery wrote every row (or found it):
+    // the objects skip their own inserts.
+    let mut creates = creates;
+    for c in &mut creates {
+        c.indexed = true;
+    }
     for (n, new) in named.iter_mut().zip(created) {
         if let Named::Instance { created, .. } = n {
             *created = new;

@@ -101,8 +101,14 @@ pub fn mirror_stmts(
     step_count: u32,
     now_ms: i64,
 ) -> Vec<Stmt> {
-    let mut stmts = Vec::with_capacity(changed.len() + 1);
-    stmts.push(stmt!(
+    let mut stmts = vec![record_stmt(rec, step_count, now_ms)];
+    stmts.extend(step_rows_stmts(rec.id.as_str(), changed));
+    stmts
+}
+
+/// The instance's own row: its state, outcome and counters.
+pub fn record_stmt(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {
+    stmt!(
         "UPDATE executions SET status = ?2, reason = ?3, error_tag = ?4, error_message = ?5, \
          wake_at_ms = ?6, output_json = ?7, step_count = ?8, updated_ms = ?9, finished_ms = ?10, \
          journal_writes = ?11, index_round_trips = ?12, passes = ?13, do_requests = ?14, \
@@ -133,27 +139,61 @@ pub fn mirror_stmts(
         rec.costs.r2_class_b as i64,
         rec.costs.github_calls as i64,
         rec.costs.sandbox_ms as i64,
-    ));
+    )
+}
+
+/// Bytes of step rows one mirror statement carries as its JSON parameter:
+/// a quarter of D1's 2,000,000-byte limit on a bound string, so a pass of
+/// 10,000 steps still fits a handful of statements.
+const STEP_ROWS_JSON_BYTES_MAX: usize = 500_000;
+
+/// The changed entries as `execution_steps` rows: one statement over a
+/// JSON array of rows (`json_each`) per `STEP_ROWS_JSON_BYTES_MAX`, not
+/// one statement per entry, so a pass that journaled 100 steps sends 2
+/// statements rather than 101, and D1 parses one.
+pub fn step_rows_stmts(id: &str, changed: &[Entry]) -> Vec<Stmt> {
+    let mut stmts = Vec::new();
+    let mut rows = String::new();
     for e in changed {
-        stmts.push(stmt!(
-            "INSERT OR REPLACE INTO execution_steps (execution_id, seq, name, kind, state, attempts, \
-             started_ms, finished_ms, wake_at_ms, error_tag, error_message, result_bytes) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            rec.id.as_str(),
+        let row = serde_json::json!([
             e.seq,
-            e.name.as_str(),
+            e.name,
             e.kind.as_str(),
             e.state.as_str(),
             e.attempts,
             e.started_ms,
             e.finished_ms,
             e.wake_at_ms,
-            e.error_tag.clone(),
-            e.error_message.clone(),
-            e.value.as_ref().map(|v| v.len() as i64),
-        ));
+            e.error_tag,
+            e.error_message,
+            e.value.as_ref().map(|v| v.len()),
+        ])
+        .to_string();
+        if !rows.is_empty() && rows.len() + row.len() + 2 > STEP_ROWS_JSON_BYTES_MAX {
+            stmts.push(step_rows_stmt(id, &rows));
+            rows.clear();
+        }
+        rows.push(if rows.is_empty() { '[' } else { ',' });
+        rows.push_str(&row);
+    }
+    if !rows.is_empty() {
+        stmts.push(step_rows_stmt(id, &rows));
     }
     stmts
+}
+
+fn step_rows_stmt(id: &str, rows: &str) -> Stmt {
+    stmt!(
+        "INSERT OR REPLACE INTO execution_steps (execution_id, seq, name, kind, state, attempts, \
+         started_ms, finished_ms, wake_at_ms, error_tag, error_message, result_bytes) \
+         SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+         json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), \
+         json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
+         json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]') \
+         FROM json_each(?2)",
+        id,
+        format!("{rows}]"),
+    )
 }
 
 /// Drops mirrored steps from `seq` on (an operator restarted the instance).
@@ -657,6 +697,25 @@ pub fn insert_requested_stmt(r: &Requested<'_>, now_ms: i64, delivery_id: &str) 
         now_ms,
         r.input_json,
         delivery_id,
+    )
+}
+
+/// The row `insert` writes, queued and due now, for an instance its
+/// caller creates together with others (`engine::index_creates`): one
+/// statement of one batch. A second insert of the id or key changes nothing.
+pub fn insert_requested_now_stmt(r: &Requested<'_>, now_ms: i64) -> Stmt {
+    stmt!(
+        "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
+         input_json, step_count, index_round_trips, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?8, 0, 1, ?7, ?7)",
+        r.id,
+        r.key,
+        r.run,
+        r.repo,
+        r.entity,
+        r.sha,
+        now_ms,
+        r.input_json,
     )
 }
 

@@ -15,6 +15,10 @@ pub trait JournalStore {
     fn entries(&self) -> Result<Vec<Entry>, StoreError>;
     /// Writes one entry (insert or replace at its `seq`).
     fn put_entry(&self, entry: &Entry) -> Result<(), StoreError>;
+    /// Writes several entries as one unit, in order (inline steps).
+    fn put_entries(&self, entries: &[Entry]) -> Result<(), StoreError> {
+        entries.iter().try_for_each(|e| self.put_entry(e))
+    }
     /// Removes entries from `seq` on (restart from a step).
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError>;
     /// Drops every event, consumed or pending (a restart starts with an
@@ -150,6 +154,15 @@ const UPSERT_ENTRY: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, sta
      error_tag, error_message, attempts, started_ms, finished_ms, wake_at_ms, rev) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
+/// `UPSERT_ENTRY` for many rows, each a JSON array in its column order.
+const UPSERT_ENTRIES: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, state, value, \
+     error_tag, error_message, attempts, started_ms, finished_ms, wake_at_ms, rev) \
+     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+     json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), \
+     json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
+     json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]'), \
+     json_extract(value, '$[11]') FROM json_each(?1) ORDER BY key";
+
 impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError> {
         let rows = self
@@ -194,6 +207,36 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
 
     fn put_entry(&self, entry: &Entry) -> Result<(), StoreError> {
         self.sql.exec(UPSERT_ENTRY, &entry_params(entry))?;
+        Ok(())
+    }
+
+    /// One statement over a JSON array of rows, not one per entry.
+    fn put_entries(&self, entries: &[Entry]) -> Result<(), StoreError> {
+        if let [one] = entries {
+            return self.put_entry(one);
+        }
+        let rows: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!([
+                    e.seq,
+                    e.name,
+                    e.kind.as_str(),
+                    e.state.as_str(),
+                    e.value,
+                    e.error_tag,
+                    e.error_message,
+                    e.attempts,
+                    e.started_ms,
+                    e.finished_ms,
+                    e.wake_at_ms,
+                    e.rev,
+                ])
+            })
+            .collect();
+        let rows = serde_json::Value::Array(rows).to_string();
+        self.sql
+            .exec(UPSERT_ENTRIES, &[Param::from(rows.as_str())])?;
         Ok(())
     }
 

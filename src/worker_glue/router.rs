@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use worker::{Context, Delay, Env, Request, Response, Result};
 
-use crate::engine::{Clock, Command, CreateRequest, Created, InstanceId};
+use crate::engine::{index_creates, Clock, Command, CreateRequest, Created, InstanceId};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
 use crate::http::ack_first::{self, create_yield_ms, Arrivals};
@@ -36,6 +36,7 @@ use crate::runs::loglink::{self, LinkError};
 use crate::runs::triggers::EventSend;
 use crate::runs::Waker;
 use crate::store::executions;
+use futures_util::StreamExt;
 
 use super::bindings::{self, text};
 use super::instances::{self, InstanceOp, InstanceWaker};
@@ -43,6 +44,10 @@ use super::platform::{FetchJwks, WebCryptoVerifier, WorkerClock, D1, R2};
 
 /// Instances one `POST /v1/executions` batch may create: bounds one request.
 const BATCH_CREATE_MAX: usize = 100;
+
+/// Objects a batch creates at once: six, Cloudflare's simultaneous open
+/// connections per request, so none waits on another for a connection.
+const BATCH_CREATE_CONCURRENCY_MAX: usize = 6;
 
 type Answer = std::result::Result<Response, ApiError>;
 
@@ -700,8 +705,11 @@ fn configuration(env: &Env) -> Value {
 async fn create_executions(req: &mut Request, env: &Env, request_id: &str) -> Answer {
     let body: Value = read_json(req).await?;
     let decode = |v: Value| {
-        let c = serde_json::from_value::<CreateRequest>(v)
+        let mut c = serde_json::from_value::<CreateRequest>(v)
             .map_err(|e| ApiError::new(422, "wrong_shape", e.to_string()))?;
+        // Only the Worker says a row is written: a caller's claim would
+        // leave an object the index never lists.
+        c.indexed = false;
         crate::runs::registry::validate_create(&c.run, &c.input)
             .map_err(|m| ApiError::new(422, "wrong_input", m))?;
         Ok::<_, ApiError>(c)
@@ -715,13 +723,22 @@ async fn create_executions(req: &mut Request, env: &Env, request_id: &str) -> An
                     format!("at most {BATCH_CREATE_MAX} instances per batch"),
                 ));
             }
-            let creates = items
+            let mut creates = items
                 .into_iter()
                 .map(decode)
                 .collect::<std::result::Result<Vec<_>, _>>()?;
+            let db = D1(env.d1(bindings::DB).map_err(internal)?);
+            index_creates(&db, &mut creates, WorkerClock.now_ms()).await?;
+            // A few objects at a time, answered in the batch's order.
+            let created: Vec<std::result::Result<Created, ApiError>> =
+                futures_util::stream::iter(&creates)
+                    .map(|c| instances::create(env, c))
+                    .buffered(BATCH_CREATE_CONCURRENCY_MAX)
+                    .collect()
+                    .await;
             let mut out = Vec::with_capacity(creates.len());
-            for c in &creates {
-                let created = instances::create(env, c).await?;
+            for (c, created) in creates.iter().zip(created) {
+                let created = created?;
                 log_created(c, &created, request_id);
                 out.push(json!(created));
             }

@@ -2061,6 +2061,11 @@ pub struct FakeSpawner {
 #[async_trait(?Send)]
 impl Spawner for FakeSpawner {
     async fn spawn(&self, create: &CreateRequest) -> Result<(), String> {
+        if create.indexed {
+            // The caller's batch wrote the row; the object skips its insert.
+            self.spawned.borrow_mut().push(create.clone());
+            return Ok(());
+        }
         let id = create.id();
         let input = create.input.to_string();
         let row = executions::Requested {
@@ -2324,6 +2329,7 @@ impl Rig {
             cache_scope: None,
         };
         self.create(CreateRequest {
+            indexed: false,
             key: format!("check:{repo}:{}", &sha[..12]),
             run: "check".into(),
             input: json!(input),
@@ -2366,6 +2372,7 @@ impl Rig {
             needs_check: None,
         };
         self.create(CreateRequest {
+            indexed: false,
             key: format!("deploy:{repo}:{branch}:{}", &sha[..12]),
             run: "deploy".into(),
             input: json!(input),
@@ -2503,6 +2510,13 @@ impl Rig {
 
     fn try_finalize_status(&self, i: &Inst, status: Status) -> Result<(), String> {
         block_on(self.registry().finalize(&i.run, &i.id, &i.input, status))
+    }
+
+    /// Creates what the sweep poked, as a poke reaching an object that
+    /// never heard of its instance does (an existing one is returned).
+    pub fn create_poked(&self) -> Vec<Inst> {
+        let asked: Vec<CreateRequest> = self.pokes.requests.borrow_mut().drain(..).collect();
+        asked.into_iter().map(|c| self.create(c)).collect()
     }
 
     /// Creates the children runs asked to start, as the Worker's spawner
@@ -2727,6 +2741,9 @@ impl Drop for Rig {
 #[derive(Default)]
 pub struct RecordedPokes {
     pub poked: RefCell<Vec<String>>,
+    /// What each poke carried: `Rig::create_poked` creates from it, as the
+    /// object does when it never heard of the instance.
+    pub requests: RefCell<Vec<CreateRequest>>,
     pub purged: RefCell<Vec<String>>,
 }
 
@@ -2734,6 +2751,7 @@ pub struct RecordedPokes {
 impl Instances for RecordedPokes {
     async fn poke(&self, create: &CreateRequest) -> Result<(), String> {
         self.poked.borrow_mut().push(create.id().to_string());
+        self.requests.borrow_mut().push(create.clone());
         Ok(())
     }
     async fn purge(&self, id: &InstanceId) -> Result<(), String> {

@@ -115,6 +115,42 @@ engineTest('a run sleeps, waits for an event sent over HTTP, and completes', asy
   assert.equal(done.execution.journal_writes, steps + 2 * waits);
 });
 
+engineTest('a batch of creates is indexed in one D1 batch; a caller cannot skip the index', async () => {
+  const keys = [1, 2, 3, 4, 5].map((i) => `probe:batch-${i}`);
+  const res = await stack.api('/v1/executions', { method: 'POST', body: keys.map((key) => ({ key, run: 'probe', input: { steps: 2 } })) });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.deepEqual(res.body.instances.map((i) => i.created), [true, true, true, true, true]);
+  const batched = await Promise.all(res.body.instances.map((i) => waitStatus(i.id, ['complete'])));
+  const alone = await waitStatus(await createProbe('probe:batch-alone', { steps: 2 }), ['complete']);
+  // With a forged claim that its row is written: the object still inserts it.
+  const forged = await stack.api('/v1/executions', { method: 'POST', body: { key: 'probe:batch-forged', run: 'probe', input: { steps: 2 }, indexed: true } });
+  assert.equal(forged.status, 201, JSON.stringify(forged.body));
+  const listed = await waitStatus(forged.body.id, ['complete']);
+  assert.equal(listed.execution.index_round_trips, alone.execution.index_round_trips, 'the forged claim was ignored');
+  for (const b of batched) {
+    assert.deepEqual(b.steps.map((s) => s.name), ['step', 'step#2']);
+    // The batch wrote the row: the object's create made no D1 round trip of its own.
+    assert.equal(b.execution.index_round_trips, alone.execution.index_round_trips - 1, JSON.stringify(b.execution));
+  }
+  // A second batch of the same keys creates nothing.
+  const again = await stack.api('/v1/executions', { method: 'POST', body: keys.map((key) => ({ key, run: 'probe', input: { steps: 2 } })) });
+  assert.deepEqual(again.body.instances.map((i) => i.created), [false, false, false, false, false]);
+});
+
+engineTest('inline steps are journaled together and read back as steps', async () => {
+  const id = await createProbe('probe:inline', { steps: 50, inline: true, sleep_ms: 200 });
+  const done = await waitStatus(id, ['complete']);
+  const steps = done.steps.filter((s) => s.name === 'step' || s.name.startsWith('step#'));
+  assert.equal(steps.length, 50);
+  assert.ok(steps.every((s) => s.state === 'done' && s.attempts === 1), JSON.stringify(steps.slice(0, 3)));
+  assert.deepEqual(done.steps.slice(50).map((s) => s.name), ['nap', 'after sleep']);
+  // One entry per step, written in one statement before the sleep: the sleep's pass replayed them.
+  assert.equal(done.execution.journal_writes, 50 + 2 + 1);
+  const refused = await createProbe('probe:inline-effects', { steps: 1, inline: true, effects_url: 'http://127.0.0.1:9/x' });
+  const failed = await waitStatus(refused, ['errored']);
+  assert.match(failed.execution.error_message, /inline steps have no delay and report no effect/);
+});
+
 engineTest('an event sent before the wait is kept for it', async () => {
   const id = await createProbe('probe:early-event', { steps: 0, sleep_ms: 1500, wait_event: 'go' });
   const sent = await stack.api(`/v1/executions/${id}/events/go`, { method: 'POST', body: { n: 1 } });

@@ -15,7 +15,7 @@ import { REQUEST_TIMEOUT_MS, parseBody, rawRequest, waitFor, withTimeout } from 
 // Lines of the Worker log shown by logTail() when no count is given.
 export const LOG_TAIL_LINES = 80;
 
-export function makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, restartAgent, cleanups, appKey }) {
+export function makeStackApi({ inspectorPort, url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, restartAgent, cleanups, appKey }) {
   async function api(path, { method = 'GET', body, headers = {}, auth = true } = {}) {
     const init = { method, headers: { ...headers }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
     if (auth) init.headers.Authorization = `Bearer ${adminToken}`;
@@ -45,6 +45,8 @@ export function makeStackApi({ url, standin, paths, secret, adminToken, logLinkS
 
   return {
     url,
+    // The devtools inspector's port when the stack was started with `inspector: true`, else null.
+    inspectorPort,
     standin,
     standinUrl: standin.url,
     reposDir: paths.repos,

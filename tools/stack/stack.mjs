@@ -148,7 +148,9 @@ async function buildStack(opts, paths, cleanups) {
   }), { mode: 0o600 });
 
   // Built once up front, so wrangler's [build] command is skipped (SLUICE_SKIP_BUILD).
-  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), ...NO_INSPECTOR_ENV, SLUICE_SKIP_BUILD: '1', ...layer?.env };
+  // `inspector: true` (the bench's profile only) keeps it, for a CPU profile over its protocol.
+  const noInspector = opts.inspector ? {} : NO_INSPECTOR_ENV;
+  const env = { ...wranglerEnv(join(paths.tmp, 'wrangler')), ...noInspector, SLUICE_SKIP_BUILD: '1', ...layer?.env };
   const config = layer ? layer.config : opts.config;
   const configArgs = config ? ['--config', config] : [];
   const migrationsOutput = await applyMigrations(paths, configArgs, env);
@@ -176,7 +178,7 @@ async function buildStack(opts, paths, cleanups) {
       alive: () => current.exitCode === null && current.signalCode === null,
     });
     // The port wrangler is given stays closed: its inspector is off (NO_INSPECTOR_ENV).
-    if (await portListens(inspectorPort)) {
+    if (!opts.inspector && await portListens(inspectorPort)) {
       throw new Error(`wrangler opened its inspector on ${inspectorPort} although NO_INSPECTOR_ENV asks it not to: see tools/stack/env.mjs`);
     }
   }
@@ -208,7 +210,7 @@ async function buildStack(opts, paths, cleanups) {
   cleanups.push(killWorker); // before starting, so a Worker that never gets healthy is killed too
   await startWorker();
 
-  const stack = makeStackApi({ url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, restartAgent, cleanups, appKey: keys.privateKey });
+  const stack = makeStackApi({ inspectorPort: opts.inspector ? inspectorPort : null, url, standin, paths, secret, adminToken, logLinkSecret, agentToken, agent, layer, killWorker, startWorker, restartAgent, cleanups, appKey: keys.privateKey });
   lastStack = stack;
   return stack;
 }

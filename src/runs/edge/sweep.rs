@@ -185,6 +185,7 @@ impl Sweep<'_> {
             };
         for row in rows {
             let create = CreateRequest {
+                indexed: false,
                 key: row.key,
                 run: row.run,
                 input: serde_json::from_str(&row.input_json).unwrap_or(Value::Null),

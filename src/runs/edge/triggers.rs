@@ -118,6 +118,7 @@ pub fn rerun_create(source: &RerunSource<'_>, attempt: &str) -> Option<CreateReq
     };
     let key = InstanceKey::parse(source.key)?.with_attempt(Some(attempt));
     Some(CreateRequest {
+        indexed: false,
         key: key.to_string(),
         run: name.as_str().into(),
         input,
@@ -507,6 +508,7 @@ fn check_request_of(input: CheckInput, attempt: Option<Attempt>) -> CreateReques
     };
     let key = InstanceKey::new(CheckRun::NAME.as_str(), &input.repo, subject).with_attempt(attempt);
     CreateRequest {
+        indexed: false,
         key: key.to_string(),
         run: CheckRun::NAME.as_str().into(),
         repo: Some(input.repo.clone()),
@@ -552,6 +554,7 @@ pub(crate) fn deploy_request(
     };
     let key = InstanceKey::new(DeployRun::NAME.as_str(), &repo, subject).with_attempt(attempt);
     Some(CreateRequest {
+        indexed: false,
         key: key.to_string(),
         run: DeployRun::NAME.as_str().into(),
         input: json!(input),
@@ -740,6 +743,7 @@ fn cancel_request(
         of,
     };
     CreateRequest {
+        indexed: false,
         key: key.to_string(),
         run: CancelChecksRun::NAME.as_str().into(),
         repo: Some(repo.to_owned()),
@@ -822,6 +826,7 @@ fn plan_tag(push: &PushEvent, tag: &str) -> Plan {
         push: push_identity(push),
     };
     Plan::Create(vec![CreateRequest {
+        indexed: false,
         key: InstanceKey::new(ReleaseNotesRun::NAME.as_str(), &repo, subject).to_string(),
         run: ReleaseNotesRun::NAME.as_str().into(),
         input: json!(input),
@@ -855,6 +860,7 @@ fn schedules_create(at: &RunTarget<'_>, before: &str) -> Option<CreateRequest> {
         sha: sha.clone(),
     };
     Some(CreateRequest {
+        indexed: false,
         key: InstanceKey::new(
             SchedulesRun::NAME.as_str(),
             at.repo,

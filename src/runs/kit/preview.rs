@@ -195,6 +195,7 @@ fn request(
     input: serde_json::Value,
 ) -> CreateRequest {
     CreateRequest {
+        indexed: false,
         key: key.to_string(),
         run: run.into(),
         repo: Some(repo.to_owned()),

@@ -35,6 +35,10 @@ pub struct ProbeInput {
     /// POSTed `{instance, step, attempt}` at the start of every step body.
     #[serde(default)]
     pub effects_url: Option<String>,
+    /// The steps are inline (`Ctx::step_inline`): plain computations,
+    /// journaled together. Without effects or delays only.
+    #[serde(default)]
+    pub inline: bool,
 }
 
 /// Default bound of the probe's event wait.
@@ -66,7 +70,15 @@ async fn run(ctx: &Ctx<'_>, env: &RunEnv<'_>, input: &ProbeInput) -> Result<RunO
         });
     }
     let delay_ms = input.step_delay_ms.clamp(0, PROBE_STEP_DELAY_MS_MAX);
-    for i in 0..input.steps {
+    if input.inline && (delay_ms > 0 || input.effects_url.is_some()) {
+        return Err(RunError::InvalidInput {
+            message: "inline steps have no delay and report no effect".into(),
+        });
+    }
+    for i in (0..input.steps).filter(|_| input.inline) {
+        ctx.step_inline("step", || Ok(i))?;
+    }
+    for i in (0..input.steps).filter(|_| !input.inline) {
         ctx.step("step", StepConfig::default(), |attempt| async move {
             effect(ctx, env, input, i, attempt).await?;
             if delay_ms > 0 {

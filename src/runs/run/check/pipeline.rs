@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CreateRequest, Ctx, InstanceId, RunError, StepConfig, StepFailure};
+use crate::engine::{self, CreateRequest, Ctx, InstanceId, RunError, StepConfig, StepFailure};
 use crate::github::{CheckConclusion, CheckOutput, CheckRunUpdate};
 use crate::journal::Entry;
 use crate::runs::kit::config::paths_match;
@@ -98,6 +98,7 @@ pub fn unit_create(
         ..input.clone()
     };
     CreateRequest {
+        indexed: false,
         key: key.to_string(),
         run: CheckRun::NAME.as_str().into(),
         repo: Some(input.repo.clone()),
@@ -404,6 +405,13 @@ async fn start_jobs(
         &format!("start jobs {}", names.join(", ")),
         StepConfig::default(),
         |_| async {
+            // Every unit's row in one D1 batch, so the wave costs one
+            // statement batch however wide it is; a unit whose create is
+            // lost below is then due for the sweep's poke.
+            let mut creates = creates.clone();
+            engine::index_creates(env.db, &mut creates, env.clock.now_ms())
+                .await
+                .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
             // A few at a time, each its own object's create: a wave of 50
             // shards would otherwise wait out 50 round trips in a row. A
             // spawn is keyed, so a retry after a partial wave creates
