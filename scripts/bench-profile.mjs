@@ -14,7 +14,7 @@ import WebSocket from 'ws';
 
 // Creations of a probe with no steps: enough samples (at 100 us) for a stable top five.
 const PROFILE_CREATES = 200;
-// Probes of PROFILE_STEPS no-op steps: 5,000 steps, the per-step figure then rests on
+// Probes of PROFILE_STEPS no-op steps (durable, then inline): 5,000 steps each, the per-step figure then rests on
 // about 10x as many samples as a creation's.
 const PROFILE_STEP_PROBES = 10;
 const PROFILE_STEPS = 500;
@@ -45,13 +45,20 @@ export async function benchProfile(stack) {
     const created = [];
     const creation = await profiled(cdp, async () => created.push(...(await createProbes(stack, 'profile-create', PROFILE_CREATES, 0))));
     const stepping = await profiled(cdp, async () => created.push(...(await createProbes(stack, 'profile-steps', PROFILE_STEP_PROBES, PROFILE_STEPS))));
+    const inlining = await profiled(cdp, async () => created.push(...(await createProbes(stack, 'profile-inline', PROFILE_STEP_PROBES, PROFILE_STEPS, true))));
     await assertComplete(stack, created);
     const perCreate = perUnit(selfTimes(creation, names), PROFILE_CREATES);
-    const perRun = perUnit(selfTimes(stepping, names), PROFILE_STEP_PROBES);
     // A step's share: a 500-step probe's time less a creation's, over its steps.
-    const perStep = new Map();
-    for (const [fn, us] of perRun) perStep.set(fn, (us - (perCreate.get(fn) ?? 0)) / PROFILE_STEPS);
-    return [...rows('creation (a 0-step probe: create, its pass, its mirror)', perCreate), ...rows('no-op step', perStep)];
+    const perStep = (profile) => {
+      const out = new Map();
+      for (const [fn, us] of perUnit(selfTimes(profile, names), PROFILE_STEP_PROBES)) out.set(fn, (us - (perCreate.get(fn) ?? 0)) / PROFILE_STEPS);
+      return out;
+    };
+    return [
+      ...rows('creation (a 0-step probe: create, its pass, its mirror)', perCreate),
+      ...rows('no-op step', perStep(stepping)),
+      ...rows('no-op inline step (Ctx::step_inline)', perStep(inlining)),
+    ];
   } finally {
     cdp.close();
   }
@@ -67,14 +74,15 @@ async function profiled(cdp, work) {
   return profile;
 }
 
-// `count` probes of `steps` no-op steps, PROFILE_CONCURRENCY at a time, each waited to its end.
-async function createProbes(stack, tag, count, steps) {
+// `count` probes of `steps` no-op steps (inline ones if `inline`), PROFILE_CONCURRENCY at a
+// time, each waited to its end.
+async function createProbes(stack, tag, count, steps, inline = false) {
   const ids = [];
   let next = 0;
   const worker = async () => {
     while (next < count) {
       const i = next++;
-      const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `${tag}:${i}`, run: 'probe', input: { steps } } });
+      const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `${tag}:${i}`, run: 'probe', input: inline ? { steps, inline } : { steps } } });
       if (res.status !== 201) throw new Error(`create ${tag}:${i}: ${res.status} ${JSON.stringify(res.body)}`);
       ids.push(res.body.id);
     }
