@@ -138,7 +138,8 @@ function frameName(frame, names) {
   const fn = frame?.functionName ?? '';
   const wasm = /^(?:\$func|wasm-function\[)(\d+)\]?$/.exec(fn);
   if (wasm) return demangle(names.get(Number(wasm[1])) ?? fn);
-  if (!fn) return frame?.url ? `(anonymous ${frame.url.split('/').pop()}:${frame.lineNumber})` : '(program)';
+  // devtools positions are 0-based: shown 1-based, as an editor shows the file.
+  if (!fn) return frame?.url ? `(anonymous ${frame.url.split('/').pop()}:${frame.lineNumber + 1}:${frame.columnNumber + 1})` : '(program)';
   return fn;
 }
 

@@ -10,8 +10,8 @@ use common::{block_on, Effects, World, T0};
 use futures::FutureExt;
 use serde_json::{json, Value};
 use sluice::engine::{
-    Backoff, Clock, Command, CommandError, CreateRequest, Ctx, Interrupt, RunError, RunOutcome,
-    RunRegistry, Status, StepConfig, StepFailure,
+    Backoff, Clock, Command, CommandError, CreateRequest, Ctx, Interrupt, InterruptFlag, RunError,
+    RunOutcome, RunRegistry, Status, StepConfig, StepFailure,
 };
 use sluice::limits::{PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
@@ -26,6 +26,10 @@ struct Runs {
     /// What each async step body of `inline-mix` saw of the inline steps
     /// before it, as it started: what could have left the instance.
     observed: std::cell::RefCell<Vec<Vec<(String, u32)>>>,
+    /// An operator's command arriving while the named async step of
+    /// `inline-mix` runs: raised on the pass's flag from inside its body,
+    /// once, so the pass honours it at its next durable call.
+    interrupt_on: std::cell::RefCell<Option<(String, InterruptFlag, Interrupt)>>,
 }
 
 fn cfg_fast(limit: u32) -> StepConfig {
@@ -246,6 +250,16 @@ impl Runs {
                     let seen = &seen;
                     ctx.step(&name, StepConfig::default(), |_| async {
                         self.observed.borrow_mut().push(seen.clone());
+                        let raise = self
+                            .interrupt_on
+                            .borrow()
+                            .as_ref()
+                            .map(|(at, ..)| at == &name);
+                        if raise == Some(true) {
+                            if let Some((_, flag, what)) = self.interrupt_on.take() {
+                                flag.set(Some(what));
+                            }
+                        }
                         if op == 'h' && fx.hit(&name) == 1 {
                             pending::<()>().await;
                         }
@@ -1076,18 +1090,40 @@ fn passes_failed_steps_and_skips_are_logged_as_json_lines() {
 /// Schedules of the seeded inline-step model, and calls in each.
 const INLINE_SCHEDULES: u64 = 200;
 const INLINE_CALLS: u64 = 14;
-/// Passes a schedule may take: a crash and a sleep each end one.
+/// Passes a schedule may take: a crash, a sleep, a pause and a restart's
+/// replay each end or add one; 64 leaves room for every bound below.
 const INLINE_PASSES_MAX: u32 = 64;
+/// Operator commands per schedule (restarts; pauses and terminations
+/// raised mid-pass): enough to meet each other and the crashes, few
+/// enough that most schedules still run to their end.
+const INLINE_RESTARTS_MAX: u32 = 3;
+const INLINE_INTERRUPTS_MAX: u32 = 3;
+
+/// What the model's operator did, over every schedule.
+#[derive(Default, Debug)]
+struct InlineModelTally {
+    flushes: u32,
+    crashes: u64,
+    restarts: u32,
+    pauses: u32,
+    terminations: u32,
+    completions: u32,
+}
 
 /// Inline steps are journaled together, yet no effect outside the
 /// instance ever depends on an inline result that is not durable: over
 /// seeded shapes of inline steps, async steps, sleeps and crashes (an
 /// async step that hangs on its first attempt, its pass dropped after its
 /// body started, i.e. after anything it sent left), every value an async
-/// body saw is the value the journal holds at the end. A crash lands only
-/// at an await, as a Durable Object's uncommitted writes are lost back to
-/// its last one; every await of a run is a durable call, which writes the
-/// held entries first.
+/// body saw is the value the journal holds at the end, unless an
+/// operator's restart from an earlier step threw that generation away.
+/// The operator restarts from any step (or the top) between passes, and
+/// pauses (then resumes) or terminates from inside an async step's body,
+/// so the pass meets the command at its next durable call, often an
+/// inline step with others held. A crash lands only at an await, as a
+/// Durable Object's uncommitted writes are lost back to its last one;
+/// every await of a run is a durable call, which writes the held entries
+/// first.
 #[test]
 fn seeded_inline_steps_never_change_under_an_effect_that_saw_them() {
     let mut seed: u64 = 0x696e_6c69_6e65;
@@ -1097,7 +1133,7 @@ fn seeded_inline_steps_never_change_under_an_effect_that_saw_them() {
         seed ^= seed << 17;
         seed % n
     };
-    let (mut flushes, mut crashes) = (0u32, 0u64);
+    let mut tally = InlineModelTally::default();
     for schedule in 0..INLINE_SCHEDULES {
         let mut hangs = 0;
         let shape: Vec<char> = (0..INLINE_CALLS)
@@ -1111,59 +1147,150 @@ fn seeded_inline_steps_never_change_under_an_effect_that_saw_them() {
                 op => op,
             })
             .collect();
-        let w = World::new();
-        let runs = Runs::default();
-        let mut r = req("inline-mix", json!(shape.iter().collect::<String>()));
-        r.key = format!("test:inline-mix:{schedule}");
-        block_on(w.engine().create(&r)).unwrap();
-        w.clock.freeze_timers(true);
-        let mut ended = false;
-        for _ in 0..INLINE_PASSES_MAX {
-            let Some(p) = w.engine().pass(&runs, &w.interrupt).now_or_never() else {
-                crashes += 1;
-                continue;
-            };
-            let p = p.expect("pass");
-            flushes += p.stats.journal_flushes;
-            match (p.status, p.wake_at_ms) {
-                (Status::Waiting, Some(wake)) => w.clock.set(wake.max(w.clock.0.get())),
-                (Status::Complete, _) => {
-                    ended = true;
-                    break;
-                }
-                other => panic!("schedule {schedule} {shape:?}: {other:?}"),
-            }
+        run_inline_schedule(schedule, &shape, &mut next, &mut tally);
+    }
+    let t = &tally;
+    assert!(t.crashes >= INLINE_SCHEDULES / 2, "{t:?}");
+    assert!(u64::from(t.flushes) >= INLINE_SCHEDULES, "{t:?}");
+    assert!(
+        t.restarts >= 20 && t.pauses >= 20 && t.terminations >= 10,
+        "{t:?}"
+    );
+    assert!(u64::from(t.completions) >= INLINE_SCHEDULES / 2, "{t:?}");
+}
+
+/// One schedule of the inline model: passes, crashes and the operator's
+/// commands until the instance ends, then the checks.
+fn run_inline_schedule(
+    schedule: u64,
+    shape: &[char],
+    next: &mut impl FnMut(u64) -> u64,
+    tally: &mut InlineModelTally,
+) {
+    let w = World::new();
+    let runs = Runs::default();
+    let mut r = req("inline-mix", json!(shape.iter().collect::<String>()));
+    r.key = format!("test:inline-mix:{schedule}");
+    block_on(w.engine().create(&r)).unwrap();
+    w.clock.freeze_timers(true);
+    // Each restart: how many observations were made before it, and the
+    // first call its new generation runs again.
+    let mut restarts: Vec<(usize, usize)> = Vec::new();
+    let (mut interrupts, mut end) = (0, None);
+    for _ in 0..INLINE_PASSES_MAX {
+        if restarts.len() < INLINE_RESTARTS_MAX as usize && next(5) == 0 {
+            restart_somewhere(&w, &runs, shape, next, &mut restarts);
         }
-        assert!(ended, "schedule {schedule} {shape:?} did not end");
-        let journaled: std::collections::HashMap<String, u32> = w
-            .journal
-            .entries()
-            .unwrap()
-            .into_iter()
-            .filter_map(|e| Some((e.name, serde_json::from_str(e.value.as_deref()?).ok()?)))
-            .collect();
-        for seen in runs.observed.borrow().iter() {
-            for (name, v) in seen {
+        let k = next(INLINE_CALLS) as usize;
+        if interrupts < INLINE_INTERRUPTS_MAX && matches!(shape[k], 'a' | 'h') && next(2) == 0 {
+            // Raised by that async step's body, if this pass runs it.
+            interrupts += 1;
+            let what = if next(4) == 0 {
+                Interrupt::Terminate
+            } else {
+                Interrupt::Pause
+            };
+            let at = format!("{}{k}", shape[k]);
+            *runs.interrupt_on.borrow_mut() = Some((at, w.interrupt.clone(), what));
+        }
+        let pass = w.engine().pass(&runs, &w.interrupt).now_or_never();
+        // A command the pass did not reach dies with it, as in a process.
+        w.interrupt.set(None);
+        let Some(p) = pass else {
+            tally.crashes += 1;
+            continue;
+        };
+        let p = p.expect("pass");
+        tally.flushes += p.stats.journal_flushes;
+        match (p.status, p.wake_at_ms) {
+            (Status::Waiting, Some(wake)) => w.clock.set(wake.max(w.clock.0.get())),
+            (Status::Paused, _) => {
+                tally.pauses += 1;
+                let resumed = block_on(w.engine().command(&runs, &Command::Resume));
+                assert!(resumed.is_ok(), "schedule {schedule}: resume {resumed:?}");
+            }
+            (Status::Complete | Status::Terminated, _) => {
+                end = Some(p.status);
+                break;
+            }
+            other => panic!("schedule {schedule} {shape:?}: {other:?}"),
+        }
+    }
+    let Some(end) = end else {
+        panic!("schedule {schedule} {shape:?} did not end")
+    };
+    tally.restarts += restarts.len() as u32;
+    match end {
+        Status::Complete => tally.completions += 1,
+        _ => tally.terminations += 1,
+    }
+    assert_inline_results_held(&w, &runs, schedule, shape, &restarts, end);
+}
+
+/// An operator's restart between passes, from the top or from a step of
+/// the shape; one naming a step not journaled yet is refused and ignored.
+fn restart_somewhere(
+    w: &World,
+    runs: &Runs,
+    shape: &[char],
+    next: &mut impl FnMut(u64) -> u64,
+    restarts: &mut Vec<(usize, usize)>,
+) {
+    let k = next(INLINE_CALLS) as usize;
+    let (from_step, from) = match shape[k] {
+        's' => (None, 0),
+        op => (Some(format!("{op}{k}")), k),
+    };
+    let cmd = Command::Restart { from_step };
+    if block_on(w.engine().command(runs, &cmd)).is_ok() {
+        restarts.push((runs.observed.borrow().len(), from));
+    }
+}
+
+/// What a body saw of an inline step is what the journal holds, unless a
+/// later restart ran that step again; a completed run journaled every
+/// inline step.
+fn assert_inline_results_held(
+    w: &World,
+    runs: &Runs,
+    schedule: u64,
+    shape: &[char],
+    restarts: &[(usize, usize)],
+    end: Status,
+) {
+    let journaled: std::collections::HashMap<String, u32> = w
+        .journal
+        .entries()
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| Some((e.name, serde_json::from_str(e.value.as_deref()?).ok()?)))
+        .collect();
+    for (j, seen) in runs.observed.borrow().iter().enumerate() {
+        // The first call a restart after this observation ran again.
+        let kept_below = restarts
+            .iter()
+            .filter(|(made, _)| *made > j)
+            .map(|(_, from)| *from)
+            .min()
+            .unwrap_or(usize::MAX);
+        for (name, v) in seen {
+            let k: usize = name[1..].parse().unwrap();
+            if k < kept_below {
                 assert_eq!(
                     journaled.get(name),
                     Some(v),
-                    "schedule {schedule} {shape:?}: {name} changed after an effect saw it"
+                    "schedule {schedule} {shape:?} {restarts:?}: {name} changed after an effect saw it"
                 );
             }
         }
-        for (k, op) in shape.iter().enumerate() {
-            let name = format!("{op}{k}");
-            assert!(
-                *op != 'i' || journaled.contains_key(&name),
-                "schedule {schedule}: {name} journaled"
-            );
-        }
     }
-    assert!(crashes >= INLINE_SCHEDULES / 2, "{crashes} crashes");
-    assert!(
-        u64::from(flushes) >= INLINE_SCHEDULES,
-        "{flushes} writes of held inline steps"
-    );
+    for (k, op) in shape.iter().enumerate() {
+        let name = format!("{op}{k}");
+        assert!(
+            end != Status::Complete || *op != 'i' || journaled.contains_key(&name),
+            "schedule {schedule}: {name} journaled"
+        );
+    }
 }
 
 /// Held inline results are written before they pass 512 KB together, so
