@@ -16,6 +16,7 @@ use sluice::engine::{
 use sluice::limits::{PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
 use sluice::store::journal::JournalStore;
+use sluice::store::sql::SyncSql;
 
 /// The runs these tests drive; every side effect is counted in `effects`.
 #[derive(Default)]
@@ -218,6 +219,33 @@ impl Runs {
                     fx.hit("refuse");
                     Err(StepFailure::retryable("Nope", "no"))
                 })?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "inline-then-cleanup" => {
+                // As a run reports: whatever ended its steps, a cleanup step
+                // sends what it computed.
+                let v = ctx.step_inline("calc", || Ok(7u32))?;
+                let sent = ctx
+                    .step("send", StepConfig::default(), |_| async {
+                        fx.hit("send");
+                        Ok(())
+                    })
+                    .await;
+                ctx.cleanup_step("conclude", StepConfig::default(), |_| async {
+                    fx.hit(&format!("conclude {v}"));
+                    Ok(())
+                })
+                .await?;
+                sent?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
+            "inline-many" => {
+                // Many small inline results under long names: what one
+                // write holds is bounded by rows, not only by values.
+                let name = "n".repeat(INLINE_MANY_NAME_CHARS);
+                for i in 0..input.as_u64().unwrap_or(0) {
+                    ctx.step_inline(&name, || Ok(format!("\"{i}\"")))?;
+                }
                 Ok(RunOutcome::Complete(Value::Null))
             }
             "loop-sleep" => {
@@ -1291,6 +1319,98 @@ fn assert_inline_results_held(
             "schedule {schedule}: {name} journaled"
         );
     }
+}
+
+/// A journal write that fails ends what the pass may journal: the cleanup
+/// step after it is refused too, so no effect acts on an inline result the
+/// journal lost, and nothing is written past the call that left no entry
+/// (a gap the next pass would read as a changed run). The pass counts as
+/// crashed; the next one runs everything from the failed write on.
+#[test]
+fn a_failed_journal_write_refuses_every_later_durable_call_of_the_pass() {
+    let w = World::new();
+    let runs = Runs::default();
+    // The storage refuses the first write of `calc` (once: RAISE(FAIL)
+    // keeps the trigger's own mark).
+    let sql = w.journal.storage();
+    sql.exec("CREATE TABLE refused (n INTEGER)", &[]).unwrap();
+    sql.exec(
+        "CREATE TRIGGER refuse_once BEFORE INSERT ON journal \
+         WHEN NEW.name = 'calc' AND NOT EXISTS (SELECT 1 FROM refused) BEGIN \
+         INSERT INTO refused VALUES (1); SELECT RAISE(FAIL, 'storage full'); END",
+        &[],
+    )
+    .unwrap();
+    block_on(w.engine().create(&req("inline-then-cleanup", json!(null)))).unwrap();
+    let first = block_on(w.engine().pass(&runs, &w.interrupt));
+    assert!(matches!(first, Err(RunError::Store { .. })), "{first:?}");
+    assert_eq!(
+        runs.effects.count("send"),
+        0,
+        "no body ran past the failed write"
+    );
+    assert_eq!(runs.effects.count("conclude 7"), 0, "nor a cleanup step");
+    assert!(w.journal.entries().unwrap().is_empty());
+    let second = block_on(w.engine().pass(&runs, &w.interrupt)).expect("replay");
+    assert_eq!(second.status, Status::Complete, "{second:?}");
+    assert_eq!(
+        (runs.effects.count("send"), runs.effects.count("conclude 7")),
+        (1, 1)
+    );
+    let names: Vec<String> = w
+        .journal
+        .entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["calc", "send", "conclude"]);
+}
+
+/// A batch indexes only requests its rows describe whole: one with its own
+/// step limit or ceiling is left to its object's insert, since the sweep
+/// would recreate a lost one from its row with the defaults.
+#[test]
+fn a_batch_indexes_only_creates_its_rows_describe_whole() {
+    let w = World::new();
+    let mut plain = req("replay", json!(null));
+    plain.key = "test:plain".into();
+    let mut limited = req("replay", json!(null));
+    limited.key = "test:limited".into();
+    limited.max_steps = Some(3);
+    let mut creates = [plain, limited];
+    block_on(sluice::engine::index_creates(
+        w.index.as_ref(),
+        &mut creates,
+        T0,
+    ))
+    .unwrap();
+    assert_eq!(creates.each_ref().map(|c| c.indexed), [true, false]);
+    let listed =
+        |c: &CreateRequest| block_on(executions::get(w.index.as_ref(), c.id().as_str())).unwrap();
+    assert!(listed(&creates[0]).is_some_and(|r| r.status == "queued"));
+    assert!(listed(&creates[1]).is_none(), "its object writes its row");
+}
+
+/// Characters of `inline-many`'s step names (the limit is 256).
+const INLINE_MANY_NAME_CHARS: usize = 200;
+
+/// A run of the most inline steps a run may take, under long names with
+/// results that escape, completes: each write of held entries stays under
+/// what Durable Object storage keeps in one string (the native SQLite
+/// refuses more, as the platform does), however small each result is.
+#[test]
+fn the_most_inline_steps_a_run_may_take_are_written_within_the_storage_limit() {
+    let w = World::new();
+    let runs = Runs::default();
+    let steps = sluice::limits::STEPS_PER_RUN_MAX_CEILING;
+    let mut r = req("inline-many", json!(steps - 1));
+    r.max_steps = Some(steps);
+    block_on(w.engine().create(&r)).unwrap();
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).expect("pass");
+    assert_eq!(p.status, Status::Complete, "{p:?}");
+    assert_eq!(w.journal.entry_count().unwrap(), steps - 1);
+    assert!(p.stats.journal_flushes > 1, "{:?}", p.stats);
 }
 
 /// Held inline results are written before they pass 512 KB together, so

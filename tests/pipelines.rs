@@ -378,6 +378,38 @@ fn a_wave_of_units_costs_one_d1_batch_and_a_lost_create_is_swept() {
     assert_eq!(conclusion(&rig, &a, "sluice/suite (6/16)"), "success");
 }
 
+/// A unit whose create never reached its object, of a parent an operator
+/// terminated: its row ends with the parent's units (the object answers
+/// "no instance", so the row is ended in D1), and the sweep never creates
+/// it after the pipeline ended.
+#[test]
+fn a_lost_unit_of_a_terminated_parent_is_never_created_later() {
+    let (rig, parent, _, mut asked) = first_wave(2);
+    let lost = asked.remove(1);
+    let units: Vec<Inst> = asked.into_iter().map(|c| rig.create(c)).collect();
+    rig.command(&parent, Command::Terminate);
+    rig.finalize(&parent);
+    assert!(
+        rig.terminator
+            .asked
+            .borrow()
+            .contains(&lost.id().to_string()),
+        "the lost unit was asked to end with the others"
+    );
+    rig.apply_terminations(&units.iter().collect::<Vec<_>>());
+    let row = block_on(executions::get(rig.index.as_ref(), lost.id().as_str()))
+        .unwrap()
+        .expect("listed");
+    assert_eq!(row.status, "terminated");
+    rig.clock.advance(sluice::limits::SWEEP_OVERDUE_MS + 1);
+    rig.sweep();
+    assert!(
+        !rig.pokes.poked.borrow().contains(&lost.id().to_string()),
+        "{:?}",
+        rig.pokes.poked.borrow()
+    );
+}
+
 /// A job whose `paths` no changed file matches concludes `skipped` "no
 /// matching change" without a child; the jobs that need it run.
 #[test]

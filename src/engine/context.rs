@@ -29,6 +29,7 @@ use crate::clock::Clock;
 use crate::journal::{Entry, EntryKind, EntryState};
 use crate::obs::{self, Kind, Subject};
 use crate::store::journal::JournalStore;
+use crate::store::StoreError;
 
 /// A boxed step body's future (`Ctx::step_boxed`): its result as JSON.
 pub type BoxedBody<'a> = LocalBoxFuture<'a, Result<Value, StepFailure>>;
@@ -80,8 +81,13 @@ pub struct Ctx<'a> {
     /// written, in one statement, before the next durable call that may
     /// start I/O and before the pass ends (`flush`).
     unwritten: RefCell<Vec<Entry>>,
-    /// Bytes of their values and messages, bounded by `UNWRITTEN_BYTES_MAX`.
+    /// Bytes of their rows (`held_bytes`), bounded by `UNWRITTEN_BYTES_MAX`.
     unwritten_bytes: Cell<usize>,
+    /// Why a journal write of this pass failed: every later durable call
+    /// fails too, so nothing is journaled past a call that left no entry
+    /// (a gap the next pass would read as a changed run) and no cleanup
+    /// step acts on a result the journal lost. The pass counts as crashed.
+    write_failed: RefCell<Option<String>>,
     cursor: Cell<u32>,
     occurrences: RefCell<HashMap<String, u32>>,
     next_rev: Cell<i64>,
@@ -89,10 +95,20 @@ pub struct Ctx<'a> {
     stats: Cell<PassStats>,
 }
 
-/// Bytes of inline steps' results held before they are written together:
-/// a quarter of the 2 MB Durable Object storage allows one bound string,
-/// so one write always fits; a larger result is written on its own.
+/// Bytes of inline steps' entries held before they are written together:
+/// a pass's memory stays small, and the journal splits what one write
+/// binds again by its own bound (`UPSERT_ENTRIES_JSON_BYTES_MAX`).
 const UNWRITTEN_BYTES_MAX: usize = 512 * 1024;
+
+/// What a held entry's row adds besides its name, value and message: its
+/// other columns as JSON (seq, kind, state, attempts, times, rev).
+const HELD_ENTRY_OVERHEAD_BYTES: usize = 128;
+
+/// What a held entry counts against `UNWRITTEN_BYTES_MAX`.
+fn held_bytes(entry: &Entry) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    entry.name.len() + text(&entry.value) + text(&entry.error_message) + HELD_ENTRY_OVERHEAD_BYTES
+}
 
 /// The failure tag of an attempt that ran past its step's timeout.
 pub const TAG_STEP_TIMED_OUT: &str = "StepTimedOut";
@@ -158,6 +174,7 @@ impl<'a> Ctx<'a> {
             entries: RefCell::new(entries),
             unwritten: RefCell::new(Vec::new()),
             unwritten_bytes: Cell::new(0),
+            write_failed: RefCell::new(None),
             cursor: Cell::new(0),
             occurrences: RefCell::new(HashMap::new()),
             next_rev: Cell::new(next_rev),
@@ -357,19 +374,20 @@ impl<'a> Ctx<'a> {
         value: T,
     ) -> Result<T, RunError> {
         let json = self.encode_result(slot, 1, started_ms, &value)?;
-        if self.unwritten_bytes.get() + json.len() > UNWRITTEN_BYTES_MAX {
-            self.flush()?;
-        }
-        let entry = Entry {
+        let mut entry = Entry {
             state: EntryState::Done,
             value: Some(json),
             attempts: 1,
             finished_ms: Some(self.clock.now_ms()),
-            rev: self.take_rev(),
             ..self.blank(slot, EntryKind::Step, started_ms)
         };
-        self.unwritten_bytes
-            .set(self.unwritten_bytes.get() + entry.value.as_ref().map_or(0, String::len));
+        let bytes = held_bytes(&entry);
+        if self.unwritten_bytes.get() + bytes > UNWRITTEN_BYTES_MAX {
+            self.flush()?;
+        }
+        // Taken after the flush: revisions rise in the order entries are written.
+        entry.rev = self.take_rev();
+        self.unwritten_bytes.set(self.unwritten_bytes.get() + bytes);
         self.unwritten.borrow_mut().push(entry.clone());
         self.remember(entry);
         Ok(value)
@@ -770,7 +788,7 @@ impl<'a> Ctx<'a> {
                 ..self.blank(&slot, EntryKind::Wait, started_ms)
             };
             self.flush()?;
-            self.journal.consume_event(event.seq, &entry)?;
+            self.journal_write(|| self.journal.consume_event(event.seq, &entry))?;
             self.remember(entry);
             return serde_json::from_str(&event.payload).map_err(|e| RunError::InvalidInput {
                 message: format!("event payload: {e}"),
@@ -817,6 +835,11 @@ impl<'a> Ctx<'a> {
                 format!("{name}#{n}")
             }
         };
+        if let Some(why) = self.write_failed.borrow().as_ref() {
+            return Err(RunError::Store {
+                message: format!("a journal write of this pass failed: {why}"),
+            });
+        }
         let seq = self.cursor.get();
         self.cursor.set(seq + 1);
         let existing = self.entries.borrow().get(seq as usize).cloned();
@@ -892,9 +915,20 @@ impl<'a> Ctx<'a> {
     fn write(&self, mut entry: Entry) -> Result<(), RunError> {
         self.flush()?;
         entry.rev = self.take_rev();
-        self.journal.put_entry(&entry)?;
+        self.journal_write(|| self.journal.put_entry(&entry))?;
         self.remember(entry);
         Ok(())
+    }
+
+    /// A write to the journal; its failure is remembered (`write_failed`).
+    fn journal_write(
+        &self,
+        write: impl FnOnce() -> Result<(), StoreError>,
+    ) -> Result<(), RunError> {
+        write().map_err(|e| {
+            *self.write_failed.borrow_mut() = Some(e.to_string());
+            RunError::from(e)
+        })
     }
 
     /// Writes the inline steps' entries held so far, in one statement.
@@ -905,8 +939,8 @@ impl<'a> Ctx<'a> {
             return Ok(());
         }
         let entries = self.unwritten.take();
+        self.journal_write(|| self.journal.put_entries(&entries))?;
         self.unwritten_bytes.set(0);
-        self.journal.put_entries(&entries)?;
         self.bump(|s| s.journal_flushes += 1);
         Ok(())
     }

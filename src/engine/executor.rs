@@ -137,15 +137,21 @@ pub struct Created {
 /// so its object skips its own insert. Rows first: an object asked to
 /// create finds its row there, and a row whose object is never asked is
 /// queued and due, so the sweep's poke creates it (`runs::edge::sweep`).
+/// A request with its own limits (`max_steps`, `max_duration_ms`) is left
+/// to its object's insert: the row cannot carry them, and the sweep would
+/// create it with the defaults.
 pub async fn index_creates(
     db: &dyn Database,
     creates: &mut [CreateRequest],
     now_ms: i64,
 ) -> Result<(), crate::store::StoreError> {
+    let row_says_all = |c: &CreateRequest| c.max_steps.is_none() && c.max_duration_ms.is_none();
+    let mut creates: Vec<&mut CreateRequest> =
+        creates.iter_mut().filter(|c| row_says_all(c)).collect();
     if creates.is_empty() {
         return Ok(());
     }
-    let ids: Vec<InstanceId> = creates.iter().map(CreateRequest::id).collect();
+    let ids: Vec<InstanceId> = creates.iter().map(|c| c.id()).collect();
     let inputs: Vec<String> = creates.iter().map(|c| c.input.to_string()).collect();
     let stmts = creates
         .iter()

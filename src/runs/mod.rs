@@ -17,7 +17,8 @@ pub use edge::{registry, sweep, triggers};
 pub use kit::{
     approval, command, config, configured, configured_at, deployment, environment, gate, inputs,
     key, log, loglink, metered, needs, notify, pipeline, report, schedule, tags, unless_ignored,
-    Configured, NotifyTarget, RunEnv, SecretSource, Spawner, Terminator, Waker, NOT_CONFIGURED,
+    Configured, NotifyTarget, RunEnv, SecretSource, Spawner, Termination, Terminator, Waker,
+    NOT_CONFIGURED,
 };
 pub use kit::{Run, RunName};
 pub use registry::Registry;

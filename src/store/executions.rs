@@ -591,6 +591,23 @@ pub async fn overdue(
     decode(rows)
 }
 
+/// Ends a row whose instance was never created (its object answered a
+/// terminate with no instance): terminated, no longer due, so the sweep
+/// never creates it. Only a row still `queued`, as a batch wrote it; a row
+/// its object has mirrored is the object's to end. Returns whether it did.
+pub async fn end_uncreated(db: &dyn Database, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+    let changes = db
+        .run(stmt!(
+            "UPDATE executions SET status = 'terminated', error_tag = 'Terminated', \
+             error_message = 'terminated before its instance was created', wake_at_ms = NULL, \
+             finished_ms = ?2, updated_ms = ?2 WHERE id = ?1 AND status = 'queued'",
+            id,
+            now_ms,
+        ))
+        .await?;
+    Ok(changes == 1)
+}
+
 /// Terminal instances finished before `before_ms` (retention purge).
 pub async fn finished_before(
     db: &dyn Database,

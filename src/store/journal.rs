@@ -163,6 +163,44 @@ const UPSERT_ENTRIES: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, s
      json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]'), \
      json_extract(value, '$[11]') FROM json_each(?1) ORDER BY key";
 
+/// Bytes of one `UPSERT_ENTRIES` array: half of the 2,000,000 bytes
+/// Durable Object storage keeps in one string, so a write of held inline
+/// entries never meets that limit, whatever their names and escapes.
+const UPSERT_ENTRIES_JSON_BYTES_MAX: usize = 1_000_000;
+
+/// One entry as an `UPSERT_ENTRIES` row: its columns in the table's order.
+fn entry_row_json(e: &Entry) -> String {
+    serde_json::json!([
+        e.seq,
+        e.name,
+        e.kind.as_str(),
+        e.state.as_str(),
+        e.value,
+        e.error_tag,
+        e.error_message,
+        e.attempts,
+        e.started_ms,
+        e.finished_ms,
+        e.wake_at_ms,
+        e.rev,
+    ])
+    .to_string()
+}
+
+impl<S: SyncSql> SqlJournal<S> {
+    /// Writes the rows of `array` (an open JSON array) and empties it.
+    fn upsert_rows(&self, array: &mut String) -> Result<(), StoreError> {
+        if array.len() <= 1 {
+            return Ok(());
+        }
+        array.push(']');
+        self.sql
+            .exec(UPSERT_ENTRIES, &[Param::from(array.as_str())])?;
+        array.truncate(1);
+        Ok(())
+    }
+}
+
 impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError> {
         let rows = self
@@ -215,29 +253,24 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         if let [one] = entries {
             return self.put_entry(one);
         }
-        let rows: Vec<serde_json::Value> = entries
-            .iter()
-            .map(|e| {
-                serde_json::json!([
-                    e.seq,
-                    e.name,
-                    e.kind.as_str(),
-                    e.state.as_str(),
-                    e.value,
-                    e.error_tag,
-                    e.error_message,
-                    e.attempts,
-                    e.started_ms,
-                    e.finished_ms,
-                    e.wake_at_ms,
-                    e.rev,
-                ])
-            })
-            .collect();
-        let rows = serde_json::Value::Array(rows).to_string();
-        self.sql
-            .exec(UPSERT_ENTRIES, &[Param::from(rows.as_str())])?;
-        Ok(())
+        // Rows go out in arrays of at most UPSERT_ENTRIES_JSON_BYTES_MAX; a
+        // row over it alone (a large result, escaped) goes as its own entry.
+        let mut array = String::from("[");
+        for e in entries {
+            let row = entry_row_json(e);
+            if row.len() + 2 > UPSERT_ENTRIES_JSON_BYTES_MAX {
+                self.put_entry(e)?;
+                continue;
+            }
+            if array.len() + row.len() + 2 > UPSERT_ENTRIES_JSON_BYTES_MAX {
+                self.upsert_rows(&mut array)?;
+            }
+            if array.len() > 1 {
+                array.push(',');
+            }
+            array.push_str(&row);
+        }
+        self.upsert_rows(&mut array)
     }
 
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError> {

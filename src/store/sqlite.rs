@@ -12,6 +12,10 @@ use serde_json::Value;
 
 use super::sql::{split_statements, Database, Param, Row, Stmt, StoreError, SyncSql};
 
+/// The largest string, blob or row D1 and Durable Object storage keep
+/// (Cloudflare's published limits for both).
+pub const PLATFORM_VALUE_BYTES_MAX: i32 = 2_000_000;
+
 pub struct SqliteDb {
     conn: RefCell<Connection>,
 }
@@ -19,6 +23,13 @@ pub struct SqliteDb {
 impl SqliteDb {
     pub fn open_in_memory() -> Result<SqliteDb, StoreError> {
         let conn = Connection::open_in_memory().map_err(query_err)?;
+        // D1 and Durable Object storage refuse a string, blob or row over
+        // 2,000,000 bytes ("string or blob too big"); so does the stand-in,
+        // or a write the platform refuses would pass here.
+        conn.set_limit(
+            rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
+            PLATFORM_VALUE_BYTES_MAX,
+        );
         Ok(SqliteDb {
             conn: RefCell::new(conn),
         })

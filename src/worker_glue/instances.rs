@@ -7,7 +7,7 @@ use worker::{Env, Method, Request, RequestInit};
 
 use crate::engine::{CreateRequest, Created, InstanceId};
 use crate::http::ApiError;
-use crate::runs::{Spawner, Terminator, Waker};
+use crate::runs::{Spawner, Termination, Terminator, Waker};
 
 use super::bindings;
 
@@ -128,7 +128,7 @@ pub async fn event(
 /// older head's check).
 #[async_trait::async_trait(?Send)]
 impl Terminator for InstanceWaker {
-    async fn terminate(&self, instance_id: &str) -> Result<(), String> {
+    async fn terminate(&self, instance_id: &str) -> Result<Termination, String> {
         let id = InstanceId::parse(instance_id).map_err(|e| e.to_string())?;
         let body = json!(crate::engine::Command::Terminate);
         let (status, value) = request(&self.env, &id, InstanceOp::Command, &body)
@@ -136,7 +136,8 @@ impl Terminator for InstanceWaker {
             .map_err(|e| e.message)?;
         // 409: it ended meanwhile, which is as good.
         match status {
-            s if s < 300 || s == 409 => Ok(()),
+            s if s < 300 || s == 409 => Ok(Termination::Ended),
+            404 => Ok(Termination::NoInstance),
             _ => Err(format!("terminate {instance_id}: {status} {value}")),
         }
     }

@@ -727,6 +727,7 @@ async fn create_executions(req: &mut Request, env: &Env, request_id: &str) -> An
                 .into_iter()
                 .map(decode)
                 .collect::<std::result::Result<Vec<_>, _>>()?;
+            refuse_repeated_keys(&creates)?;
             let db = D1(env.d1(bindings::DB).map_err(internal)?);
             index_creates(&db, &mut creates, WorkerClock.now_ms()).await?;
             // A few objects at a time, answered in the batch's order.
@@ -750,6 +751,20 @@ async fn create_executions(req: &mut Request, env: &Env, request_id: &str) -> An
             log_created(&c, &created, request_id);
             json_ok(if created.created { 201 } else { 200 }, &json!(created))
         }
+    }
+}
+
+/// One instance per key in a batch: two items of one key are one instance,
+/// whose row and object could each take a different item's input.
+fn refuse_repeated_keys(creates: &[CreateRequest]) -> std::result::Result<(), ApiError> {
+    let mut ids = std::collections::HashSet::new();
+    match creates.iter().find(|c| !ids.insert(c.id())) {
+        Some(c) => Err(ApiError::new(
+            422,
+            "repeated_key",
+            format!("the key {:?} is in the batch more than once", c.key),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -35,7 +35,9 @@ use sluice::runs::command::CommandResult;
 use sluice::runs::environment::Environments;
 use sluice::runs::inputs::{CheckInput, DeployInput, PullNumber};
 use sluice::runs::sweep::{Finalizer, Instances, Sweep, SweepReport};
-use sluice::runs::{NotifyTarget, Registry, RunEnv, SecretSource, Spawner, Terminator, Waker};
+use sluice::runs::{
+    NotifyTarget, Registry, RunEnv, SecretSource, Spawner, Termination, Terminator, Waker,
+};
 use sluice::sandbox::{
     Checkout, ProcessSpec, ProcessState, ProcessStatus, Sandbox, SandboxError, WorkspaceState,
 };
@@ -2036,16 +2038,23 @@ pub struct Wake {
 
 /// Terminations runs asked for (a newer pull request head's check):
 /// recorded; `Rig::apply_terminations` carries them out as the Worker does.
+/// An id whose object was never created (`Rig::create` never made it)
+/// answers as the Worker's 404 does: `Termination::NoInstance`.
 #[derive(Default)]
 pub struct FakeTerminator {
     pub asked: RefCell<Vec<String>>,
+    /// Instances whose objects exist (`Rig::create`).
+    pub objects: RefCell<std::collections::HashSet<String>>,
 }
 
 #[async_trait(?Send)]
 impl Terminator for FakeTerminator {
-    async fn terminate(&self, instance_id: &str) -> Result<(), String> {
+    async fn terminate(&self, instance_id: &str) -> Result<Termination, String> {
         self.asked.borrow_mut().push(instance_id.to_owned());
-        Ok(())
+        Ok(match self.objects.borrow().contains(instance_id) {
+            true => Termination::Ended,
+            false => Termination::NoInstance,
+        })
     }
 }
 
@@ -2297,6 +2306,7 @@ impl Rig {
         world.clock = self.clock.clone();
         let c = block_on(world.engine().create(&req)).expect("create");
         assert!(c.created);
+        self.terminator.objects.borrow_mut().insert(c.id.clone());
         Inst {
             world,
             id: c.id,

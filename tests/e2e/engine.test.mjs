@@ -135,6 +135,18 @@ engineTest('a batch of creates is indexed in one D1 batch; a caller cannot skip 
   // A second batch of the same keys creates nothing.
   const again = await stack.api('/v1/executions', { method: 'POST', body: keys.map((key) => ({ key, run: 'probe', input: { steps: 2 } })) });
   assert.deepEqual(again.body.instances.map((i) => i.created), [false, false, false, false, false]);
+  // One key twice in a batch is refused whole: nothing of it is created.
+  const twice = await stack.api('/v1/executions', { method: 'POST', body: ['probe:batch-twice', 'probe:batch-other', 'probe:batch-twice'].map((key, n) => ({ key, run: 'probe', input: { steps: n } })) });
+  assert.equal(twice.status, 422, JSON.stringify(twice.body));
+  assert.match(JSON.stringify(twice.body), /repeated_key/);
+  const other = await stack.api(`/v1/executions?run=probe&limit=100`);
+  assert.ok(JSON.stringify(other.body).includes('probe:batch-1'), 'the list names keys');
+  assert.ok(!JSON.stringify(other.body).includes('probe:batch-other'), 'no item of a refused batch was created');
+  // An item with its own limits keeps them (its object writes its own row: the row cannot carry them).
+  const limited = await stack.api('/v1/executions', { method: 'POST', body: [{ key: 'probe:batch-limited', run: 'probe', input: { steps: 3 }, max_steps: 2 }] });
+  assert.equal(limited.status, 200, JSON.stringify(limited.body));
+  const over = await waitStatus(limited.body.instances[0].id, ['errored']);
+  assert.equal(over.execution.error_tag, 'StepLimitExceeded', JSON.stringify(over.execution));
 });
 
 engineTest('inline steps are journaled together and read back as steps', async () => {

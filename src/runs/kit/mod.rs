@@ -77,7 +77,19 @@ pub trait Spawner {
 /// then `finalize`'s).
 #[async_trait(?Send)]
 pub trait Terminator {
-    async fn terminate(&self, instance_id: &str) -> Result<(), String>;
+    async fn terminate(&self, instance_id: &str) -> Result<Termination, String>;
+}
+
+/// What a terminate found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// The instance ended, or had already ended.
+    Ended,
+    /// Its object has no instance: a row whose create never arrived (a
+    /// wave's batch wrote it, the spawn did not get through). The caller
+    /// ends the row (`executions::end_uncreated`), or the sweep would
+    /// create it later, after whoever wanted it ended.
+    NoInstance,
 }
 
 /// Worker secrets by name (those an environment grants a deploy).

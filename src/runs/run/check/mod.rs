@@ -42,7 +42,7 @@ use crate::runs::kit::report::{github_failure, github_step, reported, CheckTarge
 use crate::runs::kit::run::{Run, RunName};
 use crate::runs::kit::steps;
 use crate::runs::kit::tags::{FailureTag, SkipTag};
-use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv};
+use crate::runs::kit::{configured, unless_ignored, Configured, RunEnv, Termination};
 use crate::store::artifacts::ArtifactRow;
 
 pub mod cancel;
@@ -639,10 +639,19 @@ pub async fn cancel_check(
             .await
             .map_err(github_failure)?;
     }
-    env.terminator
+    let termination = env
+        .terminator
         .terminate(id)
         .await
         .map_err(|m| FailureTag::Gate.retryable(m))?;
+    if termination == Termination::NoInstance {
+        // Never created, so nothing of it runs: end its row, or the sweep
+        // would create it after whoever wanted it ended.
+        executions::end_uncreated(env.db, id, env.clock.now_ms())
+            .await
+            .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
+        return Ok(());
+    }
     // Unconfirmed kills are finalize's to repeat: it releases nothing of
     // the check until its process is known to have ended.
     gate::kill_live(env, id, env.clock.now_ms()).await?;
