@@ -239,6 +239,24 @@ impl Runs {
                 sent?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
+            "inline-swallow" => {
+                // A best-effort step whose error the run ignores, then more
+                // durable calls, each refused once a journal write failed.
+                ctx.step_inline("calc", || Ok(7u32))?;
+                let _ = ctx
+                    .step("send", StepConfig::default(), |_| async {
+                        fx.hit("send");
+                        Ok(())
+                    })
+                    .await;
+                if let Err(RunError::Store { .. }) = ctx.step_inline("after", || Ok(1u32)) {
+                    fx.hit("after refused");
+                }
+                if let Err(RunError::Store { .. }) = ctx.sleep("nap", 10).await {
+                    fx.hit("nap refused");
+                }
+                Ok(RunOutcome::Complete(Value::Null))
+            }
             "inline-many" => {
                 // Many small inline results under long names: what one
                 // write holds is bounded by rows, not only by values.
@@ -1330,17 +1348,7 @@ fn assert_inline_results_held(
 fn a_failed_journal_write_refuses_every_later_durable_call_of_the_pass() {
     let w = World::new();
     let runs = Runs::default();
-    // The storage refuses the first write of `calc` (once: RAISE(FAIL)
-    // keeps the trigger's own mark).
-    let sql = w.journal.storage();
-    sql.exec("CREATE TABLE refused (n INTEGER)", &[]).unwrap();
-    sql.exec(
-        "CREATE TRIGGER refuse_once BEFORE INSERT ON journal \
-         WHEN NEW.name = 'calc' AND NOT EXISTS (SELECT 1 FROM refused) BEGIN \
-         INSERT INTO refused VALUES (1); SELECT RAISE(FAIL, 'storage full'); END",
-        &[],
-    )
-    .unwrap();
+    refuse_first_write_of(&w, "calc");
     block_on(w.engine().create(&req("inline-then-cleanup", json!(null)))).unwrap();
     let first = block_on(w.engine().pass(&runs, &w.interrupt));
     assert!(matches!(first, Err(RunError::Store { .. })), "{first:?}");
@@ -1390,6 +1398,73 @@ fn a_batch_indexes_only_creates_its_rows_describe_whole() {
         |c: &CreateRequest| block_on(executions::get(w.index.as_ref(), c.id().as_str())).unwrap();
     assert!(listed(&creates[0]).is_some_and(|r| r.status == "queued"));
     assert!(listed(&creates[1]).is_none(), "its object writes its row");
+}
+
+/// A body that ignores a failed journal write still ends a crashed pass:
+/// every durable call after the failure was refused (an inline step, a
+/// sleep), and the next pass runs them from the failed write on.
+#[test]
+fn a_pass_whose_body_swallowed_a_failed_journal_write_counts_as_crashed() {
+    let w = World::new();
+    let runs = Runs::default();
+    refuse_first_write_of(&w, "calc");
+    let c = block_on(w.engine().create(&req("inline-swallow", json!(null)))).unwrap();
+    let first = block_on(w.engine().pass(&runs, &w.interrupt));
+    assert!(matches!(first, Err(RunError::Store { .. })), "{first:?}");
+    assert_eq!(
+        ["send", "after refused", "nap refused"].map(|e| runs.effects.count(e)),
+        [0, 1, 1]
+    );
+    assert!(w.journal.entries().unwrap().is_empty());
+    assert_eq!(row(&w, &c.id).status, "queued", "nothing mirrored");
+    assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
+    let names: Vec<String> = w
+        .journal
+        .entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["calc", "send", "after", "nap"]);
+}
+
+/// The journal refuses the first write of an entry named `name` (once:
+/// RAISE(FAIL) keeps the trigger's own mark).
+fn refuse_first_write_of(w: &World, name: &str) {
+    let sql = w.journal.storage();
+    sql.exec("CREATE TABLE refused (n INTEGER)", &[]).unwrap();
+    sql.exec(
+        &format!(
+            "CREATE TRIGGER refuse_once BEFORE INSERT ON journal \
+             WHEN NEW.name = '{name}' AND NOT EXISTS (SELECT 1 FROM refused) BEGIN \
+             INSERT INTO refused VALUES (1); SELECT RAISE(FAIL, 'storage full'); END"
+        ),
+        &[],
+    )
+    .unwrap();
+}
+
+/// A terminate that finds no instance (a row whose create has not arrived)
+/// leaves a tombstone: the create that arrives later runs nothing and
+/// answers the instance ended.
+#[test]
+fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
+    let w = World::new();
+    let runs = Runs::default();
+    let refused = block_on(w.engine().command(&runs, &Command::Terminate));
+    assert_eq!(refused, Err(CommandError::NotFound));
+    let late = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    assert_eq!((late.created, late.status), (false, Status::Terminated));
+    assert_eq!(late.id, req("replay", json!(null)).id().as_str());
+    // The sweep's poke of its still-queued row: the pass runs nothing and
+    // the row reads terminated.
+    common::set_instance_status(&w.index.db, &late.id, "queued");
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Terminated);
+    assert_eq!(runs.effects.count("a"), 0, "nothing of the run ran");
+    assert_eq!(row(&w, &late.id).status, "terminated");
+    let again = block_on(w.engine().command(&runs, &Command::Terminate));
+    assert!(matches!(again, Err(CommandError::Conflict(_))), "{again:?}");
 }
 
 /// Characters of `inline-many`'s step names (the limit is 256).

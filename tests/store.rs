@@ -500,6 +500,60 @@ fn human_waits_are_the_waiting_event_waits_a_person_decides() {
         .is_empty());
 }
 
+/// Held inline entries written together go out in statements under what
+/// Durable Object storage keeps in one string; an entry too large for one
+/// goes alone, after the rows before it, so a write that fails leaves the
+/// entries before the failure written and none after it: never a gap.
+#[test]
+fn a_write_of_many_entries_splits_and_fails_as_a_prefix() {
+    use sluice::journal::{Entry, EntryKind, EntryState};
+    use sluice::store::journal::{JournalStore, SqlJournal};
+    use sluice::store::SyncSql;
+    let entry = |seq: u32, value: String| Entry {
+        seq,
+        name: format!("s{seq}"),
+        kind: EntryKind::Step,
+        state: EntryState::Done,
+        value: Some(value),
+        error_tag: None,
+        error_message: None,
+        attempts: 1,
+        started_ms: T0,
+        finished_ms: Some(T0),
+        wake_at_ms: None,
+        rev: i64::from(seq) + 1,
+    };
+    // 700 KB of backslashes, JSON-escaped once as a result and again in its
+    // row: over one statement's bound alone.
+    let big = serde_json::to_string(&"\\".repeat(350_000)).unwrap();
+    let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
+    // Rows of 300 KB each: three to a statement at most.
+    let many: Vec<Entry> = (0..8).map(|i| entry(i, "y".repeat(300_000))).collect();
+    journal.put_entries(&many).unwrap();
+    assert_eq!(journal.entry_count().unwrap(), 8);
+    let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
+    journal
+        .storage()
+        .exec(
+            "CREATE TRIGGER refuse_s1 BEFORE INSERT ON journal WHEN NEW.name = 's1' \
+             BEGIN SELECT RAISE(FAIL, 'storage full'); END",
+            &[],
+        )
+        .unwrap();
+    let batch = [
+        entry(0, "1".into()),
+        entry(1, "2".into()),
+        entry(2, big),
+        entry(3, "4".into()),
+    ];
+    assert!(journal.put_entries(&batch).is_err());
+    let written: Vec<u32> = journal.entries().unwrap().iter().map(|e| e.seq).collect();
+    assert!(
+        written.iter().enumerate().all(|(i, seq)| *seq == i as u32) && !written.contains(&2),
+        "a prefix, the big entry not written past the failure: {written:?}"
+    );
+}
+
 /// A pass's changed entries reach `execution_steps` field for field, in as
 /// few statements as the JSON size allows: 300 entries, half with 4,096
 /// character error messages, names in any script, are 3 statements past

@@ -920,6 +920,12 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Why a journal write of this pass failed, if one did: the pass then
+    /// counts as crashed whatever the body made of the error.
+    pub(crate) fn write_failure(&self) -> Option<String> {
+        self.write_failed.borrow().clone()
+    }
+
     /// A write to the journal; its failure is remembered (`write_failed`).
     fn journal_write(
         &self,

@@ -238,53 +238,14 @@ impl<'a> Engine<'a> {
     /// idempotency key). D1 is written first so a create that dies half way
     /// is completed by the next attempt rather than answered "exists".
     pub async fn create(&self, req: &CreateRequest) -> Result<Created, RunError> {
-        let id = req.id();
-        if let Some(rec) = self.journal.load_instance()? {
-            return Ok(Created {
-                id: rec.id,
-                created: false,
-                status: rec.status,
-            });
+        if let Some(existing) = self.existing(req)? {
+            return Ok(existing);
         }
-        let now = self.clock.now_ms();
-        let max_steps = req
-            .max_steps
-            .unwrap_or(STEPS_PER_RUN_MAX_DEFAULT)
-            .clamp(1, STEPS_PER_RUN_MAX_CEILING);
-        let rec = InstanceRecord {
-            id: id.to_string(),
-            key: req.key.clone(),
-            run: req.run.clone(),
-            input: serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput {
-                message: e.to_string(),
-            })?,
-            status: Status::Queued,
-            repo: req.repo.clone(),
-            entity: req.entity.clone(),
-            sha: req.sha.clone(),
-            created_ms: now,
-            started_ms: None,
-            wake_at_ms: Some(now),
-            finished_ms: None,
-            reason: None,
-            error_tag: None,
-            error_message: None,
-            output: None,
-            max_steps,
-            max_duration_ms: req
-                .max_duration_ms
-                .filter(|d| *d > 0)
-                .unwrap_or(RUN_DURATION_MS_DEFAULT),
-            passes: 0,
-            clean_passes: 0,
-            mirrored_rev: 0,
-            generation: 0,
-            journal_writes: 0,
-            index_round_trips: 1,
-            costs: self.take_costs(),
-            mirror_pending: false,
-        };
-        let mut rec = rec;
+        let input = serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput {
+            message: e.to_string(),
+        })?;
+        let mut rec = new_record(req, input, self.clock.now_ms());
+        rec.costs = self.take_costs();
         // The record's own row, and the insert below unless the caller's
         // batch wrote the row.
         rec.costs.do_rows_written += 1;
@@ -292,6 +253,11 @@ impl<'a> Engine<'a> {
             rec.costs.d1_statements += 1;
             rec.costs.d1_rows_written += 1;
             executions::insert(self.index, &rec).await?;
+            // Something may have arrived during the insert (a terminate
+            // that found no instance left its tombstone): it stands.
+            if let Some(existing) = self.existing(req)? {
+                return Ok(existing);
+            }
         } else {
             rec.index_round_trips = 0;
         }
@@ -301,6 +267,29 @@ impl<'a> Engine<'a> {
             created: true,
             status: Status::Queued,
         })
+    }
+
+    /// The instance already here, as a create answers it. A tombstone
+    /// takes the identity the create names, and is marked for its next
+    /// pass to mirror: its row then reads terminated, whoever left it.
+    fn existing(&self, req: &CreateRequest) -> Result<Option<Created>, RunError> {
+        let Some(mut rec) = self.journal.load_instance()? else {
+            return Ok(None);
+        };
+        if rec.id.is_empty() {
+            rec.id = req.id().to_string();
+            rec.key = req.key.clone();
+            rec.run = req.run.clone();
+            (rec.repo, rec.entity, rec.sha) =
+                (req.repo.clone(), req.entity.clone(), req.sha.clone());
+            rec.mirror_pending = true;
+            self.journal.save_instance(&rec)?;
+        }
+        Ok(Some(Created {
+            id: rec.id,
+            created: false,
+            status: rec.status,
+        }))
     }
 
     /// Runs one pass of the body if the instance is runnable.
@@ -412,6 +401,12 @@ impl<'a> Engine<'a> {
         // Inline steps' entries still held reach the journal before the
         // pass can answer or mirror anything.
         ctx.flush()?;
+        // A body that swallowed a failed journal write (a best-effort step)
+        // did not end cleanly: its journal lacks what it acted on.
+        let result = match ctx.write_failure() {
+            Some(message) => Err(RunError::Store { message }),
+            None => result,
+        };
         rec.max_duration_ms = ctx.max_duration_ms();
         Ok((result, ctx.stats()))
     }
@@ -540,11 +535,13 @@ impl<'a> Engine<'a> {
         runs: &dyn RunRegistry,
         cmd: &Command,
     ) -> Result<Status, CommandError> {
-        let mut rec = self
-            .journal
-            .load_instance()?
-            .ok_or(CommandError::NotFound)?;
         let now = self.clock.now_ms();
+        let Some(mut rec) = self.journal.load_instance()? else {
+            if *cmd == Command::Terminate {
+                self.journal.save_instance(&tombstone(now))?;
+            }
+            return Err(CommandError::NotFound);
+        };
         let mut extra = Vec::new();
         match cmd {
             Command::Terminate => {
@@ -743,6 +740,73 @@ fn log_pass(rec: &InstanceRecord, stats: &PassStats, mirror_error: Option<&str>)
             .field("sha", rec.sha.clone())
             .emit();
     }
+}
+
+/// A new instance's record, queued and due now.
+fn new_record(req: &CreateRequest, input: String, now: i64) -> InstanceRecord {
+    let max_steps = req
+        .max_steps
+        .unwrap_or(STEPS_PER_RUN_MAX_DEFAULT)
+        .clamp(1, STEPS_PER_RUN_MAX_CEILING);
+    InstanceRecord {
+        id: req.id().to_string(),
+        key: req.key.clone(),
+        run: req.run.clone(),
+        input,
+        status: Status::Queued,
+        repo: req.repo.clone(),
+        entity: req.entity.clone(),
+        sha: req.sha.clone(),
+        created_ms: now,
+        started_ms: None,
+        wake_at_ms: Some(now),
+        finished_ms: None,
+        reason: None,
+        error_tag: None,
+        error_message: None,
+        output: None,
+        max_steps,
+        max_duration_ms: req
+            .max_duration_ms
+            .filter(|d| *d > 0)
+            .unwrap_or(RUN_DURATION_MS_DEFAULT),
+        passes: 0,
+        clean_passes: 0,
+        mirrored_rev: 0,
+        generation: 0,
+        journal_writes: 0,
+        index_round_trips: 1,
+        costs: CostUnits::default(),
+        mirror_pending: false,
+    }
+}
+
+/// What a terminate leaves in an object with no instance (a row whose
+/// create has not arrived): a create that arrives later finds an ended
+/// instance and runs nothing. It names no run; nothing mirrors it (the
+/// caller ends the row: `executions::end_uncreated`).
+fn tombstone(now: i64) -> InstanceRecord {
+    let blank = CreateRequest {
+        indexed: true,
+        key: String::new(),
+        run: String::new(),
+        input: Value::Null,
+        repo: None,
+        entity: None,
+        sha: None,
+        max_steps: None,
+        max_duration_ms: None,
+    };
+    let mut rec = new_record(&blank, "null".into(), now);
+    rec.id = String::new();
+    rec.index_round_trips = 0;
+    finish(
+        &mut rec,
+        Status::Terminated,
+        Some(&RunError::Terminated),
+        now,
+    );
+    rec
 }
 
 fn finish(rec: &mut InstanceRecord, status: Status, err: Option<&RunError>, now: i64) {

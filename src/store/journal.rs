@@ -259,6 +259,9 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         for e in entries {
             let row = entry_row_json(e);
             if row.len() + 2 > UPSERT_ENTRIES_JSON_BYTES_MAX {
+                // The rows before it first: a failure leaves a prefix of
+                // the entries written, never a gap.
+                self.upsert_rows(&mut array)?;
                 self.put_entry(e)?;
                 continue;
             }

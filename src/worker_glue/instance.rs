@@ -20,6 +20,8 @@ use crate::store::journal::{JournalStore, SqlJournal};
 use crate::store::metered::{MeteredBlobs, MeteredSql};
 use crate::store::StoreError;
 
+use super::instances::NO_INSTANCE;
+
 use super::bindings;
 use super::compose::run_env_parts;
 use super::instances::InstanceOp;
@@ -195,7 +197,7 @@ impl RunInstance {
 
 fn command_error(e: CommandError) -> Result<Response> {
     match e {
-        CommandError::NotFound => json_response(404, &json!({ "error": "no such instance" })),
+        CommandError::NotFound => json_response(404, &json!({ "error": NO_INSTANCE })),
         CommandError::Conflict(m) => json_response(409, &json!({ "error": m })),
         CommandError::TooLarge(m) => json_response(413, &json!({ "error": m })),
         CommandError::Store(m) => json_response(500, &json!({ "error": m })),

@@ -11,6 +11,10 @@ use crate::runs::{Spawner, Termination, Terminator, Waker};
 
 use super::bindings;
 
+/// What an instance's object answers (404) for a command to an id it holds
+/// no instance of.
+pub const NO_INSTANCE: &str = "no such instance";
+
 /// The operations a `RunInstance` serves, and their paths: written once
 /// for the client and the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +141,11 @@ impl Terminator for InstanceWaker {
         // 409: it ended meanwhile, which is as good.
         match status {
             s if s < 300 || s == 409 => Ok(Termination::Ended),
-            404 => Ok(Termination::NoInstance),
+            // The object's own answer for an id it holds no instance of
+            // (`command_error`), not any 404 (an unknown operation).
+            404 if value.get("error").and_then(Value::as_str) == Some(NO_INSTANCE) => {
+                Ok(Termination::NoInstance)
+            }
             _ => Err(format!("terminate {instance_id}: {status} {value}")),
         }
     }

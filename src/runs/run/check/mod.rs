@@ -645,12 +645,16 @@ pub async fn cancel_check(
         .await
         .map_err(|m| FailureTag::Gate.retryable(m))?;
     if termination == Termination::NoInstance {
-        // Never created, so nothing of it runs: end its row, or the sweep
-        // would create it after whoever wanted it ended.
-        executions::end_uncreated(env.db, id, env.clock.now_ms())
+        // Never created (its object now refuses a late create): end its
+        // row, or the sweep would create it after whoever wanted it ended.
+        // A row past `queued` had an instance once: its processes are
+        // killed below all the same.
+        let ended = executions::end_uncreated(env.db, id, env.clock.now_ms())
             .await
             .map_err(|e| FailureTag::Gate.retryable(e.to_string()))?;
-        return Ok(());
+        if ended {
+            return Ok(());
+        }
     }
     // Unconfirmed kills are finalize's to repeat: it releases nothing of
     // the check until its process is known to have ended.
