@@ -1453,9 +1453,16 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
     let runs = Runs::default();
     let refused = block_on(w.engine().command(&runs, &Command::Terminate));
     assert_eq!(refused, Err(CommandError::NotFound));
-    let late = block_on(w.engine().create(&req("replay", json!(null)))).unwrap();
+    let asked = req("replay", json!({ "n": 1 }));
+    let late = block_on(w.engine().create(&asked)).unwrap();
     assert_eq!((late.created, late.status), (false, Status::Terminated));
-    assert_eq!(late.id, req("replay", json!(null)).id().as_str());
+    assert_eq!(late.id, asked.id().as_str());
+    // It takes all the create names: finalize decodes its input.
+    let rec = w.engine().record().unwrap().unwrap();
+    assert_eq!(
+        (rec.run.as_str(), rec.input.as_str()),
+        ("replay", r#"{"n":1}"#)
+    );
     // The sweep's poke of its still-queued row: the pass runs nothing and
     // the row reads terminated.
     common::set_instance_status(&w.index.db, &late.id, "queued");

@@ -277,11 +277,20 @@ impl<'a> Engine<'a> {
             return Ok(None);
         };
         if rec.id.is_empty() {
-            rec.id = req.id().to_string();
-            rec.key = req.key.clone();
-            rec.run = req.run.clone();
-            (rec.repo, rec.entity, rec.sha) =
-                (req.repo.clone(), req.entity.clone(), req.sha.clone());
+            // Everything the create names (its input too: finalize reads it),
+            // ended as the terminate left it.
+            let input = serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput {
+                message: e.to_string(),
+            })?;
+            let ended_ms = rec.finished_ms.unwrap_or(rec.created_ms);
+            rec = new_record(req, input, rec.created_ms);
+            finish(
+                &mut rec,
+                Status::Terminated,
+                Some(&RunError::Terminated),
+                ended_ms,
+            );
+            rec.index_round_trips = 0;
             rec.mirror_pending = true;
             self.journal.save_instance(&rec)?;
         }
@@ -480,7 +489,9 @@ impl<'a> Engine<'a> {
         let rows = executions::step_rows_stmts(&rec.id, &changed);
         // A restart whose own index write failed left the old generation's
         // later steps there: the journal has no step past `step_count`.
-        let stale = rec.mirror_pending.then(|| {
+        // Only a restarted instance (generation > 0) can have such steps.
+
+        let stale = (rec.mirror_pending && rec.generation > 0).then(|| {
             executions::delete_steps_from(&rec.id, u32::try_from(step_count).unwrap_or(u32::MAX))
         });
         // This batch counts itself: its statements, and one row per entry

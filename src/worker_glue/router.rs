@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use worker::{Context, Delay, Env, Request, Response, Result};
 
-use crate::engine::{index_creates, Clock, Command, CreateRequest, Created, InstanceId};
+use crate::engine::{index_creates, Clock, Command, CreateRequest, Created, InstanceId, Status};
 use crate::gates::policy::QueuePolicy;
 use crate::gates::serial;
 use crate::http::ack_first::{self, create_yield_ms, Arrivals};
@@ -602,6 +602,13 @@ impl Operations for Operator<'_> {
         self.log(name, id.as_str());
         let (status, value) =
             instances::request(self.env, id, InstanceOp::Command, &json!(cmd)).await?;
+        let no_instance = status == 404 && value["error"].as_str() == Some(instances::NO_INSTANCE);
+        if cmd == Command::Terminate && no_instance {
+            // A row whose create has not arrived: the object now refuses
+            // it (its tombstone), and the row ends as the terminate did.
+            executions::end_uncreated(self.db, id.as_str(), WorkerClock.now_ms()).await?;
+            return Ok(json!({ "status": Status::Terminated }));
+        }
         instance_answer(id, status, value)
     }
 
