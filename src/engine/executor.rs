@@ -123,6 +123,24 @@ impl CreateRequest {
     pub fn id(&self) -> InstanceId {
         InstanceId::from_key(&self.key)
     }
+
+    /// Its index row before its object exists, with the id and input JSON
+    /// the caller keeps (the row borrows them).
+    pub fn requested<'a>(
+        &'a self,
+        id: &'a InstanceId,
+        input_json: &'a str,
+    ) -> executions::Requested<'a> {
+        executions::Requested {
+            id: id.as_str(),
+            key: &self.key,
+            run: &self.run,
+            repo: self.repo.as_deref(),
+            entity: self.entity.as_deref(),
+            sha: self.sha.as_deref(),
+            input_json,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -156,17 +174,8 @@ pub async fn index_creates(
     let stmts = creates
         .iter()
         .zip(ids.iter().zip(&inputs))
-        .map(|(c, (id, input_json))| {
-            let r = executions::Requested {
-                id: id.as_str(),
-                key: &c.key,
-                run: &c.run,
-                repo: c.repo.as_deref(),
-                entity: c.entity.as_deref(),
-                sha: c.sha.as_deref(),
-                input_json,
-            };
-            executions::insert_requested_now_stmt(&r, now_ms)
+        .map(|(c, (id, input))| {
+            executions::insert_requested_now_stmt(&c.requested(id, input), now_ms)
         })
         .collect();
     db.batch(stmts).await?;

@@ -672,17 +672,8 @@ async fn record(
     let mut stmts: Vec<_> = creates
         .iter()
         .zip(ids.iter().zip(&inputs))
-        .map(|(c, (id, input_json))| {
-            let r = executions::Requested {
-                id: id.as_str(),
-                key: &c.key,
-                run: &c.run,
-                repo: c.repo.as_deref(),
-                entity: c.entity.as_deref(),
-                sha: c.sha.as_deref(),
-                input_json,
-            };
-            executions::insert_requested_stmt(&r, now_ms, &row.delivery_id)
+        .map(|(c, (id, input))| {
+            executions::insert_requested_stmt(&c.requested(id, input), now_ms, &row.delivery_id)
         })
         .collect();
     stmts.push(executions::record_delivery_stmt(row));
