@@ -16,6 +16,12 @@ pub const STEP_RESULT_BYTES_MAX: usize = 1024 * 1024;
 /// Step names are keys in the journal and the D1 timeline; 256 keeps rows small.
 pub const STEP_NAME_CHARS_MAX: usize = 256;
 
+/// A step failure's message as the journal and the index keep it: room
+/// for a command's log tail (`LOG_TAIL_BYTES_MAX`) several times over,
+/// small enough that a failed entry (message and error, each escaped)
+/// always fits one storage string.
+pub const STEP_ERROR_MESSAGE_BYTES_MAX: usize = 64 * 1024;
+
 /// Instance ids name Durable Objects and D1 rows; 100 matches Workflows.
 pub const INSTANCE_ID_CHARS_MAX: usize = 100;
 
@@ -126,6 +132,7 @@ const _: () = assert!(COMMAND_TIMEOUT_MS_DEFAULT <= COMMAND_TIMEOUT_MS_MAX);
 const _: () = assert!(COMMAND_TIMEOUT_MS_MAX < RUN_DURATION_MS_DEFAULT);
 const _: () = assert!((APP_JWT_TTL_S + APP_JWT_BACKDATE_S) <= 10 * 60);
 const _: () = assert!(LOG_TAIL_BYTES_MAX * 2 < CHECK_SUMMARY_CHARS_MAX);
+const _: () = assert!(LOG_TAIL_BYTES_MAX * 2 < STEP_ERROR_MESSAGE_BYTES_MAX);
 const _: () = assert!(STEPS_LISTED_MAX <= STEPS_PER_RUN_MAX_DEFAULT);
 
 // --- gates ---

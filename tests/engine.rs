@@ -257,6 +257,18 @@ impl Runs {
                 }
                 Ok(RunOutcome::Complete(Value::Null))
             }
+            "loud-failure" => {
+                // A failure whose message is megabytes (a whole log in it).
+                ctx.step("loud", StepConfig::default(), |_| async {
+                    Err::<(), _>(StepFailure {
+                        tag: "Loud".into(),
+                        message: "é".repeat(1_500_000),
+                        retryable: false,
+                    })
+                })
+                .await?;
+                Ok(RunOutcome::Complete(Value::Null))
+            }
             "inline-many" => {
                 // Many small inline results under long names: what one
                 // write holds is bounded by rows, not only by values.
@@ -1472,6 +1484,31 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
     assert_eq!(row(&w, &late.id).status, "terminated");
     let again = block_on(w.engine().command(&runs, &Command::Terminate));
     assert!(matches!(again, Err(CommandError::Conflict(_))), "{again:?}");
+}
+
+/// A step failure of megabytes is journaled, indexed and reported cut to
+/// a bound: the run fails as its step did, never as a journal write the
+/// storage refuses (a crash loop).
+#[test]
+fn a_step_failure_of_megabytes_is_kept_cut_to_its_bound() {
+    let w = World::new();
+    let runs = Runs::default();
+    let c = block_on(w.engine().create(&req("loud-failure", json!(null)))).unwrap();
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).expect("a pass, not a storage error");
+    assert_eq!(p.status, Status::Errored);
+    let max = sluice::limits::STEP_ERROR_MESSAGE_BYTES_MAX;
+    let entry = &w.journal.entries().unwrap()[0];
+    let message = entry.error_message.as_deref().unwrap();
+    // The bound, and the error's wording around it (a step name, the tag).
+    assert!(message.len() <= max + 1024, "{} bytes", message.len());
+    assert!(
+        message.ends_with("more bytes cut]"),
+        "{}",
+        &message[message.len() - 40..]
+    );
+    let r = row(&w, &c.id);
+    assert_eq!(r.error_tag.as_deref(), Some("NonRetryable"));
+    assert!(r.error_message.unwrap().len() <= max + 1024);
 }
 
 /// Characters of `inline-many`'s step names (the limit is 256).

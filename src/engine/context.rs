@@ -358,7 +358,7 @@ impl<'a> Ctx<'a> {
                 // A computation fails the same way again: never retried.
                 let err = RunError::NonRetryable {
                     step: slot.name.clone(),
-                    failure,
+                    failure: failure.bounded(),
                 };
                 Err(self.fail(&slot, EntryKind::Step, 1, started_ms, err))
             }
@@ -427,7 +427,7 @@ impl<'a> Ctx<'a> {
             let outcome = self.race_attempt(body(attempt), limit_ms).await;
             let (failure, timed_out) = match outcome {
                 Some(Ok(value)) => return self.complete_step(&slot, attempt, started_ms, value),
-                Some(Err(f)) => (f, false),
+                Some(Err(f)) => (f.bounded(), false),
                 None if limit_ms < cfg.timeout_ms => {
                     return Err(self.fail_ceiling(&slot, attempt, started_ms, "step"));
                 }

@@ -16,6 +16,23 @@ pub struct StepFailure {
 }
 
 impl StepFailure {
+    /// Its message cut to `STEP_ERROR_MESSAGE_BYTES_MAX` (at a character
+    /// boundary, saying how much was cut), as the engine journals it.
+    pub fn bounded(mut self) -> StepFailure {
+        let max = crate::limits::STEP_ERROR_MESSAGE_BYTES_MAX;
+        if self.message.len() > max {
+            let cut = (0..=max)
+                .rev()
+                .find(|i| self.message.is_char_boundary(*i))
+                .unwrap_or(0);
+            let dropped = self.message.len() - cut;
+            self.message.truncate(cut);
+            self.message
+                .push_str(&format!(" [{dropped} more bytes cut]"));
+        }
+        self
+    }
+
     pub fn retryable(tag: &str, message: impl Into<String>) -> StepFailure {
         StepFailure {
             tag: tag.to_owned(),
