@@ -91,7 +91,7 @@ pub struct RestartRequest<'a> {
 }
 
 /// A request to create an instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CreateRequest {
     /// The semantic idempotency key, e.g. `check:octo/hello:0123456789ab:pr7`.
     pub key: String,
@@ -806,18 +806,7 @@ fn new_record(req: &CreateRequest, input: String, now: i64) -> InstanceRecord {
 /// instance and runs nothing. It names no run; nothing mirrors it (the
 /// caller ends the row: `executions::end_uncreated`).
 fn tombstone(now: i64) -> InstanceRecord {
-    let blank = CreateRequest {
-        indexed: true,
-        key: String::new(),
-        run: String::new(),
-        input: Value::Null,
-        repo: None,
-        entity: None,
-        sha: None,
-        max_steps: None,
-        max_duration_ms: None,
-    };
-    let mut rec = new_record(&blank, "null".into(), now);
+    let mut rec = new_record(&CreateRequest::default(), "null".into(), now);
     rec.id = String::new();
     rec.index_round_trips = 0;
     finish(
