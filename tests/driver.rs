@@ -15,8 +15,8 @@ use common::{block_on, CountingDb, World, T0};
 use serde_json::{json, Value};
 use sluice::engine::driver::{self, CommandAnswer, Driver, Host, Kick, OnAlarm, PASS_WATCHDOG_MS};
 use sluice::engine::{
-    Command, CommandError, CreateRequest, Ctx, InterruptFlag, PassResult, RunError, RunOutcome,
-    RunRegistry, Status, StepConfig,
+    Command, CommandError, CreateRequest, Ctx, Interrupt, InterruptFlag, PassResult, RunError,
+    RunOutcome, RunRegistry, Status, StepConfig,
 };
 use sluice::limits::EXECUTOR_CRASHES_MAX;
 use sluice::store::{Database, Row, Stmt, StoreError};
@@ -56,11 +56,49 @@ struct Runs {
     step_gate: Gate,
     bodies: Cell<u32>,
     second_step: Cell<u32>,
+    /// "model": each step's body takes one token to finish.
+    tokens: Cell<u32>,
+    /// The model's operator was answered a pause or a terminate that no
+    /// later command undid: a body that starts now is a violation.
+    forbidden: Cell<bool>,
+    /// Of those, a terminate: it is what the instance ends as.
+    terminate_answered: Cell<bool>,
+    violations: RefCell<Vec<String>>,
+}
+
+/// Steps of the "model" run.
+const MODEL_STEPS: u32 = 6;
+
+impl Runs {
+    async fn model(&self, ctx: &Ctx<'_>) -> Result<RunOutcome, RunError> {
+        for i in 0..MODEL_STEPS {
+            ctx.step(&format!("s{i}"), StepConfig::default(), |_| async move {
+                self.bodies.set(self.bodies.get() + 1);
+                if self.forbidden.get() {
+                    self.violations.borrow_mut().push(format!("s{i} started"));
+                }
+                std::future::poll_fn(|_| match self.tokens.get() {
+                    0 => Poll::Pending,
+                    n => {
+                        self.tokens.set(n - 1);
+                        Poll::Ready(())
+                    }
+                })
+                .await;
+                Ok(i)
+            })
+            .await?;
+        }
+        Ok(RunOutcome::Complete(json!("done")))
+    }
 }
 
 #[async_trait(?Send)]
 impl RunRegistry for Runs {
     async fn execute(&self, run: &str, ctx: &Ctx<'_>, _: &Value) -> Result<RunOutcome, RunError> {
+        if run == "model" {
+            return self.model(ctx).await;
+        }
         ctx.step("one", StepConfig::default(), |_| async {
             self.bodies.set(self.bodies.get() + 1);
             self.step_gate.pass().await;
@@ -162,6 +200,20 @@ impl Host for FakeHost<'_> {
     async fn command(&self, cmd: &Command) -> Result<Status, CommandError> {
         self.commands.borrow_mut().push(cmd.clone());
         self.engine().command(self.runs, cmd).await
+    }
+    fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> Result<(), String> {
+        use sluice::store::journal::JournalStore;
+        self.world
+            .journal
+            .keep_interrupt(interrupt)
+            .map_err(|e| e.to_string())
+    }
+    fn kept_interrupt(&self) -> Result<Option<Interrupt>, String> {
+        use sluice::store::journal::JournalStore;
+        self.world
+            .journal
+            .kept_interrupt()
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -380,4 +432,225 @@ fn terminate_while_idle_is_applied_and_the_alarm_deleted_and_a_refused_command_k
     );
     assert_eq!(host.last_alarm(), Some(AlarmOp::Delete));
     assert_eq!(host.passes.get(), 1);
+}
+
+#[test]
+fn a_terminate_answered_pending_is_carried_out_after_the_pass_dies() {
+    let rig = Rig::new("two-steps");
+    let host = rig.host();
+    {
+        let dying = Driver::default();
+        let mut drive: Pin<Box<dyn Future<Output = ()>>> =
+            Box::pin(driver::drive(&dying, &host, true));
+        assert!(poll_once(&mut drive).is_none(), "step one is in flight");
+        let pending = block_on(driver::command(&dying, &host, &Command::Terminate)).unwrap();
+        assert!(pending.pending);
+        // The isolate dies before the pass reaches its next durable call.
+    }
+    rig.runs.step_gate.open();
+    let fresh = Driver::default();
+    block_on(driver::drive(&fresh, &host, true));
+    assert_eq!(host.status(), Status::Terminated);
+    assert_eq!(rig.runs.second_step.get(), 0, "step two never started");
+    assert_eq!(rig.runs.bodies.get(), 1, "step one did not run again");
+    use sluice::store::journal::JournalStore;
+    assert_eq!(
+        rig.world.journal.kept_interrupt().unwrap(),
+        None,
+        "carried out, forgotten"
+    );
+}
+
+#[test]
+fn a_pause_answered_pending_survives_the_crash_and_a_resume_is_not_undone_by_it() {
+    let rig = Rig::new("two-steps");
+    let host = rig.host();
+    {
+        let dying = Driver::default();
+        let mut drive: Pin<Box<dyn Future<Output = ()>>> =
+            Box::pin(driver::drive(&dying, &host, true));
+        assert!(poll_once(&mut drive).is_none());
+        assert!(
+            block_on(driver::command(&dying, &host, &Command::Pause))
+                .unwrap()
+                .pending
+        );
+    }
+    rig.runs.step_gate.open();
+    // Before the watchdog fires, the operator resumes: the pause answered
+    // first is carried out first, so the resume then applies to it.
+    let fresh = Driver::default();
+    let resumed = block_on(driver::command(&fresh, &host, &Command::Resume)).unwrap();
+    assert_eq!(
+        host.commands.borrow().as_slice(),
+        [Command::Pause, Command::Resume]
+    );
+    assert!(resumed.drive);
+    block_on(driver::drive(&fresh, &host, true));
+    assert_eq!(
+        host.status(),
+        Status::Complete,
+        "the kept pause did not come back"
+    );
+    assert_eq!(rig.runs.second_step.get(), 1);
+}
+
+#[test]
+fn a_pause_after_a_pending_terminate_leaves_the_terminate_standing() {
+    let rig = Rig::new("two-steps");
+    let host = rig.host();
+    let driver = Driver::default();
+    let mut drive: Pin<Box<dyn Future<Output = ()>>> =
+        Box::pin(driver::drive(&driver, &host, true));
+    assert!(poll_once(&mut drive).is_none());
+    block_on(driver::command(&driver, &host, &Command::Terminate)).unwrap();
+    let paused = block_on(driver::command(&driver, &host, &Command::Pause)).unwrap();
+    assert_eq!(
+        paused.status,
+        Status::Terminated,
+        "the answer names what stands"
+    );
+    rig.runs.step_gate.open();
+    block_on(drive);
+    assert_eq!(host.status(), Status::Terminated);
+    assert_eq!(rig.runs.second_step.get(), 0);
+}
+
+/// Schedules of the seeded driver model, and events in each.
+const MODEL_SCHEDULES: u64 = 300;
+const MODEL_EVENTS: u32 = 40;
+/// Drives run at the end of a schedule until the instance settles: each
+/// takes at least one step, and a pause is resumed once.
+const MODEL_SETTLE_DRIVES_MAX: u32 = 3 * MODEL_STEPS;
+
+/// What the model's schedules did, over all of them.
+#[derive(Default, Debug)]
+struct ModelTally {
+    pending: u32,
+    crashes_with_pending: u32,
+    applied: u32,
+    ends: std::collections::BTreeMap<String, u32>,
+}
+
+/// The executor protocol under everything that can happen to it: passes
+/// that progress a step at a time, triggers and alarms at any moment
+/// (duplicated wake-ups), the operator's pause, terminate, resume and
+/// restart landing mid-pass or between passes, and the isolate dying at
+/// any await (the driver and its pass dropped). The effect modelled is a
+/// step body starting: none starts once the operator was answered a pause
+/// or a terminate (pending or applied), until a resume or restart the
+/// operator was answered undoes it; at the end every instance settles.
+#[test]
+fn seeded_commands_are_carried_out_across_crashes_and_wake_ups() {
+    let mut seed: u64 = 0x6472_6976_6572;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut tally = ModelTally::default();
+    for schedule in 0..MODEL_SCHEDULES {
+        run_model_schedule(schedule, &mut next, &mut tally);
+    }
+    let t = &tally;
+    assert!(
+        t.pending >= 100 && t.crashes_with_pending >= 30 && t.applied >= 100,
+        "{t:?}"
+    );
+    for end in ["complete", "terminated", "paused"] {
+        assert!(t.ends.get(end).copied().unwrap_or(0) >= 10, "{t:?}");
+    }
+}
+
+fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &mut ModelTally) {
+    let rig = Rig::new("model");
+    let host = rig.host();
+    let runs = &rig.runs;
+    // One driver per life of the isolate: a crash moves to the next.
+    let lives: Vec<Driver> = (0..=MODEL_EVENTS).map(|_| Driver::default()).collect();
+    let mut life = 0;
+    let mut drive: Option<Pin<Box<dyn Future<Output = ()> + '_>>> = None;
+    let start = |d| model_drive(d, &host);
+    for _ in 0..MODEL_EVENTS {
+        match next(8) {
+            0 | 1 => runs.tokens.set(runs.tokens.get() + 1),
+            2 if drive.is_none() => drive = Some(start(&lives[life])),
+            3 => {
+                if drive.is_some() {
+                    tally.crashes_with_pending += u32::from(lives[life].interrupt.get().is_some());
+                }
+                drive = None;
+                life += 1;
+            }
+            _ => {
+                let cmd = match next(4) {
+                    0 => Command::Terminate,
+                    1 => Command::Pause,
+                    2 => Command::Resume,
+                    _ => Command::Restart { from_step: None },
+                };
+                if let Ok(answer) = block_on(driver::command(&lives[life], &host, &cmd)) {
+                    model_answered(runs, &cmd, tally, answer.pending);
+                    if answer.drive && drive.is_none() {
+                        drive = Some(start(&lives[life]));
+                    }
+                }
+            }
+        }
+        if drive.as_mut().is_some_and(|d| poll_once(d).is_some()) {
+            drive = None;
+        }
+    }
+    // Settle: every step may finish; the alarm's drives run the rest.
+    runs.tokens.set(u32::MAX);
+    if let Some(d) = drive.take() {
+        block_on(d);
+    }
+    for _ in 0..MODEL_SETTLE_DRIVES_MAX {
+        if !host.status().is_runnable() {
+            break;
+        }
+        block_on(start(&lives[life]));
+    }
+    let status = host.status();
+    assert!(
+        !status.is_runnable(),
+        "schedule {schedule}: still {status:?}"
+    );
+    let violations = runs.violations.borrow();
+    assert!(violations.is_empty(), "schedule {schedule}: {violations:?}");
+    // What the operator was last answered is what the instance ends as,
+    // unless the run finished first.
+    let answered = match (runs.forbidden.get(), runs.terminate_answered.get()) {
+        (false, _) => Status::Complete,
+        (true, false) => Status::Paused,
+        (true, true) => Status::Terminated,
+    };
+    assert!(
+        status == answered || status == Status::Complete,
+        "schedule {schedule}: answered {answered:?}, ended {status:?}"
+    );
+    *tally.ends.entry(status.as_str().to_owned()).or_default() += 1;
+}
+
+fn model_drive<'a>(
+    d: &'a Driver,
+    host: &'a FakeHost<'_>,
+) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
+    Box::pin(driver::drive(d, host, true))
+}
+
+/// The operator was answered: a pause or terminate forbids new bodies, a
+/// resume or restart allows them again.
+fn model_answered(runs: &Runs, cmd: &Command, tally: &mut ModelTally, pending: bool) {
+    if pending {
+        tally.pending += 1;
+    } else {
+        tally.applied += 1;
+    }
+    let stops = matches!(cmd, Command::Terminate | Command::Pause);
+    runs.forbidden.set(stops);
+    let terminated = stops && (runs.terminate_answered.get() || *cmd == Command::Terminate);
+    runs.terminate_answered.set(terminated);
 }

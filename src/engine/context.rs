@@ -34,13 +34,7 @@ use crate::store::StoreError;
 /// A boxed step body's future (`Ctx::step_boxed`): its result as JSON.
 pub type BoxedBody<'a> = LocalBoxFuture<'a, Result<Value, StepFailure>>;
 
-/// What an operator asked of a pass in progress; the next durable call
-/// honours it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupt {
-    Pause,
-    Terminate,
-}
+pub use crate::journal::Interrupt;
 
 /// Shared between the executor that owns the instance and the pass.
 pub type InterruptFlag = Rc<Cell<Option<Interrupt>>>;

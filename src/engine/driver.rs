@@ -45,6 +45,10 @@ pub trait Host {
     /// An operator command on the idle instance (and the run's finalize
     /// when it ended).
     async fn command(&self, cmd: &Command) -> Result<Status, CommandError>;
+    /// Keeps (None: forgets) the interrupt a running pass answered
+    /// "pending", in storage that outlives the pass (`JournalStore`).
+    fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> Result<(), String>;
+    fn kept_interrupt(&self) -> Result<Option<Interrupt>, String>;
 }
 
 /// What a trigger leads to.
@@ -103,6 +107,10 @@ pub struct Driver {
     rerun: Cell<bool>,
     /// Read by the running pass at each durable call.
     pub interrupt: InterruptFlag,
+    /// The kept interrupt was read into `interrupt`: from then on every
+    /// interrupt is kept through this driver, so it is read once per life
+    /// of the object, not per drive.
+    kept_loaded: Cell<bool>,
 }
 
 impl Driver {
@@ -132,17 +140,22 @@ impl Driver {
         if !self.running.replace(true) {
             return CommandGate::Apply;
         }
-        let (flag, status) = match cmd {
-            Command::Terminate => (Interrupt::Terminate, Status::Terminated),
-            Command::Pause => (Interrupt::Pause, Status::Paused),
+        let asked = match cmd {
+            Command::Terminate => Interrupt::Terminate,
+            Command::Pause => Interrupt::Pause,
             _ => {
                 return CommandGate::Refused(
                     "a pass is running; pause or terminate it first".into(),
                 )
             }
         };
+        // A pause after a pending terminate leaves the terminate standing.
+        let flag = Interrupt::stronger(self.interrupt.get(), Some(asked)).unwrap_or(asked);
         self.interrupt.set(Some(flag));
-        CommandGate::Interrupted(status)
+        CommandGate::Interrupted(match flag {
+            Interrupt::Terminate => Status::Terminated,
+            Interrupt::Pause => Status::Paused,
+        })
     }
 
     /// The applied command left the instance in `status` (None: it was
@@ -195,6 +208,22 @@ pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
     if !driver.begin_drive(rerun_if_busy) {
         return;
     }
+    // An interrupt answered "pending" to a pass that died is honoured by
+    // this one; unreadable, no pass runs that might have to honour it.
+    if !driver.kept_loaded.get() {
+        match host.kept_interrupt() {
+            Ok(kept) => {
+                let stands = Interrupt::stronger(driver.interrupt.get(), kept);
+                driver.interrupt.set(stands);
+                driver.kept_loaded.set(true);
+            }
+            Err(_) => {
+                let _ = host.set_alarm(host.now_ms() + STORE_RETRY_DELAY_MS).await;
+                driver.running.set(false);
+                return;
+            }
+        }
+    }
     for _ in 0..PASSES_PER_WAKE_MAX {
         driver.rerun.set(false);
         // If the process dies mid-pass, the alarm resumes the instance
@@ -209,17 +238,57 @@ pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
             break;
         }
     }
-    if let Some(interrupt) = driver.interrupt.take() {
-        let cmd = match interrupt {
-            Interrupt::Terminate => Command::Terminate,
-            Interrupt::Pause => Command::Pause,
-        };
-        // A conflict means the instance already ended on its own.
-        if host.command(&cmd).await.is_ok() {
-            let _ = host.delete_alarm().await;
+    let mut retry_in_ms = 0;
+    let taken = driver.interrupt.take();
+    if let Some(interrupt) = taken {
+        match host.command(&command_of(interrupt)).await {
+            Ok(_) => {
+                let _ = host.delete_alarm().await;
+            }
+            // A conflict: the pass honoured it, or the instance ended first.
+            Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
+            // Not carried out: still kept, for the next drive.
+            Err(_) => {
+                let again = Interrupt::stronger(driver.interrupt.get(), Some(interrupt));
+                driver.interrupt.set(again);
+                retry_in_ms = STORE_RETRY_DELAY_MS;
+            }
         }
     }
+    // One answered "pending" while the last was applied stays kept and
+    // gets its own drive; otherwise nothing is pending any more.
+    let forgotten = || taken.is_none() || host.keep_interrupt(None).is_ok();
+    if driver.interrupt.get().is_some() || !forgotten() {
+        let _ = host.set_alarm(host.now_ms() + retry_in_ms).await;
+    }
     driver.running.set(false);
+}
+
+fn command_of(interrupt: Interrupt) -> Command {
+    match interrupt {
+        Interrupt::Terminate => Command::Terminate,
+        Interrupt::Pause => Command::Pause,
+    }
+}
+
+/// A command on an idle instance: an interrupt answered "pending" to a
+/// pass that died goes first (it was answered before this one), then is
+/// forgotten, so it cannot come back after this command (a resume).
+async fn apply_command(
+    driver: &Driver,
+    host: &dyn Host,
+    cmd: &Command,
+) -> Result<Status, CommandError> {
+    let kept = host.kept_interrupt().map_err(CommandError::Store)?;
+    if let Some(pending) = Interrupt::stronger(driver.interrupt.get(), kept) {
+        match host.command(&command_of(pending)).await {
+            Ok(_) | Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        host.keep_interrupt(None).map_err(CommandError::Store)?;
+        driver.interrupt.set(None);
+    }
+    host.command(cmd).await
 }
 
 /// An operator command, as the host receives it: applied now, honoured by
@@ -232,15 +301,24 @@ pub async fn command(
     host: &dyn Host,
     cmd: &Command,
 ) -> Result<CommandAnswer, CommandError> {
+    let before = driver.interrupt.get();
     match driver.begin_command(cmd) {
-        CommandGate::Interrupted(status) => Ok(CommandAnswer {
-            status,
-            pending: true,
-            drive: false,
-        }),
+        CommandGate::Interrupted(status) => {
+            // Kept before the answer says "pending": a pass that dies
+            // before its next durable call does not drop it.
+            if let Err(e) = host.keep_interrupt(driver.interrupt.get()) {
+                driver.interrupt.set(before);
+                return Err(CommandError::Store(e));
+            }
+            Ok(CommandAnswer {
+                status,
+                pending: true,
+                drive: false,
+            })
+        }
         CommandGate::Refused(why) => Err(CommandError::Conflict(why)),
         CommandGate::Apply => {
-            let result = host.command(cmd).await;
+            let result = apply_command(driver, host, cmd).await;
             let after = driver.end_command(result.as_ref().ok().copied());
             if after == AfterCommand::DeleteAlarm {
                 let _ = host.delete_alarm().await;

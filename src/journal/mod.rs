@@ -64,6 +64,43 @@ pub struct InstanceRecord {
     pub mirror_pending: bool,
 }
 
+/// What an operator asked of a pass in progress; the next durable call
+/// honours it. The journal keeps it until the driver carried it out, so a
+/// pass that dies does not drop it (`JournalStore::keep_interrupt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    Pause,
+    Terminate,
+}
+
+impl Interrupt {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interrupt::Pause => "pause",
+            Interrupt::Terminate => "terminate",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Interrupt> {
+        match s {
+            "pause" => Some(Interrupt::Pause),
+            "terminate" => Some(Interrupt::Terminate),
+            _ => None,
+        }
+    }
+
+    /// Of two asked of one pass, the one that stands: a terminate is never
+    /// softened into a pause by a later command.
+    pub fn stronger(a: Option<Interrupt>, b: Option<Interrupt>) -> Option<Interrupt> {
+        match (a, b) {
+            (Some(Interrupt::Terminate), _) | (_, Some(Interrupt::Terminate)) => {
+                Some(Interrupt::Terminate)
+            }
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {

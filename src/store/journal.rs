@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord};
+use crate::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord, Interrupt};
 
 use super::sql::{decode, split_statements, Param, StoreError, SyncSql};
 
@@ -35,6 +35,10 @@ pub trait JournalStore {
     fn consume_event(&self, event_seq: i64, entry: &Entry) -> Result<(), StoreError>;
     /// Wipes everything (retention purge of a finished instance).
     fn clear(&self) -> Result<(), StoreError>;
+    /// Keeps (or, with None, forgets) the pause or terminate a running
+    /// pass answered "pending", until the driver carried it out.
+    fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> Result<(), StoreError>;
+    fn kept_interrupt(&self) -> Result<Option<Interrupt>, StoreError>;
 }
 
 /// The journal schema, applied by every instance on start.
@@ -355,6 +359,35 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         self.sql.exec("DELETE FROM journal", &[])?;
         self.sql.exec("DELETE FROM events", &[])?;
         self.sql.exec("DELETE FROM instance", &[])?;
+        self.sql.exec("DELETE FROM pending_interrupt", &[])?;
         Ok(())
+    }
+
+    fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> Result<(), StoreError> {
+        match interrupt {
+            None => self.sql.exec("DELETE FROM pending_interrupt", &[])?,
+            Some(i) => self.sql.exec(
+                "INSERT OR REPLACE INTO pending_interrupt (singleton, kind) VALUES (1, ?1)",
+                &[Param::from(i.as_str())],
+            )?,
+        };
+        Ok(())
+    }
+
+    fn kept_interrupt(&self) -> Result<Option<Interrupt>, StoreError> {
+        #[derive(Deserialize)]
+        struct Kind {
+            kind: String,
+        }
+        let rows = self.sql.exec(
+            "SELECT kind FROM pending_interrupt WHERE singleton = 1",
+            &[],
+        )?;
+        match decode::<Kind>(rows)?.into_iter().next() {
+            None => Ok(None),
+            Some(k) => Interrupt::parse(&k.kind)
+                .map(Some)
+                .ok_or_else(|| StoreError::Decode(format!("kept interrupt {:?}", k.kind))),
+        }
     }
 }

@@ -51,3 +51,12 @@ CREATE TABLE IF NOT EXISTS events (
   -- wait that has not happened yet (an event sent early is not lost).
   consumed_by INTEGER
 );
+
+CREATE TABLE IF NOT EXISTS pending_interrupt (
+  -- At most one row: the operator's pause or terminate that a running pass
+  -- answered "pending" (202). Kept here, not in the record the pass saves
+  -- whole, so a pass that dies before its next durable call does not drop
+  -- it: the next drive reads it back before its pass (engine::driver).
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  kind TEXT NOT NULL CHECK (kind IN ('pause','terminate'))
+);

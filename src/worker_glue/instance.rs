@@ -13,8 +13,8 @@ use worker::{durable_object, DurableObject, Env, Request, Response, Result, Sche
 use crate::cost::Meter;
 use crate::engine::driver::{self, Driver, Host, OnAlarm};
 use crate::engine::{
-    Clock, Command, CommandError, CreateRequest, Engine, InterruptFlag, PassResult, RunError,
-    RunRegistry, Status,
+    Clock, Command, CommandError, CreateRequest, Engine, Interrupt, InterruptFlag, PassResult,
+    RunError, RunRegistry, Status,
 };
 use crate::store::journal::{JournalStore, SqlJournal};
 use crate::store::metered::{MeteredBlobs, MeteredSql};
@@ -316,5 +316,14 @@ impl Host for ObjectHost<'_> {
             self.finalize(&registry).await;
         }
         Ok(status)
+    }
+
+    fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> std::result::Result<(), String> {
+        let journal = self.journal()?;
+        journal.keep_interrupt(interrupt).map_err(|e| e.to_string())
+    }
+
+    fn kept_interrupt(&self) -> std::result::Result<Option<Interrupt>, String> {
+        self.journal()?.kept_interrupt().map_err(|e| e.to_string())
     }
 }
