@@ -99,6 +99,18 @@ impl RunRegistry for Runs {
         if run == "model" {
             return self.model(ctx).await;
         }
+        if run == "flaky" {
+            // Attempt 1 fails (retried after 1 s, in the same pass).
+            ctx.step("flaky", StepConfig::default(), |attempt| async move {
+                self.bodies.set(self.bodies.get() + 1);
+                match attempt {
+                    1 => Err(sluice::engine::StepFailure::retryable("Flaky", "first")),
+                    _ => Ok(attempt),
+                }
+            })
+            .await?;
+            return Ok(RunOutcome::Complete(json!("done")));
+        }
         ctx.step("one", StepConfig::default(), |_| async {
             self.bodies.set(self.bodies.get() + 1);
             self.step_gate.pass().await;
@@ -127,6 +139,14 @@ struct SlowIndex {
     db: CountingDb,
     hold_next_batch: Cell<bool>,
     gate: Gate,
+    /// What the batches after it do, in order, before the above applies.
+    script: RefCell<std::collections::VecDeque<Batch>>,
+}
+
+/// One scripted D1 batch: held at its own gate until opened, or refused.
+enum Batch {
+    Held(std::rc::Rc<Gate>),
+    Fails,
 }
 
 #[async_trait(?Send)]
@@ -138,6 +158,12 @@ impl Database for SlowIndex {
         self.db.run(stmt).await
     }
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
+        let scripted = self.script.borrow_mut().pop_front();
+        match scripted {
+            Some(Batch::Held(gate)) => gate.pass().await,
+            Some(Batch::Fails) => return Err(StoreError::Query("scripted failure".into())),
+            None => {}
+        }
         if self.hold_next_batch.replace(false) {
             self.gate.pass().await;
         }
@@ -231,6 +257,7 @@ impl Rig {
                 db: CountingDb::new(),
                 hold_next_batch: Cell::new(false),
                 gate: Gate::default(),
+                script: RefCell::new(std::collections::VecDeque::new()),
             },
             runs: Runs::default(),
         };
@@ -653,4 +680,152 @@ fn model_answered(runs: &Runs, cmd: &Command, tally: &mut ModelTally, pending: b
     runs.forbidden.set(stops);
     let terminated = stops && (runs.terminate_answered.get() || *cmd == Command::Terminate);
     runs.terminate_answered.set(terminated);
+}
+
+/// A pause answered "pending" to a pass that died, then (Resume and
+/// Terminate from two operators at once).
+fn kept_pause_of_a_dead_pass(rig: &Rig) {
+    let host = rig.host();
+    let dying = Driver::default();
+    let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&dying, &host, true));
+    assert!(poll_once(&mut drive).is_none());
+    assert!(
+        block_on(driver::command(&dying, &host, &Command::Pause))
+            .unwrap()
+            .pending
+    );
+}
+
+#[test]
+fn a_terminate_answered_while_a_kept_pause_is_carried_out_is_not_forgotten() {
+    let rig = Rig::new("two-steps");
+    kept_pause_of_a_dead_pass(&rig);
+    rig.runs.step_gate.open();
+    let host = rig.host();
+    let fresh = Driver::default();
+    let held = std::rc::Rc::new(Gate::default());
+    rig.index
+        .script
+        .borrow_mut()
+        .push_back(Batch::Held(held.clone()));
+    let mut resume: Pin<Box<dyn Future<Output = _>>> =
+        Box::pin(driver::command(&fresh, &host, &Command::Resume));
+    assert!(
+        poll_once(&mut resume).is_none(),
+        "the kept pause is being carried out"
+    );
+    let terminate = block_on(driver::command(&fresh, &host, &Command::Terminate)).unwrap();
+    assert_eq!(
+        (terminate.status, terminate.pending),
+        (Status::Terminated, true)
+    );
+    held.open();
+    // Answered before the resume, the terminate is carried out before it.
+    let resumed = block_on(resume);
+    assert!(
+        matches!(resumed, Err(CommandError::Conflict(_))),
+        "{resumed:?}"
+    );
+    block_on(driver::drive(&fresh, &host, true));
+    assert_eq!(host.status(), Status::Terminated);
+    assert_eq!((rig.runs.bodies.get(), rig.runs.second_step.get()), (1, 0));
+}
+
+#[test]
+fn a_refused_command_leaves_an_alarm_for_what_arrived_while_it_was_applied() {
+    let rig = Rig::new("two-steps");
+    kept_pause_of_a_dead_pass(&rig);
+    let host = rig.host();
+    let fresh = Driver::default();
+    // The kept pause is carried out; the resume's own index write fails.
+    let held = std::rc::Rc::new(Gate::default());
+    rig.index
+        .script
+        .borrow_mut()
+        .extend([Batch::Held(held.clone()), Batch::Fails]);
+    let mut resume: Pin<Box<dyn Future<Output = _>>> =
+        Box::pin(driver::command(&fresh, &host, &Command::Resume));
+    assert!(poll_once(&mut resume).is_none());
+    // An event's trigger lands meanwhile: the executor is taken.
+    assert_eq!(fresh.trigger(true), Kick::Queued);
+    held.open();
+    let now = host.now_ms();
+    assert!(block_on(resume).is_err(), "the resume was refused");
+    assert_eq!(
+        host.last_alarm(),
+        Some(AlarmOp::Set(now)),
+        "the trigger's drive comes by alarm"
+    );
+}
+
+#[test]
+fn a_pause_raised_while_the_tail_carries_out_a_terminate_does_not_replace_it() {
+    let rig = Rig::new("wait-event");
+    rig.runs.step_gate.open();
+    let host = rig.host();
+    {
+        let d = Driver::default();
+        // The pass waits for its event; the terminate lands during its
+        // mirror (after its last durable call), so the tail carries it out,
+        // and its index write is held, then fails.
+        rig.index.hold_next_batch.set(true);
+        let held = std::rc::Rc::new(Gate::default());
+        rig.index
+            .script
+            .borrow_mut()
+            .push_back(Batch::Held(held.clone()));
+        let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
+        assert!(poll_once(&mut drive).is_none(), "in the mirror");
+        assert!(
+            block_on(driver::command(&d, &host, &Command::Terminate))
+                .unwrap()
+                .pending
+        );
+        rig.index.gate.open();
+        rig.index.script.borrow_mut().push_back(Batch::Fails);
+        assert!(
+            poll_once(&mut drive).is_none(),
+            "the tail's terminate is held"
+        );
+        let paused = block_on(driver::command(&d, &host, &Command::Pause)).unwrap();
+        assert_eq!(paused.status, Status::Terminated, "the terminate stands");
+        // Hold the terminate's write until after the pause was answered.
+        held.open();
+        block_on(drive);
+        assert_eq!(
+            host.status(),
+            Status::Waiting,
+            "the terminate was not carried out"
+        );
+        // The isolate dies now.
+    }
+    block_on(driver::drive(&Driver::default(), &host, true));
+    assert_eq!(host.status(), Status::Terminated);
+}
+
+#[test]
+fn a_pause_raised_during_a_retry_backoff_is_met_before_the_next_attempt() {
+    let rig = Rig::new("flaky");
+    let host = rig.host();
+    let d = Driver::default();
+    let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
+    assert!(
+        poll_once(&mut drive).is_none(),
+        "attempt 1 failed; its backoff runs"
+    );
+    assert_eq!(rig.runs.bodies.get(), 1);
+    assert!(
+        block_on(driver::command(&d, &host, &Command::Pause))
+            .unwrap()
+            .pending
+    );
+    rig.world.clock.set(T0 + 1_000);
+    block_on(drive);
+    assert_eq!(host.status(), Status::Paused);
+    assert_eq!(rig.runs.bodies.get(), 1, "attempt 2 did not start");
+    let resumed = block_on(driver::command(&d, &host, &Command::Resume)).unwrap();
+    assert!(resumed.drive);
+    block_on(driver::drive(&d, &host, true));
+    assert_eq!(host.status(), Status::Complete);
+    assert_eq!(rig.runs.bodies.get(), 2, "the next pass ran attempt 2");
 }

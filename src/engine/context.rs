@@ -444,6 +444,9 @@ impl<'a> Ctx<'a> {
             self.log_retry(&slot, attempt, &failure, delay_ms);
             if delay_ms <= STEP_RETRY_INLINE_MS_MAX {
                 self.clock.sleep(delay_ms).await;
+                if kind == StepKind::Normal {
+                    self.meet_interrupt(&slot, attempt, started_ms, &failure)?;
+                }
                 attempt += 1;
                 continue;
             }
@@ -601,6 +604,24 @@ impl<'a> Ctx<'a> {
             finished_ms: None,
             ..self.blank(slot, EntryKind::Step, started_ms)
         })
+    }
+
+    /// A pause or terminate raised during an in-process backoff is met
+    /// before the next attempt starts: the step is left retrying, so the
+    /// pass after a resume starts that attempt.
+    fn meet_interrupt(
+        &self,
+        slot: &Slot,
+        attempts: u32,
+        started_ms: i64,
+        failure: &StepFailure,
+    ) -> Result<(), RunError> {
+        if !self.interrupted() {
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        self.write_retrying(slot, attempts, started_ms, failure, now)?;
+        self.check_interrupt()
     }
 
     fn fail_ceiling(&self, slot: &Slot, attempts: u32, started_ms: i64, what: &str) -> RunError {

@@ -24,7 +24,7 @@ use super::executor::{Command, CommandError, PassResult};
 use crate::journal::Status;
 
 /// Passes one wake-up may chain when triggers keep arriving during a pass;
-/// beyond it the next trigger's alarm takes over, so one invocation cannot
+/// beyond it an alarm set at once takes over, so one invocation cannot
 /// run forever.
 pub const PASSES_PER_WAKE_MAX: u32 = 50;
 /// How soon a pass that died is resumed by its own alarm: long enough that
@@ -33,6 +33,9 @@ pub const PASSES_PER_WAKE_MAX: u32 = 50;
 pub const PASS_WATCHDOG_MS: i64 = 15_000;
 /// When storage or the index fails mid-pass, try again this much later.
 pub const STORE_RETRY_DELAY_MS: i64 = 5_000;
+/// Kinds of interrupt (a pause, a terminate): rounds of carrying out
+/// pending ones before a command, since each round's is stronger.
+const INTERRUPT_KINDS: usize = 2;
 
 /// What the host does for the driver.
 #[async_trait(?Send)]
@@ -172,6 +175,29 @@ impl Driver {
         }
     }
 
+    /// Merges the interrupt the journal keeps into memory, once per life of
+    /// the object: from then on every interrupt is kept through here.
+    fn load_kept(&self, host: &dyn Host) -> Result<(), String> {
+        if !self.kept_loaded.get() {
+            let kept = host.kept_interrupt()?;
+            self.interrupt
+                .set(Interrupt::stronger(self.interrupt.get(), kept));
+            self.kept_loaded.set(true);
+        }
+        Ok(())
+    }
+
+    /// Forgets `done`, carried out, unless a stronger one was raised while
+    /// it was (that one stays, kept and in memory).
+    fn forget_if_unchanged(&self, host: &dyn Host, done: Interrupt) -> Result<(), String> {
+        if self.interrupt.get() != Some(done) {
+            return Ok(());
+        }
+        host.keep_interrupt(None)?;
+        self.interrupt.set(None);
+        Ok(())
+    }
+
     /// Takes the executor for a drive; false when a pass already runs (it
     /// was asked for one more if the caller needs it).
     fn begin_drive(&self, rerun_if_busy: bool) -> bool {
@@ -210,19 +236,10 @@ pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
     }
     // An interrupt answered "pending" to a pass that died is honoured by
     // this one; unreadable, no pass runs that might have to honour it.
-    if !driver.kept_loaded.get() {
-        match host.kept_interrupt() {
-            Ok(kept) => {
-                let stands = Interrupt::stronger(driver.interrupt.get(), kept);
-                driver.interrupt.set(stands);
-                driver.kept_loaded.set(true);
-            }
-            Err(_) => {
-                let _ = host.set_alarm(host.now_ms() + STORE_RETRY_DELAY_MS).await;
-                driver.running.set(false);
-                return;
-            }
-        }
+    if driver.load_kept(host).is_err() {
+        let _ = host.set_alarm(host.now_ms() + STORE_RETRY_DELAY_MS).await;
+        driver.running.set(false);
+        return;
     }
     for _ in 0..PASSES_PER_WAKE_MAX {
         driver.rerun.set(false);
@@ -238,30 +255,36 @@ pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
             break;
         }
     }
-    let mut retry_in_ms = 0;
-    let taken = driver.interrupt.take();
-    if let Some(interrupt) = taken {
-        match host.command(&command_of(interrupt)).await {
-            Ok(_) => {
-                let _ = host.delete_alarm().await;
-            }
-            // A conflict: the pass honoured it, or the instance ended first.
-            Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
-            // Not carried out: still kept, for the next drive.
-            Err(_) => {
-                let again = Interrupt::stronger(driver.interrupt.get(), Some(interrupt));
-                driver.interrupt.set(again);
-                retry_in_ms = STORE_RETRY_DELAY_MS;
-            }
-        }
-    }
-    // One answered "pending" while the last was applied stays kept and
-    // gets its own drive; otherwise nothing is pending any more.
-    let forgotten = || taken.is_none() || host.keep_interrupt(None).is_ok();
-    if driver.interrupt.get().is_some() || !forgotten() {
+    let retry_in_ms = match driver.interrupt.get() {
+        Some(interrupt) => carry_out(driver, host, interrupt).await,
+        None => 0,
+    };
+    // What arrived during the awaits above (a trigger that found the
+    // executor taken, an interrupt answered "pending", a pass budget spent
+    // with one more asked for) gets a drive of its own.
+    if driver.rerun.get() || driver.interrupt.get().is_some() {
         let _ = host.set_alarm(host.now_ms() + retry_in_ms).await;
     }
     driver.running.set(false);
+}
+
+/// The interrupt no durable call saw, carried out as a command; forgotten
+/// only if it still stands as it was (one raised meanwhile stays). How
+/// soon to try again if it was not carried out.
+async fn carry_out(driver: &Driver, host: &dyn Host, interrupt: Interrupt) -> i64 {
+    match host.command(&command_of(interrupt)).await {
+        Ok(_) => {
+            let _ = host.delete_alarm().await;
+        }
+        // A conflict: the pass honoured it, or the instance ended first.
+        Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
+        // Not carried out: still kept, for the next drive.
+        Err(_) => return STORE_RETRY_DELAY_MS,
+    }
+    match driver.forget_if_unchanged(host, interrupt) {
+        Ok(()) => 0,
+        Err(_) => STORE_RETRY_DELAY_MS,
+    }
 }
 
 fn command_of(interrupt: Interrupt) -> Command {
@@ -271,22 +294,28 @@ fn command_of(interrupt: Interrupt) -> Command {
     }
 }
 
-/// A command on an idle instance: an interrupt answered "pending" to a
-/// pass that died goes first (it was answered before this one), then is
-/// forgotten, so it cannot come back after this command (a resume).
+/// A command on an idle instance: an interrupt answered "pending" (to a
+/// pass that died, or while an earlier command was applied) goes first,
+/// then is forgotten, so it cannot come back after this command (a
+/// resume). Each round carries out a stronger one than the last (a pause,
+/// then a terminate), so two rounds carry out whatever was asked.
 async fn apply_command(
     driver: &Driver,
     host: &dyn Host,
     cmd: &Command,
 ) -> Result<Status, CommandError> {
-    let kept = host.kept_interrupt().map_err(CommandError::Store)?;
-    if let Some(pending) = Interrupt::stronger(driver.interrupt.get(), kept) {
+    driver.load_kept(host).map_err(CommandError::Store)?;
+    for _ in 0..INTERRUPT_KINDS {
+        let Some(pending) = driver.interrupt.get() else {
+            break;
+        };
         match host.command(&command_of(pending)).await {
             Ok(_) | Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
             Err(e) => return Err(e),
         }
-        host.keep_interrupt(None).map_err(CommandError::Store)?;
-        driver.interrupt.set(None);
+        driver
+            .forget_if_unchanged(host, pending)
+            .map_err(CommandError::Store)?;
     }
     host.command(cmd).await
 }
@@ -320,8 +349,17 @@ pub async fn command(
         CommandGate::Apply => {
             let result = apply_command(driver, host, cmd).await;
             let after = driver.end_command(result.as_ref().ok().copied());
-            if after == AfterCommand::DeleteAlarm {
-                let _ = host.delete_alarm().await;
+            match after {
+                AfterCommand::DeleteAlarm => {
+                    let _ = host.delete_alarm().await;
+                }
+                // Refused, yet something arrived meanwhile (an event, an
+                // interrupt answered "pending"): the host drives only on
+                // success, so the alarm does.
+                AfterCommand::Drive if result.is_err() => {
+                    let _ = host.set_alarm(host.now_ms()).await;
+                }
+                _ => {}
             }
             result.map(|status| CommandAnswer {
                 status,

@@ -175,6 +175,23 @@ pub trait SyncSql {
     }
 }
 
+/// Whether a statement yields rows: a query, or a write that returns some
+/// (`RETURNING`). A storage may skip reading back a statement that does not.
+pub fn returns_rows(sql: &str) -> bool {
+    let head = sql.trim_start();
+    let starts = |k: &str| {
+        head.get(..k.len())
+            .is_some_and(|h| h.eq_ignore_ascii_case(k))
+    };
+    ["SELECT", "WITH", "PRAGMA", "VALUES"]
+        .iter()
+        .any(|k| starts(k))
+        || sql
+            .as_bytes()
+            .windows("RETURNING".len())
+            .any(|w| w.eq_ignore_ascii_case(b"RETURNING"))
+}
+
 /// Decodes rows into a typed shape.
 pub fn decode<T: DeserializeOwned>(rows: Vec<Row>) -> Result<Vec<T>, StoreError> {
     rows.into_iter().map(decode_row).collect()
@@ -221,4 +238,30 @@ pub fn split_statements(sql: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::returns_rows;
+
+    #[test]
+    fn a_statement_with_a_result_is_named_so_whatever_its_case() {
+        for yes in [
+            "SELECT 1",
+            "  select seq FROM journal",
+            "WITH x AS (SELECT 1) SELECT * FROM x",
+            "INSERT INTO events (type) VALUES (?1) RETURNING seq",
+            "update t set a = 1 returning a",
+        ] {
+            assert!(returns_rows(yes), "{yes}");
+        }
+        for no in [
+            "INSERT OR REPLACE INTO journal (seq) VALUES (?1)",
+            "DELETE FROM journal",
+            "CREATE TABLE IF NOT EXISTS t (a)",
+            "",
+        ] {
+            assert!(!returns_rows(no), "{no}");
+        }
+    }
 }
