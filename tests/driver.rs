@@ -634,11 +634,22 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     if let Some(d) = drive.take() {
         block_on(d);
     }
+    let settled = Driver::default();
     for _ in 0..MODEL_SETTLE_DRIVES_MAX {
-        if !host.status().is_runnable() {
+        use sluice::store::journal::JournalStore;
+        let kept = rig.world.journal.kept_interrupt().unwrap();
+        if !host.status().is_runnable() && kept.is_none() {
             break;
         }
-        block_on(start(&lives[life]));
+        // Only the alarm drives it now, as after the isolate's death.
+        let Some(AlarmOp::Set(at)) = host.last_alarm() else {
+            panic!(
+                "schedule {schedule}: {:?} with {kept:?} kept and no alarm",
+                host.status()
+            )
+        };
+        rig.world.clock.set(at.max(host.now_ms()));
+        block_on(model_drive(&settled, &host));
     }
     let status = host.status();
     assert!(
@@ -828,4 +839,92 @@ fn a_pause_raised_during_a_retry_backoff_is_met_before_the_next_attempt() {
     block_on(driver::drive(&d, &host, true));
     assert_eq!(host.status(), Status::Complete);
     assert_eq!(rig.runs.bodies.get(), 2, "the next pass ran attempt 2");
+}
+
+#[test]
+fn a_drive_that_finds_its_instance_purged_leaves_no_alarm() {
+    use sluice::store::journal::JournalStore;
+    let rig = Rig::new("two-steps");
+    rig.world.journal.clear().unwrap();
+    let host = rig.host();
+    block_on(driver::drive(&Driver::default(), &host, true));
+    assert_eq!(host.passes.get(), 1);
+    assert_eq!(
+        host.last_alarm(),
+        Some(AlarmOp::Delete),
+        "no 5 s alarm loop"
+    );
+}
+
+#[test]
+fn a_kept_interrupt_always_has_an_alarm_when_the_drive_carrying_it_out_dies() {
+    let rig = Rig::new("two-steps");
+    let host = rig.host();
+    {
+        let d = Driver::default();
+        let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
+        assert!(poll_once(&mut drive).is_none(), "step one is in flight");
+        assert!(
+            block_on(driver::command(&d, &host, &Command::Pause))
+                .unwrap()
+                .pending
+        );
+        // The pass meets the pause at step two and settles paused; its
+        // mirror is slow, and a terminate is answered meanwhile.
+        rig.index.hold_next_batch.set(true);
+        rig.runs.step_gate.open();
+        assert!(poll_once(&mut drive).is_none(), "in the mirror");
+        let terminate = block_on(driver::command(&d, &host, &Command::Terminate)).unwrap();
+        assert_eq!(terminate.status, Status::Terminated);
+        // The tail carries the terminate out; its index write is slow, and
+        // the isolate dies there.
+        let held = std::rc::Rc::new(Gate::default());
+        rig.index.script.borrow_mut().push_back(Batch::Held(held));
+        rig.index.gate.open();
+        assert!(
+            poll_once(&mut drive).is_none(),
+            "the tail's terminate is in flight"
+        );
+        assert_eq!(host.status(), Status::Paused);
+    }
+    let Some(AlarmOp::Set(at)) = host.last_alarm() else {
+        panic!("no alarm for the kept terminate: {:?}", host.last_alarm())
+    };
+    rig.world.clock.set(at);
+    let fresh = Driver::default();
+    assert_eq!(fresh.on_alarm(host.now_ms()), OnAlarm::Drive);
+    block_on(driver::drive(&fresh, &host, true));
+    assert_eq!(host.status(), Status::Terminated);
+    assert_eq!(rig.runs.second_step.get(), 0);
+    assert_eq!(
+        host.last_alarm(),
+        Some(AlarmOp::Delete),
+        "nothing left to wake"
+    );
+}
+
+#[test]
+fn a_command_that_was_itself_pending_is_answered_done_not_conflict() {
+    let rig = Rig::new("two-steps");
+    kept_pause_of_a_dead_pass(&rig);
+    let host = rig.host();
+    let again = block_on(driver::command(&Driver::default(), &host, &Command::Pause));
+    assert_eq!(again.map(|a| a.status), Ok(Status::Paused));
+    assert_eq!(host.status(), Status::Paused);
+}
+
+#[test]
+fn a_kept_terminate_is_never_rewritten_as_a_pause() {
+    use sluice::store::journal::JournalStore;
+    let rig = Rig::new("two-steps");
+    let journal = &rig.world.journal;
+    journal.keep_interrupt(Some(Interrupt::Terminate)).unwrap();
+    journal.keep_interrupt(Some(Interrupt::Pause)).unwrap();
+    assert_eq!(
+        journal.kept_interrupt().unwrap(),
+        Some(Interrupt::Terminate)
+    );
+    journal.keep_interrupt(None).unwrap();
+    journal.keep_interrupt(Some(Interrupt::Pause)).unwrap();
+    assert_eq!(journal.kept_interrupt().unwrap(), Some(Interrupt::Pause));
 }

@@ -187,6 +187,27 @@ impl Driver {
         Ok(())
     }
 
+    /// The alarm a pass's end calls for, while an interrupt is kept: never
+    /// none and never later than a watchdog, so if the drive carrying it
+    /// out dies, the alarm's drive does it.
+    fn guarded(&self, alarm: Alarm, now_ms: i64) -> Alarm {
+        if self.interrupt.get().is_none() {
+            return alarm;
+        }
+        let watchdog = now_ms + PASS_WATCHDOG_MS;
+        match alarm {
+            Alarm::Delete => Alarm::At(watchdog),
+            Alarm::At(at) => Alarm::At(at.min(watchdog)),
+        }
+    }
+
+    /// A purge emptied the object: nothing is pending any more, and a new
+    /// instance created in it starts with nothing kept.
+    pub fn forget_purged(&self) {
+        self.interrupt.set(None);
+        self.kept_loaded.set(false);
+    }
+
     /// Forgets `done`, carried out, unless a stronger one was raised while
     /// it was (that one stays, kept and in memory).
     fn forget_if_unchanged(&self, host: &dyn Host, done: Interrupt) -> Result<(), String> {
@@ -223,6 +244,9 @@ pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm
         }) => Alarm::At(*wake),
         Ok(p) if p.status.is_runnable() => Alarm::At(now_ms),
         Ok(_) => Alarm::Delete,
+        // Purged while a drive was on its way: an alarm would only find it
+        // gone again.
+        Err(RunError::NoInstance) => Alarm::Delete,
         Err(_) => Alarm::At(now_ms + STORE_RETRY_DELAY_MS),
     }
 }
@@ -241,49 +265,79 @@ pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
         driver.running.set(false);
         return;
     }
+    let settled = run_passes(driver, host).await;
+    finish_drive(driver, host, settled).await;
+    driver.running.set(false);
+}
+
+/// Passes while one more is asked for; the alarm the last one calls for.
+async fn run_passes(driver: &Driver, host: &dyn Host) -> Alarm {
+    let mut settled = Alarm::Delete;
     for _ in 0..PASSES_PER_WAKE_MAX {
         driver.rerun.set(false);
         // If the process dies mid-pass, the alarm resumes the instance
         // (alarms survive restarts); the pass's end replaces it.
         let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
         let outcome = host.pass(&driver.interrupt).await;
-        let _ = match alarm_after(&outcome, host.now_ms()) {
-            Alarm::At(at) => host.set_alarm(at).await,
-            Alarm::Delete => host.delete_alarm().await,
-        };
+        settled = alarm_after(&outcome, host.now_ms());
+        set_alarm_to(host, driver.guarded(settled, host.now_ms())).await;
         if !driver.rerun.get() {
             break;
         }
     }
-    let retry_in_ms = match driver.interrupt.get() {
-        Some(interrupt) => carry_out(driver, host, interrupt).await,
-        None => 0,
-    };
-    // What arrived during the awaits above (a trigger that found the
-    // executor taken, an interrupt answered "pending", a pass budget spent
-    // with one more asked for) gets a drive of its own.
+    settled
+}
+
+/// Carries out an interrupt no durable call saw. Then what arrived during
+/// the awaits (a trigger that found the executor taken, an interrupt
+/// answered "pending", a pass budget spent with one more asked for) gets
+/// a drive by alarm; with nothing pending, the last pass's alarm stands.
+async fn finish_drive(driver: &Driver, host: &dyn Host, mut settled: Alarm) {
+    let mut retry_in_ms = 0;
+    let pending = driver.interrupt.get();
+    if let Some(interrupt) = pending {
+        match carry_out(driver, host, interrupt).await {
+            // Paused or ended by the command: nothing to wake.
+            Carried::Applied => settled = Alarm::Delete,
+            Carried::Met => {}
+            Carried::NotYet => retry_in_ms = STORE_RETRY_DELAY_MS,
+        }
+    }
     if driver.rerun.get() || driver.interrupt.get().is_some() {
         let _ = host.set_alarm(host.now_ms() + retry_in_ms).await;
+    } else if pending.is_some() {
+        set_alarm_to(host, settled).await;
     }
-    driver.running.set(false);
+}
+
+async fn set_alarm_to(host: &dyn Host, alarm: Alarm) {
+    let _ = match alarm {
+        Alarm::At(at) => host.set_alarm(at).await,
+        Alarm::Delete => host.delete_alarm().await,
+    };
+}
+
+/// How carrying out an interrupt went.
+enum Carried {
+    /// The command paused or ended the instance.
+    Applied,
+    /// The pass honoured it, or the instance ended first.
+    Met,
+    /// Not carried out (storage failed): still kept, for the next drive.
+    NotYet,
 }
 
 /// The interrupt no durable call saw, carried out as a command; forgotten
-/// only if it still stands as it was (one raised meanwhile stays). How
-/// soon to try again if it was not carried out.
-async fn carry_out(driver: &Driver, host: &dyn Host, interrupt: Interrupt) -> i64 {
-    match host.command(&command_of(interrupt)).await {
-        Ok(_) => {
-            let _ = host.delete_alarm().await;
-        }
-        // A conflict: the pass honoured it, or the instance ended first.
-        Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
-        // Not carried out: still kept, for the next drive.
-        Err(_) => return STORE_RETRY_DELAY_MS,
-    }
+/// only if it still stands as it was (one raised meanwhile stays).
+async fn carry_out(driver: &Driver, host: &dyn Host, interrupt: Interrupt) -> Carried {
+    let carried = match host.command(&command_of(interrupt)).await {
+        Ok(_) => Carried::Applied,
+        Err(CommandError::Conflict(_) | CommandError::NotFound) => Carried::Met,
+        Err(_) => return Carried::NotYet,
+    };
     match driver.forget_if_unchanged(host, interrupt) {
-        Ok(()) => 0,
-        Err(_) => STORE_RETRY_DELAY_MS,
+        Ok(()) => carried,
+        Err(_) => Carried::NotYet,
     }
 }
 
@@ -305,19 +359,25 @@ async fn apply_command(
     cmd: &Command,
 ) -> Result<Status, CommandError> {
     driver.load_kept(host).map_err(CommandError::Store)?;
+    let mut carried = None;
     for _ in 0..INTERRUPT_KINDS {
         let Some(pending) = driver.interrupt.get() else {
             break;
         };
         match host.command(&command_of(pending)).await {
-            Ok(_) | Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
+            Ok(status) => carried = Some((command_of(pending), status)),
+            Err(CommandError::Conflict(_) | CommandError::NotFound) => {}
             Err(e) => return Err(e),
         }
         driver
             .forget_if_unchanged(host, pending)
             .map_err(CommandError::Store)?;
     }
-    host.command(cmd).await
+    match (host.command(cmd).await, carried) {
+        // This very command was what was pending: it is done.
+        (Err(CommandError::Conflict(_)), Some((done, status))) if done == *cmd => Ok(status),
+        (result, _) => result,
+    }
 }
 
 /// An operator command, as the host receives it: applied now, honoured by
@@ -339,6 +399,10 @@ pub async fn command(
                 driver.interrupt.set(before);
                 return Err(CommandError::Store(e));
             }
+            // A kept interrupt always has an alarm: whoever holds the
+            // executor may die before carrying it out, after deciding its
+            // alarm without it.
+            let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
             Ok(CommandAnswer {
                 status,
                 pending: true,

@@ -125,6 +125,9 @@ pub enum RunError {
     UnknownRun {
         run: String,
     },
+    /// The object holds no instance (never created, or purged): nothing to
+    /// run, and no alarm to keep.
+    NoInstance,
 }
 
 impl RunError {
@@ -146,6 +149,7 @@ impl RunError {
             RunError::Store { .. } => "Store",
             RunError::InvalidInput { .. } => "InvalidInput",
             RunError::UnknownRun { .. } => "UnknownRun",
+            RunError::NoInstance => "NoInstance",
         }
     }
 
@@ -228,6 +232,7 @@ impl fmt::Display for RunError {
             RunError::Store { message } => write!(f, "storage failed: {message}"),
             RunError::InvalidInput { message } => write!(f, "invalid run input: {message}"),
             RunError::UnknownRun { run } => write!(f, "no run named {run:?} is registered"),
+            RunError::NoInstance => write!(f, "instance does not exist"),
         }
     }
 }

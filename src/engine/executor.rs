@@ -318,9 +318,7 @@ impl<'a> Engine<'a> {
     ) -> Result<PassResult, RunError> {
         let pass_start = self.clock.now_ms();
         let Some(mut rec) = self.journal.load_instance()? else {
-            return Err(RunError::Store {
-                message: "instance does not exist".into(),
-            });
+            return Err(RunError::NoInstance);
         };
         if !rec.status.is_runnable() {
             return self.idle_pass(rec).await;

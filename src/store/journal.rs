@@ -366,8 +366,11 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> Result<(), StoreError> {
         match interrupt {
             None => self.sql.exec("DELETE FROM pending_interrupt", &[])?,
+            // Never softened here either: a kept terminate stays one.
             Some(i) => self.sql.exec(
-                "INSERT OR REPLACE INTO pending_interrupt (singleton, kind) VALUES (1, ?1)",
+                "INSERT INTO pending_interrupt (singleton, kind) VALUES (1, ?1) \
+                 ON CONFLICT (singleton) DO UPDATE SET kind = \
+                 CASE WHEN kind = 'terminate' THEN kind ELSE excluded.kind END",
                 &[Param::from(i.as_str())],
             )?,
         };

@@ -89,6 +89,7 @@ impl DurableObject for RunInstance {
                 if let Err(e) = journal.clear() {
                     return json_response(500, &json!({ "error": e.to_string() }));
                 }
+                self.inner.driver.forget_purged();
                 self.inner.state.storage().delete_alarm().await?;
                 json_response(200, &json!({ "purged": true }))
             }
