@@ -390,6 +390,9 @@ pub async fn command(
     host: &dyn Host,
     cmd: &Command,
 ) -> Result<CommandAnswer, CommandError> {
+    // What is kept joins what this command meets, so the answer names
+    // what stands (a holder that could not read it yet reads it later).
+    let _ = driver.load_kept(host);
     let before = driver.interrupt.get();
     match driver.begin_command(cmd) {
         CommandGate::Interrupted(status) => {
@@ -401,8 +404,11 @@ pub async fn command(
             }
             // A kept interrupt always has an alarm: whoever holds the
             // executor may die before carrying it out, after deciding its
-            // alarm without it.
-            let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
+            // alarm without it. Now: an alarm while the executor is held
+            // only re-arms the watchdog, so no sooner alarm is put off.
+            host.set_alarm(host.now_ms())
+                .await
+                .map_err(CommandError::Store)?;
             Ok(CommandAnswer {
                 status,
                 pending: true,
