@@ -928,3 +928,35 @@ fn a_kept_terminate_is_never_rewritten_as_a_pause() {
     journal.keep_interrupt(Some(Interrupt::Pause)).unwrap();
     assert_eq!(journal.kept_interrupt().unwrap(), Some(Interrupt::Pause));
 }
+
+#[test]
+fn a_restart_whose_index_write_dies_is_driven_by_its_alarm() {
+    let rig = Rig::new("two-steps");
+    rig.runs.step_gate.open();
+    let host = rig.host();
+    block_on(driver::drive(&Driver::default(), &host, true));
+    assert_eq!(host.status(), Status::Complete);
+    assert_eq!(host.last_alarm(), Some(AlarmOp::Delete));
+    {
+        let d = Driver::default();
+        let held = std::rc::Rc::new(Gate::default());
+        rig.index.script.borrow_mut().push_back(Batch::Held(held));
+        let restart = Command::Restart { from_step: None };
+        let mut applying: Pin<Box<dyn Future<Output = _>>> =
+            Box::pin(driver::command(&d, &host, &restart));
+        assert!(poll_once(&mut applying).is_none(), "in its index write");
+        // The isolate dies here: the cut journal is kept, runnable.
+    }
+    let Some(AlarmOp::Set(at)) = host.last_alarm() else {
+        panic!(
+            "a restarted instance with no alarm: {:?}",
+            host.last_alarm()
+        )
+    };
+    rig.world.clock.set(at);
+    let fresh = Driver::default();
+    assert_eq!(fresh.on_alarm(host.now_ms()), OnAlarm::Drive);
+    block_on(driver::drive(&fresh, &host, true));
+    assert_eq!(host.status(), Status::Complete);
+    assert_eq!(rig.runs.bodies.get(), 2, "the restart ran step one again");
+}

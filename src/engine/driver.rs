@@ -373,6 +373,13 @@ async fn apply_command(
             .forget_if_unchanged(host, pending)
             .map_err(CommandError::Store)?;
     }
+    if matches!(cmd, Command::Restart { .. }) {
+        // A restart keeps its cut journal as runnable before its index
+        // write: if the isolate dies there, this alarm drives it (the
+        // index still reads it ended, so the sweep would not). Refused, it
+        // costs one idle pass, which sets the instance's own alarm again.
+        let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
+    }
     match (host.command(cmd).await, carried) {
         // This very command was what was pending: it is done.
         (Err(CommandError::Conflict(_)), Some((done, status))) if done == *cmd => Ok(status),
