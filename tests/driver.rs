@@ -219,6 +219,12 @@ impl Host for FakeHost<'_> {
         self.alarms.borrow_mut().push(AlarmOp::Delete);
         Ok(())
     }
+    async fn alarm_at(&self) -> Result<Option<i64>, String> {
+        Ok(match self.last_alarm() {
+            Some(AlarmOp::Set(at)) => Some(at),
+            _ => None,
+        })
+    }
     async fn pass(&self, interrupt: &InterruptFlag) -> Result<PassResult, RunError> {
         self.passes.set(self.passes.get() + 1);
         self.engine().pass(self.runs, interrupt).await
@@ -959,4 +965,29 @@ fn a_restart_whose_index_write_dies_is_driven_by_its_alarm() {
     block_on(driver::drive(&fresh, &host, true));
     assert_eq!(host.status(), Status::Complete);
     assert_eq!(rig.runs.bodies.get(), 2, "the restart ran step one again");
+}
+
+#[test]
+fn a_refused_restart_never_puts_a_sooner_wake_up_off() {
+    let rig = Rig::new("wait-event");
+    rig.runs.step_gate.open();
+    let host = rig.host();
+    let d = Driver::default();
+    block_on(driver::drive(&d, &host, true));
+    assert_eq!(host.status(), Status::Waiting);
+    // The wait's deadline is an hour off: a restart's watchdog comes first.
+    let restart = Command::Restart {
+        from_step: Some("no such step".into()),
+    };
+    assert!(block_on(driver::command(&d, &host, &restart)).is_err());
+    let watchdog = T0 + PASS_WATCHDOG_MS;
+    assert_eq!(host.last_alarm(), Some(AlarmOp::Set(watchdog)));
+    // A second refusal, later: the alarm does not move out.
+    rig.world.clock.set(T0 + 10_000);
+    assert!(block_on(driver::command(&d, &host, &restart)).is_err());
+    assert_eq!(
+        host.last_alarm(),
+        Some(AlarmOp::Set(watchdog)),
+        "not put off"
+    );
 }

@@ -43,6 +43,8 @@ pub trait Host {
     fn now_ms(&self) -> i64;
     async fn set_alarm(&self, at_ms: i64) -> Result<(), String>;
     async fn delete_alarm(&self) -> Result<(), String>;
+    /// When the alarm is set for, if it is.
+    async fn alarm_at(&self) -> Result<Option<i64>, String>;
     /// One pass of the engine (and the run's finalize when it ended).
     async fn pass(&self, interrupt: &InterruptFlag) -> Result<PassResult, RunError>;
     /// An operator command on the idle instance (and the run's finalize
@@ -376,9 +378,14 @@ async fn apply_command(
     if matches!(cmd, Command::Restart { .. }) {
         // A restart keeps its cut journal as runnable before its index
         // write: if the isolate dies there, this alarm drives it (the
-        // index still reads it ended, so the sweep would not). Refused, it
-        // costs one idle pass, which sets the instance's own alarm again.
-        let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
+        // index still reads it ended, so the sweep would not). Only ever
+        // sooner: refused, it costs one pass, which sets the instance's own
+        // alarm again, and refusals repeated cannot put a wake-up off.
+        let watchdog = host.now_ms() + PASS_WATCHDOG_MS;
+        let prior = host.alarm_at().await.unwrap_or(None);
+        if prior.is_none_or(|at| at > watchdog) {
+            let _ = host.set_alarm(watchdog).await;
+        }
     }
     match (host.command(cmd).await, carried) {
         // This very command was what was pending: it is done.

@@ -285,6 +285,15 @@ impl Host for ObjectHost<'_> {
             .map_err(|e| e.to_string())
     }
 
+    async fn alarm_at(&self) -> std::result::Result<Option<i64>, String> {
+        self.inner
+            .state
+            .storage()
+            .get_alarm()
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     async fn pass(&self, interrupt: &InterruptFlag) -> std::result::Result<PassResult, RunError> {
         let store = |message: String| RunError::Store { message };
         let (journal, index) = (self.journal().map_err(store)?, self.index().map_err(store)?);
