@@ -15,7 +15,6 @@ use serde_json::json;
 use sluice::engine::{CreateRequest, Ctx, RunError, RunOutcome, RunRegistry, Status, StepConfig};
 use sluice::runs::registry::{self, Entry, Registered, Registry, RUNS};
 use sluice::runs::{Run, RunEnv, RunName};
-use sluice::store::journal::JournalStore;
 
 /// Step 1: the run's file. Its input, decided where the instance is made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,14 +88,7 @@ fn a_run_added_by_its_file_and_one_registry_line_runs_to_its_end() {
     let record = inst.world.engine().record().unwrap().unwrap();
     let output: serde_json::Value = serde_json::from_str(&record.output.unwrap()).unwrap();
     assert_eq!(output["greeting"], "hello, ana");
-    let steps: Vec<String> = inst
-        .world
-        .journal
-        .entries()
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let steps = inst.world.journal_names();
     assert_eq!(steps, ["read the clock", "greet"]);
 }
 

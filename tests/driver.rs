@@ -294,6 +294,17 @@ impl Rig {
     }
 }
 
+/// A drive started and polled once, still in its pass (`what` says where).
+fn in_flight<'a>(
+    d: &'a Driver,
+    host: &'a FakeHost<'_>,
+    what: &str,
+) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
+    let mut drive: Pin<Box<dyn Future<Output = ()> + 'a>> = Box::pin(driver::drive(d, host, true));
+    assert!(poll_once(&mut drive).is_none(), "{what}");
+    drive
+}
+
 /// Polls a future once: Some when it finished.
 fn poll_once<T>(f: &mut Pin<Box<dyn Future<Output = T> + '_>>) -> Option<T> {
     let mut cx = Context::from_waker(Waker::noop());
@@ -311,9 +322,7 @@ fn an_event_that_lands_after_the_wait_gets_a_pass_of_its_own() {
     let driver = Driver::default();
     // The pass evaluates its wait (no event yet), then its mirror is slow.
     rig.index.hold_next_batch.set(true);
-    let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-        Box::pin(driver::drive(&driver, &host, true));
-    assert!(poll_once(&mut drive).is_none(), "the pass is in its mirror");
+    let drive = in_flight(&driver, &host, "the pass is in its mirror");
     assert_eq!(rig.index.gate.waiting.get(), 1);
     // The event arrives now: kept, and the running pass is asked for more.
     assert!(host.engine().send_event("go", &json!(1)).unwrap());
@@ -335,9 +344,7 @@ fn an_operator_terminate_interrupts_the_running_pass_at_its_next_durable_call() 
     let rig = Rig::new("two-steps");
     let host = rig.host();
     let driver = Driver::default();
-    let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-        Box::pin(driver::drive(&driver, &host, true));
-    assert!(poll_once(&mut drive).is_none(), "step one is in flight");
+    let drive = in_flight(&driver, &host, "step one is in flight");
     // A resume cannot interrupt; a terminate can, and is pending.
     let refused = block_on(driver::command(&driver, &host, &Command::Resume));
     assert!(
@@ -369,9 +376,7 @@ fn an_alarm_during_a_pass_rearms_the_watchdog_and_starts_no_second_pass() {
     let rig = Rig::new("two-steps");
     let host = rig.host();
     let driver = Driver::default();
-    let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-        Box::pin(driver::drive(&driver, &host, true));
-    assert!(poll_once(&mut drive).is_none());
+    let drive = in_flight(&driver, &host, "a pass is in flight");
     let now = host.now_ms();
     assert_eq!(
         driver.on_alarm(now),
@@ -394,9 +399,7 @@ fn a_pass_that_dies_is_resumed_by_its_watchdog_alarm() {
     let host = rig.host();
     {
         let dying = Driver::default();
-        let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-            Box::pin(driver::drive(&dying, &host, true));
-        assert!(poll_once(&mut drive).is_none());
+        let _drive = in_flight(&dying, &host, "a pass is in flight");
         // The isolate dies here: the pass and its driver are gone.
     }
     assert_eq!(
@@ -419,11 +422,7 @@ fn a_crash_loop_ends_the_instance_instead_of_looping() {
     let host = rig.host();
     for crash in 0..EXECUTOR_CRASHES_MAX {
         let d = Driver::default();
-        let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
-        assert!(
-            poll_once(&mut drive).is_none(),
-            "crash {crash}: the pass runs"
-        );
+        let _drive = in_flight(&d, &host, &format!("crash {crash}: the pass runs"));
     }
     block_on(driver::drive(&Driver::default(), &host, true));
     assert_eq!(host.status(), Status::Errored);
@@ -467,19 +466,22 @@ fn terminate_while_idle_is_applied_and_the_alarm_deleted_and_a_refused_command_k
     assert_eq!(host.passes.get(), 1);
 }
 
+/// A pass is in step one's body when `cmd` (a pause or terminate) is
+/// answered "pending"; then the isolate dies, before the pass reaches its
+/// next durable call.
+fn answered_pending_then_the_pass_dies(rig: &Rig, cmd: Command) {
+    let host = rig.host();
+    let dying = Driver::default();
+    let _drive = in_flight(&dying, &host, "step one is in flight");
+    let answer = block_on(driver::command(&dying, &host, &cmd)).unwrap();
+    assert!(answer.pending);
+}
+
 #[test]
 fn a_terminate_answered_pending_is_carried_out_after_the_pass_dies() {
     let rig = Rig::new("two-steps");
+    answered_pending_then_the_pass_dies(&rig, Command::Terminate);
     let host = rig.host();
-    {
-        let dying = Driver::default();
-        let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-            Box::pin(driver::drive(&dying, &host, true));
-        assert!(poll_once(&mut drive).is_none(), "step one is in flight");
-        let pending = block_on(driver::command(&dying, &host, &Command::Terminate)).unwrap();
-        assert!(pending.pending);
-        // The isolate dies before the pass reaches its next durable call.
-    }
     rig.runs.step_gate.open();
     let fresh = Driver::default();
     block_on(driver::drive(&fresh, &host, true));
@@ -497,18 +499,8 @@ fn a_terminate_answered_pending_is_carried_out_after_the_pass_dies() {
 #[test]
 fn a_pause_answered_pending_survives_the_crash_and_a_resume_is_not_undone_by_it() {
     let rig = Rig::new("two-steps");
+    answered_pending_then_the_pass_dies(&rig, Command::Pause);
     let host = rig.host();
-    {
-        let dying = Driver::default();
-        let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-            Box::pin(driver::drive(&dying, &host, true));
-        assert!(poll_once(&mut drive).is_none());
-        assert!(
-            block_on(driver::command(&dying, &host, &Command::Pause))
-                .unwrap()
-                .pending
-        );
-    }
     rig.runs.step_gate.open();
     // Before the watchdog fires, the operator resumes: the pause answered
     // first is carried out first, so the resume then applies to it.
@@ -533,9 +525,7 @@ fn a_pause_after_a_pending_terminate_leaves_the_terminate_standing() {
     let rig = Rig::new("two-steps");
     let host = rig.host();
     let driver = Driver::default();
-    let mut drive: Pin<Box<dyn Future<Output = ()>>> =
-        Box::pin(driver::drive(&driver, &host, true));
-    assert!(poll_once(&mut drive).is_none());
+    let drive = in_flight(&driver, &host, "a pass is in flight");
     block_on(driver::command(&driver, &host, &Command::Terminate)).unwrap();
     let paused = block_on(driver::command(&driver, &host, &Command::Pause)).unwrap();
     assert_eq!(
@@ -699,24 +689,10 @@ fn model_answered(runs: &Runs, cmd: &Command, tally: &mut ModelTally, pending: b
     runs.terminate_answered.set(terminated);
 }
 
-/// A pause answered "pending" to a pass that died, then (Resume and
-/// Terminate from two operators at once).
-fn kept_pause_of_a_dead_pass(rig: &Rig) {
-    let host = rig.host();
-    let dying = Driver::default();
-    let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&dying, &host, true));
-    assert!(poll_once(&mut drive).is_none());
-    assert!(
-        block_on(driver::command(&dying, &host, &Command::Pause))
-            .unwrap()
-            .pending
-    );
-}
-
 #[test]
 fn a_terminate_answered_while_a_kept_pause_is_carried_out_is_not_forgotten() {
     let rig = Rig::new("two-steps");
-    kept_pause_of_a_dead_pass(&rig);
+    answered_pending_then_the_pass_dies(&rig, Command::Pause);
     rig.runs.step_gate.open();
     let host = rig.host();
     let fresh = Driver::default();
@@ -751,7 +727,7 @@ fn a_terminate_answered_while_a_kept_pause_is_carried_out_is_not_forgotten() {
 #[test]
 fn a_refused_command_leaves_an_alarm_for_what_arrived_while_it_was_applied() {
     let rig = Rig::new("two-steps");
-    kept_pause_of_a_dead_pass(&rig);
+    answered_pending_then_the_pass_dies(&rig, Command::Pause);
     let host = rig.host();
     let fresh = Driver::default();
     // The kept pause is carried out; the resume's own index write fails.
@@ -791,8 +767,7 @@ fn a_pause_raised_while_the_tail_carries_out_a_terminate_does_not_replace_it() {
             .script
             .borrow_mut()
             .push_back(Batch::Held(held.clone()));
-        let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
-        assert!(poll_once(&mut drive).is_none(), "in the mirror");
+        let mut drive = in_flight(&d, &host, "in the mirror");
         assert!(
             block_on(driver::command(&d, &host, &Command::Terminate))
                 .unwrap()
@@ -825,11 +800,7 @@ fn a_pause_raised_during_a_retry_backoff_is_met_before_the_next_attempt() {
     let rig = Rig::new("flaky");
     let host = rig.host();
     let d = Driver::default();
-    let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
-    assert!(
-        poll_once(&mut drive).is_none(),
-        "attempt 1 failed; its backoff runs"
-    );
+    let drive = in_flight(&d, &host, "attempt 1 failed; its backoff runs");
     assert_eq!(rig.runs.bodies.get(), 1);
     assert!(
         block_on(driver::command(&d, &host, &Command::Pause))
@@ -868,8 +839,7 @@ fn a_kept_interrupt_always_has_an_alarm_when_the_drive_carrying_it_out_dies() {
     let host = rig.host();
     {
         let d = Driver::default();
-        let mut drive: Pin<Box<dyn Future<Output = ()>>> = Box::pin(driver::drive(&d, &host, true));
-        assert!(poll_once(&mut drive).is_none(), "step one is in flight");
+        let mut drive = in_flight(&d, &host, "step one is in flight");
         assert!(
             block_on(driver::command(&d, &host, &Command::Pause))
                 .unwrap()
@@ -912,7 +882,7 @@ fn a_kept_interrupt_always_has_an_alarm_when_the_drive_carrying_it_out_dies() {
 #[test]
 fn a_command_that_was_itself_pending_is_answered_done_not_conflict() {
     let rig = Rig::new("two-steps");
-    kept_pause_of_a_dead_pass(&rig);
+    answered_pending_then_the_pass_dies(&rig, Command::Pause);
     let host = rig.host();
     let again = block_on(driver::command(&Driver::default(), &host, &Command::Pause));
     assert_eq!(again.map(|a| a.status), Ok(Status::Paused));

@@ -670,7 +670,7 @@ fn repeated_step_names_are_keyed_by_occurrence() {
     let runs = Runs::default();
     block_on(w.engine().create(&req("loop-sleep", json!(null)))).unwrap();
     assert_eq!(run_to_end(&w, &runs, 10), Status::Complete);
-    let names: Vec<String> = w.journal_entries().into_iter().map(|e| e.name).collect();
+    let names = w.journal_names();
     assert_eq!(
         names,
         ["tick", "pause", "tick#2", "pause#2", "tick#3", "pause#3"]
@@ -1377,13 +1377,7 @@ fn a_failed_journal_write_refuses_every_later_durable_call_of_the_pass() {
         (runs.effects.count("send"), runs.effects.count("conclude 7")),
         (1, 1)
     );
-    let names: Vec<String> = w
-        .journal
-        .entries()
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let names = w.journal_names();
     assert_eq!(names, ["calc", "send", "conclude"]);
 }
 
@@ -1430,13 +1424,7 @@ fn a_pass_whose_body_swallowed_a_failed_journal_write_counts_as_crashed() {
     assert!(w.journal.entries().unwrap().is_empty());
     assert_eq!(row(&w, &c.id).status, "queued", "nothing mirrored");
     assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
-    let names: Vec<String> = w
-        .journal
-        .entries()
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let names = w.journal_names();
     assert_eq!(names, ["calc", "send", "after", "nap"]);
 }
 

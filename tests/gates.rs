@@ -2966,14 +2966,7 @@ mod run_model {
         let rig = w.rig;
         match op {
             0..=19 if !ctl.in_pass.get() => {
-                let names: Vec<String> = inst
-                    .world
-                    .journal
-                    .entries()
-                    .unwrap()
-                    .into_iter()
-                    .map(|e| e.name)
-                    .collect();
+                let names = inst.world.journal_names();
                 let pick = rng.borrow_mut().below(names.len() as u64 + 1) as usize;
                 let from_step = match pick {
                     0 => None,

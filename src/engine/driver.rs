@@ -155,12 +155,9 @@ impl Driver {
             }
         };
         // A pause after a pending terminate leaves the terminate standing.
-        let flag = Interrupt::stronger(self.interrupt.get(), Some(asked)).unwrap_or(asked);
+        let flag = self.interrupt.get().map_or(asked, |held| held.max(asked));
         self.interrupt.set(Some(flag));
-        CommandGate::Interrupted(match flag {
-            Interrupt::Terminate => Status::Terminated,
-            Interrupt::Pause => Status::Paused,
-        })
+        CommandGate::Interrupted(flag.status())
     }
 
     /// The applied command left the instance in `status` (None: it was
@@ -182,8 +179,7 @@ impl Driver {
     fn load_kept(&self, host: &dyn Host) -> Result<(), String> {
         if !self.kept_loaded.get() {
             let kept = host.kept_interrupt()?;
-            self.interrupt
-                .set(Interrupt::stronger(self.interrupt.get(), kept));
+            self.interrupt.set(self.interrupt.get().max(kept));
             self.kept_loaded.set(true);
         }
         Ok(())

@@ -250,10 +250,7 @@ impl<'a> Engine<'a> {
         if let Some(existing) = self.existing(req)? {
             return Ok(existing);
         }
-        let input = serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput {
-            message: e.to_string(),
-        })?;
-        let mut rec = new_record(req, input, self.clock.now_ms());
+        let mut rec = new_record(req, self.clock.now_ms());
         rec.costs = self.take_costs();
         // The record's own row, and the insert below unless the caller's
         // batch wrote the row.
@@ -288,11 +285,8 @@ impl<'a> Engine<'a> {
         if rec.id.is_empty() {
             // Everything the create names (its input too: finalize reads it),
             // ended as the terminate left it.
-            let input = serde_json::to_string(&req.input).map_err(|e| RunError::InvalidInput {
-                message: e.to_string(),
-            })?;
             let ended_ms = rec.finished_ms.unwrap_or(rec.created_ms);
-            rec = new_record(req, input, rec.created_ms);
+            rec = new_record(req, rec.created_ms);
             finish(
                 &mut rec,
                 Status::Terminated,
@@ -761,7 +755,7 @@ fn log_pass(rec: &InstanceRecord, stats: &PassStats, mirror_error: Option<&str>)
 }
 
 /// A new instance's record, queued and due now.
-fn new_record(req: &CreateRequest, input: String, now: i64) -> InstanceRecord {
+fn new_record(req: &CreateRequest, now: i64) -> InstanceRecord {
     let max_steps = req
         .max_steps
         .unwrap_or(STEPS_PER_RUN_MAX_DEFAULT)
@@ -770,7 +764,9 @@ fn new_record(req: &CreateRequest, input: String, now: i64) -> InstanceRecord {
         id: req.id().to_string(),
         key: req.key.clone(),
         run: req.run.clone(),
-        input,
+        // A JSON value's text (`Display` cannot fail, as the batch's rows
+        // are written: `index_creates`).
+        input: req.input.to_string(),
         status: Status::Queued,
         repo: req.repo.clone(),
         entity: req.entity.clone(),
@@ -804,7 +800,7 @@ fn new_record(req: &CreateRequest, input: String, now: i64) -> InstanceRecord {
 /// instance and runs nothing. It names no run; nothing mirrors it (the
 /// caller ends the row: `executions::end_uncreated`).
 fn tombstone(now: i64) -> InstanceRecord {
-    let mut rec = new_record(&CreateRequest::default(), "null".into(), now);
+    let mut rec = new_record(&CreateRequest::default(), now);
     rec.id = String::new();
     rec.index_round_trips = 0;
     finish(

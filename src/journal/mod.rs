@@ -67,7 +67,10 @@ pub struct InstanceRecord {
 /// What an operator asked of a pass in progress; the next durable call
 /// honours it. The journal keeps it until the driver carried it out, so a
 /// pass that dies does not drop it (`JournalStore::keep_interrupt`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Ordered by strength: of two asked of one pass, the greater stands (a
+/// terminate is never softened into a pause), and `Option::max` merges a
+/// held one with none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Interrupt {
     Pause,
     Terminate,
@@ -89,14 +92,11 @@ impl Interrupt {
         }
     }
 
-    /// Of two asked of one pass, the one that stands: a terminate is never
-    /// softened into a pause by a later command.
-    pub fn stronger(a: Option<Interrupt>, b: Option<Interrupt>) -> Option<Interrupt> {
-        match (a, b) {
-            (Some(Interrupt::Terminate), _) | (_, Some(Interrupt::Terminate)) => {
-                Some(Interrupt::Terminate)
-            }
-            (a, b) => a.or(b),
+    /// The status an instance takes when this is carried out.
+    pub fn status(self) -> Status {
+        match self {
+            Interrupt::Pause => Status::Paused,
+            Interrupt::Terminate => Status::Terminated,
         }
     }
 }

@@ -322,6 +322,13 @@ impl World {
             meter: Some(&self.meter),
         }
     }
+
+    /// The journal's entry names, in order.
+    pub fn journal_names(&self) -> Vec<String> {
+        use sluice::store::journal::JournalStore;
+        let entries = self.journal.entries().expect("journal");
+        entries.into_iter().map(|e| e.name).collect()
+    }
 }
 
 /// Writes an instance's `executions` row with this status (a serial waiter
