@@ -64,6 +64,8 @@ struct Runs {
     /// Of those, a terminate: it is what the instance ends as.
     terminate_answered: Cell<bool>,
     violations: RefCell<Vec<String>>,
+    /// The index the model's bodies look their instance's row up in.
+    index: RefCell<Option<std::rc::Rc<CountingDb>>>,
 }
 
 /// Steps of the "model" run.
@@ -76,6 +78,11 @@ impl Runs {
                 self.bodies.set(self.bodies.get() + 1);
                 if self.forbidden.get() {
                     self.violations.borrow_mut().push(format!("s{i} started"));
+                }
+                // A body may claim a gate, which reads its instance's row.
+                if !self.row_in_index(ctx.instance_id()) {
+                    let v = format!("s{i} started with no index row");
+                    self.violations.borrow_mut().push(v);
                 }
                 std::future::poll_fn(|_| match self.tokens.get() {
                     0 => Poll::Pending,
@@ -90,6 +97,15 @@ impl Runs {
             .await?;
         }
         Ok(RunOutcome::Complete(json!("done")))
+    }
+
+    fn row_in_index(&self, id: &str) -> bool {
+        let index = self.index.borrow().clone().expect("the rig's index");
+        let row = sluice::store::executions::get(&index.db, id);
+        futures::FutureExt::now_or_never(row)
+            .expect("SQLite answers at once")
+            .expect("query")
+            .is_some()
     }
 }
 
@@ -136,11 +152,14 @@ impl RunRegistry for Runs {
 /// D1 whose next mirror batch waits at a gate (a slow D1 round trip at the
 /// end of a pass).
 struct SlowIndex {
-    db: CountingDb,
+    db: std::rc::Rc<CountingDb>,
     hold_next_batch: Cell<bool>,
     gate: Gate,
     /// What the batches after it do, in order, before the above applies.
     script: RefCell<std::collections::VecDeque<Batch>>,
+    /// Some: each `run` (a pending row's write) waits for a token, taking
+    /// one (the model's slow D1); None: `run` answers at once.
+    run_tokens: Cell<Option<u32>>,
 }
 
 /// One scripted D1 batch: held at its own gate until opened, or refused.
@@ -155,6 +174,15 @@ impl Database for SlowIndex {
         self.db.all(stmt).await
     }
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
+        std::future::poll_fn(|_| match self.run_tokens.get() {
+            None => Poll::Ready(()),
+            Some(0) => Poll::Pending,
+            Some(n) => {
+                self.run_tokens.set(Some(n - 1));
+                Poll::Ready(())
+            }
+        })
+        .await;
         self.db.run(stmt).await
     }
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
@@ -195,6 +223,7 @@ impl FakeHost<'_> {
             index: self.index,
             clock: &self.world.clock,
             meter: None,
+            on_indexed: None,
         }
     }
     fn last_alarm(&self) -> Option<AlarmOp> {
@@ -260,10 +289,11 @@ impl Rig {
         let rig = Rig {
             world: World::new(),
             index: SlowIndex {
-                db: CountingDb::new(),
+                db: std::rc::Rc::new(CountingDb::new()),
                 hold_next_batch: Cell::new(false),
                 gate: Gate::default(),
                 script: RefCell::new(std::collections::VecDeque::new()),
+                run_tokens: Cell::new(None),
             },
             runs: Runs::default(),
         };
@@ -278,6 +308,7 @@ impl Rig {
             max_steps: None,
             max_duration_ms: None,
         };
+        *rig.runs.index.borrow_mut() = Some(rig.index.db.clone());
         let host = rig.host();
         block_on(host.engine().create(&req)).expect("create");
         rig
@@ -300,7 +331,9 @@ fn in_flight<'a>(
     host: &'a FakeHost<'_>,
     what: &str,
 ) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
-    let mut drive: Pin<Box<dyn Future<Output = ()> + 'a>> = Box::pin(driver::drive(d, host, true));
+    let mut drive: Pin<Box<dyn Future<Output = ()> + 'a>> = Box::pin(async move {
+        driver::drive(d, host, true).await;
+    });
     assert!(poll_once(&mut drive).is_none(), "{what}");
     drive
 }
@@ -383,8 +416,9 @@ fn an_alarm_during_a_pass_rearms_the_watchdog_and_starts_no_second_pass() {
         OnAlarm::RearmWatchdog(now + PASS_WATCHDOG_MS)
     );
     // A second drive (a fetch's kick) while one runs starts nothing.
-    let mut second: Pin<Box<dyn Future<Output = ()>>> =
-        Box::pin(driver::drive(&driver, &host, false));
+    let mut second: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async {
+        driver::drive(&driver, &host, false).await;
+    });
     assert_eq!(poll_once(&mut second), Some(()));
     rig.runs.step_gate.open();
     block_on(drive);
@@ -555,6 +589,24 @@ struct ModelTally {
     ends: std::collections::BTreeMap<String, u32>,
 }
 
+/// ADR-0018: a single create's first pass writes its index row before its
+/// first body, an await; a terminate answered "pending" during it stops
+/// the body before it starts.
+#[test]
+fn a_terminate_answered_while_the_row_is_written_stops_the_first_body() {
+    let rig = Rig::new("two-steps");
+    rig.index.run_tokens.set(Some(0));
+    let host = rig.host();
+    let d = Driver::default();
+    let drive = in_flight(&d, &host, "held in the row's write");
+    let answer = block_on(driver::command(&d, &host, &Command::Terminate)).unwrap();
+    assert!(answer.pending, "{answer:?}");
+    rig.index.run_tokens.set(None);
+    block_on(drive);
+    assert_eq!(rig.runs.bodies.get(), 0, "no body started after the answer");
+    assert_eq!(host.status(), Status::Terminated);
+}
+
 /// The executor protocol under everything that can happen to it: passes
 /// that progress a step at a time, triggers and alarms at any moment
 /// (duplicated wake-ups), the operator's pause, terminate, resume and
@@ -595,9 +647,15 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     let mut life = 0;
     let mut drive: Option<Pin<Box<dyn Future<Output = ()> + '_>>> = None;
     let start = |d| model_drive(d, &host);
+    // The row's write before the first body is a D1 round trip too.
+    rig.index.run_tokens.set(Some(0));
     for _ in 0..MODEL_EVENTS {
         match next(8) {
-            0 | 1 => runs.tokens.set(runs.tokens.get() + 1),
+            0 | 1 => {
+                runs.tokens.set(runs.tokens.get() + 1);
+                let held = rig.index.run_tokens.get().unwrap_or(0);
+                rig.index.run_tokens.set(Some(held + 1));
+            }
             2 if drive.is_none() => drive = Some(start(&lives[life])),
             3 => {
                 if drive.is_some() {
@@ -627,6 +685,7 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     }
     // Settle: every step may finish; the alarm's drives run the rest.
     runs.tokens.set(u32::MAX);
+    rig.index.run_tokens.set(None);
     if let Some(d) = drive.take() {
         block_on(d);
     }
@@ -654,6 +713,13 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     );
     let violations = runs.violations.borrow();
     assert!(violations.is_empty(), "schedule {schedule}: {violations:?}");
+    let id = host.engine().record().unwrap().unwrap().id;
+    let row = block_on(sluice::store::executions::get(&rig.index.db.db, &id)).unwrap();
+    assert_eq!(
+        row.map(|r| r.status),
+        Some(status.as_str().to_owned()),
+        "schedule {schedule}: the index row reads as the instance ended"
+    );
     // What the operator was last answered is what the instance ends as,
     // unless the run finished first.
     let answered = match (runs.forbidden.get(), runs.terminate_answered.get()) {
@@ -672,7 +738,9 @@ fn model_drive<'a>(
     d: &'a Driver,
     host: &'a FakeHost<'_>,
 ) -> Pin<Box<dyn Future<Output = ()> + 'a>> {
-    Box::pin(driver::drive(d, host, true))
+    Box::pin(async move {
+        driver::drive(d, host, true).await;
+    })
 }
 
 /// The operator was answered: a pause or terminate forbids new bodies, a

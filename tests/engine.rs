@@ -9,11 +9,12 @@ use async_trait::async_trait;
 use common::{block_on, Effects, World, T0};
 use futures::FutureExt;
 use serde_json::{json, Value};
+use sluice::engine::driver;
 use sluice::engine::{
     Backoff, Clock, Command, CommandError, CreateRequest, Ctx, Interrupt, InterruptFlag, RunError,
     RunOutcome, RunRegistry, Status, StepConfig, StepFailure,
 };
-use sluice::limits::{PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
+use sluice::limits::{EXECUTOR_CRASHES_MAX, PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
 use sluice::store::journal::JournalStore;
 use sluice::store::sql::SyncSql;
@@ -31,6 +32,8 @@ struct Runs {
     /// `inline-mix` runs: raised on the pass's flag from inside its body,
     /// once, so the pass honours it at its next durable call.
     interrupt_on: std::cell::RefCell<Option<(String, InterruptFlag, Interrupt)>>,
+    /// The index `sees-its-row` looks its instance up in.
+    index: Option<std::rc::Rc<common::CountingDb>>,
 }
 
 fn cfg_fast(limit: u32) -> StepConfig {
@@ -201,6 +204,20 @@ impl Runs {
                 .await?;
                 slept?;
                 Ok(RunOutcome::Complete(Value::Null))
+            }
+            "sees-its-row" => {
+                // Each body records whether D1 had its instance's row as it
+                // started (a gate's claim reads it).
+                for name in ["first", "second"] {
+                    ctx.step(name, StepConfig::default(), |_| async {
+                        let index = &self.index.as_ref().expect("the test's index").db;
+                        let row = executions::get(index, ctx.instance_id()).await;
+                        let seen = row.map_err(|e| StepFailure::fatal("Query", e.to_string()))?;
+                        Ok(fx.hit(if seen.is_some() { "row seen" } else { "no row" }))
+                    })
+                    .await?;
+                }
+                Ok(RunOutcome::Complete(json!(null)))
             }
             "skips" => Ok(RunOutcome::Skipped {
                 reason: Some("not-configured".into()),
@@ -429,8 +446,85 @@ fn create_is_idempotent_by_key() {
     assert!(first.created);
     assert!(!second.created);
     assert_eq!(first.id, second.id);
-    let rows = block_on(executions::list(w.index.as_ref(), &Default::default(), 10)).unwrap();
-    assert_eq!(rows.len(), 1);
+    assert!(
+        first.row_pending && second.row_pending,
+        "its first pass writes the row"
+    );
+    let rows = || block_on(executions::list(w.index.as_ref(), &Default::default(), 10)).unwrap();
+    assert!(rows().is_empty(), "a create writes nothing to D1 itself");
+    block_on(w.engine().pass(&Runs::default(), &w.interrupt)).unwrap();
+    let third = block_on(w.engine().create(&r)).unwrap();
+    assert!(!third.created && !third.row_pending);
+    assert_eq!(rows().len(), 1);
+}
+
+/// ADR-0018: a single create leaves its index row to its first pass,
+/// which writes it before its first step body, or, when no body runs, in
+/// the same batch as its mirror.
+#[test]
+fn a_single_create_writes_its_row_before_its_first_step_body_or_with_its_mirror() {
+    let w = World::new();
+    let runs = Runs {
+        index: Some(w.index.clone()),
+        ..Runs::default()
+    };
+    let c = block_on(w.engine().create(&req("sees-its-row", json!(null)))).unwrap();
+    assert!(c.row_pending);
+    assert!(block_on(executions::get(w.index.as_ref(), &c.id))
+        .unwrap()
+        .is_none());
+    let before = w.index.calls.get();
+    assert_eq!(run_to_end(&w, &runs, 1), Status::Complete);
+    assert_eq!(
+        ["row seen", "no row"].map(|e| runs.effects.count(e)),
+        [2, 0],
+        "every body found the row"
+    );
+    assert_eq!(w.index.calls.get() - before, 2, "the row, then the mirror");
+    let r = row(&w, &c.id);
+    assert_eq!((r.status.as_str(), r.index_round_trips), ("complete", 2));
+    assert!(!w.engine().record().unwrap().unwrap().row_pending);
+
+    let stepless = World::with_index(w.index.clone());
+    let c = block_on(stepless.engine().create(&req("skips", json!(null)))).unwrap();
+    let before = w.index.calls.get();
+    let p = block_on(stepless.engine().pass(&runs, &stepless.interrupt)).unwrap();
+    assert_eq!(p.status, Status::Skipped);
+    assert_eq!(
+        w.index.calls.get() - before,
+        1,
+        "the row rides the mirror's batch"
+    );
+    assert_eq!(row(&w, &c.id).status, "skipped");
+}
+
+/// D1 refusing the row stops the pass before any step body, and is an
+/// index fault, not an executor crash: however often it happens, the
+/// instance runs once D1 takes the row.
+#[test]
+fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
+    let w = World::new();
+    let runs = Runs {
+        index: Some(w.index.clone()),
+        ..Runs::default()
+    };
+    let c = block_on(w.engine().create(&req("sees-its-row", json!(null)))).unwrap();
+    let refusals = EXECUTOR_CRASHES_MAX + 1;
+    w.index.fail_next_runs.set(refusals);
+    for _ in 0..refusals {
+        let p = block_on(w.engine().pass(&runs, &w.interrupt));
+        assert!(matches!(p, Err(RunError::Store { .. })), "{p:?}");
+    }
+    assert_eq!(
+        ["row seen", "no row"].map(|e| runs.effects.count(e)),
+        [0, 0]
+    );
+    let rec = w.engine().record().unwrap().unwrap();
+    assert!(rec.row_pending && rec.status.is_runnable(), "{rec:?}");
+    assert_eq!(rec.passes, rec.clean_passes, "no crash counted");
+    assert_eq!(run_to_end(&w, &runs, 1), Status::Complete);
+    assert_eq!(runs.effects.count("row seen"), 2);
+    assert_eq!(row(&w, &c.id).status, "complete");
 }
 
 #[test]
@@ -799,7 +893,14 @@ fn skipped_runs_record_their_reason() {
 fn d1_sees_one_batch_per_pass_and_no_round_trip_per_step() {
     let w = World::new();
     let runs = Runs::default();
-    block_on(w.engine().create(&req("many-steps", json!(100)))).unwrap();
+    let mut batch = [req("many-steps", json!(100))];
+    block_on(sluice::engine::index_creates(
+        w.index.as_ref(),
+        &mut batch,
+        T0,
+    ))
+    .unwrap();
+    let c = block_on(w.engine().create(&batch[0])).unwrap();
     let before = w.index.calls.get();
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p.status, Status::Complete);
@@ -809,12 +910,11 @@ fn d1_sees_one_batch_per_pass_and_no_round_trip_per_step() {
         "one D1 batch for 100 steps"
     );
     assert_eq!(p.stats.journal_writes, 100, "one journal write per step");
-    let c = block_on(w.engine().create(&req("many-steps", json!(100)))).unwrap();
     let r = row(&w, &c.id);
     assert_eq!(
         (r.journal_writes, r.index_round_trips, r.passes),
-        (100, 2, 1),
-        "create + one mirror"
+        (100, 1, 1),
+        "one mirror"
     );
     assert_eq!(r.step_count, 100, "counted without loading the journal");
 }
@@ -829,8 +929,8 @@ fn a_failed_mirror_is_caught_up_by_the_next_pass() {
     assert!(p1.mirror_error.is_some());
     assert_eq!(
         row(&w, &c.id).status,
-        "queued",
-        "D1 is stale after the failed batch"
+        "running",
+        "D1 is stale after the failed batch: the row as its first step body found it"
     );
     w.clock.advance(1_000);
     block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
@@ -973,17 +1073,48 @@ fn a_terminate_during_a_suspension_ends_the_instance() {
 fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
     let w = World::new();
     let runs = Runs::default();
-    let c = block_on(w.engine().create(&req("skips", json!(null)))).unwrap();
+    // Indexed by its caller: the row reads queued, so the sweep pokes it.
+    let mut batch = [req("skips", json!(null))];
+    block_on(sluice::engine::index_creates(
+        w.index.as_ref(),
+        &mut batch,
+        T0,
+    ))
+    .unwrap();
+    let c = block_on(w.engine().create(&batch[0])).unwrap();
     w.index.fail_next_batch.set(true);
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(
-        (p.status, p.mirror_error.is_some()),
-        (Status::Skipped, true)
+        (p.status, p.mirror_error.is_some(), p.row_pending),
+        (Status::Skipped, true, false)
     );
     assert_eq!(row(&w, &c.id).status, "queued");
+    let now = w.clock.now_ms();
+    assert_eq!(driver::alarm_after(&Ok(p), now), driver::Alarm::Delete);
     // The sweep's poke runs a pass: nothing runs, the mirror goes out.
     let again = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert!(again.mirror_error.is_none());
+    assert_eq!(row(&w, &c.id).status, "skipped");
+
+    // A single create: no row at all, so the sweep cannot; its own alarm
+    // retries, though it ended (ADR-0018).
+    let single = World::with_index(w.index.clone());
+    let mut alone = req("skips", json!(null));
+    alone.key = "skips:alone".into();
+    let c = block_on(single.engine().create(&alone)).unwrap();
+    w.index.fail_next_batch.set(true);
+    let p = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
+    assert!(p.row_pending && p.mirror_error.is_some(), "{p:?}");
+    assert!(block_on(executions::get(w.index.as_ref(), &c.id))
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        driver::alarm_after(&Ok(p), now),
+        driver::Alarm::At(now + driver::STORE_RETRY_DELAY_MS)
+    );
+    let again = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
+    assert!(!again.row_pending && again.mirror_error.is_none());
+    assert_eq!(driver::alarm_after(&Ok(again), now), driver::Alarm::Delete);
     assert_eq!(row(&w, &c.id).status, "skipped");
 }
 
@@ -1382,7 +1513,8 @@ fn a_failed_journal_write_refuses_every_later_durable_call_of_the_pass() {
 }
 
 /// A batch indexes only requests its rows describe whole: one with its own
-/// step limit or ceiling is left to its object's insert, since the sweep
+/// step limit or ceiling is left to its object (its first pass writes the
+/// row once the record with its limits is kept), since the sweep
 /// would recreate a lost one from its row with the defaults.
 #[test]
 fn a_batch_indexes_only_creates_its_rows_describe_whole() {
@@ -1422,7 +1554,8 @@ fn a_pass_whose_body_swallowed_a_failed_journal_write_counts_as_crashed() {
         [0, 1, 1]
     );
     assert!(w.journal.entries().unwrap().is_empty());
-    assert_eq!(row(&w, &c.id).status, "queued", "nothing mirrored");
+    let no_row = block_on(executions::get(w.index.as_ref(), &c.id)).unwrap();
+    assert!(no_row.is_none(), "nothing mirrored, no step body ran");
     assert_eq!(run_to_end(&w, &runs, 3), Status::Complete);
     let names = w.journal_names();
     assert_eq!(names, ["calc", "send", "after", "nap"]);
@@ -1453,8 +1586,16 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
     let runs = Runs::default();
     let refused = block_on(w.engine().command(&runs, &Command::Terminate));
     assert_eq!(refused, Err(CommandError::NotFound));
-    let asked = req("replay", json!({ "n": 1 }));
-    let late = block_on(w.engine().create(&asked)).unwrap();
+    // Its row came from its parent's batch.
+    let mut batch = [req("replay", json!({ "n": 1 }))];
+    block_on(sluice::engine::index_creates(
+        w.index.as_ref(),
+        &mut batch,
+        T0,
+    ))
+    .unwrap();
+    let asked = &batch[0];
+    let late = block_on(w.engine().create(asked)).unwrap();
     assert_eq!((late.created, late.status), (false, Status::Terminated));
     assert_eq!(late.id, asked.id().as_str());
     // It takes all the create names: finalize decodes its input.
@@ -1463,9 +1604,9 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
         (rec.run.as_str(), rec.input.as_str()),
         ("replay", r#"{"n":1}"#)
     );
-    // The sweep's poke of its still-queued row: the pass runs nothing and
+    // The sweep's poke of its row, still queued: the pass runs nothing and
     // the row reads terminated.
-    common::set_instance_status(&w.index.db, &late.id, "queued");
+    assert_eq!(row(&w, &late.id).status, "queued");
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(p.status, Status::Terminated);
     assert_eq!(runs.effects.count("a"), 0, "nothing of the run ran");

@@ -797,6 +797,7 @@ impl sluice::http::webhook::InstanceCreator for NoObjects {
             id: req.id().to_string(),
             created: true,
             status: Status::Queued,
+            row_pending: false,
         })
     }
     async fn send(

@@ -2854,6 +2854,7 @@ impl sluice::http::webhook::InstanceCreator for RecordingCreator {
             id: req.id().to_string(),
             created: true,
             status: Status::Queued,
+            row_pending: false,
         })
     }
     async fn send(

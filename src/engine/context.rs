@@ -25,6 +25,7 @@ use crate::blobs::Blobs;
 
 use super::config::StepConfig;
 use super::error::{RunError, StepFailure};
+use super::row::PendingRow;
 use crate::clock::Clock;
 use crate::journal::{Entry, EntryKind, EntryState};
 use crate::obs::{self, Kind, Subject};
@@ -87,6 +88,10 @@ pub struct Ctx<'a> {
     next_rev: Cell<i64>,
     interrupt: InterruptFlag,
     stats: Cell<PassStats>,
+    /// The instance's index row, while only its object has it: written
+    /// before this pass's first step body (ADR-0018,
+    /// `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`).
+    pending_row: Option<&'a PendingRow<'a>>,
 }
 
 /// Bytes of inline steps' entries held before they are written together:
@@ -174,7 +179,15 @@ impl<'a> Ctx<'a> {
             next_rev: Cell::new(next_rev),
             interrupt,
             stats: Cell::new(PassStats::default()),
+            pending_row: None,
         }
+    }
+
+    /// A pass of an instance whose index row is not in D1 yet: its first
+    /// step body waits for the row.
+    pub(crate) fn with_pending_row(mut self, row: Option<&'a PendingRow<'a>>) -> Ctx<'a> {
+        self.pending_row = row;
+        self
     }
 
     pub fn instance_id(&self) -> &str {
@@ -407,11 +420,12 @@ impl<'a> Ctx<'a> {
                 started_ms,
             } => (attempt, started_ms),
         };
+        // The interrupt is met after the awaits before the body: one
+        // answered "pending" during them stops it.
+        self.before_body().await?;
         if kind == StepKind::Normal {
             self.check_interrupt()?;
         }
-        // The body may start I/O: what it can have read is written first.
-        self.flush()?;
         loop {
             let limit_ms = match self.attempt_limit_ms(&slot, cfg, kind, attempt, started_ms)? {
                 Some(ms) => ms,
@@ -948,6 +962,25 @@ impl<'a> Ctx<'a> {
     ) -> Result<(), RunError> {
         write().map_err(|e| {
             *self.write_failed.borrow_mut() = Some(e.to_string());
+            RunError::from(e)
+        })
+    }
+
+    /// Before a step body, which may start I/O: what it can have read is
+    /// written first, and the instance's index row (a gate's claim reads it).
+    async fn before_body(&self) -> Result<(), RunError> {
+        self.flush()?;
+        self.write_pending_row().await
+    }
+
+    /// Writes the instance's index row if only the object has it; a failure
+    /// ends what the pass may do, as a failed journal write does.
+    async fn write_pending_row(&self) -> Result<(), RunError> {
+        let Some(row) = self.pending_row else {
+            return Ok(());
+        };
+        row.write().await.map_err(|e| {
+            *self.write_failed.borrow_mut() = Some(format!("the instance's index row: {e}"));
             RunError::from(e)
         })
     }

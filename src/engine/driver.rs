@@ -232,40 +232,55 @@ impl Driver {
 
 /// The alarm after a pass: the wake-up of a waiting instance, now for a
 /// runnable one (a pass budget, an interrupted chain), none for a finished
-/// or paused one, a retry after a storage fault.
+/// or paused one, a retry after a storage fault. An instance D1 has no
+/// row of yet is retried no later than a storage fault: the sweep cannot
+/// find it.
 pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm {
+    let retry = now_ms + STORE_RETRY_DELAY_MS;
     match outcome {
-        Ok(PassResult {
-            status: Status::Waiting,
-            wake_at_ms: Some(wake),
-            ..
-        }) => Alarm::At(*wake),
-        Ok(p) if p.status.is_runnable() => Alarm::At(now_ms),
-        Ok(_) => Alarm::Delete,
+        Ok(p) if p.row_pending => match alarm_after_pass(p, now_ms) {
+            Alarm::At(at) => Alarm::At(at.min(retry)),
+            Alarm::Delete => Alarm::At(retry),
+        },
+        Ok(p) => alarm_after_pass(p, now_ms),
         // Purged while a drive was on its way: an alarm would only find it
         // gone again.
         Err(RunError::NoInstance) => Alarm::Delete,
-        Err(_) => Alarm::At(now_ms + STORE_RETRY_DELAY_MS),
+        Err(_) => Alarm::At(retry),
+    }
+}
+
+fn alarm_after_pass(pass: &PassResult, now_ms: i64) -> Alarm {
+    match pass {
+        PassResult {
+            status: Status::Waiting,
+            wake_at_ms: Some(wake),
+            ..
+        } => Alarm::At(*wake),
+        p if p.status.is_runnable() => Alarm::At(now_ms),
+        _ => Alarm::Delete,
     }
 }
 
 /// Runs passes until the instance waits, ends, or stops being triggered;
 /// then applies an interrupt no durable call saw (it came after the body's
-/// last one), so none is dropped.
-pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) {
+/// last one), so none is dropped. False when another holder had the
+/// executor (it was asked for one more pass if the caller needs it).
+pub async fn drive(driver: &Driver, host: &dyn Host, rerun_if_busy: bool) -> bool {
     if !driver.begin_drive(rerun_if_busy) {
-        return;
+        return false;
     }
     // An interrupt answered "pending" to a pass that died is honoured by
     // this one; unreadable, no pass runs that might have to honour it.
     if driver.load_kept(host).is_err() {
         let _ = host.set_alarm(host.now_ms() + STORE_RETRY_DELAY_MS).await;
         driver.running.set(false);
-        return;
+        return true;
     }
     let settled = run_passes(driver, host).await;
     finish_drive(driver, host, settled).await;
     driver.running.set(false);
+    true
 }
 
 /// Passes while one more is asked for; the alarm the last one calls for.

@@ -18,11 +18,12 @@ use crate::limits::{
     STEPS_PER_RUN_MAX_DEFAULT, STEP_RESULT_BYTES_MAX,
 };
 use crate::store::executions;
-use crate::store::Database;
+use crate::store::{Database, Stmt};
 
 use super::context::{Ctx, Interrupt, InterruptFlag, PassStats};
 use super::error::RunError;
 use super::id::InstanceId;
+use super::row::PendingRow;
 use crate::clock::Clock;
 use crate::journal::InstanceRecord;
 use crate::journal::Status;
@@ -111,8 +112,10 @@ pub struct CreateRequest {
     pub max_duration_ms: Option<i64>,
     /// The caller wrote this instance's `executions` row already, in one
     /// batch with its siblings' (a delivery's, a parent's wave, an API
-    /// batch): the object skips its own insert, so N creations cost one D1
-    /// statement rather than N. Should the object never hear of it, the
+    /// batch): the object's first pass writes no row of its own, so N
+    /// creations cost one D1 statement rather than N (a single create's
+    /// row is its first pass's to write, ADR-0018). Should the object
+    /// never hear of it, the
     /// row is queued and due, and the sweep's poke creates it. Never taken
     /// from a request body the Worker did not build (`router` clears it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -148,16 +151,22 @@ pub struct Created {
     pub id: String,
     pub created: bool,
     pub status: Status,
+    /// D1 has no row of it yet: its first pass writes one, and the object
+    /// answers the create once it did (ADR-0018,
+    /// `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`).
+    #[serde(skip)]
+    pub row_pending: bool,
 }
 
 /// Writes the `executions` rows of instances created together (a parent's
 /// wave, an API batch) in ONE D1 batch, and marks each request `indexed`
-/// so its object skips its own insert. Rows first: an object asked to
+/// so its object writes no row of its own. Rows first: an object asked to
 /// create finds its row there, and a row whose object is never asked is
 /// queued and due, so the sweep's poke creates it (`runs::edge::sweep`).
 /// A request with its own limits (`max_steps`, `max_duration_ms`) is left
-/// to its object's insert: the row cannot carry them, and the sweep would
-/// create it with the defaults.
+/// to its object, whose first pass writes the row once the record with its
+/// limits is kept: the row cannot carry them, and the sweep would create it
+/// with the defaults.
 pub async fn index_creates(
     db: &dyn Database,
     creates: &mut [CreateRequest],
@@ -194,6 +203,9 @@ pub struct PassResult {
     pub stats: PassStats,
     /// The D1 mirror failed; D1 catches up at the next pass.
     pub mirror_error: Option<String>,
+    /// D1 has no row of the instance yet (its batch failed): nothing in
+    /// the index names it, so only its own alarm can retry (ADR-0018).
+    pub row_pending: bool,
 }
 
 /// An operator's command on an instance.
@@ -235,6 +247,9 @@ pub struct Engine<'a> {
     /// (`crate::cost`); folded into the record at the end of every pass.
     /// The engine's own D1 statements it counts itself, by what it sends.
     pub meter: Option<&'a Meter>,
+    /// Told when a pending index row lands (`InstanceRecord::row_pending`):
+    /// the object's create answers then.
+    pub on_indexed: Option<&'a dyn Fn()>,
 }
 
 impl<'a> Engine<'a> {
@@ -244,34 +259,25 @@ impl<'a> Engine<'a> {
     }
 
     /// Creates the instance, or answers with the existing one (the id is the
-    /// idempotency key). D1 is written first so a create that dies half way
-    /// is completed by the next attempt rather than answered "exists".
+    /// idempotency key). Nothing awaits between finding no instance and
+    /// saving it. A create its caller did not index leaves the row to the
+    /// first pass (`row_pending`, ADR-0018): the object answers once it
+    /// landed.
     pub async fn create(&self, req: &CreateRequest) -> Result<Created, RunError> {
         if let Some(existing) = self.existing(req)? {
             return Ok(existing);
         }
         let mut rec = new_record(req, self.clock.now_ms());
         rec.costs = self.take_costs();
-        // The record's own row, and the insert below unless the caller's
-        // batch wrote the row.
+        // The record's own row.
         rec.costs.do_rows_written += 1;
-        if !req.indexed {
-            rec.costs.d1_statements += 1;
-            rec.costs.d1_rows_written += 1;
-            executions::insert(self.index, &rec).await?;
-            // Something may have arrived during the insert (a terminate
-            // that found no instance left its tombstone): it stands.
-            if let Some(existing) = self.existing(req)? {
-                return Ok(existing);
-            }
-        } else {
-            rec.index_round_trips = 0;
-        }
+        rec.row_pending = !req.indexed;
         self.journal.save_instance(&rec)?;
         Ok(Created {
             id: rec.id,
             created: true,
             status: Status::Queued,
+            row_pending: rec.row_pending,
         })
     }
 
@@ -293,14 +299,15 @@ impl<'a> Engine<'a> {
                 Some(&RunError::Terminated),
                 ended_ms,
             );
-            rec.index_round_trips = 0;
             rec.mirror_pending = true;
+            rec.row_pending = !req.indexed;
             self.journal.save_instance(&rec)?;
         }
         Ok(Some(Created {
             id: rec.id,
             created: false,
             status: rec.status,
+            row_pending: rec.row_pending,
         }))
     }
 
@@ -350,14 +357,16 @@ impl<'a> Engine<'a> {
             wake_at_ms: rec.wake_at_ms,
             stats,
             mirror_error,
+            row_pending: rec.row_pending,
         })
     }
 
     /// A finished or paused instance runs nothing; it only retries a D1
-    /// mirror that failed, so the index does not keep it live.
+    /// mirror that failed, so the index does not keep it live, and writes
+    /// a row D1 does not have yet.
     async fn idle_pass(&self, mut rec: InstanceRecord) -> Result<PassResult, RunError> {
         let mut mirror_error = None;
-        if rec.mirror_pending {
+        if rec.mirror_pending || rec.row_pending {
             let now = self.clock.now_ms();
             rec.costs.add(&self.take_costs());
             mirror_error = self.mirror(&mut rec, now).await.err();
@@ -369,6 +378,7 @@ impl<'a> Engine<'a> {
             wake_at_ms: rec.wake_at_ms,
             stats: PassStats::default(),
             mirror_error,
+            row_pending: rec.row_pending,
         })
     }
 
@@ -387,6 +397,9 @@ impl<'a> Engine<'a> {
         rec.started_ms.get_or_insert(now);
         rec.status = Status::Running;
         self.journal.save_instance(rec)?;
+        let row = rec
+            .row_pending
+            .then(|| PendingRow::new(self.index, rec, self.on_indexed));
         let ctx = Ctx::new(
             self.journal,
             self.blobs,
@@ -398,7 +411,8 @@ impl<'a> Engine<'a> {
             rec.max_steps,
             self.journal.entries()?,
             interrupt.clone(),
-        );
+        )
+        .with_pending_row(row.as_ref());
         if unclean_history {
             ctx.set_unclean_history();
         }
@@ -418,7 +432,28 @@ impl<'a> Engine<'a> {
             None => result,
         };
         rec.max_duration_ms = ctx.max_duration_ms();
+        if let Some(row) = &row {
+            self.after_row(rec, row)?;
+        }
         Ok((result, ctx.stats()))
+    }
+
+    /// What the pass's pending row came to. Refused by D1, it stopped the
+    /// pass before any step body, as an index fault and not an executor
+    /// crash: the pass counts as clean, so D1 being down for a while never
+    /// ends an instance as a crash loop.
+    fn after_row(&self, rec: &mut InstanceRecord, row: &PendingRow) -> Result<(), RunError> {
+        if row.written() {
+            rec.row_pending = false;
+            rec.index_round_trips += 1;
+            rec.costs.d1_statements += 1;
+            rec.costs.d1_rows_written += 1;
+        } else if row.refused() {
+            // This pass only: a crash before it still counts.
+            rec.clean_passes += 1;
+            self.journal.save_instance(rec)?;
+        }
+        Ok(())
     }
 
     /// Decides the instance's status from how the body ended: the one place
@@ -499,14 +534,37 @@ impl<'a> Engine<'a> {
         // and one for the record (index rows D1 also bills are not seen).
         rec.costs.d1_statements += 1 + rows.len() as u64 + u64::from(stale.is_some());
         rec.costs.d1_rows_written += changed.len() as u64 + 1;
-        let mut stmts = vec![executions::record_stmt(rec, step_count, now)];
+        let mut stmts = self.record_stmts(rec, step_count, now);
         stmts.extend(rows);
         stmts.extend(stale);
         self.index.batch(stmts).await.map_err(|e| e.to_string())?;
+        self.row_landed(rec);
         if let Some(max) = changed.iter().map(|e| e.rev).max() {
             rec.mirrored_rev = rec.mirrored_rev.max(max);
         }
         Ok(())
+    }
+
+    /// The record's row: its insert first while only the object has it
+    /// (`row_pending`), in the same batch.
+    fn record_stmts(&self, rec: &mut InstanceRecord, step_count: u32, now: i64) -> Vec<Stmt> {
+        let mut stmts = Vec::with_capacity(2);
+        if rec.row_pending {
+            rec.costs.d1_statements += 1;
+            rec.costs.d1_rows_written += 1;
+            stmts.push(executions::insert_stmt(rec));
+        }
+        stmts.push(executions::record_stmt(rec, step_count, now));
+        stmts
+    }
+
+    /// A batch of `record_stmts` succeeded: D1 has the row.
+    fn row_landed(&self, rec: &mut InstanceRecord) {
+        if std::mem::take(&mut rec.row_pending) {
+            if let Some(told) = self.on_indexed {
+                told();
+            }
+        }
     }
 
     /// Keeps an event for the instance. Returns whether a pass should run
@@ -624,11 +682,15 @@ impl<'a> Engine<'a> {
         let sent = 1 + extra.len() as u64;
         rec.costs.d1_statements += sent;
         rec.costs.d1_rows_written += sent;
-        let mut stmts = vec![executions::record_stmt(rec, step_count, now)];
+        let mut stmts = self.record_stmts(rec, step_count, now);
         stmts.extend(extra);
         match self.index.batch(stmts).await {
-            Ok(_) if restarted => rec.mirror_pending = false,
-            Ok(_) => {}
+            Ok(_) => {
+                self.row_landed(rec);
+                if restarted {
+                    rec.mirror_pending = false;
+                }
+            }
             Err(_) if restarted => {}
             Err(e) => return Err(e.into()),
         }
@@ -789,9 +851,10 @@ fn new_record(req: &CreateRequest, now: i64) -> InstanceRecord {
         mirrored_rev: 0,
         generation: 0,
         journal_writes: 0,
-        index_round_trips: 1,
+        index_round_trips: 0,
         costs: CostUnits::default(),
         mirror_pending: false,
+        row_pending: false,
     }
 }
 
@@ -802,7 +865,6 @@ fn new_record(req: &CreateRequest, now: i64) -> InstanceRecord {
 fn tombstone(now: i64) -> InstanceRecord {
     let mut rec = new_record(&CreateRequest::default(), now);
     rec.id = String::new();
-    rec.index_round_trips = 0;
     finish(
         &mut rec,
         Status::Terminated,

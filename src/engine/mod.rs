@@ -11,6 +11,7 @@ pub mod driver;
 pub mod error;
 pub mod executor;
 pub mod id;
+pub mod row;
 
 pub use crate::clock::Clock;
 pub use crate::journal::Status;

@@ -62,6 +62,12 @@ pub struct InstanceRecord {
     /// finished instance) sends it again.
     #[serde(default)]
     pub mirror_pending: bool,
+    /// Only the object holds this instance yet: a single create writes its
+    /// index row with the first pass (before its first step body, or with
+    /// its mirror), not before it answers. Cleared once D1 has the row
+    /// (ADR-0018, `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`).
+    #[serde(default)]
+    pub row_pending: bool,
 }
 
 /// What an operator asked of a pass in progress; the next durable call

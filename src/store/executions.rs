@@ -70,27 +70,26 @@ const EXECUTION_COLUMNS: &str = "id, key, run, repo, entity, sha, status, reason
      error_message, wake_at_ms, input_json, output_json, step_count, journal_writes, index_round_trips, \
      passes, created_ms, updated_ms, finished_ms";
 
-/// Records a new instance; a second insert of the same id or key is a no-op.
-/// Returns whether the row is new.
-pub async fn insert(db: &dyn Database, rec: &InstanceRecord) -> Result<bool, StoreError> {
-    let changes = db
-        .run(stmt!(
-            "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
-             input_json, step_count, index_round_trips, created_ms, updated_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 1, ?10, ?10)",
-            rec.id.as_str(),
-            rec.key.as_str(),
-            rec.run.as_str(),
-            rec.repo.clone(),
-            rec.entity.clone(),
-            rec.sha.clone(),
-            rec.status.as_str(),
-            rec.wake_at_ms,
-            rec.input.as_str(),
-            rec.created_ms,
-        ))
-        .await?;
-    Ok(changes == 1)
+/// A new instance's row as its record stands, written by its first pass,
+/// before its first step body or beside its mirror (ADR-0018,
+/// `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`); a second
+/// insert of the same id or key is a no-op.
+pub fn insert_stmt(rec: &InstanceRecord) -> Stmt {
+    stmt!(
+        "INSERT OR IGNORE INTO executions (id, key, run, repo, entity, sha, status, wake_at_ms, \
+         input_json, step_count, index_round_trips, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 1, ?10, ?10)",
+        rec.id.as_str(),
+        rec.key.as_str(),
+        rec.run.as_str(),
+        rec.repo.clone(),
+        rec.entity.clone(),
+        rec.sha.clone(),
+        rec.status.as_str(),
+        rec.wake_at_ms,
+        rec.input.as_str(),
+        rec.created_ms,
+    )
 }
 
 /// The statements that mirror an instance's state and changed timeline

@@ -4,7 +4,9 @@
 //! two passes, no interrupt or wake-up dropped, the watchdog) is
 //! `engine::driver`; this object only carries its decisions out.
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -40,6 +42,66 @@ pub struct Inner {
     /// What this instance cost since the last pass folded it into the
     /// record (`crate::cost`): its requests, storage rows and services.
     meter: Rc<Meter>,
+    /// Creates waiting to answer until the instance's index row lands.
+    row: RowWait,
+}
+
+/// How long a create waits for its instance's index row (ADR-0018,
+/// `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`). A
+/// pass writes it within milliseconds, before its first step body; this
+/// only bounds a drive that never writes it (storage failing before the
+/// pass). The create is then answered 503, and its alarm retries the pass.
+const ROW_WAIT_MS_MAX: i64 = 30_000;
+
+/// Creates waiting for the instance's index row, which its first pass
+/// writes (ADR-0018): told when it lands, or when a drive ended without it.
+#[derive(Default)]
+struct RowWait {
+    /// D1 has the row (known in this life of the object).
+    landed: Cell<bool>,
+    /// Drives ended so far: a waiter whose row had not landed when one
+    /// ended is answered.
+    drives_ended: Cell<u64>,
+    wakers: RefCell<Vec<Waker>>,
+}
+
+impl RowWait {
+    fn landed(&self) {
+        self.landed.set(true);
+        self.wake();
+    }
+
+    fn drive_ended(&self) {
+        self.drives_ended.set(self.drives_ended.get() + 1);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        for w in self.wakers.take() {
+            w.wake();
+        }
+    }
+
+    /// Whether the row landed, as soon as it did or a drive ended without
+    /// it, at most `ROW_WAIT_MS_MAX`.
+    async fn until_landed(&self) -> bool {
+        let ended_before = self.drives_ended.get();
+        let told = futures_util::future::poll_fn(|cx| {
+            if self.landed.get() {
+                Poll::Ready(true)
+            } else if self.drives_ended.get() != ended_before {
+                Poll::Ready(false)
+            } else {
+                self.wakers.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        });
+        let timer = WorkerClock.sleep(ROW_WAIT_MS_MAX);
+        match futures_util::future::select(std::pin::pin!(told), timer).await {
+            futures_util::future::Either::Left((landed, _)) => landed,
+            futures_util::future::Either::Right(_) => self.landed.get(),
+        }
+    }
 }
 
 fn json_response(status: u16, body: &Value) -> Result<Response> {
@@ -68,6 +130,7 @@ impl DurableObject for RunInstance {
                 journal,
                 driver: Driver::default(),
                 meter,
+                row: RowWait::default(),
             }),
         }
     }
@@ -90,6 +153,7 @@ impl DurableObject for RunInstance {
                     return json_response(500, &json!({ "error": e.to_string() }));
                 }
                 self.inner.driver.forget_purged();
+                self.inner.row.landed.set(false);
                 self.inner.state.storage().delete_alarm().await?;
                 json_response(200, &json!({ "purged": true }))
             }
@@ -104,8 +168,7 @@ impl DurableObject for RunInstance {
                 Ok(Response::ok("running")?)
             }
             OnAlarm::Drive => {
-                let host = ObjectHost { inner: &self.inner };
-                driver::drive(&self.inner.driver, &host, true).await;
+                drive(&self.inner, true).await;
                 Response::ok("done")
             }
         }
@@ -116,7 +179,8 @@ impl RunInstance {
     /// The sweep's poke also creates: an instance whose create died before
     /// reaching its object is rebuilt from D1's copy. A poke also reaches
     /// finished instances, whose pass retries a D1 mirror that failed; it
-    /// must not queue another pass behind a running one.
+    /// must not queue another pass behind a running one. A create whose row
+    /// is not in D1 yet is answered once its pass wrote it (ADR-0018).
     async fn create(&self, req: &mut Request, op: InstanceOp) -> Result<Response> {
         let create: CreateRequest = match req.json().await {
             Ok(c) => c,
@@ -130,15 +194,31 @@ impl RunInstance {
                 .map_err(|e| e.to_string()),
             (Err(e), _) | (_, Err(e)) => Err(e),
         };
-        match created {
-            Ok(created) => {
-                if created.status.is_runnable() || op == InstanceOp::Poke {
-                    self.kick(op == InstanceOp::Create);
-                }
-                json_response(200, &json!(created))
+        let created = match created {
+            Ok(created) => created,
+            Err(e) => return json_response(500, &json!({ "error": e })),
+        };
+        // Nothing in D1 names a new single create until its pass writes the
+        // row: its watchdog is set in the same turn as its record, so the
+        // two are kept together, and a death before the drive is retried.
+        if created.created && created.row_pending {
+            let watchdog = WorkerClock.now_ms() + driver::PASS_WATCHDOG_MS;
+            if let Err(e) = set_alarm(&self.inner.state, watchdog).await {
+                return json_response(500, &json!({ "error": e.to_string() }));
             }
-            Err(e) => json_response(500, &json!({ "error": e })),
         }
+        let await_row = created.row_pending && !self.inner.row.landed.get();
+        if created.status.is_runnable() || op == InstanceOp::Poke || await_row {
+            self.kick(op == InstanceOp::Create);
+        }
+        if await_row && !self.inner.row.until_landed().await {
+            return json_response(
+                503,
+                &json!({ "error": "the instance is kept, but its index row is not written yet: \
+                                   its alarm retries; create it again to wait for it" }),
+            );
+        }
+        json_response(200, &json!(created))
     }
 
     async fn event(&self, req: &mut Request) -> Result<Response> {
@@ -189,10 +269,18 @@ impl RunInstance {
     /// Drives without holding the caller's request open.
     fn kick(&self, rerun_if_busy: bool) {
         let inner = self.inner.clone();
-        self.inner.state.wait_until(async move {
-            let host = ObjectHost { inner: &inner };
-            driver::drive(&inner.driver, &host, rerun_if_busy).await;
-        });
+        self.inner
+            .state
+            .wait_until(async move { drive(&inner, rerun_if_busy).await });
+    }
+}
+
+/// A drive, then word to the creates waiting for the row (it landed, or
+/// this drive ended without it).
+async fn drive(inner: &Inner, rerun_if_busy: bool) {
+    let host = ObjectHost { inner };
+    if driver::drive(&inner.driver, &host, rerun_if_busy).await {
+        inner.row.drive_ended();
     }
 }
 
@@ -218,6 +306,7 @@ fn engine_of<'a>(
         index,
         clock: &WorkerClock,
         meter: Some(meter),
+        on_indexed: None,
     }
 }
 
@@ -299,7 +388,9 @@ impl Host for ObjectHost<'_> {
         let (journal, index) = (self.journal().map_err(store)?, self.index().map_err(store)?);
         let parts = run_env_parts(&self.inner.env);
         let meter = &*self.inner.meter;
+        let landed = || self.inner.row.landed();
         let mut engine = engine_of(journal, &index, meter);
+        engine.on_indexed = Some(&landed);
         let blobs = parts.blobs().map(|inner| MeteredBlobs { inner, meter });
         engine.blobs = blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs);
         let registry = parts.registry(&WorkerClock, &index, Some(meter));
@@ -318,7 +409,9 @@ impl Host for ObjectHost<'_> {
     async fn command(&self, cmd: &Command) -> std::result::Result<Status, CommandError> {
         let journal = self.journal().map_err(CommandError::Store)?;
         let index = self.index().map_err(CommandError::Store)?;
-        let engine = engine_of(journal, &index, &self.inner.meter);
+        let landed = || self.inner.row.landed();
+        let mut engine = engine_of(journal, &index, &self.inner.meter);
+        engine.on_indexed = Some(&landed);
         let parts = run_env_parts(&self.inner.env);
         let registry = parts.registry(&WorkerClock, &index, Some(&self.inner.meter));
         let status = engine.command(&registry, cmd).await?;

@@ -90,6 +90,20 @@ async fn expect_ok(
     body: &Value,
 ) -> Result<Value, ApiError> {
     let (status, value) = request(env, id, op, body).await?;
+    // The object kept the instance but D1 has no row of it yet (ADR-0018,
+    // `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`):
+    // the caller may create it again and wait.
+    if status == 503 {
+        let why = value
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("unavailable");
+        return Err(ApiError::new(
+            503,
+            "index_row_pending",
+            format!("instance {id}: {why}"),
+        ));
+    }
     if status != 200 {
         return Err(ApiError::internal(format!(
             "instance {id} {op:?} answered {status}: {value}"

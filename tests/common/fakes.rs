@@ -2071,7 +2071,7 @@ pub struct FakeSpawner {
 impl Spawner for FakeSpawner {
     async fn spawn(&self, create: &CreateRequest) -> Result<(), String> {
         if create.indexed {
-            // The caller's batch wrote the row; the object skips its insert.
+            // The caller's batch wrote the row; the object writes none.
             self.spawned.borrow_mut().push(create.clone());
             return Ok(());
         }
@@ -2086,6 +2086,7 @@ impl Spawner for FakeSpawner {
             sha: create.sha.as_deref(),
             input_json: &input,
         };
+        // A single create is answered once its row is in D1 (ADR-0018).
         let stmt = executions::insert_requested_stmt(&row, self.clock.now_ms(), "spawned");
         self.index.run(stmt).await.map_err(|e| e.to_string())?;
         self.spawned.borrow_mut().push(create.clone());

@@ -320,6 +320,7 @@ impl World {
             index: self.index.as_ref(),
             clock: &self.clock,
             meter: Some(&self.meter),
+            on_indexed: None,
         }
     }
 

@@ -122,14 +122,14 @@ engineTest('a batch of creates is indexed in one D1 batch; a caller cannot skip 
   assert.deepEqual(res.body.instances.map((i) => i.created), [true, true, true, true, true]);
   const batched = await Promise.all(res.body.instances.map((i) => waitStatus(i.id, ['complete'])));
   const alone = await waitStatus(await createProbe('probe:batch-alone', { steps: 2 }), ['complete']);
-  // With a forged claim that its row is written: the object still inserts it.
+  // With a forged claim that its row is written: its first pass still writes it (ADR-0018).
   const forged = await stack.api('/v1/executions', { method: 'POST', body: { key: 'probe:batch-forged', run: 'probe', input: { steps: 2 }, indexed: true } });
   assert.equal(forged.status, 201, JSON.stringify(forged.body));
   const listed = await waitStatus(forged.body.id, ['complete']);
   assert.equal(listed.execution.index_round_trips, alone.execution.index_round_trips, 'the forged claim was ignored');
   for (const b of batched) {
     assert.deepEqual(b.steps.map((s) => s.name), ['step', 'step#2']);
-    // The batch wrote the row: the object's create made no D1 round trip of its own.
+    // The batch wrote the row: the object's pass made no D1 round trip for it.
     assert.equal(b.execution.index_round_trips, alone.execution.index_round_trips - 1, JSON.stringify(b.execution));
   }
   // A second batch of the same keys creates nothing.
@@ -147,6 +147,30 @@ engineTest('a batch of creates is indexed in one D1 batch; a caller cannot skip 
   assert.equal(limited.status, 200, JSON.stringify(limited.body));
   const over = await waitStatus(limited.body.instances[0].id, ['errored']);
   assert.equal(over.execution.error_tag, 'StepLimitExceeded', JSON.stringify(over.execution));
+});
+
+// ADR-0018: a single create's object leaves the row to its first pass and
+// answers once it is in D1, so what it answered is listed at once.
+const ROW_BODY_MS = 10_000;
+
+engineTest('a single create is answered once its index row is in D1, not after its pass', async () => {
+  // A body of ROW_BODY_MS: the row is written before it starts, the answer does not wait for it.
+  const slow = await stack.api('/v1/executions', { method: 'POST', body: { key: 'probe:row-slow', run: 'probe', input: { steps: 1, step_delay_ms: ROW_BODY_MS } } });
+  assert.equal(slow.status, 201, JSON.stringify(slow.body));
+  const running = await stack.api(`/v1/executions/${slow.body.id}`);
+  assert.equal(running.status, 200, 'listed as soon as the create was answered');
+  assert.equal(running.body.execution.status, 'running', JSON.stringify(running.body.execution));
+  // No step body: the row rides the pass's one mirror batch, and the answer waits for it.
+  const zero = await stack.api('/v1/executions', { method: 'POST', body: { key: 'probe:row-zero', run: 'probe', input: { steps: 0 } } });
+  assert.equal(zero.status, 201, JSON.stringify(zero.body));
+  const done = await stack.api(`/v1/executions/${zero.body.id}`);
+  assert.equal(done.status, 200, JSON.stringify(done.body));
+  assert.equal(done.body.execution.status, 'complete', 'its whole pass reached D1 with the row');
+  assert.equal(done.body.execution.index_round_trips, 1, 'creation and pass in one D1 round trip');
+  const again = await stack.api('/v1/executions', { method: 'POST', body: { key: 'probe:row-zero', run: 'probe', input: { steps: 0 } } });
+  assert.deepEqual([again.status, again.body.created], [200, false]);
+  const ended = await stack.api(`/v1/executions/${slow.body.id}/terminate`, { method: 'POST' });
+  assert.ok([200, 202].includes(ended.status), JSON.stringify(ended.body));
 });
 
 engineTest('inline steps are journaled together and read back as steps', async () => {

@@ -185,7 +185,8 @@ impl Sweep<'_> {
             };
         for row in rows {
             let create = CreateRequest {
-                indexed: false,
+                // Its row is what named it.
+                indexed: true,
                 key: row.key,
                 run: row.run,
                 input: serde_json::from_str(&row.input_json).unwrap_or(Value::Null),

@@ -104,8 +104,9 @@ pub trait Run {
     ) {
     }
 
-    /// After it ended, however it ended, once its end is in the index
-    /// (the engine mirrors a pass before the run is finalized): whom to
+    /// After it ended, however it ended, once the engine mirrored its end
+    /// to the index (a mirror that failed is retried by the instance's
+    /// alarm or the sweep, and the one told waits for it): whom to
     /// tell (a check wakes the run that waits for it). Best effort; the
     /// one told reads the index, so a duplicate costs a read.
     async fn ended(
