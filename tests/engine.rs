@@ -500,7 +500,8 @@ fn a_single_create_writes_its_row_before_its_first_step_body_or_with_its_mirror(
 
 /// D1 refusing the row stops the pass before any step body, and is an
 /// index fault, not an executor crash: however often it happens, the
-/// instance runs once D1 takes the row.
+/// instance runs once D1 takes the row; and a crash before the refusals
+/// still counts, so the pass after them knows its steps may have run.
 #[test]
 fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
     let w = World::new();
@@ -509,20 +510,30 @@ fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
         ..Runs::default()
     };
     let c = block_on(w.engine().create(&req("sees-its-row", json!(null)))).unwrap();
+    // A first pass that died (it started, never ended), its record as it
+    // left it.
+    let mut rec = w.engine().record().unwrap().unwrap();
+    rec.passes += 1;
+    w.journal.save_instance(&rec).unwrap();
     let refusals = EXECUTOR_CRASHES_MAX + 1;
     w.index.fail_next_runs.set(refusals);
     for _ in 0..refusals {
         let p = block_on(w.engine().pass(&runs, &w.interrupt));
         assert!(matches!(p, Err(RunError::Store { .. })), "{p:?}");
+        let rec = w.engine().record().unwrap().unwrap();
+        assert!(rec.row_pending && rec.status.is_runnable(), "{rec:?}");
+        assert_eq!(
+            rec.passes - rec.clean_passes,
+            1,
+            "the crash, not the refusals"
+        );
     }
     assert_eq!(
         ["row seen", "no row"].map(|e| runs.effects.count(e)),
         [0, 0]
     );
-    let rec = w.engine().record().unwrap().unwrap();
-    assert!(rec.row_pending && rec.status.is_runnable(), "{rec:?}");
-    assert_eq!(rec.passes, rec.clean_passes, "no crash counted");
-    assert_eq!(run_to_end(&w, &runs, 1), Status::Complete);
+    let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
+    assert_eq!((p.status, p.row_pending), (Status::Complete, false));
     assert_eq!(runs.effects.count("row seen"), 2);
     assert_eq!(row(&w, &c.id).status, "complete");
 }
@@ -1110,7 +1121,8 @@ fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
         .is_none());
     assert_eq!(
         driver::alarm_after(&Ok(p), now),
-        driver::Alarm::At(now + driver::STORE_RETRY_DELAY_MS)
+        driver::Alarm::At(now + sluice::limits::SWEEP_INTERVAL_MS),
+        "ended: at the sweep's cadence"
     );
     let again = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
     assert!(!again.row_pending && again.mirror_error.is_none());
@@ -1613,6 +1625,26 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
     assert_eq!(row(&w, &late.id).status, "terminated");
     let again = block_on(w.engine().command(&runs, &Command::Terminate));
     assert!(matches!(again, Err(CommandError::Conflict(_))), "{again:?}");
+
+    // A single create meeting a tombstone: no row yet, so its idle pass
+    // writes one, terminated (ADR-0018).
+    let alone = World::with_index(w.index.clone());
+    let refused = block_on(alone.engine().command(&runs, &Command::Terminate));
+    assert_eq!(refused, Err(CommandError::NotFound));
+    let mut single = req("replay", json!({ "n": 2 }));
+    single.key = "replay:alone".into();
+    let late = block_on(alone.engine().create(&single)).unwrap();
+    assert_eq!(
+        (late.created, late.status, late.row_pending),
+        (false, Status::Terminated, true)
+    );
+    assert!(block_on(executions::get(w.index.as_ref(), &late.id))
+        .unwrap()
+        .is_none());
+    let p = block_on(alone.engine().pass(&runs, &alone.interrupt)).unwrap();
+    assert_eq!((p.status, p.row_pending), (Status::Terminated, false));
+    assert_eq!(row(&w, &late.id).status, "terminated");
+    assert_eq!(runs.effects.count("a"), 0, "nothing of the run ran");
 }
 
 /// A step failure of megabytes is journaled, indexed and reported cut to

@@ -17,11 +17,13 @@
 use std::cell::Cell;
 
 use async_trait::async_trait;
+use futures_util::future::join;
 
 use super::context::{Interrupt, InterruptFlag};
 use super::error::RunError;
 use super::executor::{Command, CommandError, PassResult};
 use crate::journal::Status;
+use crate::limits::SWEEP_INTERVAL_MS;
 
 /// Passes one wake-up may chain when triggers keep arriving during a pass;
 /// beyond it an alarm set at once takes over, so one invocation cannot
@@ -233,14 +235,15 @@ impl Driver {
 /// The alarm after a pass: the wake-up of a waiting instance, now for a
 /// runnable one (a pass budget, an interrupted chain), none for a finished
 /// or paused one, a retry after a storage fault. An instance D1 has no
-/// row of yet is retried no later than a storage fault: the sweep cannot
-/// find it.
+/// row of yet keeps an alarm (the sweep cannot find it): a live one no
+/// later than a storage retry, a paused or ended one at the sweep's
+/// cadence, which is what its failed mirror got while it had a row.
 pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm {
     let retry = now_ms + STORE_RETRY_DELAY_MS;
     match outcome {
         Ok(p) if p.row_pending => match alarm_after_pass(p, now_ms) {
             Alarm::At(at) => Alarm::At(at.min(retry)),
-            Alarm::Delete => Alarm::At(retry),
+            Alarm::Delete => Alarm::At(now_ms + SWEEP_INTERVAL_MS),
         },
         Ok(p) => alarm_after_pass(p, now_ms),
         // Purged while a drive was on its way: an alarm would only find it
@@ -289,9 +292,12 @@ async fn run_passes(driver: &Driver, host: &dyn Host) -> Alarm {
     for _ in 0..PASSES_PER_WAKE_MAX {
         driver.rerun.set(false);
         // If the process dies mid-pass, the alarm resumes the instance
-        // (alarms survive restarts); the pass's end replaces it.
-        let _ = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS).await;
-        let outcome = host.pass(&driver.interrupt).await;
+        // (alarms survive restarts); the pass's end replaces it. Set beside
+        // the pass rather than before it: its write is issued first, and
+        // the object's output gate holds whatever the pass sends until its
+        // storage writes, this alarm among them, are durable.
+        let watchdog = host.set_alarm(host.now_ms() + PASS_WATCHDOG_MS);
+        let (_, outcome) = join(watchdog, host.pass(&driver.interrupt)).await;
         settled = alarm_after(&outcome, host.now_ms());
         set_alarm_to(host, driver.guarded(settled, host.now_ms())).await;
         if !driver.rerun.get() {

@@ -54,14 +54,16 @@ pub struct Inner {
 const ROW_WAIT_MS_MAX: i64 = 30_000;
 
 /// Creates waiting for the instance's index row, which its first pass
-/// writes (ADR-0018): told when it lands, or when a drive ended without it.
+/// writes (ADR-0018): told when it lands, or when a drive that started
+/// after the waiter ended without it.
 #[derive(Default)]
 struct RowWait {
     /// D1 has the row (known in this life of the object).
     landed: Cell<bool>,
-    /// Drives ended so far: a waiter whose row had not landed when one
-    /// ended is answered.
-    drives_ended: Cell<u64>,
+    /// Drives started so far, each numbered by this count.
+    drives_started: Cell<u64>,
+    /// The highest-numbered drive that held the executor and ended.
+    ended_upto: Cell<u64>,
     wakers: RefCell<Vec<Waker>>,
 }
 
@@ -71,8 +73,16 @@ impl RowWait {
         self.wake();
     }
 
-    fn drive_ended(&self) {
-        self.drives_ended.set(self.drives_ended.get() + 1);
+    /// A drive starts: its number.
+    fn drive_starting(&self) -> u64 {
+        let n = self.drives_started.get() + 1;
+        self.drives_started.set(n);
+        n
+    }
+
+    /// Drive `n`, which held the executor, ended.
+    fn drive_ended(&self, n: u64) {
+        self.ended_upto.set(self.ended_upto.get().max(n));
         self.wake();
     }
 
@@ -82,14 +92,15 @@ impl RowWait {
         }
     }
 
-    /// Whether the row landed, as soon as it did or a drive ended without
-    /// it, at most `ROW_WAIT_MS_MAX`.
-    async fn until_landed(&self) -> bool {
-        let ended_before = self.drives_ended.get();
+    /// Whether the row landed: as soon as it did, or a drive started
+    /// after `since` (`drives_started` read before the waiter's kick)
+    /// ended without it, at most `ROW_WAIT_MS_MAX`. A drive that was
+    /// already running does not answer it: it may never have passed again.
+    async fn until_landed(&self, since: u64) -> bool {
         let told = futures_util::future::poll_fn(|cx| {
             if self.landed.get() {
                 Poll::Ready(true)
-            } else if self.drives_ended.get() != ended_before {
+            } else if self.ended_upto.get() > since {
                 Poll::Ready(false)
             } else {
                 self.wakers.borrow_mut().push(cx.waker().clone());
@@ -198,20 +209,27 @@ impl RunInstance {
             Ok(created) => created,
             Err(e) => return json_response(500, &json!({ "error": e })),
         };
-        // Nothing in D1 names a new single create until its pass writes the
-        // row: its watchdog is set in the same turn as its record, so the
-        // two are kept together, and a death before the drive is retried.
-        if created.created && created.row_pending {
-            let watchdog = WorkerClock.now_ms() + driver::PASS_WATCHDOG_MS;
-            if let Err(e) = set_alarm(&self.inner.state, watchdog).await {
-                return json_response(500, &json!({ "error": e.to_string() }));
-            }
+        if created.created {
+            // A new life of the instance in this object (after a purge): a
+            // row write still in flight for the old one says nothing of it.
+            self.inner.row.landed.set(false);
         }
         let await_row = created.row_pending && !self.inner.row.landed.get();
+        // Nothing in D1 names it until its pass writes the row: a new one's
+        // watchdog is asked for in the same turn as its record was saved
+        // (no await between), so the two are kept together and a death
+        // before the drive is retried. Its write is issued when first
+        // polled, below, before the kicked drive can start (that waits for
+        // this handler to yield).
+        let watchdog = await_row.then(|| self.row_watchdog(created.created));
+        let since = self.inner.row.drives_started.get();
         if created.status.is_runnable() || op == InstanceOp::Poke || await_row {
             self.kick(op == InstanceOp::Create);
         }
-        if await_row && !self.inner.row.until_landed().await {
+        if let Some(Err(e)) = futures_util::future::OptionFuture::from(watchdog).await {
+            return json_response(500, &json!({ "error": e.to_string() }));
+        }
+        if await_row && !self.inner.row.until_landed(since).await {
             return json_response(
                 503,
                 &json!({ "error": "the instance is kept, but its index row is not written yet: \
@@ -266,6 +284,20 @@ impl RunInstance {
         }
     }
 
+    /// The watchdog of an instance D1 has no row of: set at once for a new
+    /// one (no alarm can be set), never later than one already set for an
+    /// existing one (a retried create, a tombstone taking its create).
+    async fn row_watchdog(&self, new: bool) -> Result<()> {
+        let at = WorkerClock.now_ms() + driver::PASS_WATCHDOG_MS;
+        if !new {
+            let prior = self.inner.state.storage().get_alarm().await?;
+            if prior.is_some_and(|p| p <= at) {
+                return Ok(());
+            }
+        }
+        set_alarm(&self.inner.state, at).await
+    }
+
     /// Drives without holding the caller's request open.
     fn kick(&self, rerun_if_busy: bool) {
         let inner = self.inner.clone();
@@ -279,8 +311,9 @@ impl RunInstance {
 /// this drive ended without it).
 async fn drive(inner: &Inner, rerun_if_busy: bool) {
     let host = ObjectHost { inner };
+    let n = inner.row.drive_starting();
     if driver::drive(&inner.driver, &host, rerun_if_busy).await {
-        inner.row.drive_ended();
+        inner.row.drive_ended(n);
     }
 }
 
