@@ -517,9 +517,18 @@ fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
     w.journal.save_instance(&rec).unwrap();
     let refusals = EXECUTOR_CRASHES_MAX + 1;
     w.index.fail_next_runs.set(refusals);
-    for _ in 0..refusals {
+    let mut waits = Vec::new();
+    for n in 1..=refusals {
         let p = block_on(w.engine().pass(&runs, &w.interrupt));
-        assert!(matches!(p, Err(RunError::Store { .. })), "{p:?}");
+        assert!(
+            matches!(p, Err(RunError::RowRefused { refusals, .. }) if refusals == n),
+            "{p:?}"
+        );
+        let now = w.clock.now_ms();
+        let driver::Alarm::At(at) = driver::alarm_after(&p, now) else {
+            panic!("a refused row keeps an alarm");
+        };
+        waits.push((at - now) / 1_000);
         let rec = w.engine().record().unwrap().unwrap();
         assert!(rec.row_pending && rec.status.is_runnable(), "{rec:?}");
         assert_eq!(
@@ -529,11 +538,17 @@ fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
         );
     }
     assert_eq!(
+        waits,
+        [5, 10, 20, 40, 60, 60],
+        "backing off to the sweep's cadence"
+    );
+    assert_eq!(
         ["row seen", "no row"].map(|e| runs.effects.count(e)),
         [0, 0]
     );
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!((p.status, p.row_pending), (Status::Complete, false));
+    assert_eq!(w.engine().record().unwrap().unwrap().row_refusals, 0);
     assert_eq!(runs.effects.count("row seen"), 2);
     assert_eq!(row(&w, &c.id).status, "complete");
 }

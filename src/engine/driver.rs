@@ -35,6 +35,9 @@ pub const PASSES_PER_WAKE_MAX: u32 = 50;
 pub const PASS_WATCHDOG_MS: i64 = 15_000;
 /// When storage or the index fails mid-pass, try again this much later.
 pub const STORE_RETRY_DELAY_MS: i64 = 5_000;
+/// Doublings of a refused row's retry past which it stays at the sweep's
+/// cadence (5 s doubled 4 times passes 60 s); bounds the shift.
+const ROW_RETRY_DOUBLINGS_MAX: u32 = 4;
 /// Kinds of interrupt (a pause, a terminate): rounds of carrying out
 /// pending ones before a command, since each round's is stronger.
 const INTERRUPT_KINDS: usize = 2;
@@ -249,8 +252,17 @@ pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm
         // Purged while a drive was on its way: an alarm would only find it
         // gone again.
         Err(RunError::NoInstance) => Alarm::Delete,
+        Err(RunError::RowRefused { refusals, .. }) => Alarm::At(now_ms + row_retry_ms(*refusals)),
         Err(_) => Alarm::At(retry),
     }
+}
+
+/// After `refusals` passes in a row whose row D1 refused: a storage retry,
+/// doubling up to the sweep's cadence, so a D1 that refuses for long is
+/// asked once a minute, not every 5 s, and one back is used within a minute.
+pub fn row_retry_ms(refusals: u32) -> i64 {
+    let doublings = refusals.saturating_sub(1).min(ROW_RETRY_DOUBLINGS_MAX);
+    (STORE_RETRY_DELAY_MS << doublings).min(SWEEP_INTERVAL_MS)
 }
 
 fn alarm_after_pass(pass: &PassResult, now_ms: i64) -> Alarm {

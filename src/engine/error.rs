@@ -117,6 +117,13 @@ pub enum RunError {
     Store {
         message: String,
     },
+    /// D1 refused the instance's index row, `refusals` passes in a row
+    /// (ADR-0018, `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`):
+    /// the pass ran no step body; its alarm backs off.
+    RowRefused {
+        refusals: u32,
+        message: String,
+    },
     /// The run's input did not decode.
     InvalidInput {
         message: String,
@@ -147,6 +154,7 @@ impl RunError {
             RunError::JournalMismatch { .. } => "JournalMismatch",
             RunError::ExecutorCrashLoop { .. } => "ExecutorCrashLoop",
             RunError::Store { .. } => "Store",
+            RunError::RowRefused { .. } => "RowRefused",
             RunError::InvalidInput { .. } => "InvalidInput",
             RunError::UnknownRun { .. } => "UnknownRun",
             RunError::NoInstance => "NoInstance",
@@ -230,6 +238,10 @@ impl fmt::Display for RunError {
                 write!(f, "executor crashed {crashes} times in a row")
             }
             RunError::Store { message } => write!(f, "storage failed: {message}"),
+            RunError::RowRefused {
+                refusals: n,
+                message: m,
+            } => write!(f, "row refused {n}x: {m}"),
             RunError::InvalidInput { message } => write!(f, "invalid run input: {message}"),
             RunError::UnknownRun { run } => write!(f, "no run named {run:?} is registered"),
             RunError::NoInstance => write!(f, "instance does not exist"),

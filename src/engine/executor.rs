@@ -325,6 +325,7 @@ impl<'a> Engine<'a> {
             return self.idle_pass(rec).await;
         }
         let crashes = rec.passes - rec.clean_passes;
+        let refusals_before = rec.row_refusals;
         let (result, stats) = if crashes >= EXECUTOR_CRASHES_MAX {
             (
                 Err(RunError::ExecutorCrashLoop { crashes }),
@@ -334,11 +335,16 @@ impl<'a> Engine<'a> {
             self.run_body(&mut rec, runs, interrupt).await?
         };
         // A storage fault is not the run's failure: leave the instance as
-        // it is (the pass counts as crashed) and let the alarm or the sweep
-        // retry.
+        // it is (the pass counts as crashed, unless it was the row D1
+        // refused) and let the alarm or the sweep retry.
         if let Err(RunError::Store { message }) = &result {
-            return Err(RunError::Store {
-                message: message.clone(),
+            let message = message.clone();
+            return Err(match rec.row_refusals {
+                n if n > refusals_before => RunError::RowRefused {
+                    refusals: n,
+                    message,
+                },
+                _ => RunError::Store { message },
             });
         }
         let now = self.clock.now_ms();
@@ -445,12 +451,14 @@ impl<'a> Engine<'a> {
     fn after_row(&self, rec: &mut InstanceRecord, row: &PendingRow) -> Result<(), RunError> {
         if row.written() {
             rec.row_pending = false;
+            rec.row_refusals = 0;
             rec.index_round_trips += 1;
             rec.costs.d1_statements += 1;
             rec.costs.d1_rows_written += 1;
         } else if row.refused() {
             // This pass only: a crash before it still counts.
             rec.clean_passes += 1;
+            rec.row_refusals += 1;
             self.journal.save_instance(rec)?;
         }
         Ok(())
@@ -855,6 +863,7 @@ fn new_record(req: &CreateRequest, now: i64) -> InstanceRecord {
         costs: CostUnits::default(),
         mirror_pending: false,
         row_pending: false,
+        row_refusals: 0,
     }
 }
 

@@ -68,6 +68,9 @@ pub struct InstanceRecord {
     /// (ADR-0018, `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`).
     #[serde(default)]
     pub row_pending: bool,
+    /// Passes in a row whose row write D1 refused: the retry backs off.
+    #[serde(default)]
+    pub row_refusals: u32,
 }
 
 /// What an operator asked of a pass in progress; the next durable call

@@ -54,34 +54,46 @@ pub struct Inner {
 const ROW_WAIT_MS_MAX: i64 = 30_000;
 
 /// Creates waiting for the instance's index row, which its first pass
-/// writes (ADR-0018): told when it lands, or when a drive that started
-/// after the waiter ended without it.
+/// writes (ADR-0018): told when it lands, or when a pass or drive that
+/// started after the waiter ended without it.
 #[derive(Default)]
 struct RowWait {
     /// D1 has the row (known in this life of the object).
     landed: Cell<bool>,
-    /// Drives started so far, each numbered by this count.
-    drives_started: Cell<u64>,
-    /// The highest-numbered drive that held the executor and ended.
+    /// Bumped by a purge and by a new create: a row write still in flight
+    /// for an earlier life says nothing of this one.
+    life: Cell<u64>,
+    /// Passes and drives started so far, each numbered by this count.
+    started: Cell<u64>,
+    /// The highest-numbered pass or drive (one that held the executor)
+    /// that ended.
     ended_upto: Cell<u64>,
     wakers: RefCell<Vec<Waker>>,
 }
 
 impl RowWait {
-    fn landed(&self) {
-        self.landed.set(true);
-        self.wake();
+    /// The row of life `life` landed.
+    fn landed_in(&self, life: u64) {
+        if self.life.get() == life {
+            self.landed.set(true);
+            self.wake();
+        }
     }
 
-    /// A drive starts: its number.
-    fn drive_starting(&self) -> u64 {
-        let n = self.drives_started.get() + 1;
-        self.drives_started.set(n);
+    fn new_life(&self) {
+        self.life.set(self.life.get() + 1);
+        self.landed.set(false);
+    }
+
+    /// A pass or drive starts: its number.
+    fn starting(&self) -> u64 {
+        let n = self.started.get() + 1;
+        self.started.set(n);
         n
     }
 
-    /// Drive `n`, which held the executor, ended.
-    fn drive_ended(&self, n: u64) {
+    /// Pass or drive `n` ended.
+    fn ended(&self, n: u64) {
         self.ended_upto.set(self.ended_upto.get().max(n));
         self.wake();
     }
@@ -92,10 +104,10 @@ impl RowWait {
         }
     }
 
-    /// Whether the row landed: as soon as it did, or a drive started
-    /// after `since` (`drives_started` read before the waiter's kick)
-    /// ended without it, at most `ROW_WAIT_MS_MAX`. A drive that was
-    /// already running does not answer it: it may never have passed again.
+    /// Whether the row landed: as soon as it did, or a pass or drive
+    /// started after `since` (`started` read before the waiter's kick)
+    /// ended without it, at most `ROW_WAIT_MS_MAX`. One already running
+    /// does not answer it: it may never have tried the row for it.
     async fn until_landed(&self, since: u64) -> bool {
         let told = futures_util::future::poll_fn(|cx| {
             if self.landed.get() {
@@ -164,7 +176,7 @@ impl DurableObject for RunInstance {
                     return json_response(500, &json!({ "error": e.to_string() }));
                 }
                 self.inner.driver.forget_purged();
-                self.inner.row.landed.set(false);
+                self.inner.row.new_life();
                 self.inner.state.storage().delete_alarm().await?;
                 json_response(200, &json!({ "purged": true }))
             }
@@ -212,7 +224,7 @@ impl RunInstance {
         if created.created {
             // A new life of the instance in this object (after a purge): a
             // row write still in flight for the old one says nothing of it.
-            self.inner.row.landed.set(false);
+            self.inner.row.new_life();
         }
         let await_row = created.row_pending && !self.inner.row.landed.get();
         // Nothing in D1 names it until its pass writes the row: a new one's
@@ -222,7 +234,7 @@ impl RunInstance {
         // polled, below, before the kicked drive can start (that waits for
         // this handler to yield).
         let watchdog = await_row.then(|| self.row_watchdog(created.created));
-        let since = self.inner.row.drives_started.get();
+        let since = self.inner.row.started.get();
         if created.status.is_runnable() || op == InstanceOp::Poke || await_row {
             self.kick(op == InstanceOp::Create);
         }
@@ -311,9 +323,9 @@ impl RunInstance {
 /// this drive ended without it).
 async fn drive(inner: &Inner, rerun_if_busy: bool) {
     let host = ObjectHost { inner };
-    let n = inner.row.drive_starting();
+    let n = inner.row.starting();
     if driver::drive(&inner.driver, &host, rerun_if_busy).await {
-        inner.row.drive_ended(n);
+        inner.row.ended(n);
     }
 }
 
@@ -421,13 +433,15 @@ impl Host for ObjectHost<'_> {
         let (journal, index) = (self.journal().map_err(store)?, self.index().map_err(store)?);
         let parts = run_env_parts(&self.inner.env);
         let meter = &*self.inner.meter;
-        let landed = || self.inner.row.landed();
+        let (n, life) = (self.inner.row.starting(), self.inner.row.life.get());
+        let landed = || self.inner.row.landed_in(life);
         let mut engine = engine_of(journal, &index, meter);
         engine.on_indexed = Some(&landed);
         let blobs = parts.blobs().map(|inner| MeteredBlobs { inner, meter });
         engine.blobs = blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs);
         let registry = parts.registry(&WorkerClock, &index, Some(meter));
         let result = engine.pass(&registry, interrupt).await;
+        self.inner.row.ended(n);
         match &result {
             Ok(p) if p.status.is_terminal() => self.finalize(&registry).await,
             Ok(_) => {}
@@ -442,7 +456,8 @@ impl Host for ObjectHost<'_> {
     async fn command(&self, cmd: &Command) -> std::result::Result<Status, CommandError> {
         let journal = self.journal().map_err(CommandError::Store)?;
         let index = self.index().map_err(CommandError::Store)?;
-        let landed = || self.inner.row.landed();
+        let life = self.inner.row.life.get();
+        let landed = || self.inner.row.landed_in(life);
         let mut engine = engine_of(journal, &index, &self.inner.meter);
         engine.on_indexed = Some(&landed);
         let parts = run_env_parts(&self.inner.env);
