@@ -651,11 +651,7 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     rig.index.run_tokens.set(Some(0));
     for _ in 0..MODEL_EVENTS {
         match next(8) {
-            0 | 1 => {
-                runs.tokens.set(runs.tokens.get() + 1);
-                let held = rig.index.run_tokens.get().unwrap_or(0);
-                rig.index.run_tokens.set(Some(held + 1));
-            }
+            0 | 1 => model_token(&rig),
             2 if drive.is_none() => drive = Some(start(&lives[life])),
             3 => {
                 if drive.is_some() {
@@ -689,6 +685,21 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     if let Some(d) = drive.take() {
         block_on(d);
     }
+    settle_by_alarms(schedule, &rig, &host);
+    assert_model_end(schedule, &rig, &host, tally);
+}
+
+/// A step's body may finish one more step, and a row's write may land.
+fn model_token(rig: &Rig) {
+    rig.runs.tokens.set(rig.runs.tokens.get() + 1);
+    let held = rig.index.run_tokens.get().unwrap_or(0);
+    rig.index.run_tokens.set(Some(held + 1));
+}
+
+/// Drives the instance by its alarm alone, as after the isolate's death,
+/// until it settles; a runnable instance or a kept interrupt with no alarm
+/// fails the schedule.
+fn settle_by_alarms(schedule: u64, rig: &Rig, host: &FakeHost<'_>) {
     let settled = Driver::default();
     for _ in 0..MODEL_SETTLE_DRIVES_MAX {
         use sluice::store::journal::JournalStore;
@@ -704,8 +715,14 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
             )
         };
         rig.world.clock.set(at.max(host.now_ms()));
-        block_on(model_drive(&settled, &host));
+        block_on(model_drive(&settled, host));
     }
+}
+
+/// The instance ended as the operator was last answered (or complete), no
+/// body broke a rule, and its index row reads as it ended.
+fn assert_model_end(schedule: u64, rig: &Rig, host: &FakeHost<'_>, tally: &mut ModelTally) {
+    let runs = &rig.runs;
     let status = host.status();
     assert!(
         !status.is_runnable(),

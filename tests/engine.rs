@@ -53,6 +53,23 @@ impl RunRegistry for Runs {
 }
 
 impl Runs {
+    /// Each body records whether D1 had its instance's row as it started
+    /// (a gate's claim reads it).
+    async fn sees_its_row(&self, ctx: &Ctx<'_>) -> Result<RunOutcome, RunError> {
+        for name in ["first", "second"] {
+            ctx.step(name, StepConfig::default(), |_| async {
+                let index = &self.index.as_ref().expect("the test's index").db;
+                let row = executions::get(index, ctx.instance_id()).await;
+                let seen = row.map_err(|e| StepFailure::fatal("Query", e.to_string()))?;
+                Ok(self
+                    .effects
+                    .hit(if seen.is_some() { "row seen" } else { "no row" }))
+            })
+            .await?;
+        }
+        Ok(RunOutcome::Complete(json!(null)))
+    }
+
     /// Runs made of steps: replay, retries, failures, timeouts, many and big results.
     /// Any other run goes on to `wait_runs`.
     async fn step_runs(
@@ -205,20 +222,7 @@ impl Runs {
                 slept?;
                 Ok(RunOutcome::Complete(Value::Null))
             }
-            "sees-its-row" => {
-                // Each body records whether D1 had its instance's row as it
-                // started (a gate's claim reads it).
-                for name in ["first", "second"] {
-                    ctx.step(name, StepConfig::default(), |_| async {
-                        let index = &self.index.as_ref().expect("the test's index").db;
-                        let row = executions::get(index, ctx.instance_id()).await;
-                        let seen = row.map_err(|e| StepFailure::fatal("Query", e.to_string()))?;
-                        Ok(fx.hit(if seen.is_some() { "row seen" } else { "no row" }))
-                    })
-                    .await?;
-                }
-                Ok(RunOutcome::Complete(json!(null)))
-            }
+            "sees-its-row" => self.sees_its_row(ctx).await,
             "skips" => Ok(RunOutcome::Skipped {
                 reason: Some("not-configured".into()),
                 tag: None,
@@ -1131,6 +1135,10 @@ fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
     w.index.fail_next_batch.set(true);
     let p = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
     assert!(p.row_pending && p.mirror_error.is_some(), "{p:?}");
+    assert_eq!(
+        p.row_refusals, 1,
+        "a failed batch that carried the row counts"
+    );
     assert!(block_on(executions::get(w.index.as_ref(), &c.id))
         .unwrap()
         .is_none());
@@ -1141,6 +1149,7 @@ fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
     );
     let again = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
     assert!(!again.row_pending && again.mirror_error.is_none());
+    assert_eq!(again.row_refusals, 0);
     assert_eq!(driver::alarm_after(&Ok(again), now), driver::Alarm::Delete);
     assert_eq!(row(&w, &c.id).status, "skipped");
 }

@@ -239,13 +239,14 @@ impl Driver {
 /// runnable one (a pass budget, an interrupted chain), none for a finished
 /// or paused one, a retry after a storage fault. An instance D1 has no
 /// row of yet keeps an alarm (the sweep cannot find it): a live one no
-/// later than a storage retry, a paused or ended one at the sweep's
-/// cadence, which is what its failed mirror got while it had a row.
+/// later than its row's backed-off retry, a paused or ended one at the
+/// sweep's cadence, which is what its failed mirror got while it had a
+/// row.
 pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm {
     let retry = now_ms + STORE_RETRY_DELAY_MS;
     match outcome {
         Ok(p) if p.row_pending => match alarm_after_pass(p, now_ms) {
-            Alarm::At(at) => Alarm::At(at.min(retry)),
+            Alarm::At(at) => Alarm::At(at.min(now_ms + row_retry_ms(p.row_refusals))),
             Alarm::Delete => Alarm::At(now_ms + SWEEP_INTERVAL_MS),
         },
         Ok(p) => alarm_after_pass(p, now_ms),

@@ -206,6 +206,8 @@ pub struct PassResult {
     /// D1 has no row of the instance yet (its batch failed): nothing in
     /// the index names it, so only its own alarm can retry (ADR-0018).
     pub row_pending: bool,
+    /// Passes in a row that failed to land it: the retry backs off.
+    pub row_refusals: u32,
 }
 
 /// An operator's command on an instance.
@@ -356,6 +358,7 @@ impl<'a> Engine<'a> {
         rec.costs.do_active_ms += (now - pass_start).max(0) as u64;
         let mirror_error = self.mirror(&mut rec, now).await.err();
         rec.mirror_pending = mirror_error.is_some();
+        rec.row_refusals += u32::from(rec.row_pending);
         self.journal.save_instance(&rec)?;
         log_pass(&rec, &stats, mirror_error.as_deref());
         Ok(PassResult {
@@ -364,6 +367,7 @@ impl<'a> Engine<'a> {
             stats,
             mirror_error,
             row_pending: rec.row_pending,
+            row_refusals: rec.row_refusals,
         })
     }
 
@@ -377,6 +381,7 @@ impl<'a> Engine<'a> {
             rec.costs.add(&self.take_costs());
             mirror_error = self.mirror(&mut rec, now).await.err();
             rec.mirror_pending = mirror_error.is_some();
+            rec.row_refusals += u32::from(rec.row_pending);
             self.journal.save_instance(&rec)?;
         }
         Ok(PassResult {
@@ -385,6 +390,7 @@ impl<'a> Engine<'a> {
             stats: PassStats::default(),
             mirror_error,
             row_pending: rec.row_pending,
+            row_refusals: rec.row_refusals,
         })
     }
 
@@ -568,6 +574,7 @@ impl<'a> Engine<'a> {
 
     /// A batch of `record_stmts` succeeded: D1 has the row.
     fn row_landed(&self, rec: &mut InstanceRecord) {
+        rec.row_refusals = 0;
         if std::mem::take(&mut rec.row_pending) {
             if let Some(told) = self.on_indexed {
                 told();

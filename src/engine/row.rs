@@ -20,21 +20,21 @@ pub struct PendingRow<'a> {
     /// D1 refused it: the pass ran no step body after.
     refused: Cell<bool>,
     /// Told when the row lands (the object's create is waiting to answer).
-    on_written: Option<&'a dyn Fn()>,
+    on_indexed: Option<&'a dyn Fn()>,
 }
 
 impl<'a> PendingRow<'a> {
     pub fn new(
         index: &'a dyn Database,
         rec: &InstanceRecord,
-        on_written: Option<&'a dyn Fn()>,
+        on_indexed: Option<&'a dyn Fn()>,
     ) -> PendingRow<'a> {
         PendingRow {
             index,
             insert: executions::insert_stmt(rec),
             written: Cell::new(false),
             refused: Cell::new(false),
-            on_written,
+            on_indexed,
         }
     }
 
@@ -49,7 +49,7 @@ impl<'a> PendingRow<'a> {
             return Err(e);
         }
         self.written.set(true);
-        if let Some(told) = self.on_written {
+        if let Some(told) = self.on_indexed {
             told();
         }
         Ok(())

@@ -605,7 +605,7 @@ async fn carry_out(
         ));
     };
     // The batch that recorded the delivery wrote every row (or found it):
-    // the objects skip their own inserts.
+    // the objects' first passes write none of their own.
     let mut creates = creates;
     for c in &mut creates {
         c.indexed = true;

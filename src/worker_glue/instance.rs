@@ -48,9 +48,11 @@ pub struct Inner {
 
 /// How long a create waits for its instance's index row (ADR-0018,
 /// `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`). A
-/// pass writes it within milliseconds, before its first step body; this
-/// only bounds a drive that never writes it (storage failing before the
-/// pass). The create is then answered 503, and its alarm retries the pass.
+/// pass writes it within milliseconds, before its first step body, and a
+/// pass or drive that ends without it answers at once; this bounds only
+/// a wait that no later pass or drive ends (a poke behind a running
+/// drive asks for none). The create is then answered 503, and the
+/// instance's alarm retries the pass.
 const ROW_WAIT_MS_MAX: i64 = 30_000;
 
 /// Creates waiting for the instance's index row, which its first pass
@@ -233,7 +235,11 @@ impl RunInstance {
         // before the drive is retried. Its write is issued when first
         // polled, below, before the kicked drive can start (that waits for
         // this handler to yield).
-        let watchdog = await_row.then(|| self.row_watchdog(created.created));
+        // Set at once where no wake-up can be pending (a new instance, an
+        // ended one: a tombstone the create took), so nothing awaits
+        // between the record's save and it.
+        let at_once = created.created || !created.status.is_runnable();
+        let watchdog = await_row.then(|| self.row_watchdog(at_once));
         let since = self.inner.row.started.get();
         if created.status.is_runnable() || op == InstanceOp::Poke || await_row {
             self.kick(op == InstanceOp::Create);
@@ -296,12 +302,12 @@ impl RunInstance {
         }
     }
 
-    /// The watchdog of an instance D1 has no row of: set at once for a new
-    /// one (no alarm can be set), never later than one already set for an
-    /// existing one (a retried create, a tombstone taking its create).
-    async fn row_watchdog(&self, new: bool) -> Result<()> {
+    /// The watchdog of an instance D1 has no row of: set `at_once`, or
+    /// else never later than one already set (a retried create of a live
+    /// instance, whose wake-up may be sooner).
+    async fn row_watchdog(&self, at_once: bool) -> Result<()> {
         let at = WorkerClock.now_ms() + driver::PASS_WATCHDOG_MS;
-        if !new {
+        if !at_once {
             let prior = self.inner.state.storage().get_alarm().await?;
             if prior.is_some_and(|p| p <= at) {
                 return Ok(());
@@ -445,6 +451,8 @@ impl Host for ObjectHost<'_> {
         match &result {
             Ok(p) if p.status.is_terminal() => self.finalize(&registry).await,
             Ok(_) => {}
+            // D1 refusing the row: expected while D1 is away, backed off.
+            Err(e @ RunError::RowRefused { .. }) => worker::console_warn!("pass stopped: {e}"),
             Err(e) => worker::console_error!("pass failed: {e}"),
         }
         if let Some(e) = result.as_ref().ok().and_then(|p| p.mirror_error.as_ref()) {

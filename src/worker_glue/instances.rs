@@ -93,7 +93,7 @@ async fn expect_ok(
     // The object kept the instance but D1 has no row of it yet (ADR-0018,
     // `docs/adr/0018-a-single-creates-row-rides-its-first-pass.md`):
     // the caller may create it again and wait.
-    if status == 503 {
+    if status == 503 && matches!(op, InstanceOp::Create | InstanceOp::Poke) {
         let why = value
             .get("error")
             .and_then(Value::as_str)
