@@ -433,16 +433,7 @@ fn create(w: &World, key: &str, repo: &str, entity: &str) -> String {
         max_steps: None,
         max_duration_ms: None,
     };
-    // Indexed as a delivery's or a batch's creates are: queued and due.
-    let mut batch = [req];
-    let now = sluice::engine::Clock::now_ms(&w.clock);
-    block_on(sluice::engine::index_creates(
-        w.index.as_ref(),
-        &mut batch,
-        now,
-    ))
-    .expect("row");
-    block_on(w.engine().create(&batch[0])).expect("create").id
+    w.create_indexed(req)
 }
 
 #[test]

@@ -11,8 +11,8 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use sluice::engine::driver;
 use sluice::engine::{
-    Backoff, Clock, Command, CommandError, CreateRequest, Ctx, Interrupt, InterruptFlag, RunError,
-    RunOutcome, RunRegistry, Status, StepConfig, StepFailure,
+    Backoff, Clock, Command, CommandError, CreateRequest, Created, Ctx, Interrupt, InterruptFlag,
+    RunError, RunOutcome, RunRegistry, Status, StepConfig, StepFailure,
 };
 use sluice::limits::{EXECUTOR_CRASHES_MAX, PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
@@ -462,17 +462,23 @@ fn create_is_idempotent_by_key() {
     assert_eq!(rows().len(), 1);
 }
 
+/// A single create of `sees-its-row`, and runs that look into `w`'s index.
+fn create_sees_its_row(w: &World) -> (Runs, Created) {
+    let runs = Runs {
+        index: Some(w.index.clone()),
+        ..Runs::default()
+    };
+    let c = block_on(w.engine().create(&req("sees-its-row", json!(null)))).unwrap();
+    (runs, c)
+}
+
 /// ADR-0018: a single create leaves its index row to its first pass,
 /// which writes it before its first step body, or, when no body runs, in
 /// the same batch as its mirror.
 #[test]
 fn a_single_create_writes_its_row_before_its_first_step_body_or_with_its_mirror() {
     let w = World::new();
-    let runs = Runs {
-        index: Some(w.index.clone()),
-        ..Runs::default()
-    };
-    let c = block_on(w.engine().create(&req("sees-its-row", json!(null)))).unwrap();
+    let (runs, c) = create_sees_its_row(&w);
     assert!(c.row_pending);
     assert!(block_on(executions::get(w.index.as_ref(), &c.id))
         .unwrap()
@@ -509,11 +515,7 @@ fn a_single_create_writes_its_row_before_its_first_step_body_or_with_its_mirror(
 #[test]
 fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
     let w = World::new();
-    let runs = Runs {
-        index: Some(w.index.clone()),
-        ..Runs::default()
-    };
-    let c = block_on(w.engine().create(&req("sees-its-row", json!(null)))).unwrap();
+    let (runs, c) = create_sees_its_row(&w);
     // A first pass that died (it started, never ended), its record as it
     // left it.
     let mut rec = w.engine().record().unwrap().unwrap();

@@ -324,6 +324,19 @@ impl World {
         }
     }
 
+    /// Creates as a delivery's or a batch's creates are: the row indexed
+    /// first (queued and due), then the object. Returns the instance id.
+    #[allow(dead_code)]
+    pub fn create_indexed(&self, req: sluice::engine::CreateRequest) -> String {
+        let mut batch = [req];
+        let now = sluice::engine::Clock::now_ms(&self.clock);
+        let index = self.index.as_ref();
+        block_on(sluice::engine::index_creates(index, &mut batch, now)).expect("row");
+        block_on(self.engine().create(&batch[0]))
+            .expect("create")
+            .id
+    }
+
     /// The journal's entry names, in order.
     pub fn journal_names(&self) -> Vec<String> {
         use sluice::store::journal::JournalStore;
