@@ -29,9 +29,11 @@ import { pullRequestPayload, pushPayload } from '../tools/github-standin/webhook
 import { AGENT_ISOLATED, ROOT, TERMINAL, delay } from '../tools/stack/index.mjs';
 
 const OWNER = 'soak';
-// At least 20 trials; 25 is 5 of each of the five kinds.
-const TRIALS_DEFAULT = 25;
-const KINDS = ['check', 'deploy burst', 'pull burst', 'delayed enqueue', 'slow checkout'];
+// At least 20 trials; 30 is 5 of each of the six kinds.
+const TRIALS_DEFAULT = 30;
+// 'deploy needs check': a deploy burst whose deploys need the commit's check, which each
+// deploy creates alone (a single create: its row is written by its first pass, ADR-0018).
+const KINDS = ['check', 'deploy burst', 'pull burst', 'delayed enqueue', 'slow checkout', 'deploy needs check'];
 // A delayed-enqueue trial: the first push's head read is answered when it is made and reaches
 // the Worker this much later, while the later pushes arrive (past HEAD_READ_FRESH_MS, 5 s, so
 // its enqueue reads again).
@@ -211,6 +213,10 @@ function deployTrial(stack, i, killAfterMs, agentToo) {
   return deployBurst(stack, `deploy-${i}`, killAfterMs, agentToo);
 }
 
+function deployNeedsCheckTrial(stack, i, killAfterMs, agentToo) {
+  return deployBurst(stack, `needs-${i}`, killAfterMs, agentToo, { needsCheck: true });
+}
+
 // A deploy burst whose first push's head read reaches the Worker late (answered before the later
 // pushes moved the branch): that stale read must supersede nobody who arrived after it.
 async function delayedEnqueueTrial(stack, i, killAfterMs, agentToo) {
@@ -234,10 +240,11 @@ async function slowCheckoutTrial(stack, i, killAfterMs, agentToo) {
 // The pushes of a burst, killed somewhere inside it. With `pushEach`, each commit is pushed to
 // the branch just before its webhook (the head moves as the deliveries go); otherwise every
 // commit is on the branch first.
-async function deployBurst(stack, repo, killAfterMs, agentToo, { pushEach = false } = {}) {
+async function deployBurst(stack, repo, killAfterMs, agentToo, { pushEach = false, needsCheck = false } = {}) {
   const log = stack.sharedFile(`${repo}.log`);
   const cmd = `echo start $SLUICE_SHA $(date +%s%3N) >> ${log}; sleep ${DEPLOY_SECONDS}; echo end $SLUICE_SHA $(date +%s%3N) >> ${log}`;
-  const toml = `[deploy]\nbranch = "main"\ncommand = "${cmd}"\n`;
+  const deploy = `[deploy]\nbranch = "main"\ncommand = "${cmd}"\n`;
+  const toml = needsCheck ? `[check]\ncommand = "true"\n\n${deploy}needs = ["check"]\n` : deploy;
   const files = (k) => (k === 0 ? { '.sluice.toml': toml, V: '0' } : { V: `${k}` });
   const deliveryOf = (sha) => ({
     event: 'push', id: randomUUID(),
@@ -300,6 +307,7 @@ async function trial(stack, i, random) {
   const run = {
     check: checkTrial, 'deploy burst': deployTrial, 'pull burst': pullBurstTrial,
     'delayed enqueue': delayedEnqueueTrial, 'slow checkout': slowCheckoutTrial,
+    'deploy needs check': deployNeedsCheckTrial,
   }[kind];
   const r = await run(stack, i, killAfterMs, agentToo);
   const ended = r.statuses.filter((s) => s === 'complete' || s === 'skipped').length;
