@@ -553,7 +553,7 @@ fn a_row_d1_refuses_runs_no_step_body_and_never_ends_the_instance_as_crashed() {
         [0, 0]
     );
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
-    assert_eq!((p.status, p.row_pending), (Status::Complete, false));
+    assert_eq!((p.status, (p.row_refusals > 0)), (Status::Complete, false));
     assert_eq!(w.engine().record().unwrap().unwrap().row_refusals, 0);
     assert_eq!(runs.effects.count("row seen"), 2);
     assert_eq!(row(&w, &c.id).status, "complete");
@@ -1117,7 +1117,7 @@ fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
     w.index.fail_next_batch.set(true);
     let p = block_on(w.engine().pass(&runs, &w.interrupt)).unwrap();
     assert_eq!(
-        (p.status, p.mirror_error.is_some(), p.row_pending),
+        (p.status, p.mirror_error.is_some(), (p.row_refusals > 0)),
         (Status::Skipped, true, false)
     );
     assert_eq!(row(&w, &c.id).status, "queued");
@@ -1136,7 +1136,7 @@ fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
     let c = block_on(single.engine().create(&alone)).unwrap();
     w.index.fail_next_batch.set(true);
     let p = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
-    assert!(p.row_pending && p.mirror_error.is_some(), "{p:?}");
+    assert!((p.row_refusals > 0) && p.mirror_error.is_some(), "{p:?}");
     assert_eq!(
         p.row_refusals, 1,
         "a failed batch that carried the row counts"
@@ -1150,7 +1150,7 @@ fn a_failed_final_mirror_is_retried_for_a_finished_instance() {
         "ended: at the sweep's cadence"
     );
     let again = block_on(single.engine().pass(&runs, &single.interrupt)).unwrap();
-    assert!(!again.row_pending && again.mirror_error.is_none());
+    assert!(!(again.row_refusals > 0) && again.mirror_error.is_none());
     assert_eq!(again.row_refusals, 0);
     assert_eq!(driver::alarm_after(&Ok(again), now), driver::Alarm::Delete);
     assert_eq!(row(&w, &c.id).status, "skipped");
@@ -1668,7 +1668,10 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
         .unwrap()
         .is_none());
     let p = block_on(alone.engine().pass(&runs, &alone.interrupt)).unwrap();
-    assert_eq!((p.status, p.row_pending), (Status::Terminated, false));
+    assert_eq!(
+        (p.status, (p.row_refusals > 0)),
+        (Status::Terminated, false)
+    );
     assert_eq!(row(&w, &late.id).status, "terminated");
     assert_eq!(runs.effects.count("a"), 0, "nothing of the run ran");
 }

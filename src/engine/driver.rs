@@ -245,7 +245,7 @@ impl Driver {
 pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm {
     let retry = now_ms + STORE_RETRY_DELAY_MS;
     match outcome {
-        Ok(p) if p.row_pending => match alarm_after_pass(p, now_ms) {
+        Ok(p) if p.row_refusals > 0 => match alarm_after_pass(p, now_ms) {
             Alarm::At(at) => Alarm::At(at.min(now_ms + row_retry_ms(p.row_refusals))),
             Alarm::Delete => Alarm::At(now_ms + SWEEP_INTERVAL_MS),
         },

@@ -203,10 +203,9 @@ pub struct PassResult {
     pub stats: PassStats,
     /// The D1 mirror failed; D1 catches up at the next pass.
     pub mirror_error: Option<String>,
-    /// D1 has no row of the instance yet (its batch failed): nothing in
-    /// the index names it, so only its own alarm can retry (ADR-0018).
-    pub row_pending: bool,
-    /// Passes in a row that failed to land it: the retry backs off.
+    /// Passes in a row that failed to write the instance's index row:
+    /// above 0, D1 has no row of it, nothing in the index names it, and
+    /// only its own alarm can retry, backing off (ADR-0018).
     pub row_refusals: u32,
 }
 
@@ -358,7 +357,6 @@ impl<'a> Engine<'a> {
         rec.costs.do_active_ms += (now - pass_start).max(0) as u64;
         let mirror_error = self.mirror(&mut rec, now).await.err();
         rec.mirror_pending = mirror_error.is_some();
-        rec.row_refusals += u32::from(rec.row_pending);
         self.journal.save_instance(&rec)?;
         log_pass(&rec, &stats, mirror_error.as_deref());
         Ok(PassResult {
@@ -366,7 +364,6 @@ impl<'a> Engine<'a> {
             wake_at_ms: rec.wake_at_ms,
             stats,
             mirror_error,
-            row_pending: rec.row_pending,
             row_refusals: rec.row_refusals,
         })
     }
@@ -381,7 +378,6 @@ impl<'a> Engine<'a> {
             rec.costs.add(&self.take_costs());
             mirror_error = self.mirror(&mut rec, now).await.err();
             rec.mirror_pending = mirror_error.is_some();
-            rec.row_refusals += u32::from(rec.row_pending);
             self.journal.save_instance(&rec)?;
         }
         Ok(PassResult {
@@ -389,7 +385,6 @@ impl<'a> Engine<'a> {
             wake_at_ms: rec.wake_at_ms,
             stats: PassStats::default(),
             mirror_error,
-            row_pending: rec.row_pending,
             row_refusals: rec.row_refusals,
         })
     }
@@ -551,8 +546,9 @@ impl<'a> Engine<'a> {
         let mut stmts = self.record_stmts(rec, step_count, now);
         stmts.extend(rows);
         stmts.extend(stale);
-        self.index.batch(stmts).await.map_err(|e| e.to_string())?;
-        self.row_landed(rec);
+        self.send_record(rec, stmts)
+            .await
+            .map_err(|e| e.to_string())?;
         if let Some(max) = changed.iter().map(|e| e.rev).max() {
             rec.mirrored_rev = rec.mirrored_rev.max(max);
         }
@@ -572,14 +568,24 @@ impl<'a> Engine<'a> {
         stmts
     }
 
-    /// A batch of `record_stmts` succeeded: D1 has the row.
-    fn row_landed(&self, rec: &mut InstanceRecord) {
+    /// Sends a batch that begins with `record_stmts`: D1 has the row once
+    /// it succeeds; while the row is pending, its failure is a refusal.
+    async fn send_record(
+        &self,
+        rec: &mut InstanceRecord,
+        stmts: Vec<Stmt>,
+    ) -> Result<(), crate::store::StoreError> {
+        if let Err(e) = self.index.batch(stmts).await {
+            rec.row_refusals += u32::from(rec.row_pending);
+            return Err(e);
+        }
         rec.row_refusals = 0;
         if std::mem::take(&mut rec.row_pending) {
             if let Some(told) = self.on_indexed {
                 told();
             }
         }
+        Ok(())
     }
 
     /// Keeps an event for the instance. Returns whether a pass should run
@@ -699,13 +705,9 @@ impl<'a> Engine<'a> {
         rec.costs.d1_rows_written += sent;
         let mut stmts = self.record_stmts(rec, step_count, now);
         stmts.extend(extra);
-        match self.index.batch(stmts).await {
-            Ok(_) => {
-                self.row_landed(rec);
-                if restarted {
-                    rec.mirror_pending = false;
-                }
-            }
+        match self.send_record(rec, stmts).await {
+            Ok(()) if restarted => rec.mirror_pending = false,
+            Ok(()) => {}
             Err(_) if restarted => {}
             Err(e) => return Err(e.into()),
         }

@@ -74,11 +74,15 @@ struct RowWait {
 }
 
 impl RowWait {
-    /// The row of life `life` landed.
-    fn landed_in(&self, life: u64) {
-        if self.life.get() == life {
-            self.landed.set(true);
-            self.wake();
+    /// What an engine tells when the row lands (`Engine::on_indexed`):
+    /// it counts for this life of the object only.
+    fn teller(&self) -> impl Fn() + '_ {
+        let life = self.life.get();
+        move || {
+            if self.life.get() == life {
+                self.landed.set(true);
+                self.wake();
+            }
         }
     }
 
@@ -439,8 +443,7 @@ impl Host for ObjectHost<'_> {
         let (journal, index) = (self.journal().map_err(store)?, self.index().map_err(store)?);
         let parts = run_env_parts(&self.inner.env);
         let meter = &*self.inner.meter;
-        let (n, life) = (self.inner.row.starting(), self.inner.row.life.get());
-        let landed = || self.inner.row.landed_in(life);
+        let (n, landed) = (self.inner.row.starting(), self.inner.row.teller());
         let mut engine = engine_of(journal, &index, meter);
         engine.on_indexed = Some(&landed);
         let blobs = parts.blobs().map(|inner| MeteredBlobs { inner, meter });
@@ -464,8 +467,7 @@ impl Host for ObjectHost<'_> {
     async fn command(&self, cmd: &Command) -> std::result::Result<Status, CommandError> {
         let journal = self.journal().map_err(CommandError::Store)?;
         let index = self.index().map_err(CommandError::Store)?;
-        let life = self.inner.row.life.get();
-        let landed = || self.inner.row.landed_in(life);
+        let landed = self.inner.row.teller();
         let mut engine = engine_of(journal, &index, &self.inner.meter);
         engine.on_indexed = Some(&landed);
         let parts = run_env_parts(&self.inner.env);
