@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sluice::engine::driver;
 use sluice::engine::{
     Backoff, Clock, Command, CommandError, CreateRequest, Created, Ctx, Interrupt, InterruptFlag,
-    RunError, RunOutcome, RunRegistry, Status, StepConfig, StepFailure,
+    RunError, RunOutcome, RunRegistry, Status, StepConfig, StepFailure, TOMBSTONE_KEPT_MS,
 };
 use sluice::limits::{EXECUTOR_CRASHES_MAX, PASS_DURATION_MS_MAX, STEP_RESULT_BYTES_MAX};
 use sluice::store::executions;
@@ -1674,6 +1674,35 @@ fn a_create_after_a_terminate_that_found_no_instance_runs_nothing() {
     );
     assert_eq!(row(&w, &late.id).status, "terminated");
     assert_eq!(runs.effects.count("a"), 0, "nothing of the run ran");
+}
+
+/// A tombstone holds its key only as long as a finished instance would be
+/// kept: a terminate that met an object the sweep had just purged (between
+/// its purge of the object and its delete of the row) leaves one, and a
+/// later use of the key must run, not read terminated for good.
+#[test]
+fn a_tombstone_holds_its_key_only_for_the_retention() {
+    let w = World::new();
+    let runs = Runs::default();
+    let refused = block_on(w.engine().command(&runs, &Command::Terminate));
+    assert_eq!(refused, Err(CommandError::NotFound));
+    // At the bound's edge it still holds: a create on its way finds it.
+    w.clock.advance(TOMBSTONE_KEPT_MS);
+    let held = block_on(w.engine().create(&req("replay", json!({ "n": 1 })))).unwrap();
+    assert_eq!((held.created, held.status), (false, Status::Terminated));
+
+    let later = World::new();
+    block_on(later.engine().command(&runs, &Command::Terminate)).unwrap_err();
+    later.clock.advance(TOMBSTONE_KEPT_MS + 1);
+    let fresh = block_on(later.engine().create(&req("replay", json!({ "n": 1 })))).unwrap();
+    assert_eq!((fresh.created, fresh.status), (true, Status::Queued));
+    assert_eq!(run_to_end(&later, &runs, 3), Status::Complete);
+    assert_eq!(
+        ["a", "b"].map(|e| runs.effects.count(e)),
+        [1, 1],
+        "the new use of the key ran"
+    );
+    assert_eq!(row(&later, &fresh.id).status, "complete");
 }
 
 /// A step failure of megabytes is journaled, indexed and reported cut to

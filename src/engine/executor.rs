@@ -290,9 +290,13 @@ impl<'a> Engine<'a> {
             return Ok(None);
         };
         if rec.id.is_empty() {
+            let ended_ms = rec.finished_ms.unwrap_or(rec.created_ms);
+            if self.clock.now_ms() - ended_ms > TOMBSTONE_KEPT_MS {
+                // A new use of the key: the create overwrites the record.
+                return Ok(None);
+            }
             // Everything the create names (its input too: finalize reads it),
             // ended as the terminate left it.
-            let ended_ms = rec.finished_ms.unwrap_or(rec.created_ms);
             rec = new_record(req, rec.created_ms);
             finish(
                 &mut rec,
@@ -875,6 +879,15 @@ fn new_record(req: &CreateRequest, now: i64) -> InstanceRecord {
         row_refusals: 0,
     }
 }
+
+/// How long a tombstone holds its key ended: as long as a finished
+/// instance is kept (`RETENTION_MS_DEFAULT`, during which a create of its
+/// key finds it ended too), far beyond any create still on its way (a
+/// delivery's deferred create, the sweep's poke of a row still queued).
+/// Past it a create is a new use of the key and runs: a terminate that
+/// met an object just purged (an operator's, between the sweep's purge of
+/// the object and its delete of the row) no longer blocks the key for good.
+pub const TOMBSTONE_KEPT_MS: i64 = crate::limits::RETENTION_MS_DEFAULT;
 
 /// What a terminate leaves in an object with no instance (a row whose
 /// create has not arrived): a create that arrives later finds an ended

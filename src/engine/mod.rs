@@ -20,6 +20,6 @@ pub use context::{BoxedBody, Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
 pub use executor::{
     index_creates, Command, CommandError, CreateRequest, Created, Engine, PassResult,
-    RestartRequest, RunOutcome, RunRegistry,
+    RestartRequest, RunOutcome, RunRegistry, TOMBSTONE_KEPT_MS,
 };
 pub use id::InstanceId;
