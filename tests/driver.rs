@@ -63,6 +63,9 @@ struct Runs {
     forbidden: Cell<bool>,
     /// Of those, a terminate: it is what the instance ends as.
     terminate_answered: Cell<bool>,
+    /// A command was in flight when the isolate died: it may or may not
+    /// have taken effect, so nothing is known until the next answer.
+    unanswered: Cell<bool>,
     violations: RefCell<Vec<String>>,
     /// The index the model's bodies look their instance's row up in.
     index: RefCell<Option<std::rc::Rc<CountingDb>>>,
@@ -76,7 +79,7 @@ impl Runs {
         for i in 0..MODEL_STEPS {
             ctx.step(&format!("s{i}"), StepConfig::default(), |_| async move {
                 self.bodies.set(self.bodies.get() + 1);
-                if self.forbidden.get() {
+                if self.forbidden.get() && !self.unanswered.get() {
                     self.violations.borrow_mut().push(format!("s{i} started"));
                 }
                 // A body may claim a gate, which reads its instance's row.
@@ -160,6 +163,21 @@ struct SlowIndex {
     /// Some: each `run` (a pending row's write) waits for a token, taking
     /// one (the model's slow D1); None: `run` answers at once.
     run_tokens: Cell<Option<u32>>,
+    /// The same for each `batch` (a mirror, a command's index write).
+    batch_tokens: Cell<Option<u32>>,
+}
+
+/// Waits for one of `tokens` when they are counted (Some), taking it.
+async fn take_token(tokens: &Cell<Option<u32>>) {
+    std::future::poll_fn(|_| match tokens.get() {
+        None => Poll::Ready(()),
+        Some(0) => Poll::Pending,
+        Some(n) => {
+            tokens.set(Some(n - 1));
+            Poll::Ready(())
+        }
+    })
+    .await
 }
 
 /// One scripted D1 batch: held at its own gate until opened, or refused.
@@ -174,18 +192,11 @@ impl Database for SlowIndex {
         self.db.all(stmt).await
     }
     async fn run(&self, stmt: Stmt) -> Result<u64, StoreError> {
-        std::future::poll_fn(|_| match self.run_tokens.get() {
-            None => Poll::Ready(()),
-            Some(0) => Poll::Pending,
-            Some(n) => {
-                self.run_tokens.set(Some(n - 1));
-                Poll::Ready(())
-            }
-        })
-        .await;
+        take_token(&self.run_tokens).await;
         self.db.run(stmt).await
     }
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<u64>, StoreError> {
+        take_token(&self.batch_tokens).await;
         let scripted = self.script.borrow_mut().pop_front();
         match scripted {
             Some(Batch::Held(gate)) => gate.pass().await,
@@ -294,6 +305,7 @@ impl Rig {
                 gate: Gate::default(),
                 script: RefCell::new(std::collections::VecDeque::new()),
                 run_tokens: Cell::new(None),
+                batch_tokens: Cell::new(None),
             },
             runs: Runs::default(),
         };
@@ -585,6 +597,10 @@ const MODEL_SETTLE_DRIVES_MAX: u32 = 3 * MODEL_STEPS;
 struct ModelTally {
     pending: u32,
     crashes_with_pending: u32,
+    /// Isolate deaths with a command still in flight.
+    crashes_with_commands: u32,
+    /// Commands sent while another was in flight.
+    overlapped: u32,
     applied: u32,
     ends: std::collections::BTreeMap<String, u32>,
 }
@@ -630,13 +646,20 @@ fn seeded_commands_are_carried_out_across_crashes_and_wake_ups() {
     }
     let t = &tally;
     assert!(
-        t.pending >= 100 && t.crashes_with_pending >= 30 && t.applied >= 100,
+        t.pending >= 100 && t.crashes_with_pending >= 30 && t.applied >= 50,
+        "{t:?}"
+    );
+    assert!(
+        t.overlapped >= 100 && t.crashes_with_commands >= 30,
         "{t:?}"
     );
     for end in ["complete", "terminated", "paused"] {
         assert!(t.ends.get(end).copied().unwrap_or(0) >= 10, "{t:?}");
     }
 }
+
+/// An operator command on its way: answered when it finishes.
+type InFlight<'a> = Pin<Box<dyn Future<Output = Result<CommandAnswer, CommandError>> + 'a>>;
 
 fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &mut ModelTally) {
     let rig = Rig::new("model");
@@ -646,47 +669,92 @@ fn run_model_schedule(schedule: u64, next: &mut impl FnMut(u64) -> u64, tally: &
     let lives: Vec<Driver> = (0..=MODEL_EVENTS).map(|_| Driver::default()).collect();
     let mut life = 0;
     let mut drive: Option<Pin<Box<dyn Future<Output = ()> + '_>>> = None;
+    // Commands awaiting D1 (their index write): requests interleave at an
+    // object's awaits, so several may be in flight, beside a drive.
+    let mut commands: Vec<InFlight<'_>> = Vec::new();
     let start = |d| model_drive(d, &host);
-    // The row's write before the first body is a D1 round trip too.
+    // The row's write before the first body is a D1 round trip, and so is
+    // every batch (a pass's mirror, a command's index write).
     rig.index.run_tokens.set(Some(0));
+    rig.index.batch_tokens.set(Some(0));
     for _ in 0..MODEL_EVENTS {
-        match next(8) {
-            0 | 1 => model_token(&rig),
-            2 if drive.is_none() => drive = Some(start(&lives[life])),
-            3 => {
+        match next(10) {
+            0..=3 => model_token(&rig),
+            4 if drive.is_none() => drive = Some(start(&lives[life])),
+            5 => {
                 if drive.is_some() {
                     tally.crashes_with_pending += u32::from(lives[life].interrupt.get().is_some());
                 }
+                if !commands.is_empty() {
+                    tally.crashes_with_commands += 1;
+                    runs.unanswered.set(true);
+                }
+                commands.clear();
                 drive = None;
                 life += 1;
             }
             _ => {
-                let cmd = match next(4) {
-                    0 => Command::Terminate,
-                    1 => Command::Pause,
-                    2 => Command::Resume,
-                    _ => Command::Restart { from_step: None },
-                };
-                if let Ok(answer) = block_on(driver::command(&lives[life], &host, &cmd)) {
-                    model_answered(runs, &cmd, tally, answer.pending);
-                    if answer.drive && drive.is_none() {
-                        drive = Some(start(&lives[life]));
-                    }
-                }
+                tally.overlapped += u32::from(!commands.is_empty());
+                commands.push(model_command(&lives[life], &host, next(8)));
+            }
+        }
+        for answer in poll_commands(&mut commands) {
+            model_answered(runs, answer, tally);
+            if answer.drive && drive.is_none() {
+                drive = Some(start(&lives[life]));
             }
         }
         if drive.as_mut().is_some_and(|d| poll_once(d).is_some()) {
             drive = None;
         }
     }
-    // Settle: every step may finish; the alarm's drives run the rest.
+    // Settle: every step and D1 call may finish; the commands are answered,
+    // the alarm's drives run the rest.
     runs.tokens.set(u32::MAX);
     rig.index.run_tokens.set(None);
+    rig.index.batch_tokens.set(None);
+    for command in commands {
+        if let Ok(answer) = block_on(command) {
+            model_answered(runs, answer, tally);
+            if answer.drive && drive.is_none() {
+                drive = Some(start(&lives[life]));
+            }
+        }
+    }
     if let Some(d) = drive.take() {
         block_on(d);
     }
     settle_by_alarms(schedule, &rig, &host);
     assert_model_end(schedule, &rig, &host, tally);
+}
+
+/// One of the four commands (`which` of 8), sent to the object's `life`.
+/// A terminate is final, so it is the rarest: schedules end every way.
+fn model_command<'a>(life: &'a Driver, host: &'a FakeHost<'_>, which: u64) -> InFlight<'a> {
+    let cmd = match which {
+        0 => Command::Terminate,
+        1..=3 => Command::Pause,
+        4..=5 => Command::Resume,
+        _ => Command::Restart { from_step: None },
+    };
+    Box::pin(async move { driver::command(life, host, &cmd).await })
+}
+
+/// Polls each command in flight once: the answers of those that finished,
+/// in the order they finished (refusals answer nothing the model tracks).
+fn poll_commands(commands: &mut Vec<InFlight<'_>>) -> Vec<CommandAnswer> {
+    let mut answers = Vec::new();
+    let mut i = 0;
+    while i < commands.len() {
+        match poll_once(&mut commands[i]) {
+            Some(done) => {
+                commands.remove(i);
+                answers.extend(done.ok());
+            }
+            None => i += 1,
+        }
+    }
+    answers
 }
 
 /// A step's body may finish one more step, and a row's write may land.
@@ -730,6 +798,7 @@ fn assert_model_end(schedule: u64, rig: &Rig, host: &FakeHost<'_>, tally: &mut M
     );
     let violations = runs.violations.borrow();
     assert!(violations.is_empty(), "schedule {schedule}: {violations:?}");
+    *tally.ends.entry(status.as_str().to_owned()).or_default() += 1;
     let id = host.engine().record().unwrap().unwrap().id;
     let row = block_on(sluice::store::executions::get(&rig.index.db.db, &id)).unwrap();
     assert_eq!(
@@ -745,10 +814,9 @@ fn assert_model_end(schedule: u64, rig: &Rig, host: &FakeHost<'_>, tally: &mut M
         (true, true) => Status::Terminated,
     };
     assert!(
-        status == answered || status == Status::Complete,
+        status == answered || status == Status::Complete || runs.unanswered.get(),
         "schedule {schedule}: answered {answered:?}, ended {status:?}"
     );
-    *tally.ends.entry(status.as_str().to_owned()).or_default() += 1;
 }
 
 fn model_drive<'a>(
@@ -760,18 +828,56 @@ fn model_drive<'a>(
     })
 }
 
-/// The operator was answered: a pause or terminate forbids new bodies, a
-/// resume or restart allows them again.
-fn model_answered(runs: &Runs, cmd: &Command, tally: &mut ModelTally, pending: bool) {
-    if pending {
+/// The operator was answered: what the answer says the instance is or will
+/// be is what stands. A pause or terminate (applied or pending) forbids new
+/// bodies; a resume or restart allows them again, unless it says a pause or
+/// terminate that arrived meanwhile stands.
+fn model_answered(runs: &Runs, answer: CommandAnswer, tally: &mut ModelTally) {
+    if answer.pending {
         tally.pending += 1;
     } else {
         tally.applied += 1;
     }
-    let stops = matches!(cmd, Command::Terminate | Command::Pause);
+    runs.unanswered.set(false);
+    let stops = matches!(answer.status, Status::Paused | Status::Terminated);
     runs.forbidden.set(stops);
-    let terminated = stops && (runs.terminate_answered.get() || *cmd == Command::Terminate);
-    runs.terminate_answered.set(terminated);
+    runs.terminate_answered
+        .set(answer.status == Status::Terminated);
+}
+
+/// Two operators: a resume is applied (its index write is slow) and a
+/// pause arrives meanwhile, answered "pending". The resume's answer names
+/// the pause that stands, not "running": the drive its end asks for
+/// carries the pause out, and the instance ends as the last answer said.
+#[test]
+fn a_resume_answered_after_a_pause_arrived_meanwhile_names_the_pause() {
+    let rig = Rig::new("two-steps");
+    let host = rig.host();
+    let d = Driver::default();
+    let paused = block_on(driver::command(&d, &host, &Command::Pause)).unwrap();
+    assert_eq!((paused.status, paused.pending), (Status::Paused, false));
+    let held = std::rc::Rc::new(Gate::default());
+    rig.index
+        .script
+        .borrow_mut()
+        .push_back(Batch::Held(held.clone()));
+    let mut resume: InFlight<'_> = Box::pin(driver::command(&d, &host, &Command::Resume));
+    assert!(poll_once(&mut resume).is_none(), "in its index write");
+    let pause = block_on(driver::command(&d, &host, &Command::Pause)).unwrap();
+    assert_eq!((pause.status, pause.pending), (Status::Paused, true));
+    held.open();
+    let resumed = block_on(resume).unwrap();
+    assert_eq!(
+        resumed,
+        CommandAnswer {
+            status: Status::Paused,
+            pending: true,
+            drive: true
+        }
+    );
+    block_on(driver::drive(&d, &host, true));
+    assert_eq!(host.status(), Status::Paused);
+    assert_eq!(rig.runs.bodies.get(), 0, "no body started");
 }
 
 #[test]

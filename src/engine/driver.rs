@@ -475,12 +475,29 @@ pub async fn command(
                 }
                 _ => {}
             }
-            result.map(|status| CommandAnswer {
-                status,
-                pending: false,
-                drive: after == AfterCommand::Drive,
-            })
+            result.map(|status| answer_applied(driver, status, after))
         }
+    }
+}
+
+/// An applied command's answer. A pause or terminate that arrived while it
+/// was applied (answered "pending") stands over it: the drive its end asks
+/// for carries that out, so the answer names it, as the pending answer did,
+/// and the operator is never last told "running" of an instance about to
+/// stop.
+fn answer_applied(driver: &Driver, status: Status, after: AfterCommand) -> CommandAnswer {
+    let drive = after == AfterCommand::Drive;
+    match driver.interrupt.get() {
+        Some(stands) if !status.is_terminal() => CommandAnswer {
+            status: stands.status(),
+            pending: true,
+            drive,
+        },
+        _ => CommandAnswer {
+            status,
+            pending: false,
+            drive,
+        },
     }
 }
 

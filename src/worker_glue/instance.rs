@@ -292,13 +292,18 @@ impl RunInstance {
         };
         let host = ObjectHost { inner: &self.inner };
         match driver::command(&self.inner.driver, &host, &cmd).await {
-            Ok(answer) if answer.pending => json_response(
-                202,
-                &json!({ "status": answer.status, "pending": "at the next durable call of the running pass" }),
-            ),
             Ok(answer) => {
+                // An applied command may be answered pending too: a pause
+                // or terminate that arrived meanwhile stands over it, and
+                // the drive asked for carries it out.
                 if answer.drive {
                     self.kick(true);
+                }
+                if answer.pending {
+                    return json_response(
+                        202,
+                        &json!({ "status": answer.status, "pending": "at the next durable call of the running pass" }),
+                    );
                 }
                 json_response(200, &json!({ "status": answer.status }))
             }
