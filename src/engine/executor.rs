@@ -880,13 +880,14 @@ fn new_record(req: &CreateRequest, now: i64) -> InstanceRecord {
     }
 }
 
-/// How long a tombstone holds its key ended: as long as a finished
-/// instance is kept (`RETENTION_MS_DEFAULT`, during which a create of its
-/// key finds it ended too), far beyond any create still on its way (a
-/// delivery's deferred create, the sweep's poke of a row still queued).
-/// Past it a create is a new use of the key and runs: a terminate that
-/// met an object just purged (an operator's, between the sweep's purge of
-/// the object and its delete of the row) no longer blocks the key for good.
+/// How long a tombstone holds its key ended: the default retention of a
+/// finished instance (`RETENTION_MS_DEFAULT`, 30 days; the engine does not
+/// see a `RETENTION_DAYS` that changes it), far beyond any create still on
+/// its way (a delivery's create deferred at most seconds, the sweep's poke
+/// of a row still queued, within minutes of D1 answering). Past it a create
+/// is a new use of the key and runs: a terminate that met an object just
+/// purged (an operator's, between the sweep's purge of the object and its
+/// delete of the row) no longer blocks the key for good.
 pub const TOMBSTONE_KEPT_MS: i64 = crate::limits::RETENTION_MS_DEFAULT;
 
 /// What a terminate leaves in an object with no instance (a row whose

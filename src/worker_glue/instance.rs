@@ -300,9 +300,13 @@ impl RunInstance {
                     self.kick(true);
                 }
                 if answer.pending {
+                    let when = match answer.drive {
+                        true => "at the first durable call of the pass it starts",
+                        false => "at the next durable call of the running pass",
+                    };
                     return json_response(
                         202,
-                        &json!({ "status": answer.status, "pending": "at the next durable call of the running pass" }),
+                        &json!({ "status": answer.status, "pending": when }),
                     );
                 }
                 json_response(200, &json!({ "status": answer.status }))
