@@ -3,7 +3,8 @@
 //   the Workflows peer's create), CREATION_ROUNDS rounds in alternating order, with each
 //   process's CPU per create over the round, read from /proc/<pid>/stat: the machine has two
 //   cores, so the rate is whatever CPU the two stacks, wrangler's node processes and this
-//   client leave.
+//   client leave. Then the same for a trivial request on each side, so the CPU a creation adds
+//   reads apart from what every request through `wrangler dev` costs.
 // - An instance's fixed cost: FIXED_CREATES sequential creates of each probe (0 steps, 100
 //   inline, 100 durable), the record's created_ms to finished_ms. Timestamps are whole
 //   milliseconds; the mean over many resolves what a p50 at 0 or 1 ms cannot.
@@ -99,8 +100,30 @@ export async function benchCreation(stack, peer) {
   const last = rounds[rounds.length - 1];
   const cpu = (side) => last[side].cpu.map((c) => `${c.what} ${c.ms.toFixed(2)}`).join(', ');
   rows.push({ figure: 'creation: CPU ms per create by process, last round', sluice: cpu('sluice'), peer: cpu('peer'), target: '' });
+  rows.push(...(await trivialRequests(stack, peer, last)));
   rows.push(...(await fixedCost(stack)));
   return rows;
+}
+
+// What a request costs before any instance: Sluice's GET /healthz and the peer's 404, each
+// through its own `wrangler dev` (whose entry worker and request log every request pays), and
+// what a creation adds on each side's workerd: where the creation gap is, and where it is not.
+async function trivialRequests(stack, peer, lastCreation) {
+  const answers = (url, status) => async () => {
+    const res = await fetch(url).catch(() => null);
+    await res?.text();
+    return res?.status === status;
+  };
+  const health = answers(`${stack.url}/healthz`, 200);
+  const notFound = answers(`${peer.url}/nope`, 404);
+  const got = { sluice: await round(health, 'trivial', peer.pgid), peer: await round(notFound, 'trivial', peer.pgid) };
+  const workerd = (cpu, side) => cpu.find((c) => c.what === `${side === 'sluice' ? 'Sluice stack' : 'peer'} workerd`)?.ms ?? 0;
+  const cell = (side) => `${got[side].rate.toFixed(0)}/s, workerd ${workerd(got[side].cpu, side).toFixed(2)} ms`;
+  const added = (side) => workerd(lastCreation[side].cpu, side) - workerd(got[side].cpu, side);
+  return [
+    { figure: 'a trivial request (Sluice GET /healthz, the peer\'s 404) at 50 concurrent: rate, workerd CPU per request', sluice: cell('sluice'), peer: cell('peer'), target: '' },
+    { figure: 'workerd CPU a creation adds to a trivial request (last round less the above)', sluice: `${added('sluice').toFixed(2)} ms`, peer: `${added('peer').toFixed(2)} ms`, ratio: `${(added('sluice') / added('peer')).toFixed(2)}x the peer's`, target: '' },
+  ];
 }
 
 async function fixedCost(stack) {

@@ -12,6 +12,9 @@
 // the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
 // webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs); `--only snapshots` the agent's snapshot after a step that made that tree, after one that changed a little of it, and the restore of both over a fresh checkout (ADR-0015). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
+// `--log-level warn` runs Sluice's stack at LOG_LEVEL=warn: no structured line per creation, as
+// the peer writes none (under `wrangler dev` every line is also appended to wrangler's debug log
+// file by its node process, CPU the two cores share; Cloudflare has no such process).
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -49,7 +52,7 @@ const SETTLE_BEFORE_EVENT_MS = 100;
 const PEER_START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 5_000;
 
-const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' }, 'ack-first': { type: 'string' } } });
+const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' }, 'ack-first': { type: 'string' }, 'log-level': { type: 'string' } } });
 const rounds = Number(args.rounds ?? ROUNDS_DEFAULT);
 const ackFirst = args['ack-first'] ?? 'on';
 if (!['on', 'off'].includes(ackFirst)) throw new Error(`--ack-first takes on or off, not ${ackFirst}`);
@@ -214,7 +217,7 @@ async function main() {
     }
   }
   // The scale section's pool: POOL_CAPACITY sandboxes, all check slots open to one repository.
-  const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1), ACK_FIRST: ackFirst } });
+  const stack = await startStack({ vars: { POOL_CAPACITY: String(POOL_CAPACITY), CHECKS_PER_REPO: String(POOL_CAPACITY - 1), ACK_FIRST: ackFirst, ...(args['log-level'] ? { LOG_LEVEL: args['log-level'] } : {}) } });
   if (args.only === 'check-latency') {
     try {
       return finish(await benchCheckLatency(stack, args.rounds ? { rounds } : {}));

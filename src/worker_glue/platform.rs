@@ -412,15 +412,18 @@ impl crate::http::jwt::JwksFetch for FetchJwks {
 // --- logs ---
 
 /// Structured log lines (`crate::obs`) to the console, which Workers Logs
-/// indexes.
+/// indexes, each at the console level its `level` field names: an info
+/// line is `console.info`, so Workers Logs' own level filter agrees with
+/// the line (and `wrangler dev` prints it without source-mapping it).
 pub struct ConsoleLog;
 
 impl crate::obs::LogSink for ConsoleLog {
     fn write(&self, level: crate::obs::Level, line: &str) {
+        let line = wasm_bindgen::JsValue::from_str(line);
         match level {
-            crate::obs::Level::Info => worker::console_log!("{line}"),
-            crate::obs::Level::Warn => worker::console_warn!("{line}"),
-            crate::obs::Level::Error => worker::console_error!("{line}"),
+            crate::obs::Level::Info => worker::web_sys::console::info_1(&line),
+            crate::obs::Level::Warn => worker::web_sys::console::warn_1(&line),
+            crate::obs::Level::Error => worker::web_sys::console::error_1(&line),
         }
     }
 }
