@@ -302,7 +302,7 @@ impl RunInstance {
                 if answer.pending {
                     let when = match answer.drive {
                         true => "at the first durable call of the pass it starts",
-                        false => "at the next durable call of the running pass",
+                        false => "at the running pass's next durable call, or after the command under way",
                     };
                     return json_response(
                         202,
