@@ -114,22 +114,30 @@ async function postAll(sender, deliveries) {
     const said = res.status >= 500 || res.status === 0
       ? `${res.status} ${res.error ? `${res.error.message} (${res.error.code ?? ''}) after ${Date.now() - start} ms` : (typeof body === 'string' ? body : JSON.stringify(body))}`.slice(0, 300)
       : null;
-    return { ms: Date.now() - start, status: res.status, restarted, said, ids: (body?.instances ?? []).map((x) => x.id) };
+    const ids = (body?.instances ?? []).map((x) => x.id);
+    return { ms: Date.now() - start, status: res.status, restarted, said, ids, body: ids.length ? null : String(res.text).slice(0, 200) };
   });
 }
 
-// Instances of `ids` finished by the deadline, one at a time (early ones finish first).
+// Instances of `ids` finished by the deadline, one at a time (early ones finish first); and
+// what each of the others last read as, so a lost one can be traced.
 async function finishedBy(stack, ids, deadlineMs) {
   let n = 0;
+  const unfinished = [];
   for (const id of ids) {
     const left = deadlineMs - Date.now();
-    if (left <= 0) break;
-    if (await until(async () => {
-      const { status, body } = await stack.api(`/v1/executions/${id}`);
+    let last = 'not asked: the deadline had passed';
+    if (left > 0 && await until(async () => {
+      // A request this client could not make (a reset under the load) is asked again, not
+      // counted as a lost delivery.
+      const got = await stack.api(`/v1/executions/${id}`).catch((e) => ({ status: 0, body: { error: e.message } }));
+      const { status, body } = got;
+      last = `${status} ${body?.execution?.status ?? JSON.stringify(body?.error ?? body).slice(0, 120)}`;
       return status === 200 && TERMINAL.has(body.execution?.status) ? true : null;
-    }, `${id} to finish`, left).catch(() => false)) n += 1;
+    }, `${id} to finish`, left).catch((e) => { last += ` (${e.message.slice(0, 120)})`; return false; })) n += 1;
+    else unfinished.push(`${id}: ${last}`);
   }
-  return n;
+  return { done: n, unfinished };
 }
 
 // 500 signed deliveries, 50 in flight: ack latency, 5xx, and every delivery's instance created
@@ -150,7 +158,12 @@ async function burst(stack) {
     const wallMs = Date.now() - t0;
     // Lost: a delivery not acknowledged with an instance of its own, or one that never finished.
     const ids = [...new Set(acks.flatMap((a) => a.ids))];
-    const done = await finishedBy(stack, ids, Date.now() + FINISH_TIMEOUT_MS);
+    const { done, unfinished } = await finishedBy(stack, ids, Date.now() + FINISH_TIMEOUT_MS);
+    // Each lost delivery, traced: an answer that named no instance, or an instance unfinished.
+    const lostWhy = [
+      ...acks.filter((a) => a.ids.length === 0).map((a) => `answered ${a.status} naming no instance: ${a.body}`),
+      ...unfinished,
+    ];
     return {
       perSecond: (BURST_DELIVERIES * 1000) / wallMs,
       p50: pct(acks.map((a) => a.ms), 50),
@@ -162,6 +175,7 @@ async function burst(stack) {
       failures: acks.filter((a) => a.said).slice(0, 3).map((a) => a.said),
       // A delivery may start more than one instance (a check and a preview): every id counts.
       lost: acks.filter((a) => a.ids.length === 0).length + (ids.length - done),
+      lostWhy: lostWhy.slice(0, 3),
       settledMs: Date.now() - t0,
       warmup: { p50: pct(warmAcks.map((a) => a.ms), 50), p99: pct(warmAcks.map((a) => a.ms), 99) },
     };
