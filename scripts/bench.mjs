@@ -4,11 +4,12 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|creation|check-latency|pipelines|caches|snapshots|profile] [-- --ack-first off]   (builds
+// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|creation|perf|check-latency|pipelines|caches|snapshots|profile] [-- --ack-first off]   (builds
 // the Worker first unless SLUICE_PREBUILT=1). `--only engine` runs the engine's figures against the
 // Workflows peer (steps, inline steps, sleep, events); `--only profile` a CPU profile of one creation
 // and one step (scripts/bench-profile.mjs), with no peer. `--only creation` the creation rate with
-// each process's CPU per create, and an instance's fixed cost as a mean (scripts/bench-creation.mjs). `--only scale` runs the scale section alone (and quotes
+// each process's CPU per create, and an instance's fixed cost as a mean (scripts/bench-creation.mjs); `--only perf`
+// where each side's workerd spends a creation's CPU, by Linux perf (scripts/bench-perf.mjs). `--only scale` runs the scale section alone (and quotes
 // the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
 // webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs); `--only snapshots` the agent's snapshot after a step that made that tree, after one that changed a little of it, and the restore of both over a fresh checkout (ADR-0015). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
@@ -30,6 +31,7 @@ import { benchInstall, benchPipelines } from './bench-pipelines.mjs';
 import { benchContainers } from './bench-containers.mjs';
 import { benchCheckLatency, benchScale, POOL_CAPACITY } from './bench-scale.mjs';
 import { benchCreation } from './bench-creation.mjs';
+import { benchPerf } from './bench-perf.mjs';
 import { soakSummary } from './soak.mjs';
 
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
@@ -253,6 +255,9 @@ async function main() {
     await benchEngine(stack, peer, 'warmup').catch(() => {});
     if (args.only === 'creation') {
       return finish(await benchCreation(stack, peer));
+    }
+    if (args.only === 'perf') {
+      return finish(await benchPerf(stack, peer));
     }
     if (args.only === 'scale') {
       rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
