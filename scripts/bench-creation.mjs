@@ -30,7 +30,7 @@ const POLL_MS = 5;
 const TICKS_PER_S = 100;
 
 // CPU seconds of every workerd and node process, with its process group and command line.
-function cpuByProcess() {
+export function cpuByProcess() {
   const out = new Map();
   for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
     try {
@@ -75,13 +75,20 @@ async function round(create, label, peerPgid) {
   return { rate, cpu: cpuPerCreate(before, cpuByProcess(), CREATES, peerPgid) };
 }
 
-export async function benchCreation(stack, peer) {
-  const sluice = async (key) => (await stack.api('/v1/executions', { method: 'POST', body: { key: `creation:${key}`, run: 'probe', input: { steps: 0 } } })).status === 201;
-  const workflows = async (id) => {
-    const res = await fetch(`${peer.url}/create?id=creation-${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
-    await res?.text();
-    return Boolean(res?.ok);
+// Each side's creation of one 0-step probe under a fresh key: whether it was created.
+export function creators(stack, peer) {
+  return {
+    sluice: async (key) => (await stack.api('/v1/executions', { method: 'POST', body: { key: `creation:${key}`, run: 'probe', input: { steps: 0 } } })).status === 201,
+    workflows: async (id) => {
+      const res = await fetch(`${peer.url}/create?id=creation-${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
+      await res?.text();
+      return Boolean(res?.ok);
+    },
   };
+}
+
+export async function benchCreation(stack, peer) {
+  const { sluice, workflows } = creators(stack, peer);
   const rounds = [];
   for (let r = 0; r < CREATION_ROUNDS; r++) {
     const sides = r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice'];

@@ -8,9 +8,10 @@
 // Linux only. perf's figures include its own sampling cost, so read shares, not totals.
 
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cpuByProcess, creators } from './bench-creation.mjs';
 import { inPool } from './bench-scale.mjs';
 
 // Creations per side: enough samples (at PERF_HZ, some ten thousand) for a share to read to a
@@ -47,17 +48,9 @@ function hasPerf() {
 
 // The workerd processes of one side: the peer's are in its process group, Sluice's are the rest.
 function workerdPids(peerPgid, side) {
-  const pids = [];
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('workerd')) continue;
-      const pgrp = Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[2]);
-      if ((pgrp === peerPgid) === (side === 'peer')) pids.push(pid);
-    } catch {
-      // The process ended meanwhile.
-    }
-  }
-  return pids;
+  return [...cpuByProcess()]
+    .filter(([, p]) => p.cmd.includes('workerd') && (p.pgrp === peerPgid) === (side === 'peer'))
+    .map(([pid]) => pid);
 }
 
 function report(file, args) {
@@ -95,12 +88,7 @@ async function recordSide(side, create, peerPgid, dir) {
 
 export async function benchPerf(stack, peer) {
   if (!hasPerf()) return [{ figure: 'perf of a creation', sluice: 'perf is not installed here (Debian: linux-perf)', target: '' }];
-  const sluice = async (key) => (await stack.api('/v1/executions', { method: 'POST', body: { key: `perf:${key}`, run: 'probe', input: { steps: 0 } } })).status === 201;
-  const workflows = async (id) => {
-    const res = await fetch(`${peer.url}/create?id=${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
-    await res?.text();
-    return Boolean(res?.ok);
-  };
+  const { sluice, workflows } = creators(stack, peer);
   const dir = mkdtempSync(join(tmpdir(), 'sluice-perf-'));
   try {
     const s = await recordSide('sluice', sluice, peer.pgid, dir);

@@ -243,7 +243,6 @@ impl Driver {
 /// sweep's cadence, which is what its failed mirror got while it had a
 /// row.
 pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm {
-    let retry = now_ms + STORE_RETRY_DELAY_MS;
     match outcome {
         Ok(p) if p.row_refusals > 0 => match alarm_after_pass(p, now_ms) {
             Alarm::At(at) => Alarm::At(at.min(now_ms + row_retry_ms(p.row_refusals))),
@@ -254,7 +253,7 @@ pub fn alarm_after(outcome: &Result<PassResult, RunError>, now_ms: i64) -> Alarm
         // gone again.
         Err(RunError::NoInstance) => Alarm::Delete,
         Err(RunError::RowRefused { refusals, .. }) => Alarm::At(now_ms + row_retry_ms(*refusals)),
-        Err(_) => Alarm::At(retry),
+        Err(_) => Alarm::At(now_ms + STORE_RETRY_DELAY_MS),
     }
 }
 

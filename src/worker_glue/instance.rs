@@ -217,7 +217,7 @@ impl RunInstance {
         };
         let host = ObjectHost { inner: &self.inner };
         let created = match (host.journal(), host.index()) {
-            (Ok(journal), Ok(index)) => engine_of(journal, &index, &self.inner.meter)
+            (Ok(journal), Ok(index)) => engine_of(journal, &index, &self.inner.meter, None)
                 .create(&create)
                 .await
                 .map_err(|e| e.to_string()),
@@ -268,7 +268,7 @@ impl RunInstance {
         };
         let host = ObjectHost { inner: &self.inner };
         let sent = match (host.journal(), host.index()) {
-            (Ok(journal), Ok(index)) => engine_of(journal, &index, &self.inner.meter)
+            (Ok(journal), Ok(index)) => engine_of(journal, &index, &self.inner.meter, None)
                 .send_event(&body.event_type, &body.payload),
             (Err(e), _) | (_, Err(e)) => Err(CommandError::Store(e)),
         };
@@ -358,11 +358,13 @@ fn command_error(e: CommandError) -> Result<Response> {
 }
 
 /// The engine over the object's journal and D1 (large results go to R2
-/// only where a pass sets `blobs`), counting into the object's meter.
+/// only where a pass sets `blobs`), counting into the object's meter and
+/// telling `on_indexed` when a pending index row lands (passes, commands).
 fn engine_of<'a>(
     journal: &'a SqlJournal<MeteredSql<DoSql>>,
     index: &'a D1,
     meter: &'a Meter,
+    on_indexed: Option<&'a dyn Fn()>,
 ) -> Engine<'a> {
     Engine {
         journal,
@@ -370,7 +372,7 @@ fn engine_of<'a>(
         index,
         clock: &WorkerClock,
         meter: Some(meter),
-        on_indexed: None,
+        on_indexed,
     }
 }
 
@@ -453,8 +455,7 @@ impl Host for ObjectHost<'_> {
         let parts = run_env_parts(&self.inner.env);
         let meter = &*self.inner.meter;
         let (n, landed) = (self.inner.row.starting(), self.inner.row.teller());
-        let mut engine = engine_of(journal, &index, meter);
-        engine.on_indexed = Some(&landed);
+        let mut engine = engine_of(journal, &index, meter, Some(&landed));
         let blobs = parts.blobs().map(|inner| MeteredBlobs { inner, meter });
         engine.blobs = blobs.as_ref().map(|b| b as &dyn crate::blobs::Blobs);
         let registry = parts.registry(&WorkerClock, &index, Some(meter));
@@ -477,8 +478,7 @@ impl Host for ObjectHost<'_> {
         let journal = self.journal().map_err(CommandError::Store)?;
         let index = self.index().map_err(CommandError::Store)?;
         let landed = self.inner.row.teller();
-        let mut engine = engine_of(journal, &index, &self.inner.meter);
-        engine.on_indexed = Some(&landed);
+        let engine = engine_of(journal, &index, &self.inner.meter, Some(&landed));
         let parts = run_env_parts(&self.inner.env);
         let registry = parts.registry(&WorkerClock, &index, Some(&self.inner.meter));
         let status = engine.command(&registry, cmd).await?;
