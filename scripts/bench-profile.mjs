@@ -8,7 +8,7 @@
 // JavaScript. Time workerd spends in C++ for a JavaScript call (SQLite under `sql.exec`, D1's
 // round trip) is charged to that call's frame.
 
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 
@@ -54,8 +54,10 @@ export async function benchProfile(stack) {
       for (const [fn, us] of perUnit(selfTimes(profile, names), PROFILE_STEP_PROBES)) out.set(fn, (us - (perCreate.get(fn) ?? 0)) / PROFILE_STEPS);
       return out;
     };
+    saveProfiles({ creation, stepping, inlining });
     return [
       ...rows('creation (a 0-step probe: create, its pass, its mirror)', perCreate),
+      ...rows('creation, Sluice\'s own functions by total time (callees included; they overlap)', perUnit(sluiceTotals(creation, names), PROFILE_CREATES), { shares: false }),
       ...rows('no-op step', perStep(stepping)),
       ...rows('no-op inline step (Ctx::step_inline)', perStep(inlining)),
     ];
@@ -121,23 +123,54 @@ function selfTimes(profile, names) {
   return out;
 }
 
+// Total time (us) per Sluice function: each sample charged once to every Sluice frame on its
+// stack, so a function's figure includes its callees' (the runtime's calls it makes too).
+function sluiceTotals(profile, names) {
+  const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const out = new Map();
+  profile.samples.forEach((nodeId, i) => {
+    const seen = new Set();
+    for (let id = nodeId; id !== undefined; id = parent.get(id)) {
+      const name = frameName(nodes.get(id).callFrame, names).replace(/::\{\{closure\}\}/g, '');
+      if (!/^<?sluice::/.test(name) || seen.has(name)) continue;
+      seen.add(name);
+      out.set(name, (out.get(name) ?? 0) + (profile.timeDeltas[i] ?? 0));
+    }
+  });
+  return out;
+}
+
+// With SLUICE_PROFILE_OUT=<dir>, each profile is also written there as a .cpuprofile file, which
+// Chrome's devtools open (Performance panel); wasm frames are then named by index only.
+function saveProfiles(profiles) {
+  const dir = process.env.SLUICE_PROFILE_OUT;
+  if (!dir) return;
+  mkdirSync(dir, { recursive: true });
+  for (const [what, profile] of Object.entries(profiles)) writeFileSync(join(dir, `${what}.cpuprofile`), JSON.stringify(profile));
+}
+
 function perUnit(times, n) {
   return new Map([...times].map(([k, v]) => [k, v / n]));
 }
 
-function rows(what, times) {
+// The top rows of a profile; `shares: false` where the times overlap and do not sum to a total.
+function rows(what, times, { shares = true } = {}) {
   const total = [...times.values()].reduce((a, b) => a + b, 0);
   const top = [...times].filter(([, us]) => us > 0).sort((a, b) => b[1] - a[1]).slice(0, TOP);
+  const share = (us) => (shares ? ` (${((100 * us) / total).toFixed(0)}%)` : '');
   return [
-    { figure: `profile: one ${what}, CPU in the isolate`, sluice: `${total.toFixed(1)} us`, target: '' },
-    ...top.map(([fn, us], i) => ({ figure: `  ${i + 1}. ${fn}`, sluice: `${us.toFixed(1)} us (${((100 * us) / total).toFixed(0)}%)`, target: '' })),
+    { figure: `profile: one ${what}${shares ? ', CPU in the isolate' : ''}`, sluice: shares ? `${total.toFixed(1)} us` : '', target: '' },
+    ...top.map(([fn, us], i) => ({ figure: `  ${i + 1}. ${fn}`, sluice: `${us.toFixed(1)} us${share(us)}`, target: '' })),
   ];
 }
 
 function frameName(frame, names) {
   const fn = frame?.functionName ?? '';
   const wasm = /^(?:\$func|wasm-function\[)(\d+)\]?$/.exec(fn);
-  if (wasm) return demangle(names.get(Number(wasm[1])) ?? fn);
+  // Without the hash the names carry: a function's copies (generic instances) read as one.
+  if (wasm) return demangle(names.get(Number(wasm[1])) ?? fn).replace(/::h[0-9a-f]{16}$/, '');
   // devtools positions are 0-based: shown 1-based, as an editor shows the file.
   if (!fn) return frame?.url ? `(anonymous ${frame.url.split('/').pop()}:${frame.lineNumber + 1}:${frame.columnNumber + 1})` : '(program)';
   return fn;

@@ -773,7 +773,8 @@ fn poll_commands(commands: &mut Vec<Sent<'_>>) -> Vec<CommandAnswer> {
     while i < commands.len() {
         match poll_once(&mut commands[i].1) {
             Some(done) => {
-                commands.remove(i);
+                // Finished: its future is spent.
+                drop(commands.remove(i));
                 answers.extend(done.ok());
             }
             None => i += 1,

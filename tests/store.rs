@@ -10,7 +10,7 @@ use sluice::engine::{CreateRequest, Status};
 use sluice::gates::serial::{self, GroupFilter};
 use sluice::store::executions::{self, Cursor, ListFilter};
 use sluice::store::sqlite::SqliteDb;
-use sluice::store::{Database, Param, Stmt};
+use sluice::store::{Database, Param, Stmt, SyncSql};
 
 fn create(w: &World, key: &str) -> String {
     let req = CreateRequest {
@@ -641,5 +641,47 @@ fn mirrored_steps_arrive_whole_in_a_few_statements() {
             rows[7].result_bytes
         ),
         ("done", None, Some(2))
+    );
+}
+
+/// The record is stored as its fields with the version first, read back
+/// field for field (also when stored with other spacing), and a record of
+/// another version is refused rather than read as this one.
+#[test]
+fn the_instance_record_round_trips_and_another_version_is_refused() {
+    use sluice::store::journal::JournalStore;
+    let w = World::new();
+    create(&w, "versioned");
+    let stored = |w: &World| -> String {
+        let rows = w
+            .journal
+            .storage()
+            .exec("SELECT record FROM instance", &[])
+            .unwrap();
+        rows[0]["record"].as_str().unwrap().to_owned()
+    };
+    let json = stored(&w);
+    assert!(json.starts_with("{\"v\":1,"), "{json}");
+    let rec = w.journal.load_instance().unwrap().unwrap();
+    w.journal.save_instance(&rec).unwrap();
+    assert_eq!(stored(&w), json, "saving what was loaded changes nothing");
+    let set = |record: String| {
+        w.journal
+            .storage()
+            .exec("UPDATE instance SET record = ?1", &[Param::Text(record)])
+            .unwrap();
+    };
+    // Spaced out, as another writer might: still version 1, the same record.
+    let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    set(serde_json::to_string_pretty(&value).unwrap());
+    let reread = w.journal.load_instance().unwrap().unwrap();
+    w.journal.save_instance(&reread).unwrap();
+    assert_eq!(stored(&w), json);
+    value["v"] = json!(2);
+    set(value.to_string());
+    let refused = w.journal.load_instance().unwrap_err();
+    assert!(
+        refused.to_string().contains("instance record version 2"),
+        "{refused}"
     );
 }

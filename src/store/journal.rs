@@ -70,11 +70,37 @@ struct RecordRow {
     record: String,
 }
 
-#[derive(serde::Serialize, Deserialize)]
-struct VersionedRecord {
+/// The record as stored: its fields and the version beside them.
+#[derive(serde::Serialize)]
+struct VersionedRecord<'a> {
     v: u32,
     #[serde(flatten)]
-    record: InstanceRecord,
+    record: &'a InstanceRecord,
+}
+
+/// How every record this version saves begins (`VersionedRecord` writes
+/// `v` first): a record that does so is read without a second parse.
+const RECORD_PREFIX: &str = "{\"v\":1,";
+
+/// The version of a stored record, read on its own.
+#[derive(Deserialize)]
+struct RecordVersion {
+    v: u32,
+}
+
+/// A stored record: checked to be this version, then read as the record
+/// itself (its `v` is a field the record ignores). Not through
+/// `VersionedRecord`: a flattened field is read by buffering the whole map
+/// first, and a pass reads the record at least twice.
+fn decode_record(json: &str) -> Result<InstanceRecord, StoreError> {
+    let decode = |e: serde_json::Error| StoreError::Decode(e.to_string());
+    if !json.starts_with(RECORD_PREFIX) {
+        let RecordVersion { v } = serde_json::from_str(json).map_err(decode)?;
+        if v != RECORD_VERSION {
+            return Err(StoreError::Decode(format!("instance record version {v}")));
+        }
+    }
+    serde_json::from_str(json).map_err(decode)
 }
 
 #[derive(Deserialize)]
@@ -213,21 +239,13 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         let Some(row) = decode::<RecordRow>(rows)?.into_iter().next() else {
             return Ok(None);
         };
-        let v: VersionedRecord =
-            serde_json::from_str(&row.record).map_err(|e| StoreError::Decode(e.to_string()))?;
-        if v.v != RECORD_VERSION {
-            return Err(StoreError::Decode(format!(
-                "instance record version {}",
-                v.v
-            )));
-        }
-        Ok(Some(v.record))
+        decode_record(&row.record).map(Some)
     }
 
     fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError> {
         let json = serde_json::to_string(&VersionedRecord {
             v: RECORD_VERSION,
-            record: record.clone(),
+            record,
         })
         .map_err(|e| StoreError::Decode(e.to_string()))?;
         self.sql.exec(

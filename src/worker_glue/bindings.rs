@@ -1,5 +1,8 @@
 //! Binding and variable names in one place, and typed access to them.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use worker::Env;
 
 use crate::secret::Secret;
@@ -74,7 +77,24 @@ pub const GITHUB_API_URL_DEFAULT: &str = "https://api.github.com";
 pub const SANDBOX_URL_DEFAULT: &str = "http://127.0.0.1:8791";
 
 /// A string binding (a var or a secret), or None when unset or empty.
+/// Read from the environment once per isolate: a deploy, or a changed var
+/// or secret, starts new isolates, so a value cannot change under one. A
+/// read through `Env` costs a lookup, a type check and, for an unset name,
+/// two errors formatted; a creation reads some thirty. The cache holds at
+/// most one value per name this file declares.
 pub fn text(env: &Env, name: &str) -> Option<String> {
+    thread_local! {
+        static TEXTS: RefCell<HashMap<String, Option<String>>> = RefCell::default();
+    }
+    if let Some(known) = TEXTS.with(|t| t.borrow().get(name).cloned()) {
+        return known;
+    }
+    let value = read_text(env, name);
+    TEXTS.with(|t| t.borrow_mut().insert(name.to_owned(), value.clone()));
+    value
+}
+
+fn read_text(env: &Env, name: &str) -> Option<String> {
     let v = env
         .secret(name)
         .map(|s| s.to_string())

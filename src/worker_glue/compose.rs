@@ -66,12 +66,7 @@ pub struct RunEnvParts {
 
 /// The services runs use, from the Worker's bindings.
 pub fn run_env_parts(env: &Env) -> RunEnvParts {
-    let key_der = match text(env, bindings::GITHUB_APP_PRIVATE_KEY) {
-        None => Err("GITHUB_APP_PRIVATE_KEY is not set".to_owned()),
-        Some(pem) => private_key_pkcs8_der(&pem)
-            .map(Secret::new)
-            .map_err(|e| e.to_string()),
-    };
+    let key_der = app_key_der(env);
     let number = |name| text(env, name).and_then(|v| v.parse::<u32>().ok());
     let container = text(env, bindings::SANDBOX_BACKEND)
         .filter(|b| b == "container")
@@ -119,6 +114,25 @@ pub fn run_env_parts(env: &Env) -> RunEnvParts {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(crate::limits::CACHE_BYTES_PER_REPO_DEFAULT),
     }
+}
+
+/// The App's key as PKCS#8 DER, decoded once per isolate (every pass
+/// composes a run environment; the key, like every binding, cannot change
+/// under an isolate: `bindings::text`).
+fn app_key_der(env: &Env) -> std::result::Result<Secret<Vec<u8>>, String> {
+    type Decoded = std::result::Result<Secret<Vec<u8>>, String>;
+    thread_local! {
+        static DECODED: std::cell::OnceCell<Decoded> = const { std::cell::OnceCell::new() };
+    }
+    DECODED.with(|d| {
+        d.get_or_init(|| match text(env, bindings::GITHUB_APP_PRIVATE_KEY) {
+            None => Err("GITHUB_APP_PRIVATE_KEY is not set".to_owned()),
+            Some(pem) => private_key_pkcs8_der(&pem)
+                .map(Secret::new)
+                .map_err(|e| e.to_string()),
+        })
+        .clone()
+    })
 }
 
 /// Stands in for a missing R2 binding: every upload fails with a clear

@@ -2,8 +2,12 @@
 //! Object goes through here (create, poke, event, command, purge), and the
 //! waker other instances use to send one an event.
 
+use js_sys::Promise;
 use serde_json::{json, Value};
-use worker::{Env, Method, Request, RequestInit};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use worker::Env;
 
 use crate::engine::{CreateRequest, Created, InstanceId};
 use crate::http::ApiError;
@@ -57,6 +61,20 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(e.to_string())
 }
 
+/// A Durable Object stub as the runtime hands it out, called directly:
+/// `worker::Stub::fetch_with_request` wraps the answer as a stream that
+/// Rust reads chunk by chunk, and every instance request pays for it.
+#[wasm_bindgen]
+extern "C" {
+    type RawStub;
+    #[wasm_bindgen(method, catch)]
+    fn fetch(this: &RawStub, url: &str, init: &web_sys::RequestInit) -> Result<Promise, JsValue>;
+}
+
+fn js_error(e: JsValue) -> ApiError {
+    internal(e.as_string().unwrap_or_else(|| format!("{e:?}")))
+}
+
 /// Sends an operation to an instance's Durable Object: its status and JSON.
 pub async fn request(
     env: &Env,
@@ -67,19 +85,26 @@ pub async fn request(
     let ns = env
         .durable_object(bindings::RUN_INSTANCE)
         .map_err(internal)?;
-    let stub = ns
+    let stub: RawStub = ns
         .id_from_name(id.as_str())
         .and_then(|i| i.get_stub())
-        .map_err(internal)?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(body.to_string().into()));
+        .map_err(internal)?
+        .into_rpc();
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&JsValue::from_str(&body.to_string()));
     let url = format!("https://instance{}", op.path());
-    let request = Request::new_with_init(&url, &init).map_err(internal)?;
-    let mut resp = stub.fetch_with_request(request).await.map_err(internal)?;
-    let status = resp.status_code();
-    let value: Value = resp.json().await.map_err(internal)?;
-    Ok((status, value))
+    let answer = JsFuture::from(stub.fetch(&url, &init).map_err(js_error)?)
+        .await
+        .map_err(js_error)?;
+    let resp: web_sys::Response = answer.dyn_into().map_err(js_error)?;
+    let text = JsFuture::from(resp.text().map_err(js_error)?)
+        .await
+        .map_err(js_error)?
+        .as_string()
+        .unwrap_or_default();
+    let value: Value = serde_json::from_str(&text).map_err(internal)?;
+    Ok((resp.status(), value))
 }
 
 /// An operation whose only good answer is 200.
