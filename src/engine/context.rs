@@ -243,6 +243,13 @@ impl<'a> Ctx<'a> {
         self.stats.get()
     }
 
+    /// The journal as this pass leaves it: every entry it started with or
+    /// wrote (the context is the only writer during a pass). Read after
+    /// `flush`, and only when no write failed.
+    pub(crate) fn into_entries(self) -> Vec<Entry> {
+        self.entries.into_inner()
+    }
+
     /// The run ceiling in force (the executor keeps it in the record).
     pub fn max_duration_ms(&self) -> i64 {
         self.max_duration_ms.get()

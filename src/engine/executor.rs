@@ -25,8 +25,8 @@ use super::error::RunError;
 use super::id::InstanceId;
 use super::row::PendingRow;
 use crate::clock::Clock;
-use crate::journal::InstanceRecord;
 use crate::journal::Status;
+use crate::journal::{Entry, InstanceRecord};
 use crate::obs::{self, Kind, Subject};
 use crate::store::journal::JournalStore;
 
@@ -207,7 +207,34 @@ pub struct PassResult {
     /// above 0, D1 has no row of it, nothing in the index names it, and
     /// only its own alarm can retry, backing off (ADR-0018).
     pub row_refusals: u32,
+    /// The instance ended: what its run's finalize reads, from the record
+    /// the pass held (so the object need not read it back).
+    pub ended: Option<Ended>,
 }
+
+/// An ended instance as `RunRegistry::finalize` takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    pub run: String,
+    pub id: String,
+    /// The create's input, as JSON.
+    pub input: String,
+}
+
+impl Ended {
+    pub fn of(rec: &InstanceRecord) -> Option<Ended> {
+        rec.status.is_terminal().then(|| Ended {
+            run: rec.run.clone(),
+            id: rec.id.clone(),
+            input: rec.input.clone(),
+        })
+    }
+}
+
+/// How a pass's body ended: its result, what the pass did, and the journal
+/// as the pass left it (None when a journal write failed: the journal is
+/// then read back).
+type BodyEnd = (Result<RunOutcome, RunError>, PassStats, Option<Vec<Entry>>);
 
 /// An operator's command on an instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -331,10 +358,11 @@ impl<'a> Engine<'a> {
         }
         let crashes = rec.passes - rec.clean_passes;
         let refusals_before = rec.row_refusals;
-        let (result, stats) = if crashes >= EXECUTOR_CRASHES_MAX {
+        let (result, stats, journal) = if crashes >= EXECUTOR_CRASHES_MAX {
             (
                 Err(RunError::ExecutorCrashLoop { crashes }),
                 PassStats::default(),
+                None,
             )
         } else {
             self.run_body(&mut rec, runs, interrupt).await?
@@ -359,7 +387,7 @@ impl<'a> Engine<'a> {
         rec.index_round_trips += 1;
         rec.costs.add(&self.take_costs());
         rec.costs.do_active_ms += (now - pass_start).max(0) as u64;
-        let mirror_error = self.mirror(&mut rec, now).await.err();
+        let mirror_error = self.mirror(&mut rec, now, journal).await.err();
         rec.mirror_pending = mirror_error.is_some();
         self.journal.save_instance(&rec)?;
         log_pass(&rec, &stats, mirror_error.as_deref());
@@ -369,6 +397,7 @@ impl<'a> Engine<'a> {
             stats,
             mirror_error,
             row_refusals: rec.row_refusals,
+            ended: Ended::of(&rec),
         })
     }
 
@@ -380,7 +409,7 @@ impl<'a> Engine<'a> {
         if rec.mirror_pending || rec.row_pending {
             let now = self.clock.now_ms();
             rec.costs.add(&self.take_costs());
-            mirror_error = self.mirror(&mut rec, now).await.err();
+            mirror_error = self.mirror(&mut rec, now, None).await.err();
             rec.mirror_pending = mirror_error.is_some();
             self.journal.save_instance(&rec)?;
         }
@@ -390,18 +419,20 @@ impl<'a> Engine<'a> {
             stats: PassStats::default(),
             mirror_error,
             row_refusals: rec.row_refusals,
+            ended: Ended::of(&rec),
         })
     }
 
     /// Runs the body from the top (replaying the journal). The record says
     /// a pass started before the body runs, so a pass that dies counts as a
-    /// crash; the run's ceiling may move during the pass.
+    /// crash; the run's ceiling may move during the pass. With the body's
+    /// result: the journal as the pass left it, unless a write failed.
     async fn run_body(
         &self,
         rec: &mut InstanceRecord,
         runs: &dyn RunRegistry,
         interrupt: &InterruptFlag,
-    ) -> Result<(Result<RunOutcome, RunError>, PassStats), RunError> {
+    ) -> Result<BodyEnd, RunError> {
         let now = self.clock.now_ms();
         let unclean_history = rec.passes > rec.clean_passes;
         rec.passes += 1;
@@ -446,7 +477,9 @@ impl<'a> Engine<'a> {
         if let Some(row) = &row {
             self.after_row(rec, row)?;
         }
-        Ok((result, ctx.stats()))
+        let stats = ctx.stats();
+        let journal = ctx.write_failure().is_none().then(|| ctx.into_entries());
+        Ok((result, stats, journal))
     }
 
     /// What the pass's pending row came to. Refused by D1, it stopped the
@@ -528,13 +561,30 @@ impl<'a> Engine<'a> {
     }
 
     /// Sends the record and every entry written since the last mirror to D1
-    /// in one batch.
-    async fn mirror(&self, rec: &mut InstanceRecord, now: i64) -> Result<(), String> {
-        let changed = self
-            .journal
-            .entries_since(rec.mirrored_rev)
-            .map_err(|e| e.to_string())?;
-        let step_count = self.journal.entry_count().map_err(|e| e.to_string())?;
+    /// in one batch. A pass passes the journal as it left it (`journal`),
+    /// which then is not read back.
+    async fn mirror(
+        &self,
+        rec: &mut InstanceRecord,
+        now: i64,
+        journal: Option<Vec<Entry>>,
+    ) -> Result<(), String> {
+        let (changed, step_count) = match journal {
+            Some(entries) => {
+                let count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
+                let changed = entries
+                    .into_iter()
+                    .filter(|e| e.rev > rec.mirrored_rev)
+                    .collect();
+                (changed, count)
+            }
+            None => (
+                self.journal
+                    .entries_since(rec.mirrored_rev)
+                    .map_err(|e| e.to_string())?,
+                self.journal.entry_count().map_err(|e| e.to_string())?,
+            ),
+        };
         let rows = executions::step_rows_stmts(&rec.id, &changed);
         // A restart whose own index write failed left the old generation's
         // later steps there: the journal has no step past `step_count`.

@@ -19,7 +19,7 @@ pub use config::{Backoff, StepConfig};
 pub use context::{BoxedBody, Ctx, Interrupt, InterruptFlag, PassStats};
 pub use error::{RunError, StepFailure};
 pub use executor::{
-    index_creates, Command, CommandError, CreateRequest, Created, Engine, PassResult,
+    index_creates, Command, CommandError, CreateRequest, Created, Ended, Engine, PassResult,
     RestartRequest, RunOutcome, RunRegistry, TOMBSTONE_KEPT_MS,
 };
 pub use id::InstanceId;

@@ -15,8 +15,8 @@ use worker::{durable_object, DurableObject, Env, Request, Response, Result, Sche
 use crate::cost::Meter;
 use crate::engine::driver::{self, Driver, Host, OnAlarm};
 use crate::engine::{
-    Clock, Command, CommandError, CreateRequest, Engine, Interrupt, InterruptFlag, PassResult,
-    RunError, RunRegistry, Status,
+    Clock, Command, CommandError, CreateRequest, Ended, Engine, Interrupt, InterruptFlag,
+    PassResult, RunError, RunRegistry, Status,
 };
 use crate::store::journal::{JournalStore, SqlJournal};
 use crate::store::metered::{MeteredBlobs, MeteredSql};
@@ -409,12 +409,18 @@ impl ObjectHost<'_> {
         let Ok(Some(rec)) = journal.load_instance() else {
             return;
         };
-        let input: Value = serde_json::from_str(&rec.input).unwrap_or(Value::Null);
+        if let Some(ended) = Ended::of(&rec) {
+            self.finalize_ended(registry, &ended, rec.status).await;
+        }
+    }
+
+    async fn finalize_ended(&self, registry: &dyn RunRegistry, ended: &Ended, status: Status) {
+        let input: Value = serde_json::from_str(&ended.input).unwrap_or(Value::Null);
         if let Err(e) = registry
-            .finalize(&rec.run, &rec.id, &input, rec.status)
+            .finalize(&ended.run, &ended.id, &input, status)
             .await
         {
-            worker::console_warn!("finalize of {} left for the sweep: {e}", rec.id);
+            worker::console_warn!("finalize of {} left for the sweep: {e}", ended.id);
         }
     }
 }
@@ -462,7 +468,11 @@ impl Host for ObjectHost<'_> {
         let result = engine.pass(&registry, interrupt).await;
         self.inner.row.ended(n);
         match &result {
-            Ok(p) if p.status.is_terminal() => self.finalize(&registry).await,
+            Ok(PassResult {
+                status,
+                ended: Some(ended),
+                ..
+            }) => self.finalize_ended(&registry, ended, *status).await,
             Ok(_) => {}
             // D1 refusing the row: expected while D1 is away, backed off.
             Err(e @ RunError::RowRefused { .. }) => worker::console_warn!("pass stopped: {e}"),
