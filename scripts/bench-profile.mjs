@@ -49,16 +49,18 @@ export async function benchProfile(stack) {
     await assertComplete(stack, created);
     const perCreate = perUnit(selfTimes(creation, names), PROFILE_CREATES);
     // A step's share: a 500-step probe's time less a creation's, over its steps.
-    const perStep = (profile) => {
+    const perStepOf = (times, perCreation) => {
       const out = new Map();
-      for (const [fn, us] of perUnit(selfTimes(profile, names), PROFILE_STEP_PROBES)) out.set(fn, (us - (perCreate.get(fn) ?? 0)) / PROFILE_STEPS);
+      for (const [fn, us] of perUnit(times, PROFILE_STEP_PROBES)) out.set(fn, (us - (perCreation.get(fn) ?? 0)) / PROFILE_STEPS);
       return out;
     };
+    const perStep = (profile) => perStepOf(selfTimes(profile, names), perCreate);
     saveProfiles({ creation, stepping, inlining });
     return [
       ...rows('creation (a 0-step probe: create, its pass, its mirror)', perCreate),
       ...rows('creation, Sluice\'s own functions by total time (callees included; they overlap)', perUnit(sluiceTotals(creation, names), PROFILE_CREATES), { shares: false }),
       ...rows('no-op step', perStep(stepping)),
+      ...rows('no-op step, Sluice\'s own functions by total time', perStepOf(sluiceTotals(stepping, names), perUnit(sluiceTotals(creation, names), PROFILE_CREATES)), { shares: false }),
       ...rows('no-op inline step (Ctx::step_inline)', perStep(inlining)),
     ];
   } finally {

@@ -685,3 +685,43 @@ fn the_instance_record_round_trips_and_another_version_is_refused() {
         "{refused}"
     );
 }
+
+/// A first pass writes the row and its state as one statement: on an
+/// index without the row it leaves what the insert and the update did, and
+/// on one that has the row (a retried first pass) it updates it the same.
+#[test]
+fn the_first_mirror_upserts_what_the_insert_and_update_would_write() {
+    use sluice::journal::{InstanceRecord, Status};
+    use sluice::store::journal::JournalStore;
+    let w = World::new();
+    create(&w, "upserted");
+    let mut rec: InstanceRecord = w.journal.load_instance().unwrap().unwrap();
+    rec.status = Status::Complete;
+    rec.output = Some("{\"ok\":true}".into());
+    rec.finished_ms = Some(T0 + 5);
+    rec.passes = 1;
+    rec.costs.do_rows_written = 13;
+    let fresh = || std::rc::Rc::new(common::CountingDb::new());
+    let row = |db: &common::CountingDb| {
+        let row = block_on(executions::get(db, &rec.id))
+            .unwrap()
+            .expect("the row");
+        serde_json::to_value(&row).unwrap()
+    };
+    let two = fresh();
+    block_on(two.batch(vec![
+        executions::insert_stmt(&rec),
+        executions::record_stmt(&rec, 3, T0 + 9),
+    ]))
+    .unwrap();
+    let one = fresh();
+    block_on(one.batch(vec![executions::upsert_stmt(&rec, 3, T0 + 9)])).unwrap();
+    assert_eq!(row(&one), row(&two));
+    // Again over the row: its state moves, its identity stays.
+    rec.status = Status::Errored;
+    rec.error_message = Some("late".into());
+    block_on(one.batch(vec![executions::upsert_stmt(&rec, 4, T0 + 20)])).unwrap();
+    block_on(two.batch(vec![executions::record_stmt(&rec, 4, T0 + 20)])).unwrap();
+    assert_eq!(row(&one), row(&two));
+    assert_eq!(row(&one)["status"], "errored");
+}

@@ -107,13 +107,62 @@ pub fn mirror_stmts(
 
 /// The instance's own row: its state, outcome and counters.
 pub fn record_stmt(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {
+    let mut stmt = record_values(rec, step_count, now_ms);
+    stmt.sql = RECORD_UPDATE_SQL.into();
+    stmt
+}
+
+/// `insert_stmt` and `record_stmt` as one statement: the row with its
+/// state, or, when D1 has it already (a retried first pass), its state.
+pub fn upsert_stmt(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {
+    let mut stmt = record_values(rec, step_count, now_ms);
+    stmt.sql = RECORD_UPSERT_SQL.into();
+    stmt.params.extend([
+        Param::from(rec.key.as_str()),
+        Param::from(rec.run.as_str()),
+        Param::from(rec.repo.clone()),
+        Param::from(rec.entity.clone()),
+        Param::from(rec.sha.clone()),
+        Param::from(rec.input.as_str()),
+        Param::from(rec.created_ms),
+    ]);
+    stmt
+}
+
+/// ?1 the id, ?2.. the `RECORD_COLUMNS` in order.
+const RECORD_UPDATE_SQL: &str = "UPDATE executions SET status = ?2, reason = ?3, error_tag = ?4, \
+     error_message = ?5, wake_at_ms = ?6, output_json = ?7, step_count = ?8, updated_ms = ?9, \
+     finished_ms = ?10, journal_writes = ?11, index_round_trips = ?12, passes = ?13, \
+     do_requests = ?14, do_active_ms = ?15, do_rows_read = ?16, do_rows_written = ?17, \
+     d1_statements = ?18, d1_rows_read = ?19, d1_rows_written = ?20, r2_class_a = ?21, \
+     r2_class_b = ?22, github_calls = ?23, sandbox_ms = ?24 WHERE id = ?1";
+
+/// As `RECORD_UPDATE_SQL`, then ?25.. key, run, repo, entity, sha, input
+/// and created time, for the insert.
+const RECORD_UPSERT_SQL: &str = "INSERT INTO executions (id, status, reason, error_tag, \
+     error_message, wake_at_ms, output_json, step_count, updated_ms, finished_ms, journal_writes, \
+     index_round_trips, passes, do_requests, do_active_ms, do_rows_read, do_rows_written, \
+     d1_statements, d1_rows_read, d1_rows_written, r2_class_a, r2_class_b, github_calls, \
+     sandbox_ms, key, run, repo, entity, sha, input_json, created_ms) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+     ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31) \
+     ON CONFLICT (id) DO UPDATE SET status = excluded.status, reason = excluded.reason, \
+     error_tag = excluded.error_tag, error_message = excluded.error_message, \
+     wake_at_ms = excluded.wake_at_ms, output_json = excluded.output_json, \
+     step_count = excluded.step_count, updated_ms = excluded.updated_ms, \
+     finished_ms = excluded.finished_ms, journal_writes = excluded.journal_writes, \
+     index_round_trips = excluded.index_round_trips, passes = excluded.passes, \
+     do_requests = excluded.do_requests, do_active_ms = excluded.do_active_ms, \
+     do_rows_read = excluded.do_rows_read, do_rows_written = excluded.do_rows_written, \
+     d1_statements = excluded.d1_statements, d1_rows_read = excluded.d1_rows_read, \
+     d1_rows_written = excluded.d1_rows_written, r2_class_a = excluded.r2_class_a, \
+     r2_class_b = excluded.r2_class_b, github_calls = excluded.github_calls, \
+     sandbox_ms = excluded.sandbox_ms";
+
+/// The id and the `RECORD_COLUMNS` values, in order.
+fn record_values(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {
     stmt!(
-        "UPDATE executions SET status = ?2, reason = ?3, error_tag = ?4, error_message = ?5, \
-         wake_at_ms = ?6, output_json = ?7, step_count = ?8, updated_ms = ?9, finished_ms = ?10, \
-         journal_writes = ?11, index_round_trips = ?12, passes = ?13, do_requests = ?14, \
-         do_active_ms = ?15, do_rows_read = ?16, do_rows_written = ?17, d1_statements = ?18, \
-         d1_rows_read = ?19, d1_rows_written = ?20, r2_class_a = ?21, r2_class_b = ?22, \
-         github_calls = ?23, sandbox_ms = ?24 WHERE id = ?1",
+        "",
         rec.id.as_str(),
         rec.status.as_str(),
         rec.reason.clone(),
