@@ -4,7 +4,7 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|creation|perf|check-latency|pipelines|caches|snapshots|profile] [-- --ack-first off]   (builds
+// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|creation|perf|check-latency|pipelines|caches|snapshots|profile|ab] [-- --ack-first off]   (builds
 // the Worker first unless SLUICE_PREBUILT=1). `--only engine` runs the engine's figures against the
 // Workflows peer (steps, inline steps, sleep, events); `--only profile` a CPU profile of one creation
 // and one step (scripts/bench-profile.mjs), with no peer. `--only creation` the creation rate with
@@ -13,6 +13,8 @@
 // the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
 // webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs); `--only snapshots` the agent's snapshot after a step that made that tree, after one that changed a little of it, and the restore of both over a fresh checkout (ADR-0015). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
+// `--only ab --base <dir>` this build against another commit's build/ copied to <dir>: two Sluice
+// stacks taking turns, paired per round (scripts/bench-ab.mjs); how a change is measured.
 // `--log-level warn` runs Sluice's stack at LOG_LEVEL=warn: no structured line per creation, as
 // the peer writes none (under `wrangler dev` every line is also appended to wrangler's debug log
 // file by its node process, CPU the two cores share; Cloudflare has no such process).
@@ -32,6 +34,7 @@ import { benchContainers } from './bench-containers.mjs';
 import { benchCheckLatency, benchScale, POOL_CAPACITY } from './bench-scale.mjs';
 import { benchCreation } from './bench-creation.mjs';
 import { benchPerf } from './bench-perf.mjs';
+import { benchAb } from './bench-ab.mjs';
 import { soakSummary } from './soak.mjs';
 
 // Rounds per figure: enough for a median and a p99-ish max on 2 cores in a few minutes.
@@ -54,7 +57,7 @@ const SETTLE_BEFORE_EVENT_MS = 100;
 const PEER_START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 5_000;
 
-const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' }, 'ack-first': { type: 'string' }, 'log-level': { type: 'string' } } });
+const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' }, 'ack-first': { type: 'string' }, 'log-level': { type: 'string' }, base: { type: 'string' } } });
 const rounds = Number(args.rounds ?? ROUNDS_DEFAULT);
 const ackFirst = args['ack-first'] ?? 'on';
 if (!['on', 'off'].includes(ackFirst)) throw new Error(`--ack-first takes on or off, not ${ackFirst}`);
@@ -208,6 +211,12 @@ export function printTable(rows) {
 }
 
 async function main() {
+  if (args.only === 'ab') {
+    console.log(`bench: this build against ${args.base}, two Sluice stacks (wrangler dev each)...`);
+    // Two Sluice stacks of its own, no peer.
+    if (!args.base) throw new Error('--only ab needs --base <a built build/ directory of another commit>');
+    return finish(await benchAb(args.base));
+  }
   console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
   if (args.only === 'profile') {
     // Its own stack: the inspector stays off everywhere else (tools/stack/env.mjs says why).

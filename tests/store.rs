@@ -724,4 +724,19 @@ fn the_first_mirror_upserts_what_the_insert_and_update_would_write() {
     block_on(two.batch(vec![executions::record_stmt(&rec, 4, T0 + 20)])).unwrap();
     assert_eq!(row(&one), row(&two));
     assert_eq!(row(&one)["status"], "errored");
+    // Another row holding the key under another id (written some other
+    // way) is left alone, as `INSERT OR IGNORE` left it: no error, no row.
+    let other = fresh();
+    let mut foreign = rec.clone();
+    foreign.id = "foreign-id".into();
+    foreign.status = Status::Queued;
+    block_on(other.batch(vec![executions::insert_stmt(&foreign)])).unwrap();
+    let before = block_on(executions::get(other.as_ref(), "foreign-id")).unwrap();
+    block_on(other.batch(vec![executions::upsert_stmt(&rec, 5, T0 + 30)])).unwrap();
+    assert!(block_on(executions::get(other.as_ref(), &rec.id))
+        .unwrap()
+        .is_none());
+    let after = block_on(executions::get(other.as_ref(), "foreign-id")).unwrap();
+    assert_eq!(after, before);
+    assert_eq!(after.unwrap().status, "queued");
 }

@@ -245,9 +245,17 @@ impl<'a> Ctx<'a> {
 
     /// The journal as this pass leaves it: every entry it started with or
     /// wrote (the context is the only writer during a pass). Read after
-    /// `flush`, and only when no write failed.
-    pub(crate) fn into_entries(self) -> Vec<Entry> {
-        self.entries.into_inner()
+    /// `flush`, and only when no write failed. None unless each entry sits
+    /// at its own position (`remember` keeps them so, as long as every
+    /// durable call that takes a position writes it): the caller then
+    /// reads the journal back.
+    pub(crate) fn into_entries(self) -> Option<Vec<Entry>> {
+        let entries = self.entries.into_inner();
+        let in_place = entries
+            .iter()
+            .enumerate()
+            .all(|(i, e)| usize::try_from(e.seq).is_ok_and(|seq| seq == i));
+        in_place.then_some(entries)
     }
 
     /// The run ceiling in force (the executor keeps it in the record).

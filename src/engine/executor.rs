@@ -478,7 +478,10 @@ impl<'a> Engine<'a> {
             self.after_row(rec, row)?;
         }
         let stats = ctx.stats();
-        let journal = ctx.write_failure().is_none().then(|| ctx.into_entries());
+        let journal = match ctx.write_failure() {
+            None => ctx.into_entries(),
+            Some(_) => None,
+        };
         Ok((result, stats, journal))
     }
 

@@ -114,6 +114,9 @@ pub fn record_stmt(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {
 
 /// `insert_stmt` and `record_stmt` as one statement: the row with its
 /// state, or, when D1 has it already (a retried first pass), its state.
+/// Another row holding the key under another id is left alone, as the
+/// insert's `OR IGNORE` left it (ids derive from keys: only rows written
+/// some other way can do that).
 pub fn upsert_stmt(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {
     let mut stmt = record_values(rec, step_count, now_ms);
     stmt.sql = RECORD_UPSERT_SQL.into();
@@ -157,7 +160,8 @@ const RECORD_UPSERT_SQL: &str = "INSERT INTO executions (id, status, reason, err
      d1_statements = excluded.d1_statements, d1_rows_read = excluded.d1_rows_read, \
      d1_rows_written = excluded.d1_rows_written, r2_class_a = excluded.r2_class_a, \
      r2_class_b = excluded.r2_class_b, github_calls = excluded.github_calls, \
-     sandbox_ms = excluded.sandbox_ms";
+     sandbox_ms = excluded.sandbox_ms \
+     ON CONFLICT DO NOTHING";
 
 /// The id and the `RECORD_COLUMNS` values, in order.
 fn record_values(rec: &InstanceRecord, step_count: u32, now_ms: i64) -> Stmt {

@@ -72,7 +72,7 @@ extern "C" {
 }
 
 fn js_error(e: JsValue) -> ApiError {
-    internal(e.as_string().unwrap_or_else(|| format!("{e:?}")))
+    internal(super::platform::js_err(e))
 }
 
 /// Sends an operation to an instance's Durable Object: its status and JSON.

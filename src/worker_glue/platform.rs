@@ -222,7 +222,8 @@ impl Transport for FetchTransport {
 
 pub struct WebCryptoSigner;
 
-fn js_err(e: JsValue) -> String {
+/// A JavaScript error's message (without its stack), for an error text.
+pub(crate) fn js_err(e: JsValue) -> String {
     e.as_string()
         .or_else(|| {
             e.dyn_ref::<js_sys::Error>()
