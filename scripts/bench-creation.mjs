@@ -15,8 +15,9 @@ import { inPool } from './bench-scale.mjs';
 import { median } from './bench-stats.mjs';
 import { pollUntil } from '../tools/stack/index.mjs';
 
-// Rounds of the rate: five, alternating, so neither side always follows the other's leftovers.
-const CREATION_ROUNDS = 5;
+// Rounds of the rate: eleven, alternating, so neither side always follows the other's leftovers, and
+// the median of the pairs' ratios is not moved by two or three rounds a busy machine disturbed.
+const CREATION_ROUNDS = 11;
 // Creates per round: a steady rate at the concurrency, as the scale section's.
 const CREATES = 200;
 const CONCURRENCY = 50;
