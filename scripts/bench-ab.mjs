@@ -2,7 +2,8 @@
 // (issue 26). <dir> is a copy of another commit's `build/` (check it out, `npm run build`,
 // `cp -r build /tmp/base`, come back and build again). Two Sluice stacks run at once, one per
 // build, and take turns: AB_ROUNDS rounds each of AB_CREATES creations at AB_CONCURRENCY (a 0-step
-// probe, as `--only creation`), then AB_STEP_ROUNDS sequential probes of AB_STEPS durable steps.
+// probe, as `--only creation`), then AB_STEP_ROUNDS sequential probes of AB_STEPS durable steps,
+// each followed by one of AB_STEPS inline steps.
 // What each round cost is read per stack: its workerd and its wrangler (node) processes' CPU from
 // /proc. The figures are paired medians: each round's ratio against the other build's round next
 // to it, so load from outside (these machines are shared) cancels out of most pairs. Without the
@@ -99,8 +100,12 @@ export async function benchAb(baseDir) {
       for (const name of r % 2 === 0 ? ['base', 'this'] : ['this', 'base']) got[name].push(await creationRound(sides[name], `${name}:${r}`));
     }
     const steps = { base: [], this: [] };
+    const inline = { base: [], this: [] };
     for (let r = 0; r < AB_STEP_ROUNDS; r++) {
-      for (const name of r % 2 === 0 ? ['base', 'this'] : ['this', 'base']) steps[name].push(await probeMs(sides[name].stack, `ab:steps:${name}:${r}`, { steps: AB_STEPS }));
+      for (const name of r % 2 === 0 ? ['base', 'this'] : ['this', 'base']) {
+        steps[name].push(await probeMs(sides[name].stack, `ab:steps:${name}:${r}`, { steps: AB_STEPS }));
+        inline[name].push(await probeMs(sides[name].stack, `ab:inline:${name}:${r}`, { steps: AB_STEPS, inline: true }));
+      }
     }
     const row = (figure, of, unit, digits) => {
       const [a, b] = [got.base.map(of), got.this.map(of)];
@@ -112,7 +117,13 @@ export async function benchAb(baseDir) {
       row(`creations at ${AB_CONCURRENCY} concurrent, rate`, (x) => x.rate, '/s', 0),
       row('creation: workerd CPU ms per creation', (x) => x.workerd, ' ms', 2),
       row('creation: wrangler (node) CPU ms per creation', (x) => x.wrangler, ' ms', 2),
-      { figure: `one durable no-op step (${AB_STEPS}-step probe / ${AB_STEPS}, ${AB_STEP_ROUNDS} alternating rounds)`, sluice: `${stepUs(median(steps.this)).toFixed(1)} us`, peer: `${stepUs(median(steps.base)).toFixed(1)} us`, ratio: `${paired(steps.base, steps.this).toFixed(3)}x`, target: '' },
+      ...[['durable', steps], ['inline', inline]].map(([kind, ms]) => ({
+        figure: `one ${kind} no-op step (a ${AB_STEPS}-step probe's created -> finished / ${AB_STEPS}, ${AB_STEP_ROUNDS} alternating rounds)`,
+        sluice: `${stepUs(median(ms.this)).toFixed(1)} us`,
+        peer: `${stepUs(median(ms.base)).toFixed(1)} us`,
+        ratio: `${paired(ms.base, ms.this).toFixed(3)}x`,
+        target: '',
+      })),
     ];
   } finally {
     for (const side of Object.values(sides)) await side.stack.stop();

@@ -871,12 +871,17 @@ impl<'a> Ctx<'a> {
         }
         let keyed = {
             let mut occ = self.occurrences.borrow_mut();
-            let n = occ.entry(name.to_owned()).or_insert(0);
-            *n += 1;
-            if *n == 1 {
-                name.to_owned()
-            } else {
-                format!("{name}#{n}")
+            // Looked up before inserting: a name seen before (a loop's
+            // steps) is not copied again for the lookup.
+            match occ.get_mut(name) {
+                Some(n) => {
+                    *n += 1;
+                    format!("{name}#{n}")
+                }
+                None => {
+                    occ.insert(name.to_owned(), 1);
+                    name.to_owned()
+                }
             }
         };
         if let Some(why) = self.write_failed.borrow().as_ref() {

@@ -199,22 +199,25 @@ const UPSERT_ENTRIES: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, s
 const UPSERT_ENTRIES_JSON_BYTES_MAX: usize = 1_000_000;
 
 /// One entry as an `UPSERT_ENTRIES` row: its columns in the table's order.
+/// A tuple serializes as a JSON array straight from the entry's fields,
+/// with no `Value` tree or copy of its strings between.
 fn entry_row_json(e: &Entry) -> String {
-    serde_json::json!([
+    let row = (
         e.seq,
-        e.name,
+        &e.name,
         e.kind.as_str(),
         e.state.as_str(),
-        e.value,
-        e.error_tag,
-        e.error_message,
+        &e.value,
+        &e.error_tag,
+        &e.error_message,
         e.attempts,
         e.started_ms,
         e.finished_ms,
         e.wake_at_ms,
         e.rev,
-    ])
-    .to_string()
+    );
+    // Numbers, strings and nulls only: serializing cannot fail.
+    serde_json::to_string(&row).unwrap_or_default()
 }
 
 impl<S: SyncSql> SqlJournal<S> {
