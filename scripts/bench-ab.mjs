@@ -12,7 +12,7 @@
 import { existsSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ROOT, pollUntil, startStack } from '../tools/stack/index.mjs';
-import { cpuByProcess } from './bench-creation.mjs';
+import { cpuByProcess } from './bench-cpu.mjs';
 import { inPool } from './bench-scale.mjs';
 import { median } from './bench-stats.mjs';
 

@@ -1,16 +1,22 @@
 // `npm run bench -- --only creation`: where an instance's creation goes, for issue 26.
 // - The creation rate at 50 concurrent (Sluice's POST /v1/executions of a 0-step probe against
-//   the Workflows peer's create), CREATION_ROUNDS rounds in alternating order, with each
-//   process's CPU per create over the round, read from /proc/<pid>/stat: the machine has two
-//   cores, so the rate is whatever CPU the two stacks, wrangler's node processes and this
-//   client leave. Then the same for a trivial request on each side, so the CPU a creation adds
-//   reads apart from what every request through `wrangler dev` costs.
+//   the Workflows peer's create), CREATION_ROUNDS rounds in alternating order, two ways: the
+//   answers' rate, and the rate at which the round's instances were created and run to
+//   completion (the last one's server-side finish). Local Workflows answers a create before its
+//   engine object has even started (it hands `init` to waitUntil), while Sluice answers once the
+//   instance is indexed, which for a 0-step probe is after its pass: so every round waits for
+//   both stacks to settle (scripts/bench-cpu.mjs) before it starts and before it reads each
+//   process's CPU per instance from /proc/<pid>/stat, and neither side's leftovers land in the
+//   other's round. The machine has two cores, so the rate is whatever CPU the two stacks,
+//   wrangler's node processes and this client leave. Then the same for a trivial request on each
+//   side, so the CPU a creation adds reads apart from what every request through `wrangler dev`
+//   costs.
 // - An instance's fixed cost: FIXED_CREATES sequential creates of each probe (0 steps, 100
 //   inline, 100 durable), the record's created_ms to finished_ms. Timestamps are whole
 //   milliseconds; the mean over many resolves what a p50 at 0 or 1 ms cannot.
 // Linux only (/proc). Timing is read here, never asserted in tests.
 
-import { readFileSync, readdirSync } from 'node:fs';
+import { cpuByProcess, settle } from './bench-cpu.mjs';
 import { inPool } from './bench-scale.mjs';
 import { median } from './bench-stats.mjs';
 import { pollUntil } from '../tools/stack/index.mjs';
@@ -18,7 +24,16 @@ import { pollUntil } from '../tools/stack/index.mjs';
 // Rounds of the rate: eleven, alternating, so neither side always follows the other's leftovers, and
 // the median of the pairs' ratios is not moved by two or three rounds a busy machine disturbed.
 const CREATION_ROUNDS = 11;
-// Creates per round: a steady rate at the concurrency, as the scale section's.
+// Unmeasured rounds of WARM_CREATES on each side first: V8 compiles the wasm and the JavaScript
+// it runs lazily (baseline first, optimized once hot), and without them the rounds' ratios rose
+// from 0.5-0.7 to 1.1-1.3 through the first half of the run.
+const WARM_ROUNDS = 2;
+const WARM_CREATES = 100;
+// Creates per round: a steady rate at the concurrency, as the scale section's. The peer's
+// instances of a run (WARM_ROUNDS * WARM_CREATES + CREATION_ROUNDS * CREATES, 2,400) stay under
+// what one local Workflows session creates: it keeps every instance's engine object open (three
+// file descriptors each), and past about 2,630 instances it still answers a create 200 while the
+// instance never exists (its status reads 500, still 35 s later; docs/capacity.md).
 const CREATES = 200;
 const CONCURRENCY = 50;
 // Sequential creates per probe for the fixed cost: enough for a mean to resolve a tenth of a
@@ -27,26 +42,8 @@ const FIXED_CREATES = 20;
 // Bound of every wait for an instance to complete: a 100-step probe takes milliseconds.
 const DONE_TIMEOUT_MS = 60_000;
 const POLL_MS = 5;
-// Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ, 100 on Linux).
-const TICKS_PER_S = 100;
-
-// CPU seconds of every workerd and node process, with its process group and command line.
-export function cpuByProcess() {
-  const out = new Map();
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
-      if (!/workerd|node/.test(cmd)) continue;
-      // Fields after the command name (which may hold spaces) start after its closing paren:
-      // state, ppid, pgrp, ..., utime (12th), stime (13th).
-      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-      out.set(pid, { cmd, pgrp: Number(fields[2]), s: (Number(fields[11]) + Number(fields[12])) / TICKS_PER_S });
-    } catch {
-      // The process ended meanwhile.
-    }
-  }
-  return out;
-}
+// Completion times are read with this many requests at once, after the round's CPU is read.
+const FINISH_READS_CONCURRENCY = 10;
 
 // What a process is: this client, or a workerd or node process of the peer's wrangler (its
 // process group) or of the rest (Sluice's stack: its wrangler, the stand-in, the agent).
@@ -68,46 +65,103 @@ function cpuPerCreate(before, after, creates, peerPgid) {
   return [...byName].filter(([, ms]) => ms >= 0.05).map(([what, ms]) => ({ what, ms })).sort((x, y) => y.ms - x.ms);
 }
 
-async function round(create, label, peerPgid) {
+// One round: CREATES creations at CONCURRENCY once both stacks are idle, then (once they are
+// idle again) the CPU each process spent per instance and when each instance finished.
+async function round(side, label, peerPgid, creates = CREATES) {
+  await settle();
   const before = cpuByProcess();
   const t0 = Date.now();
-  const ok = await inPool([...Array(CREATES).keys()], CONCURRENCY, (i) => create(`${label}-${i}`));
-  const rate = (ok.filter(Boolean).length * 1000) / (Date.now() - t0);
-  return { rate, cpu: cpuPerCreate(before, cpuByProcess(), CREATES, peerPgid) };
+  const ids = await inPool([...Array(creates).keys()], CONCURRENCY, (i) => side.create(`${label}-${i}`));
+  const answeredMs = Date.now() - t0;
+  const { settled, waitedMs } = await settle();
+  const cpu = cpuPerCreate(before, cpuByProcess(), creates, peerPgid);
+  const created = ids.filter(Boolean);
+  const finished = side.finishedMs ? (await inPool(created, FINISH_READS_CONCURRENCY, side.finishedMs)).filter(Number.isFinite) : [];
+  return {
+    rate: (created.length * 1000) / answeredMs,
+    // Instances run to completion per second: a missing finish counts as not created.
+    completedRate: finished.length ? (finished.length * 1000) / Math.max(1, Math.max(...finished) - t0) : 0,
+    unfinished: creates - finished.length,
+    settled,
+    // settle()'s wait after the round's last answer: its quiet window, plus however long the
+    // stacks kept working, which an unsettled next round would have run beside.
+    settleMs: waitedMs,
+    cpu,
+  };
 }
 
-// Each side's creation of one 0-step probe under a fresh key: whether it was created.
+// Each side's creation of one 0-step probe under a fresh key (its id, or null when it was not
+// created), and when an instance finished (server time in ms, or null when it has not): Sluice's
+// record's finished_ms, the peer's last step's Date.now() (a step before its instance's end).
 export function creators(stack, peer) {
   return {
-    sluice: async (key) => (await stack.api('/v1/executions', { method: 'POST', body: { key: `creation:${key}`, run: 'probe', input: { steps: 0 } } })).status === 201,
-    workflows: async (id) => {
-      const res = await fetch(`${peer.url}/create?id=creation-${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
-      await res?.text();
-      return Boolean(res?.ok);
+    sluice: {
+      create: async (key) => {
+        const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `creation:${key}`, run: 'probe', input: { steps: 0 } } });
+        if (res.status !== 201) console.error(`creation: create ${key} answered ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`);
+        return res.status === 201 ? res.body.id : null;
+      },
+      finishedMs: async (id) => {
+        const res = await stack.api(`/v1/executions/${id}`);
+        const e = res.body.execution;
+        if (!(e?.status === 'complete' && Number.isFinite(e.finished_ms))) console.error(`creation: ${id} reads ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`);
+        return e?.status === 'complete' ? e.finished_ms : null;
+      },
+    },
+    workflows: {
+      create: async (key) => {
+        const id = `creation-${key}`;
+        const res = await fetch(`${peer.url}/create?id=${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
+        const body = await res?.text();
+        if (!res?.ok) console.error(`creation: peer create ${id} answered ${res?.status} ${body?.slice(0, 300)}`);
+        return res?.ok ? id : null;
+      },
+      finishedMs: async (id) => {
+        const res = await fetch(`${peer.url}/status?id=${id}`).catch(() => null);
+        const s = res?.ok ? await res.json() : null;
+        if (s?.status !== 'complete') console.error(`creation: peer ${id} reads ${res?.status} ${JSON.stringify(s).slice(0, 300)}`);
+        return s?.status === 'complete' ? s.output?.done_ms ?? null : null;
+      },
     },
   };
 }
 
 export async function benchCreation(stack, peer) {
   const { sluice, workflows } = creators(stack, peer);
+  for (let r = 0; r < WARM_ROUNDS; r++) {
+    for (const side of [sluice, workflows]) await round(side, `warm-${r}`, peer.pgid, WARM_CREATES);
+  }
   const rounds = [];
   for (let r = 0; r < CREATION_ROUNDS; r++) {
     const sides = r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice'];
     const got = {};
     for (const side of sides) got[side] = await round(side === 'sluice' ? sluice : workflows, `${side}-${r}`, peer.pgid);
     rounds.push(got);
+    console.error(`creation round ${r}: ${['sluice', 'peer'].map((k) => `${k} ${got[k].rate.toFixed(0)}/s answered, ${got[k].completedRate.toFixed(0)}/s completed, workerd ${workerdMs(got[k].cpu, k).toFixed(2)} ms, settled in ${got[k].settleMs} ms`).join('; ')}`);
   }
-  const rows = [{
-    figure: `creation at ${CONCURRENCY} concurrent, ${CREATION_ROUNDS} alternating rounds of ${CREATES}: p50 (ratio: p50 of the rounds', ${rounds.map((x) => (x.sluice.rate / x.peer.rate).toFixed(2)).join(', ')})`,
-    sluice: `${median(rounds.map((x) => x.sluice.rate)).toFixed(0)}/s`,
-    peer: `${median(rounds.map((x) => x.peer.rate)).toFixed(0)}/s`,
-    ratio: `${median(rounds.map((x) => x.sluice.rate / x.peer.rate)).toFixed(2)}x`,
-    target: '>= 1x',
-    met: median(rounds.map((x) => x.sluice.rate / x.peer.rate)) >= 1,
-  }];
+  const ratioRow = (key, figure) => {
+    const ratios = rounds.map((x) => x.sluice[key] / x.peer[key]);
+    return {
+      figure: `${figure} (ratio: p50 of the rounds', ${ratios.map((r) => r.toFixed(2)).join(', ')})`,
+      sluice: `${median(rounds.map((x) => x.sluice[key])).toFixed(0)}/s`,
+      peer: `${median(rounds.map((x) => x.peer[key])).toFixed(0)}/s`,
+      ratio: `${median(ratios).toFixed(2)}x`,
+      target: '>= 1x',
+      met: median(ratios) >= 1,
+    };
+  };
+  const unfinished = (side) => rounds.reduce((n, x) => n + x[side].unfinished, 0);
+  const unsettled = (side) => rounds.filter((x) => !x[side].settled).length;
+  const workerd = (side) => rounds.map((x) => workerdMs(x[side].cpu, side));
+  const rows = [
+    ratioRow('rate', `creation at ${CONCURRENCY} concurrent, ${CREATION_ROUNDS} alternating rounds of ${CREATES}: answers, p50`),
+    ratioRow('completedRate', `  created and run to completion (round start -> the last instance's finish), p50`),
+    { figure: '  instances not found complete after the round; rounds that did not settle', sluice: `${unfinished('sluice')}; ${unsettled('sluice')}`, peer: `${unfinished('peer')}; ${unsettled('peer')}`, target: '0; 0', met: unfinished('sluice') + unfinished('peer') + unsettled('sluice') + unsettled('peer') === 0 },
+    { figure: '  workerd CPU per instance, created and run to completion, p50 of the rounds', sluice: `${median(workerd('sluice')).toFixed(2)} ms`, peer: `${median(workerd('peer')).toFixed(2)} ms`, ratio: `${(median(workerd('sluice')) / median(workerd('peer'))).toFixed(2)}x`, target: '' },
+  ];
   const last = rounds[rounds.length - 1];
   const cpu = (side) => last[side].cpu.map((c) => `${c.what} ${c.ms.toFixed(2)}`).join(', ');
-  rows.push({ figure: 'creation: CPU ms per create by process, last round', sluice: cpu('sluice'), peer: cpu('peer'), target: '' });
+  rows.push({ figure: 'creation: CPU ms per instance by process (to completion), last round', sluice: cpu('sluice'), peer: cpu('peer'), target: '' });
   rows.push(...(await trivialRequests(stack, peer, last)));
   rows.push(...(await fixedCost(stack)));
   return rows;
@@ -117,21 +171,27 @@ export async function benchCreation(stack, peer) {
 // through its own `wrangler dev` (whose entry worker and request log every request pays), and
 // what a creation adds on each side's workerd: where the creation gap is, and where it is not.
 async function trivialRequests(stack, peer, lastCreation) {
-  const answers = (url, status) => async () => {
-    const res = await fetch(url).catch(() => null);
-    await res?.text();
-    return res?.status === status;
-  };
+  const answers = (url, status) => ({
+    create: async () => {
+      const res = await fetch(url).catch(() => null);
+      await res?.text();
+      return res?.status === status;
+    },
+  });
   const health = answers(`${stack.url}/healthz`, 200);
   const notFound = answers(`${peer.url}/nope`, 404);
   const got = { sluice: await round(health, 'trivial', peer.pgid), peer: await round(notFound, 'trivial', peer.pgid) };
-  const workerd = (cpu, side) => cpu.find((c) => c.what === `${side === 'sluice' ? 'Sluice stack' : 'peer'} workerd`)?.ms ?? 0;
-  const cell = (side) => `${got[side].rate.toFixed(0)}/s, workerd ${workerd(got[side].cpu, side).toFixed(2)} ms`;
-  const added = (side) => workerd(lastCreation[side].cpu, side) - workerd(got[side].cpu, side);
+  const cell = (side) => `${got[side].rate.toFixed(0)}/s, workerd ${workerdMs(got[side].cpu, side).toFixed(2)} ms`;
+  const added = (side) => workerdMs(lastCreation[side].cpu, side) - workerdMs(got[side].cpu, side);
   return [
     { figure: 'a trivial request (Sluice GET /healthz, the peer\'s 404) at 50 concurrent: rate, workerd CPU per request', sluice: cell('sluice'), peer: cell('peer'), target: '' },
-    { figure: 'workerd CPU a creation adds to a trivial request (last round less the above)', sluice: `${added('sluice').toFixed(2)} ms`, peer: `${added('peer').toFixed(2)} ms`, ratio: `${(added('sluice') / added('peer')).toFixed(2)}x the peer's`, target: '' },
+    { figure: 'workerd CPU an instance adds to a trivial request (last round less the above)', sluice: `${added('sluice').toFixed(2)} ms`, peer: `${added('peer').toFixed(2)} ms`, ratio: `${(added('sluice') / added('peer')).toFixed(2)}x the peer's`, target: '' },
   ];
+}
+
+// A side's workerd CPU per instance (or request) from a round's figures by process.
+function workerdMs(cpu, side) {
+  return cpu.find((c) => c.what === `${side === 'sluice' ? 'Sluice stack' : 'peer'} workerd`)?.ms ?? 0;
 }
 
 async function fixedCost(stack) {

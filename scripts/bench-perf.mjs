@@ -11,7 +11,8 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { cpuByProcess, creators } from './bench-creation.mjs';
+import { cpuByProcess, settle } from './bench-cpu.mjs';
+import { creators } from './bench-creation.mjs';
 import { inPool } from './bench-scale.mjs';
 
 // Creations per side: enough samples (at PERF_HZ, some ten thousand) for a share to read to a
@@ -73,12 +74,15 @@ function readRecording(file) {
 }
 
 async function recordSide(side, create, peerPgid, dir) {
-  await inPool([...Array(WARM_CREATES).keys()], CONCURRENCY, (i) => create(`perf-warm-${side}-${i}`));
+  await inPool([...Array(WARM_CREATES).keys()], CONCURRENCY, (i) => create.create(`perf-warm-${side}-${i}`));
+  // Recorded from idle to idle: a Workflows create answers before its instance runs.
+  await settle();
   const file = join(dir, `${side}.data`);
   const perf = spawn('perf', ['record', '-F', String(PERF_HZ), '-g', '-o', file, '-p', workerdPids(peerPgid, side).join(',')], { stdio: 'ignore' });
   const exited = new Promise((resolve) => perf.on('exit', resolve));
   await new Promise((resolve) => setTimeout(resolve, PERF_ATTACH_MS));
-  await inPool([...Array(PERF_CREATES).keys()], CONCURRENCY, (i) => create(`perf-${side}-${i}`));
+  await inPool([...Array(PERF_CREATES).keys()], CONCURRENCY, (i) => create.create(`perf-${side}-${i}`));
+  await settle();
   perf.kill('SIGINT');
   const timer = setTimeout(() => perf.kill('SIGKILL'), PERF_STOP_TIMEOUT_MS);
   await exited;

@@ -11,6 +11,7 @@ import http from 'node:http';
 import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
 import { TERMINAL, pollUntil } from '../tools/stack/index.mjs';
 import { median, pct } from './bench-stats.mjs';
+import { settle } from './bench-cpu.mjs';
 
 const OWNER = 'scale';
 // The burst: what a monorepo opening pull requests at once, or a bot, sends.
@@ -194,6 +195,9 @@ async function creation(stack, peer, tag) {
   for (let r = 0; r < CREATION_ROUNDS; r++) {
     const round = {};
     for (const side of r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice']) {
+      // Neither side's round starts under the other's leftovers (a Workflows create answers
+      // before its instance runs: scripts/bench-cpu.mjs).
+      await settle();
       Object.assign(round, side === 'sluice' ? await sluiceCreates(stack, `${tag}:${r}`) : await peerCreates(peer, `${tag}-${r}`));
     }
     rounds.push(round);
