@@ -38,6 +38,8 @@ export function cpuByProcess() {
 
 const workerdCpu = () => [...cpuByProcess().values()].filter((p) => p.cmd.includes('workerd')).reduce((sum, p) => sum + p.s, 0);
 
+// Every workerd on the machine counts: the bench needs the machine to itself (a test run's
+// workerd beside it would hold settle() to its bound and add to the Sluice stack's figures).
 // Waits until every workerd process has been idle for SETTLE_QUIET_SAMPLES samples in a row:
 // the work a round's answers left behind is done. A Workflows `create` answers before its
 // engine object has run (local Workflows hands `init` to waitUntil), so a round timed to its

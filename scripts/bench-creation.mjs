@@ -19,21 +19,22 @@
 import { cpuByProcess, settle } from './bench-cpu.mjs';
 import { inPool } from './bench-scale.mjs';
 import { median } from './bench-stats.mjs';
-import { pollUntil } from '../tools/stack/index.mjs';
+import { REQUEST_TIMEOUT_MS, pollUntil } from '../tools/stack/index.mjs';
 
 // Rounds of the rate: eleven, alternating, so neither side always follows the other's leftovers, and
 // the median of the pairs' ratios is not moved by two or three rounds a busy machine disturbed.
 const CREATION_ROUNDS = 11;
 // Unmeasured rounds of WARM_CREATES on each side first: V8 compiles the wasm and the JavaScript
-// it runs lazily (baseline first, optimized once hot), and without them the rounds' ratios rose
-// from 0.5-0.7 to 1.1-1.3 through the first half of the run.
+// it runs lazily (baseline first, optimized once hot). Without them the first rounds' ratios
+// read 0.5-0.75; with them they still rise through a run, which is why the figure is a median
+// of many rounds and read over runs.
 const WARM_ROUNDS = 2;
 const WARM_CREATES = 100;
 // Creates per round: a steady rate at the concurrency, as the scale section's. The peer's
 // instances of a run (WARM_ROUNDS * WARM_CREATES + CREATION_ROUNDS * CREATES, 2,400) stay under
 // what one local Workflows session creates: it keeps every instance's engine object open (three
-// file descriptors each), and past about 2,630 instances it still answers a create 200 while the
-// instance never exists (its status reads 500, still 35 s later; docs/capacity.md).
+// file descriptors each), and past about 2,550-2,640 instances it still answers most creates 200
+// while the instance never exists (its status reads 500, still 35 s later; docs/capacity.md).
 const CREATES = 200;
 const CONCURRENCY = 50;
 // Sequential creates per probe for the fixed cost: enough for a mean to resolve a tenth of a
@@ -68,21 +69,24 @@ function cpuPerCreate(before, after, creates, peerPgid) {
 // One round: CREATES creations at CONCURRENCY once both stacks are idle, then (once they are
 // idle again) the CPU each process spent per instance and when each instance finished.
 async function round(side, label, peerPgid, creates = CREATES) {
-  await settle();
+  const idleBefore = await settle();
   const before = cpuByProcess();
   const t0 = Date.now();
   const ids = await inPool([...Array(creates).keys()], CONCURRENCY, (i) => side.create(`${label}-${i}`));
   const answeredMs = Date.now() - t0;
   const { settled, waitedMs } = await settle();
-  const cpu = cpuPerCreate(before, cpuByProcess(), creates, peerPgid);
+  const after = cpuByProcess();
   const created = ids.filter(Boolean);
   const finished = side.finishedMs ? (await inPool(created, FINISH_READS_CONCURRENCY, side.finishedMs)).filter(Number.isFinite) : [];
+  // CPU per instance that exists and finished (per answered request for a trivial round): a
+  // side that lost instances does not look cheaper for it.
+  const cpu = cpuPerCreate(before, after, Math.max(1, side.finishedMs ? finished.length : created.length), peerPgid);
   return {
     rate: (created.length * 1000) / answeredMs,
     // Instances run to completion per second: a missing finish counts as not created.
     completedRate: finished.length ? (finished.length * 1000) / Math.max(1, Math.max(...finished) - t0) : 0,
     unfinished: creates - finished.length,
-    settled,
+    settled: settled && idleBefore.settled,
     // settle()'s wait after the round's last answer: its quiet window, plus however long the
     // stacks kept working, which an unsettled next round would have run beside.
     settleMs: waitedMs,
@@ -97,28 +101,28 @@ export function creators(stack, peer) {
   return {
     sluice: {
       create: async (key) => {
-        const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `creation:${key}`, run: 'probe', input: { steps: 0 } } });
-        if (res.status !== 201) console.error(`creation: create ${key} answered ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`);
+        const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `creation:${key}`, run: 'probe', input: { steps: 0 } } }).catch((err) => ({ status: String(err) }));
+        if (res.status !== 201) console.error(`creation: create ${key} answered ${res.status} ${JSON.stringify(res.body)?.slice(0, 300)}`);
         return res.status === 201 ? res.body.id : null;
       },
       finishedMs: async (id) => {
-        const res = await stack.api(`/v1/executions/${id}`);
-        const e = res.body.execution;
-        if (!(e?.status === 'complete' && Number.isFinite(e.finished_ms))) console.error(`creation: ${id} reads ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`);
+        const res = await stack.api(`/v1/executions/${id}`).catch((err) => ({ status: String(err) }));
+        const e = res.body?.execution;
+        if (!(e?.status === 'complete' && Number.isFinite(e.finished_ms))) console.error(`creation: ${id} reads ${res.status} ${JSON.stringify(res.body)?.slice(0, 300)}`);
         return e?.status === 'complete' ? e.finished_ms : null;
       },
     },
     workflows: {
       create: async (key) => {
         const id = `creation-${key}`;
-        const res = await fetch(`${peer.url}/create?id=${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
-        const body = await res?.text();
+        const res = await fetch(`${peer.url}/create?id=${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) }).catch(() => null);
+        const body = await res?.text().catch(() => null);
         if (!res?.ok) console.error(`creation: peer create ${id} answered ${res?.status} ${body?.slice(0, 300)}`);
         return res?.ok ? id : null;
       },
       finishedMs: async (id) => {
-        const res = await fetch(`${peer.url}/status?id=${id}`).catch(() => null);
-        const s = res?.ok ? await res.json() : null;
+        const res = await fetch(`${peer.url}/status?id=${id}`, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) }).catch(() => null);
+        const s = res?.ok ? await res.json().catch(() => null) : null;
         if (s?.status !== 'complete') console.error(`creation: peer ${id} reads ${res?.status} ${JSON.stringify(s).slice(0, 300)}`);
         return s?.status === 'complete' ? s.output?.done_ms ?? null : null;
       },
@@ -155,9 +159,9 @@ export async function benchCreation(stack, peer) {
   const workerd = (side) => rounds.map((x) => workerdMs(x[side].cpu, side));
   const rows = [
     ratioRow('rate', `creation at ${CONCURRENCY} concurrent, ${CREATION_ROUNDS} alternating rounds of ${CREATES}: answers, p50`),
-    ratioRow('completedRate', `  created and run to completion (round start -> the last instance's finish), p50`),
-    { figure: '  instances not found complete after the round; rounds that did not settle', sluice: `${unfinished('sluice')}; ${unsettled('sluice')}`, peer: `${unfinished('peer')}; ${unsettled('peer')}`, target: '0; 0', met: unfinished('sluice') + unfinished('peer') + unsettled('sluice') + unsettled('peer') === 0 },
-    { figure: '  workerd CPU per instance, created and run to completion, p50 of the rounds', sluice: `${median(workerd('sluice')).toFixed(2)} ms`, peer: `${median(workerd('peer')).toFixed(2)} ms`, ratio: `${(median(workerd('sluice')) / median(workerd('peer'))).toFixed(2)}x`, target: '' },
+    ratioRow('completedRate', `  created and run to completion (round start -> the last instance's finish: Sluice's finished_ms, the peer's last step's start), p50`),
+    { figure: '  instances not found complete after the round; rounds that did not settle before or after', sluice: `${unfinished('sluice')}; ${unsettled('sluice')}`, peer: `${unfinished('peer')}; ${unsettled('peer')}`, target: '0; 0', met: unfinished('sluice') + unfinished('peer') + unsettled('sluice') + unsettled('peer') === 0 },
+    { figure: '  workerd CPU per instance found complete, p50 of the rounds', sluice: `${median(workerd('sluice')).toFixed(2)} ms`, peer: `${median(workerd('peer')).toFixed(2)} ms`, ratio: `${(median(workerd('sluice')) / median(workerd('peer'))).toFixed(2)}x`, target: '' },
   ];
   const last = rounds[rounds.length - 1];
   const cpu = (side) => last[side].cpu.map((c) => `${c.what} ${c.ms.toFixed(2)}`).join(', ');

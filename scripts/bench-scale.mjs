@@ -197,7 +197,7 @@ async function creation(stack, peer, tag) {
     for (const side of r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice']) {
       // Neither side's round starts under the other's leftovers (a Workflows create answers
       // before its instance runs: scripts/bench-cpu.mjs).
-      await settle();
+      if (!(await settle()).settled) console.error(`scale: the stacks were still busy before ${side}'s creation round ${r}`);
       Object.assign(round, side === 'sluice' ? await sluiceCreates(stack, `${tag}:${r}`) : await peerCreates(peer, `${tag}-${r}`));
     }
     rounds.push(round);
