@@ -73,15 +73,15 @@ function readRecording(file) {
   };
 }
 
-async function recordSide(side, create, peerPgid, dir) {
-  await inPool([...Array(WARM_CREATES).keys()], CONCURRENCY, (i) => create.create(`perf-warm-${side}-${i}`));
+async function recordSide(side, creator, peerPgid, dir) {
+  await inPool([...Array(WARM_CREATES).keys()], CONCURRENCY, (i) => creator.create(`perf-warm-${side}-${i}`));
   // Recorded from idle to idle: a Workflows create answers before its instance runs.
   if (!(await settle()).settled) console.error(`perf: ${side}'s stack was still busy before the recording`);
   const file = join(dir, `${side}.data`);
   const perf = spawn('perf', ['record', '-F', String(PERF_HZ), '-g', '-o', file, '-p', workerdPids(peerPgid, side).join(',')], { stdio: 'ignore' });
   const exited = new Promise((resolve) => perf.on('exit', resolve));
   await new Promise((resolve) => setTimeout(resolve, PERF_ATTACH_MS));
-  await inPool([...Array(PERF_CREATES).keys()], CONCURRENCY, (i) => create.create(`perf-${side}-${i}`));
+  await inPool([...Array(PERF_CREATES).keys()], CONCURRENCY, (i) => creator.create(`perf-${side}-${i}`));
   if (!(await settle()).settled) console.error(`perf: ${side}'s stack was still busy at the recording's end`);
   perf.kill('SIGINT');
   const timer = setTimeout(() => perf.kill('SIGKILL'), PERF_STOP_TIMEOUT_MS);
