@@ -13,7 +13,7 @@ import { existsSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ROOT, pollUntil, startStack } from '../tools/stack/index.mjs';
 import { cpuByProcess } from './bench-cpu.mjs';
-import { inPool } from './bench-scale.mjs';
+import { inPool } from './bench-pool.mjs';
 import { median } from './bench-stats.mjs';
 
 // Rounds per build: pairs enough for a median that 2-3 disturbed rounds do not move.

@@ -17,7 +17,7 @@
 // Linux only (/proc). Timing is read here, never asserted in tests.
 
 import { cpuByProcess, settle } from './bench-cpu.mjs';
-import { inPool } from './bench-scale.mjs';
+import { inPool } from './bench-pool.mjs';
 import { median } from './bench-stats.mjs';
 import { REQUEST_TIMEOUT_MS, pollUntil } from '../tools/stack/index.mjs';
 
@@ -36,7 +36,7 @@ const WARM_CREATES = 100;
 // file descriptors each), and past about 2,550-2,640 instances it still answers most creates 200
 // while the instance never exists (its status reads 500, still 35 s later; docs/capacity.md).
 const CREATES = 200;
-const CONCURRENCY = 50;
+export const CREATION_CONCURRENCY = 50;
 // Sequential creates per probe for the fixed cost: enough for a mean to resolve a tenth of a
 // millisecond from whole-millisecond timestamps.
 const FIXED_CREATES = 20;
@@ -66,13 +66,13 @@ function cpuPerCreate(before, after, creates, peerPgid) {
   return [...byName].filter(([, ms]) => ms >= 0.05).map(([what, ms]) => ({ what, ms })).sort((x, y) => y.ms - x.ms);
 }
 
-// One round: CREATES creations at CONCURRENCY once both stacks are idle, then (once they are
+// One round: CREATES creations at CREATION_CONCURRENCY once both stacks are idle, then (once they are
 // idle again) the CPU each process spent per instance and when each instance finished.
-async function round(side, label, peerPgid, creates = CREATES) {
+export async function creationRound(side, label, peerPgid, creates = CREATES) {
   const idleBefore = await settle();
   const before = cpuByProcess();
   const t0 = Date.now();
-  const ids = await inPool([...Array(creates).keys()], CONCURRENCY, (i) => side.create(`${label}-${i}`));
+  const ids = await inPool([...Array(creates).keys()], CREATION_CONCURRENCY, (i) => side.create(`${label}-${i}`));
   const answeredMs = Date.now() - t0;
   const { settled, waitedMs } = await settle();
   const after = cpuByProcess();
@@ -133,13 +133,13 @@ export function creators(stack, peer) {
 export async function benchCreation(stack, peer) {
   const { sluice, workflows } = creators(stack, peer);
   for (let r = 0; r < WARM_ROUNDS; r++) {
-    for (const side of [sluice, workflows]) await round(side, `warm-${r}`, peer.pgid, WARM_CREATES);
+    for (const side of [sluice, workflows]) await creationRound(side, `warm-${r}`, peer.pgid, WARM_CREATES);
   }
   const rounds = [];
   for (let r = 0; r < CREATION_ROUNDS; r++) {
     const sides = r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice'];
     const got = {};
-    for (const side of sides) got[side] = await round(side === 'sluice' ? sluice : workflows, `${side}-${r}`, peer.pgid);
+    for (const side of sides) got[side] = await creationRound(side === 'sluice' ? sluice : workflows, `${side}-${r}`, peer.pgid);
     rounds.push(got);
     console.error(`creation round ${r}: ${['sluice', 'peer'].map((k) => `${k} ${got[k].rate.toFixed(0)}/s answered, ${got[k].completedRate.toFixed(0)}/s completed, workerd ${workerdMs(got[k].cpu, k).toFixed(2)} ms, settled in ${got[k].settleMs} ms`).join('; ')}`);
   }
@@ -158,7 +158,7 @@ export async function benchCreation(stack, peer) {
   const unsettled = (side) => rounds.filter((x) => !x[side].settled).length;
   const workerd = (side) => rounds.map((x) => workerdMs(x[side].cpu, side));
   const rows = [
-    ratioRow('rate', `creation at ${CONCURRENCY} concurrent, ${CREATION_ROUNDS} alternating rounds of ${CREATES}: answers, p50`),
+    ratioRow('rate', `creation at ${CREATION_CONCURRENCY} concurrent, ${CREATION_ROUNDS} alternating rounds of ${CREATES}: answers, p50`),
     ratioRow('completedRate', `  created and run to completion (round start -> the last instance's finish: Sluice's finished_ms, the peer's last step's start), p50`),
     { figure: '  instances not found complete after the round; rounds that did not settle before or after', sluice: `${unfinished('sluice')}; ${unsettled('sluice')}`, peer: `${unfinished('peer')}; ${unsettled('peer')}`, target: '0; 0', met: unfinished('sluice') + unfinished('peer') + unsettled('sluice') + unsettled('peer') === 0 },
     { figure: '  workerd CPU per instance found complete, p50 of the rounds', sluice: `${median(workerd('sluice')).toFixed(2)} ms`, peer: `${median(workerd('peer')).toFixed(2)} ms`, ratio: `${(median(workerd('sluice')) / median(workerd('peer'))).toFixed(2)}x`, target: '' },
@@ -184,7 +184,7 @@ async function trivialRequests(stack, peer, lastCreation) {
   });
   const health = answers(`${stack.url}/healthz`, 200);
   const notFound = answers(`${peer.url}/nope`, 404);
-  const got = { sluice: await round(health, 'trivial', peer.pgid), peer: await round(notFound, 'trivial', peer.pgid) };
+  const got = { sluice: await creationRound(health, 'trivial', peer.pgid), peer: await creationRound(notFound, 'trivial', peer.pgid) };
   const cell = (side) => `${got[side].rate.toFixed(0)}/s, workerd ${workerdMs(got[side].cpu, side).toFixed(2)} ms`;
   const added = (side) => workerdMs(lastCreation[side].cpu, side) - workerdMs(got[side].cpu, side);
   return [

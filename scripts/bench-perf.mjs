@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cpuByProcess, settle } from './bench-cpu.mjs';
 import { creators } from './bench-creation.mjs';
-import { inPool } from './bench-scale.mjs';
+import { inPool } from './bench-pool.mjs';
 
 // Creations per side: enough samples (at PERF_HZ, some ten thousand) for a share to read to a
 // tenth of a percent.

@@ -5,13 +5,13 @@
 // against the same runs modeled on Workflows' step billing. Timing is measured here only, never
 // asserted in tests; these machines are shared, so read the figures as noisy.
 
-import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
 import { TERMINAL, pollUntil } from '../tools/stack/index.mjs';
 import { median, pct } from './bench-stats.mjs';
-import { settle } from './bench-cpu.mjs';
+import { CREATION_CONCURRENCY, creationRound, creators } from './bench-creation.mjs';
+import { inPool } from './bench-pool.mjs';
 
 const OWNER = 'scale';
 // The burst: what a monorepo opening pull requests at once, or a bot, sends.
@@ -34,20 +34,6 @@ const POLL_MS = 100;
 const until = (fn, what, timeoutMs = FINISH_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 const ms = (v) => (Number.isFinite(v) ? `${Math.round(v)} ms` : 'n/a');
 const usd = (v) => `$${v.toFixed(4)}`;
-
-// Runs fn over items with at most `concurrency` in flight; results in item order.
-export async function inPool(items, concurrency, fn) {
-  const out = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i], i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
-  return out;
-}
 
 // Lets the event loop see what arrived while synchronous work (the commits, made with
 // execFileSync: seconds for hundreds) blocked it. The Worker's server closes a keep-alive
@@ -191,47 +177,27 @@ async function burst(stack) {
 const CREATION_ROUNDS = 3;
 
 async function creation(stack, peer, tag) {
+  const sides = creators(stack, peer);
   const rounds = [];
   for (let r = 0; r < CREATION_ROUNDS; r++) {
     const round = {};
-    for (const side of r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice']) {
-      // Neither side's round starts under the other's leftovers (a Workflows create answers
-      // before its instance runs: scripts/bench-cpu.mjs).
-      if (!(await settle()).settled) console.error(`scale: the stacks were still busy before ${side}'s creation round ${r}`);
-      Object.assign(round, side === 'sluice' ? await sluiceCreates(stack, `${tag}:${r}`) : await peerCreates(peer, `${tag}-${r}`));
+    for (const side of r % 2 === 0 ? ['sluice', 'workflows'] : ['workflows', 'sluice']) {
+      // The creation section's round (scripts/bench-creation.mjs): it starts once both stacks
+      // are idle (a Workflows create answers before its instance runs), and counts the
+      // instances each side answered for but never ran.
+      const got = await creationRound(sides[side], `scale-${tag}-${side}-${r}`, peer.pgid, CREATES);
+      if (!got.settled) console.error(`scale: the stacks were still busy around ${side}'s creation round ${r}`);
+      round[side] = got;
     }
     rounds.push(round);
   }
-  const col = (k) => rounds.map((x) => x[k]);
+  const col = (side, k) => rounds.map((x) => x[side][k]);
   return {
-    sluice: median(col('sluice')),
-    peer: median(col('peer')),
-    ratios: rounds.map((x) => x.sluice / x.peer),
-    peerFailed: col('peerFailed').reduce((a, b) => a + b, 0),
+    sluice: median(col('sluice', 'rate')),
+    peer: median(col('workflows', 'rate')),
+    ratios: rounds.map((x) => x.sluice.rate / x.workflows.rate),
+    unfinished: { sluice: col('sluice', 'unfinished').reduce((a, b) => a + b, 0), peer: col('workflows', 'unfinished').reduce((a, b) => a + b, 0) },
   };
-}
-
-async function sluiceCreates(stack, tag) {
-  const keys = Array.from({ length: CREATES }, (_, i) => i);
-  const t0 = Date.now();
-  await inPool(keys, BURST_CONCURRENCY, async (i) => {
-    const res = await stack.api('/v1/executions', { method: 'POST', body: { key: `scale:${tag}:${i}`, run: 'probe', input: { steps: 0 } } });
-    assert.equal(res.status, 201, JSON.stringify(res.body));
-  });
-  return { sluice: (CREATES * 1000) / (Date.now() - t0) };
-}
-
-async function peerCreates(peer, tag) {
-  const keys = Array.from({ length: CREATES }, (_, i) => i);
-  const t1 = Date.now();
-  // Local Workflows answers some creates 503 under this load: counted, not retried.
-  const ok = await inPool(keys, BURST_CONCURRENCY, async (i) => {
-    const res = await fetch(`${peer.url}/create?id=scale-${tag}-${i}`, { method: 'POST', body: JSON.stringify({ steps: 0 }) }).catch(() => null);
-    await res?.text();
-    return Boolean(res?.ok);
-  });
-  const created = ok.filter(Boolean).length;
-  return { peer: (created * 1000) / (Date.now() - t1), peerFailed: CREATES - created };
 }
 
 // The most intervals open at once, from [start, end] pairs.
@@ -392,7 +358,7 @@ export async function benchScale(stack, peer, { ackFirst = 'on' } = {}) {
     { figure: 'burst: ack latency p50 / p99', sluice: `${ms(b.p50)} / ${ms(b.p99)}`, target: 'p99 <= 250 ms', met: b.p99 <= 250 },
     { figure: "burst: deliveries lost (no instance of its own, or it never finished) / 5xx answers (of which wrangler dev's 'worker restarted mid-request')", sluice: `${b.lost} / ${b.fiveXx} (${b.restarts})`, target: '0 / 0', met: b.lost === 0 && b.fiveXx === 0 },
     { figure: `burst: from the first delivery until every instance ran to its end (${ackFirst === 'on' ? `creations wait for the answers, at most ${CREATE_DEFER_MAX_S} s` : 'creations go at once'})`, sluice: ms(b.settledMs), target: '' },
-    { figure: `instance creation at ${BURST_CONCURRENCY} concurrent (Sluice POST /v1/executions vs Workflows create), p50 of ${CREATION_ROUNDS} rounds of ${CREATES}, order alternating; ratio: p50 of the rounds' (${c.ratios.map((x) => x.toFixed(2)).join(', ')})`, sluice: `${c.sluice.toFixed(0)}/s`, peer: `${c.peer.toFixed(0)}/s (${c.peerFailed} of ${CREATION_ROUNDS * CREATES} answered 5xx)`, ratio: `${median(c.ratios).toFixed(2)}x`, target: '>= 1x', met: median(c.ratios) >= 1 },
+    { figure: `instance creation at ${CREATION_CONCURRENCY} concurrent (Sluice POST /v1/executions vs Workflows create; answers per second; --only creation's rounds, with no warm-up), p50 of ${CREATION_ROUNDS} rounds of ${CREATES}, order alternating; ratio: p50 of the rounds' (${c.ratios.map((x) => x.toFixed(2)).join(', ')})`, sluice: `${c.sluice.toFixed(0)}/s (${c.unfinished.sluice} of ${CREATION_ROUNDS * CREATES} not found complete)`, peer: `${c.peer.toFixed(0)}/s (${c.unfinished.peer} of ${CREATION_ROUNDS * CREATES} not found complete)`, ratio: `${median(c.ratios).toFixed(2)}x`, target: '>= 1x', met: median(c.ratios) >= 1 },
     { figure: `${CROWD_CHECKS} concurrent trivial checks through POOL_CAPACITY=${POOL_CAPACITY}: total time`, sluice: ms(cr.totalMs), target: `all ${CROWD_CHECKS} ran`, met: cr.ran === CROWD_CHECKS },
     { figure: 'pool crowd: most commands running at once / admissions that overtook an earlier waiter', sluice: `${cr.busyMax} / ${cr.overtakes}`, target: `<= ${POOL_CAPACITY} / 0`, met: cr.busyMax <= POOL_CAPACITY && cr.overtakes === 0 },
     { figure: 'one check: webhook -> check run in_progress p50 / p99', sluice: `${ms(pct(col('inProgress'), 50))} / ${ms(pct(col('inProgress'), 99))}`, target: 'p50 <= 60 ms', met: pct(col('inProgress'), 50) <= 60 },
