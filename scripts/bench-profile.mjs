@@ -8,7 +8,8 @@
 // JavaScript. Time workerd spends in C++ for a JavaScript call (SQLite under `sql.exec`, D1's
 // round trip) is charged to that call's frame.
 
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 
@@ -32,9 +33,21 @@ const FINISH_POLL_MS = 250;
 const TOP = Number(process.env.SLUICE_PROFILE_TOP ?? 5);
 
 const NAMED_WASM = join(import.meta.dirname, '..', 'target', 'worker-names', 'index_bg.wasm');
+const BUILT_WASM = join(import.meta.dirname, '..', 'build', 'index_bg.wasm');
+
+// The named copy must be of the build the stack runs (scripts/build.sh writes the stripped
+// wasm's sha256 beside it): another build's copy names every frame wrongly, with no error.
+function checkNamedCopy() {
+  const built = createHash('sha256').update(readFileSync(BUILT_WASM)).digest('hex');
+  const kept = existsSync(`${NAMED_WASM}.sha256`) ? readFileSync(`${NAMED_WASM}.sha256`, 'utf8').trim() : null;
+  if (kept !== built) {
+    throw new Error(`${NAMED_WASM} is not the named copy of ${BUILT_WASM} (its build's sha256 ${kept ?? 'missing'}, this build's ${built}): run npm run build`);
+  }
+}
 
 export async function benchProfile(stack) {
   if (!stack.inspectorPort) throw new Error('the profile needs startStack({ inspector: true })');
+  checkNamedCopy();
   const names = wasmFunctionNames(NAMED_WASM);
   const cdp = await connect(stack.inspectorPort);
   try {

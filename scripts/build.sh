@@ -52,13 +52,16 @@ worker_wasm() {
 
 # Drops the names section (a fifth of the gzipped wasm): a panic still logs its message and
 # file:line, its stack frames read wasm-function[N] instead of Rust paths. The copy with names
-# (same function indices) stays in target/worker-names/ to look N up.
+# (same function indices) stays in target/worker-names/ to look N up, with the stripped wasm's
+# sha256 beside it: names read from another build's copy are wrong without an error, so a reader
+# (scripts/bench-profile.mjs) checks the pair first.
 strip_names() {
   local wasm="$1" named=target/worker-names/index_bg.wasm features=()
   mkdir -p "$(dirname "$named")"
   cp "$wasm" "$named"
   for f in "${WASM_FEATURES[@]}"; do features+=("--enable-$f"); done
   "$WASM_OPT_BIN" "$named" -o "$wasm" --strip-debug "${features[@]}"
+  sha256sum "$wasm" | cut -d' ' -f1 >"$named.sha256"
 }
 
 # Prints the size and fails when the gzipped wasm is over WORKER_GZIP_MAX_BYTES.

@@ -161,8 +161,8 @@ pub struct DoSql(pub SqlStorage);
 
 /// `SqlStorage.exec` with its bindings as arguments: `worker`'s binding is
 /// variadic, so each statement built an array a push at a time and
-/// JavaScript spread it with `apply` (about a seventh of a durable step's
-/// CPU in V8's profile, issue 26).
+/// JavaScript spread it into the call. Paired, the fixed calls made a
+/// durable step 0.857x (issue 26, docs/capacity.md).
 macro_rules! fixed_exec {
     ($($name:ident($($arg:ident),*);)*) => {
         #[wasm_bindgen::prelude::wasm_bindgen]
