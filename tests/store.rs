@@ -509,49 +509,53 @@ fn a_write_of_many_entries_splits_and_fails_as_a_prefix() {
     use sluice::journal::{Entry, EntryKind, EntryState};
     use sluice::store::journal::{JournalStore, SqlJournal};
     use sluice::store::SyncSql;
-    let entry = |seq: u32, value: String| Entry {
-        seq,
-        name: format!("s{seq}"),
-        kind: EntryKind::Step,
-        state: EntryState::Done,
-        value: Some(value),
-        error_tag: None,
-        error_message: None,
-        attempts: 1,
-        started_ms: T0,
-        finished_ms: Some(T0),
-        wake_at_ms: None,
-        rev: i64::from(seq) + 1,
-    };
-    // 700 KB of backslashes, JSON-escaped once as a result and again in its
-    // row: over one statement's bound alone.
-    let big = serde_json::to_string(&"\\".repeat(350_000)).unwrap();
-    let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
-    // Rows of 300 KB each: three to a statement at most.
-    let many: Vec<Entry> = (0..8).map(|i| entry(i, "y".repeat(300_000))).collect();
-    journal.put_entries(&many).unwrap();
-    assert_eq!(journal.entry_count().unwrap(), 8);
-    let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
-    journal
-        .storage()
-        .exec(
-            "CREATE TRIGGER refuse_s1 BEFORE INSERT ON journal WHEN NEW.name = 's1' \
-             BEGIN SELECT RAISE(FAIL, 'storage full'); END",
-            &[],
-        )
-        .unwrap();
-    let batch = [
-        entry(0, "1".into()),
-        entry(1, "2".into()),
-        entry(2, big),
-        entry(3, "4".into()),
-    ];
-    assert!(journal.put_entries(&batch).is_err());
-    let written: Vec<u32> = journal.entries().unwrap().iter().map(|e| e.seq).collect();
-    assert!(
-        written.iter().enumerate().all(|(i, seq)| *seq == i as u32) && !written.contains(&2),
-        "a prefix, the big entry not written past the failure: {written:?}"
-    );
+    // Both statement forms: a batch of plain done steps, and one whose
+    // first entry carries an error message, so every row takes the full form.
+    for plain in [true, false] {
+        let entry = |seq: u32, value: String| Entry {
+            seq,
+            name: format!("s{seq}"),
+            kind: EntryKind::Step,
+            state: EntryState::Done,
+            value: Some(value),
+            error_tag: None,
+            error_message: (!plain && seq == 0).then(|| "noted".to_owned()),
+            attempts: 1,
+            started_ms: T0,
+            finished_ms: Some(T0),
+            wake_at_ms: None,
+            rev: i64::from(seq) + 1,
+        };
+        // 700 KB of backslashes, JSON-escaped once as a result and again in
+        // its row: over one statement's bound alone.
+        let big = serde_json::to_string(&"\\".repeat(350_000)).unwrap();
+        let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
+        // Rows of 300 KB each: three to a statement at most.
+        let many: Vec<Entry> = (0..8).map(|i| entry(i, "y".repeat(300_000))).collect();
+        journal.put_entries(&many).unwrap();
+        assert_eq!(journal.entries().unwrap(), many, "plain: {plain}");
+        let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
+        journal
+            .storage()
+            .exec(
+                "CREATE TRIGGER refuse_s1 BEFORE INSERT ON journal WHEN NEW.name = 's1' \
+                 BEGIN SELECT RAISE(FAIL, 'storage full'); END",
+                &[],
+            )
+            .unwrap();
+        let batch = [
+            entry(0, "1".into()),
+            entry(1, "2".into()),
+            entry(2, big),
+            entry(3, "4".into()),
+        ];
+        assert!(journal.put_entries(&batch).is_err());
+        let written: Vec<u32> = journal.entries().unwrap().iter().map(|e| e.seq).collect();
+        assert!(
+            written.iter().enumerate().all(|(i, seq)| *seq == i as u32) && !written.contains(&2),
+            "a prefix, the big entry not written past the failure (plain: {plain}): {written:?}"
+        );
+    }
 }
 
 /// A pass's changed entries reach `execution_steps` field for field, in as
@@ -795,9 +799,18 @@ fn every_entry_reads_back_as_written_alone_or_batched() {
                 state: EntryState::Done,
                 ..plain(seq)
             },
-            // Done with an error tag is not plain: the tag must survive.
+            // A done step with any of the columns the plain form names
+            // NULL set is not plain: each must survive.
             Entry {
                 error_tag: Some("Note".into()),
+                ..plain(seq)
+            },
+            Entry {
+                error_message: Some("said on the way".into()),
+                ..plain(seq)
+            },
+            Entry {
+                wake_at_ms: Some(T0 + 1),
                 ..plain(seq)
             },
         ]
