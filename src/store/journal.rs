@@ -163,58 +163,129 @@ struct EventRow {
 const SELECT_ENTRIES: &str = "SELECT seq, name, kind, state, value, error_tag, error_message, \
      attempts, started_ms, finished_ms, wake_at_ms, rev FROM journal";
 
-/// A step that completed with nothing else to say (no error, no wake-up):
-/// what every inline step and nearly every durable step writes. Its
-/// statements bind only the columns that vary and name the rest, so a
-/// write converts five fewer values into the runtime's and SQLite
-/// extracts five fewer from each row of a batch (issue 26: about half
-/// of a batched row's SQLite time).
-fn is_plain_done(e: &Entry) -> bool {
-    e.kind == EntryKind::Step
-        && e.state == EntryState::Done
-        && e.error_tag.is_none()
-        && e.error_message.is_none()
-        && e.wake_at_ms.is_none()
+/// Which of the journal's two write forms an entry, or a batch, takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowForm {
+    /// A step that completed with nothing else to say (no error, no
+    /// wake-up): every inline step and nearly every durable step. Its
+    /// statements bind only the seven columns that vary and name the rest,
+    /// so a write converts five fewer values into the runtime's and SQLite
+    /// extracts five fewer from each row of a batch (issue 26: about half
+    /// of a batched row's SQLite time).
+    PlainDone,
+    /// Any other entry: all twelve columns bound.
+    Full,
 }
 
-/// An entry's parameters, as `UPSERT_ENTRY_ALL` or, for a plain done
-/// step, `UPSERT_ENTRY_DONE` binds them; a batched row
-/// (`entry_row_json`) holds them in the same order.
-fn entry_params(e: &Entry) -> Vec<Param> {
-    if is_plain_done(e) {
-        return vec![
-            Param::from(e.seq),
-            Param::from(e.name.as_str()),
-            Param::from(e.value.as_deref()),
-            Param::from(e.attempts),
-            Param::from(e.started_ms),
-            Param::from(e.finished_ms),
-            Param::from(e.rev),
-        ];
+impl RowForm {
+    fn of(e: &Entry) -> RowForm {
+        let plain = e.kind == EntryKind::Step
+            && e.state == EntryState::Done
+            && e.error_tag.is_none()
+            && e.error_message.is_none()
+            && e.wake_at_ms.is_none();
+        if plain {
+            RowForm::PlainDone
+        } else {
+            RowForm::Full
+        }
     }
-    vec![
-        Param::from(e.seq),
-        Param::from(e.name.as_str()),
-        Param::from(e.kind.as_str()),
-        Param::from(e.state.as_str()),
-        Param::from(e.value.as_deref()),
-        Param::from(e.error_tag.as_deref()),
-        Param::from(e.error_message.as_deref()),
-        Param::from(e.attempts),
-        Param::from(e.started_ms),
-        Param::from(e.finished_ms),
-        Param::from(e.wake_at_ms),
-        Param::from(e.rev),
-    ]
+
+    /// One form for a whole batch: the plain one only when every entry
+    /// can take it, as held inline entries always can.
+    fn of_all(entries: &[Entry]) -> RowForm {
+        match entries.iter().all(|e| RowForm::of(e) == RowForm::PlainDone) {
+            true => RowForm::PlainDone,
+            false => RowForm::Full,
+        }
+    }
+
+    /// The statement writing one entry, bound with `params`.
+    fn single(self) -> &'static str {
+        match self {
+            RowForm::PlainDone => UPSERT_ENTRY_DONE,
+            RowForm::Full => UPSERT_ENTRY_ALL,
+        }
+    }
+
+    /// The statement writing a JSON array of `row_json` rows.
+    fn batched(self) -> &'static str {
+        match self {
+            RowForm::PlainDone => UPSERT_ENTRIES_DONE,
+            RowForm::Full => UPSERT_ENTRIES_ALL,
+        }
+    }
+
+    /// An entry's parameters in this form's order.
+    fn params(self, e: &Entry) -> Vec<Param> {
+        match self {
+            RowForm::PlainDone => vec![
+                Param::from(e.seq),
+                Param::from(e.name.as_str()),
+                Param::from(e.value.as_deref()),
+                Param::from(e.attempts),
+                Param::from(e.started_ms),
+                Param::from(e.finished_ms),
+                Param::from(e.rev),
+            ],
+            RowForm::Full => vec![
+                Param::from(e.seq),
+                Param::from(e.name.as_str()),
+                Param::from(e.kind.as_str()),
+                Param::from(e.state.as_str()),
+                Param::from(e.value.as_deref()),
+                Param::from(e.error_tag.as_deref()),
+                Param::from(e.error_message.as_deref()),
+                Param::from(e.attempts),
+                Param::from(e.started_ms),
+                Param::from(e.finished_ms),
+                Param::from(e.wake_at_ms),
+                Param::from(e.rev),
+            ],
+        }
+    }
+
+    /// An entry as a batched row: `params` in order, as a JSON array. A
+    /// tuple serializes straight from the entry's fields, with no `Value`
+    /// tree or copy of its strings between. Numbers, strings and nulls
+    /// only: serializing cannot fail.
+    fn row_json(self, e: &Entry) -> String {
+        match self {
+            RowForm::PlainDone => serde_json::to_string(&(
+                e.seq,
+                &e.name,
+                &e.value,
+                e.attempts,
+                e.started_ms,
+                e.finished_ms,
+                e.rev,
+            )),
+            RowForm::Full => serde_json::to_string(&(
+                e.seq,
+                &e.name,
+                e.kind.as_str(),
+                e.state.as_str(),
+                &e.value,
+                &e.error_tag,
+                &e.error_message,
+                e.attempts,
+                e.started_ms,
+                e.finished_ms,
+                e.wake_at_ms,
+                e.rev,
+            )),
+        }
+        .unwrap_or_default()
+    }
 }
 
 const UPSERT_ENTRY_ALL: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, state, value, \
      error_tag, error_message, attempts, started_ms, finished_ms, wake_at_ms, rev) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
-/// `UPSERT_ENTRY_ALL` of a plain done step (`is_plain_done`); the literals
-/// are `EntryKind::Step` and `EntryState::Done` as stored
-/// (`tests/store.rs` reads both forms back).
+/// `UPSERT_ENTRY_ALL` of `RowForm::PlainDone`; the literals are
+/// `EntryKind::Step` and `EntryState::Done` as stored (`tests/store.rs`
+/// reads both forms back).
 const UPSERT_ENTRY_DONE: &str = "INSERT OR REPLACE INTO journal (seq, name, kind, state, value, \
      error_tag, error_message, attempts, started_ms, finished_ms, wake_at_ms, rev) \
      VALUES (?1, ?2, 'step', 'done', ?3, NULL, NULL, ?4, ?5, ?6, NULL, ?7)";
@@ -236,58 +307,20 @@ const UPSERT_ENTRIES_DONE: &str = "INSERT OR REPLACE INTO journal (seq, name, ki
      json_extract(value, '$[4]'), json_extract(value, '$[5]'), NULL, \
      json_extract(value, '$[6]') FROM json_each(?1) ORDER BY key";
 
-/// Bytes of one `UPSERT_ENTRIES_*` array: half of the 2,000,000 bytes
-/// Durable Object storage keeps in one string, so a write of held inline
-/// entries never meets that limit, whatever their names and escapes.
+/// Bytes of one batched array: half of the 2,000,000 bytes Durable
+/// Object storage keeps in one string, so a write of held inline entries
+/// never meets that limit, whatever their names and escapes.
 const UPSERT_ENTRIES_JSON_BYTES_MAX: usize = 1_000_000;
-
-/// One entry as a batched row: its parameters (`entry_params`) in order.
-/// A tuple serializes as a JSON array straight from the entry's fields,
-/// with no `Value` tree or copy of its strings between.
-fn entry_row_json(e: &Entry, plain: bool) -> String {
-    // Numbers, strings and nulls only: serializing cannot fail.
-    if plain {
-        let row = (
-            e.seq,
-            &e.name,
-            &e.value,
-            e.attempts,
-            e.started_ms,
-            e.finished_ms,
-            e.rev,
-        );
-        return serde_json::to_string(&row).unwrap_or_default();
-    }
-    let row = (
-        e.seq,
-        &e.name,
-        e.kind.as_str(),
-        e.state.as_str(),
-        &e.value,
-        &e.error_tag,
-        &e.error_message,
-        e.attempts,
-        e.started_ms,
-        e.finished_ms,
-        e.wake_at_ms,
-        e.rev,
-    );
-    serde_json::to_string(&row).unwrap_or_default()
-}
 
 impl<S: SyncSql> SqlJournal<S> {
     /// Writes the rows of `array` (an open JSON array) and empties it.
-    fn upsert_rows(&self, array: &mut String, plain: bool) -> Result<(), StoreError> {
+    fn upsert_rows(&self, array: &mut String, form: RowForm) -> Result<(), StoreError> {
         if array.len() <= 1 {
             return Ok(());
         }
         array.push(']');
-        let stmt = if plain {
-            UPSERT_ENTRIES_DONE
-        } else {
-            UPSERT_ENTRIES_ALL
-        };
-        self.sql.exec(stmt, &[Param::from(array.as_str())])?;
+        self.sql
+            .exec(form.batched(), &[Param::from(array.as_str())])?;
         array.truncate(1);
         Ok(())
     }
@@ -328,12 +361,8 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn put_entry(&self, entry: &Entry) -> Result<(), StoreError> {
-        let stmt = if is_plain_done(entry) {
-            UPSERT_ENTRY_DONE
-        } else {
-            UPSERT_ENTRY_ALL
-        };
-        self.sql.exec(stmt, &entry_params(entry))?;
+        let form = RowForm::of(entry);
+        self.sql.exec(form.single(), &form.params(entry))?;
         Ok(())
     }
 
@@ -344,28 +373,26 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         }
         // Rows go out in arrays of at most UPSERT_ENTRIES_JSON_BYTES_MAX; a
         // row over it alone (a large result, escaped) goes as its own entry.
-        // One statement's form for the whole write: the plain one when
-        // every entry is a plain done step, as inline steps' always are.
-        let plain = entries.iter().all(is_plain_done);
+        let form = RowForm::of_all(entries);
         let mut array = String::from("[");
         for e in entries {
-            let row = entry_row_json(e, plain);
+            let row = form.row_json(e);
             if row.len() + 2 > UPSERT_ENTRIES_JSON_BYTES_MAX {
                 // The rows before it first: a failure leaves a prefix of
                 // the entries written, never a gap.
-                self.upsert_rows(&mut array, plain)?;
+                self.upsert_rows(&mut array, form)?;
                 self.put_entry(e)?;
                 continue;
             }
             if array.len() + row.len() + 2 > UPSERT_ENTRIES_JSON_BYTES_MAX {
-                self.upsert_rows(&mut array, plain)?;
+                self.upsert_rows(&mut array, form)?;
             }
             if array.len() > 1 {
                 array.push(',');
             }
             array.push_str(&row);
         }
-        self.upsert_rows(&mut array, plain)
+        self.upsert_rows(&mut array, form)
     }
 
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError> {
