@@ -233,18 +233,6 @@ impl SyncSql for DoSql {
     /// number, which a journal write paid a dozen times.
     fn exec_counted(&self, sql: &str, params: &[Param]) -> Result<(Vec<Row>, Usage), StoreError> {
         let bound: Vec<JsValue> = params.iter().map(js_param).collect();
-        // A statement with a result is read through `worker`'s cursor; one
-        // without (a write with no RETURNING) has run to its end inside
-        // `exec`: there is nothing to read back.
-        if crate::store::sql::returns_rows(sql) {
-            let cursor = self.0.exec_raw(sql, bound).map_err(store_err)?;
-            let rows = to_rows(cursor.to_array::<Value>().map_err(store_err)?);
-            let usage = Usage {
-                rows_read: cursor.rows_read() as u64,
-                rows_written: cursor.rows_written() as u64,
-            };
-            return Ok((rows, usage));
-        }
         let storage: &JsValue = self.0.as_ref();
         let cursor = match exec_fixed(storage.unchecked_ref(), sql, &bound) {
             Some(ran) => ran,
@@ -253,12 +241,29 @@ impl SyncSql for DoSql {
                 .exec(sql, bound.into_iter().collect()),
         }
         .map_err(|e| StoreError::Query(js_err(e)))?;
+        // A statement without a result (a write with no RETURNING) has run
+        // to its end inside `exec`: there is nothing to read back.
+        let rows = match crate::store::sql::returns_rows(sql) {
+            true => cursor_rows(&cursor)?,
+            false => Vec::new(),
+        };
         let usage = Usage {
             rows_read: cursor.rows_read() as u64,
             rows_written: cursor.rows_written() as u64,
         };
-        Ok((Vec::new(), usage))
+        Ok((rows, usage))
     }
+}
+
+/// A cursor's rows, each decoded as `worker`'s `SqlCursor::to_array` does.
+fn cursor_rows(cursor: &SqlStorageCursor) -> Result<Vec<Row>, StoreError> {
+    let values = cursor
+        .to_array()
+        .iter()
+        .map(serde_wasm_bindgen::from_value::<Value>)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Decode(e.to_string()))?;
+    Ok(to_rows(values))
 }
 
 // --- fetch ---
