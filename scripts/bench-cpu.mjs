@@ -1,6 +1,6 @@
 // CPU read from /proc for the bench's figures (scripts/bench-creation.mjs, whose rounds the
-// scale section runs too, bench-perf.mjs and bench-ab.mjs): each workerd and node process's CPU seconds, and a wait until the stacks
-// have finished what a round set going. Linux only.
+// scale section runs too, bench-perf.mjs and bench-ab.mjs): each workerd and node process's
+// CPU seconds, and a wait until the stacks have finished what a round set going. Linux only.
 
 import { readFileSync, readdirSync } from 'node:fs';
 
