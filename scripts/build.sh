@@ -64,6 +64,31 @@ strip_names() {
   sha256sum "$wasm" | cut -d' ' -f1 >"$named.sha256"
 }
 
+# The Durable Object classes the Worker calls by RPC: workerd allows RPC only on a class that
+# extends DurableObject, and worker-build exports each #[durable_object] class as a plain
+# wasm-bindgen class (behind its reinitializing Proxy, which forwards `prototype`).
+RPC_CLASSES=(RunInstance)
+
+# worker-build's build/worker/shim.mjs (wrangler's `main`) only re-exports build/index.js; this
+# writes it again with each class of RPC_CLASSES put under DurableObject, as worker-build itself
+# does for its emscripten output. A class that is not exported fails the Worker's start.
+rpc_classes() {
+  local shim=build/worker/shim.mjs classes
+  classes="$(printf 'worker.%s, ' "${RPC_CLASSES[@]}")"
+  cat >"$shim" <<EOF
+// Written by scripts/build.sh (rpc_classes) over worker-build's re-export of ../index.js.
+import { DurableObject } from "cloudflare:workers";
+import * as worker from "../index.js";
+export * from "../index.js";
+export { default } from "../index.js";
+for (const cls of [${classes%, }]) {
+  if (typeof cls !== "function") throw new Error("scripts/build.sh: an RPC class is not exported");
+  Object.setPrototypeOf(cls.prototype, DurableObject.prototype);
+  Object.setPrototypeOf(cls, DurableObject);
+}
+EOF
+}
+
 # Prints the size and fails when the gzipped wasm is over WORKER_GZIP_MAX_BYTES.
 report_size() {
   local wasm="$1" gz
@@ -77,6 +102,7 @@ report_size() {
 
 build_worker "$@"
 build_agent
+rpc_classes
 wasm="$(worker_wasm)"
 strip_names "$wasm"
 report_size "$wasm"

@@ -133,10 +133,6 @@ impl RowWait {
     }
 }
 
-fn json_response(status: u16, body: &Value) -> Result<Response> {
-    Ok(Response::from_json(body)?.with_status(status))
-}
-
 #[derive(Deserialize)]
 struct EventBody {
     #[serde(rename = "type")]
@@ -164,29 +160,10 @@ impl DurableObject for RunInstance {
         }
     }
 
-    async fn fetch(&self, mut req: Request) -> Result<Response> {
-        self.inner.meter.record(|u| u.do_requests += 1);
-        let Some(op) = InstanceOp::parse(&req.path()) else {
-            return json_response(404, &json!({ "error": "unknown instance operation" }));
-        };
-        let journal = match &self.inner.journal {
-            Ok(j) => j,
-            Err(e) => return json_response(500, &json!({ "error": e.to_string() })),
-        };
-        match op {
-            InstanceOp::Create | InstanceOp::Poke => self.create(&mut req, op).await,
-            InstanceOp::Event => self.event(&mut req).await,
-            InstanceOp::Command => self.command(&mut req).await,
-            InstanceOp::Purge => {
-                if let Err(e) = journal.clear() {
-                    return json_response(500, &json!({ "error": e.to_string() }));
-                }
-                self.inner.driver.forget_purged();
-                self.inner.row.new_life();
-                self.inner.state.storage().delete_alarm().await?;
-                json_response(200, &json!({ "purged": true }))
-            }
-        }
+    /// Its operations are RPC calls (`serve`); nothing fetches it.
+    async fn fetch(&self, _req: Request) -> Result<Response> {
+        let refusal = json!({ "error": "RunInstance is called by RPC (serve), not fetch" });
+        Ok(Response::from_json(&refusal)?.with_status(404))
     }
 
     async fn alarm(&self) -> Result<Response> {
@@ -204,16 +181,68 @@ impl DurableObject for RunInstance {
     }
 }
 
+/// An operation's answer: an HTTP status and a JSON body, as the client
+/// (`instances::request`) reads it.
+type Answer = (u16, Value);
+
+/// The operations as RPC methods: the Worker calls `serve` on the stub
+/// (`instances::request`), which skips the `Request` and `Response` a
+/// `fetch` builds and streams on both sides of the call. The build makes
+/// the class a `DurableObject` for the runtime to allow it
+/// (`scripts/build.sh`, `rpc_classes`).
+#[wasm_bindgen::prelude::wasm_bindgen]
 impl RunInstance {
+    /// `op` is an `InstanceOp` name, `body` its JSON; resolves to
+    /// `[status, body]` with the body as JSON text.
+    #[wasm_bindgen::prelude::wasm_bindgen(js_name = serve)]
+    pub async fn serve_rpc(
+        &self,
+        op: String,
+        body: String,
+    ) -> std::result::Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue> {
+        let (status, value) = self.serve(InstanceOp::parse(&op), &body).await;
+        let pair = js_sys::Array::of2(&f64::from(status).into(), &value.to_string().into());
+        Ok(pair.into())
+    }
+}
+
+impl RunInstance {
+    async fn serve(&self, op: Option<InstanceOp>, body: &str) -> Answer {
+        self.inner.meter.record(|u| u.do_requests += 1);
+        let Some(op) = op else {
+            return (404, json!({ "error": "unknown instance operation" }));
+        };
+        let journal = match &self.inner.journal {
+            Ok(j) => j,
+            Err(e) => return (500, json!({ "error": e.to_string() })),
+        };
+        match op {
+            InstanceOp::Create | InstanceOp::Poke => self.create(body, op).await,
+            InstanceOp::Event => self.event(body),
+            InstanceOp::Command => self.command(body).await,
+            InstanceOp::Purge => {
+                if let Err(e) = journal.clear() {
+                    return (500, json!({ "error": e.to_string() }));
+                }
+                self.inner.driver.forget_purged();
+                self.inner.row.new_life();
+                match self.inner.state.storage().delete_alarm().await {
+                    Ok(()) => (200, json!({ "purged": true })),
+                    Err(e) => (500, json!({ "error": e.to_string() })),
+                }
+            }
+        }
+    }
+
     /// The sweep's poke also creates: an instance whose create died before
     /// reaching its object is rebuilt from D1's copy. A poke also reaches
     /// finished instances, whose pass retries a D1 mirror that failed; it
     /// must not queue another pass behind a running one. A create whose row
     /// is not in D1 yet is answered once its pass wrote it (ADR-0018).
-    async fn create(&self, req: &mut Request, op: InstanceOp) -> Result<Response> {
-        let create: CreateRequest = match req.json().await {
+    async fn create(&self, body: &str, op: InstanceOp) -> Answer {
+        let create: CreateRequest = match serde_json::from_str(body) {
             Ok(c) => c,
-            Err(e) => return json_response(400, &json!({ "error": e.to_string() })),
+            Err(e) => return (400, json!({ "error": e.to_string() })),
         };
         let host = ObjectHost { inner: &self.inner };
         let created = match (host.journal(), host.index()) {
@@ -225,7 +254,7 @@ impl RunInstance {
         };
         let created = match created {
             Ok(created) => created,
-            Err(e) => return json_response(500, &json!({ "error": e })),
+            Err(e) => return (500, json!({ "error": e })),
         };
         if created.created {
             // A new life of the instance in this object (after a purge): a
@@ -249,22 +278,22 @@ impl RunInstance {
             self.kick(op == InstanceOp::Create);
         }
         if let Some(Err(e)) = futures_util::future::OptionFuture::from(watchdog).await {
-            return json_response(500, &json!({ "error": e.to_string() }));
+            return (500, json!({ "error": e.to_string() }));
         }
         if await_row && !self.inner.row.until_landed(since).await {
-            return json_response(
+            return (
                 503,
-                &json!({ "error": "the instance is kept, but its index row is not written yet: \
-                                   its alarm retries; create it again to wait for it" }),
+                json!({ "error": "the instance is kept, but its index row is not written yet: \
+                                  its alarm retries; create it again to wait for it" }),
             );
         }
-        json_response(200, &json!(created))
+        (200, json!(created))
     }
 
-    async fn event(&self, req: &mut Request) -> Result<Response> {
-        let body: EventBody = match req.json().await {
+    fn event(&self, body: &str) -> Answer {
+        let body: EventBody = match serde_json::from_str(body) {
             Ok(b) => b,
-            Err(e) => return json_response(400, &json!({ "error": e.to_string() })),
+            Err(e) => return (400, json!({ "error": e.to_string() })),
         };
         let host = ObjectHost { inner: &self.inner };
         let sent = match (host.journal(), host.index()) {
@@ -279,16 +308,16 @@ impl RunInstance {
                 if wake {
                     self.kick(true);
                 }
-                json_response(202, &json!({ "accepted": true }))
+                (202, json!({ "accepted": true }))
             }
             Err(e) => command_error(e),
         }
     }
 
-    async fn command(&self, req: &mut Request) -> Result<Response> {
-        let cmd: Command = match req.json().await {
+    async fn command(&self, body: &str) -> Answer {
+        let cmd: Command = match serde_json::from_str(body) {
             Ok(c) => c,
-            Err(e) => return json_response(400, &json!({ "error": e.to_string() })),
+            Err(e) => return (400, json!({ "error": e.to_string() })),
         };
         let host = ObjectHost { inner: &self.inner };
         match driver::command(&self.inner.driver, &host, &cmd).await {
@@ -304,12 +333,9 @@ impl RunInstance {
                         true => "at the first durable call of the pass it starts",
                         false => "at the running pass's next durable call, or after the command under way",
                     };
-                    return json_response(
-                        202,
-                        &json!({ "status": answer.status, "pending": when }),
-                    );
+                    return (202, json!({ "status": answer.status, "pending": when }));
                 }
-                json_response(200, &json!({ "status": answer.status }))
+                (200, json!({ "status": answer.status }))
             }
             Err(e) => command_error(e),
         }
@@ -348,12 +374,12 @@ async fn drive(inner: &Inner, rerun_if_busy: bool) {
     }
 }
 
-fn command_error(e: CommandError) -> Result<Response> {
+fn command_error(e: CommandError) -> Answer {
     match e {
-        CommandError::NotFound => json_response(404, &json!({ "error": NO_INSTANCE })),
-        CommandError::Conflict(m) => json_response(409, &json!({ "error": m })),
-        CommandError::TooLarge(m) => json_response(413, &json!({ "error": m })),
-        CommandError::Store(m) => json_response(500, &json!({ "error": m })),
+        CommandError::NotFound => (404, json!({ "error": NO_INSTANCE })),
+        CommandError::Conflict(m) => (409, json!({ "error": m })),
+        CommandError::TooLarge(m) => (413, json!({ "error": m })),
+        CommandError::Store(m) => (500, json!({ "error": m })),
     }
 }
 

@@ -19,7 +19,7 @@ use super::bindings;
 /// no instance of.
 pub const NO_INSTANCE: &str = "no such instance";
 
-/// The operations a `RunInstance` serves, and their paths: written once
+/// The operations a `RunInstance` serves, and their names: written once
 /// for the client and the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstanceOp {
@@ -42,18 +42,18 @@ impl InstanceOp {
         InstanceOp::Purge,
     ];
 
-    pub fn path(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
-            InstanceOp::Create => "/create",
-            InstanceOp::Poke => "/poke",
-            InstanceOp::Event => "/event",
-            InstanceOp::Command => "/command",
-            InstanceOp::Purge => "/purge",
+            InstanceOp::Create => "create",
+            InstanceOp::Poke => "poke",
+            InstanceOp::Event => "event",
+            InstanceOp::Command => "command",
+            InstanceOp::Purge => "purge",
         }
     }
 
-    pub fn parse(path: &str) -> Option<InstanceOp> {
-        InstanceOp::ALL.into_iter().find(|op| op.path() == path)
+    pub fn parse(name: &str) -> Option<InstanceOp> {
+        InstanceOp::ALL.into_iter().find(|op| op.name() == name)
     }
 }
 
@@ -61,14 +61,14 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(e.to_string())
 }
 
-/// A Durable Object stub as the runtime hands it out, called directly:
-/// `worker::Stub::fetch_with_request` wraps the answer as a stream that
-/// Rust reads chunk by chunk, and every instance request pays for it.
+/// A Durable Object stub as the runtime hands it out, called by RPC: the
+/// object's `serve` (`instance::RunInstance::serve_rpc`). A `fetch` would
+/// build a `Request` here and a `Response` there, and stream both bodies.
 #[wasm_bindgen]
 extern "C" {
     type RawStub;
     #[wasm_bindgen(method, catch)]
-    fn fetch(this: &RawStub, url: &str, init: &web_sys::RequestInit) -> Result<Promise, JsValue>;
+    fn serve(this: &RawStub, op: &str, body: &str) -> Result<Promise, JsValue>;
 }
 
 fn js_error(e: JsValue) -> ApiError {
@@ -90,21 +90,15 @@ pub async fn request(
         .and_then(|i| i.get_stub())
         .map_err(internal)?
         .into_rpc();
-    let init = web_sys::RequestInit::new();
-    init.set_method("POST");
-    init.set_body(&JsValue::from_str(&body.to_string()));
-    let url = format!("https://instance{}", op.path());
-    let answer = JsFuture::from(stub.fetch(&url, &init).map_err(js_error)?)
-        .await
-        .map_err(js_error)?;
-    let resp: web_sys::Response = answer.dyn_into().map_err(js_error)?;
-    let text = JsFuture::from(resp.text().map_err(js_error)?)
-        .await
-        .map_err(js_error)?
-        .as_string()
-        .unwrap_or_default();
+    let sent = stub.serve(op.name(), &body.to_string()).map_err(js_error)?;
+    let answer = JsFuture::from(sent).await.map_err(js_error)?;
+    let pair: js_sys::Array = answer.dyn_into().map_err(js_error)?;
+    let (status, text) = (pair.get(0).as_f64(), pair.get(1).as_string());
+    let (Some(status), Some(text)) = (status, text) else {
+        return Err(internal(format!("instance {id} {op:?}: not a [status, body] answer")));
+    };
     let value: Value = serde_json::from_str(&text).map_err(internal)?;
-    Ok((resp.status(), value))
+    Ok((status as u16, value))
 }
 
 /// An operation whose only good answer is 200.
