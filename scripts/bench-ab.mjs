@@ -12,7 +12,7 @@
 import { existsSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ROOT, pollUntil, startStack } from '../tools/stack/index.mjs';
-import { cpuByProcess } from './bench-cpu.mjs';
+import { awaitIdleObjectsEvicted, cpuByProcess } from './bench-cpu.mjs';
 import { inPool } from './bench-pool.mjs';
 import { median } from './bench-stats.mjs';
 
@@ -65,9 +65,15 @@ function cpuOf(pids, before, after, units) {
 const probe = (stack, key, input) => stack.api('/v1/executions', { method: 'POST', body: { key, run: 'probe', input } });
 
 async function creationRound(side, tag) {
+  // Both stacks' objects of earlier rounds evicted first: past about 2,600 open ones a workerd's
+  // SQLite fails (scripts/bench-cpu.mjs), and a pair's two halves would not be alike.
+  const eviction = await awaitIdleObjectsEvicted();
+  if (!eviction.evicted) console.error(`ab: round ${tag} starts with a workerd still holding ${eviction.openFiles} open files`);
   const before = cpuByProcess();
   const t0 = Date.now();
   const ok = await inPool([...Array(AB_CREATES).keys()], AB_CONCURRENCY, async (i) => (await probe(side.stack, `ab:${tag}:${i}`, { steps: 0 })).status === 201);
+  const failed = ok.filter((x) => !x).length;
+  if (failed) console.error(`ab: round ${tag}: ${failed} of ${AB_CREATES} creates not answered 201`);
   const rate = (ok.filter(Boolean).length * 1000) / (Date.now() - t0);
   return { rate, ...cpuOf(side.pids, before, cpuByProcess(), AB_CREATES) };
 }

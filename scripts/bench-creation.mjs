@@ -16,7 +16,7 @@
 //   milliseconds; the mean over many resolves what a p50 at 0 or 1 ms cannot.
 // Linux only (/proc). Timing is read here, never asserted in tests.
 
-import { cpuByProcess, settle } from './bench-cpu.mjs';
+import { awaitIdleObjectsEvicted, cpuByProcess, settle } from './bench-cpu.mjs';
 import { inPool } from './bench-pool.mjs';
 import { median } from './bench-stats.mjs';
 import { REQUEST_TIMEOUT_MS, pollUntil } from '../tools/stack/index.mjs';
@@ -33,8 +33,12 @@ const WARM_CREATES = 100;
 // Creates per round: a steady rate at the concurrency, as the scale section's. The peer's
 // instances of a run (WARM_ROUNDS * WARM_CREATES + CREATION_ROUNDS * CREATES, 2,400) stay under
 // what one local Workflows session creates: it keeps every instance's engine object open (three
-// file descriptors each), and past about 2,550-2,640 instances it still answers most creates 200
-// while the instance never exists (its status reads 500, still 35 s later; docs/capacity.md).
+// file descriptors each, none let go after 80 s idle), and past about 2,550-2,640 instances it
+// still answers most creates 200 while the instance never exists (its status reads 500, still
+// 35 s later; docs/capacity.md). Inside this bench its runtime has failed from about 1,850 on
+// (wrangler's proxy answering 503): a round that loses creates is printed, and the ratio is a
+// median. Sluice's stack lets idle objects go, and a round waits for that when it holds many
+// (bench-cpu.mjs, awaitIdleObjectsEvicted).
 const CREATES = 200;
 export const CREATION_CONCURRENCY = 50;
 // Sequential creates per probe for the fixed cost: enough for a mean to resolve a tenth of a
@@ -69,6 +73,8 @@ function cpuPerCreate(before, after, creates, peerPgid) {
 // One round: CREATES creations at CREATION_CONCURRENCY once both stacks are idle, then (once they are
 // idle again) the CPU each process spent per instance and when each instance finished.
 export async function creationRound(side, label, peerPgid, creates = CREATES) {
+  const eviction = await awaitIdleObjectsEvicted(peerPgid);
+  if (eviction.waitedMs) console.error(`creation: ${label} waited ${eviction.waitedMs} ms for Sluice's idle objects to be evicted${eviction.evicted ? '' : `; a workerd still holds ${eviction.openFiles} open files`}`);
   const idleBefore = await settle();
   const before = cpuByProcess();
   const t0 = Date.now();
