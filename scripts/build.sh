@@ -71,9 +71,15 @@ RPC_CLASSES=(RunInstance)
 
 # worker-build's build/worker/shim.mjs (wrangler's `main`) only re-exports build/index.js; this
 # writes it again with each class of RPC_CLASSES put under DurableObject, as worker-build itself
-# does for its emscripten output. A class that is not exported fails the Worker's start.
+# does for its emscripten output. A class that is not exported fails the Worker's start. Where
+# worker-build wrote something else there (its legacy output, with --no-panic-recovery or
+# CUSTOM_SHIM, is the bundle itself), the build stops instead of overwriting it.
 rpc_classes() {
   local shim=build/worker/shim.mjs classes
+  if ! grep -qxE "export \* from ['\"]\.\./index\.js['\"];" "$shim"; then
+    say "$shim is not worker-build's re-export of ../index.js; cannot put ${RPC_CLASSES[*]} under DurableObject" >&2
+    exit 1
+  fi
   classes="$(printf 'worker.%s, ' "${RPC_CLASSES[@]}")"
   cat >"$shim" <<EOF
 // Written by scripts/build.sh (rpc_classes) over worker-build's re-export of ../index.js.

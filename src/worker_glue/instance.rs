@@ -160,10 +160,15 @@ impl DurableObject for RunInstance {
         }
     }
 
-    /// Its operations are RPC calls (`serve`); nothing fetches it.
-    async fn fetch(&self, _req: Request) -> Result<Response> {
-        let refusal = json!({ "error": "RunInstance is called by RPC (serve), not fetch" });
-        Ok(Response::from_json(&refusal)?.with_status(404))
+    /// The same operations at `/<name>`, for a Worker of the release
+    /// before RPC (`serve`) while a deploy replaces it: its isolates may
+    /// still be finishing requests (a create, a sweep) when this object
+    /// already runs the new code. Nothing in this release calls it.
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        let op = InstanceOp::parse(req.path().trim_start_matches('/'));
+        let body = req.text().await?;
+        let (status, value) = self.serve(op, &body).await;
+        Ok(Response::from_json(&value)?.with_status(status))
     }
 
     async fn alarm(&self) -> Result<Response> {

@@ -2556,7 +2556,7 @@ impl Rig {
         applied
     }
 
-    /// Delivers the wakes recorded for `i` (the Worker's `/event`), as
+    /// Delivers the wakes recorded for `i` (the object's `event`), as
     /// `InstanceWaker` does; returns how many.
     pub fn deliver(&self, i: &Inst) -> usize {
         let events: Vec<(String, serde_json::Value)> = self
