@@ -35,10 +35,11 @@ const WARM_CREATES = 100;
 // what one local Workflows session creates: it keeps every instance's engine object open (three
 // file descriptors each, none let go after 80 s idle), and past about 2,550-2,640 instances it
 // still answers most creates 200 while the instance never exists (its status reads 500, still
-// 35 s later; docs/capacity.md). Inside this bench its runtime has failed from about 1,850 on
-// (wrangler's proxy answering 503): a round that loses creates is printed, and the ratio is a
-// median. Sluice's stack lets idle objects go, and a round waits for that when it holds many
-// (bench-cpu.mjs, awaitIdleObjectsEvicted).
+// 35 s later; docs/capacity.md). Sluice's stack lets idle objects go, and a round waits for that
+// when it holds many (bench-cpu.mjs, awaitIdleObjectsEvicted). Either side's runtime also
+// restarts now and then at far fewer objects (wrangler's proxy answers 503 "Your worker
+// restarted mid-request"), for a reason not found: a round that loses creates is printed, and
+// the ratio is a median.
 const CREATES = 200;
 export const CREATION_CONCURRENCY = 50;
 // Sequential creates per probe for the fixed cost: enough for a mean to resolve a tenth of a
