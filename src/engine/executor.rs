@@ -594,7 +594,7 @@ impl<'a> Engine<'a> {
         // Only a restarted instance (generation > 0) can have such steps.
 
         let stale = (rec.mirror_pending && rec.generation > 0).then(|| {
-            executions::delete_steps_from(&rec.id, u32::try_from(step_count).unwrap_or(u32::MAX))
+            executions::delete_steps_from(&rec.id, step_count)
         });
         // This batch counts itself: its statements, and one row per entry
         // and one for the record (index rows D1 also bills are not seen).

@@ -6,6 +6,7 @@
 //! - only waiting work is ever skipped automatically, never a holder;
 //! - imperative work (an operator's raw command) is exempt on both sides;
 //! - every automatic skip carries a [`SkipReason`]; an operator's skip none.
+//!
 //! (ADR-0004: docs/adr/0004-serialized-run-groups.md)
 
 use std::fmt;

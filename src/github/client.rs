@@ -316,7 +316,7 @@ impl<'a> GitHub<'a> {
         self.transport
             .send(req)
             .await
-            .map_err(|m| GitHubError::network(m))
+            .map_err(GitHubError::network)
     }
 
     /// A 2xx answer, or the error GitHub gave.

@@ -1139,7 +1139,7 @@ impl GateRegion {
         };
         let mut acquire = entries.iter().filter(|e| is_acquire(&e.name));
         let first = acquire.next()?;
-        let last = acquire.last().unwrap_or(first);
+        let last = acquire.next_back().unwrap_or(first);
         let entry = entries
             .iter()
             .find(|e| e.name == ENTER_STEP)

@@ -375,10 +375,6 @@ fn sandbox_of(
         .map_err(|message| RunError::InvalidInput { message })
 }
 
-/// Tells the run that needs this check (a deploy's `needs`) that it ended.
-/// Best effort: a parent that is gone needs nothing, and one that missed
-/// the wake reads the verdict again after its bounded wait (`kit::needs`).
-
 /// A first-time contributor's fork waits this long for "Approve and run":
 /// the bound of a human decision (ADR-0001 rule 3), as release approval.
 /// (ADR-0001: docs/adr/0001-durable-execution-scope.md)
