@@ -593,9 +593,8 @@ impl<'a> Engine<'a> {
         // later steps there: the journal has no step past `step_count`.
         // Only a restarted instance (generation > 0) can have such steps.
 
-        let stale = (rec.mirror_pending && rec.generation > 0).then(|| {
-            executions::delete_steps_from(&rec.id, step_count)
-        });
+        let stale = (rec.mirror_pending && rec.generation > 0)
+            .then(|| executions::delete_steps_from(&rec.id, step_count));
         // This batch counts itself: its statements, and one row per entry
         // and one for the record (index rows D1 also bills are not seen).
         rec.costs.d1_statements += 1 + rows.len() as u64 + u64::from(stale.is_some());

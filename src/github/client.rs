@@ -313,10 +313,7 @@ impl<'a> GitHub<'a> {
             headers,
             body,
         };
-        self.transport
-            .send(req)
-            .await
-            .map_err(GitHubError::network)
+        self.transport.send(req).await.map_err(GitHubError::network)
     }
 
     /// A 2xx answer, or the error GitHub gave.

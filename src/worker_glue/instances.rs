@@ -95,7 +95,9 @@ pub async fn request(
     let pair: js_sys::Array = answer.dyn_into().map_err(js_error)?;
     let (status, text) = (pair.get(0).as_f64(), pair.get(1).as_string());
     let (Some(status), Some(text)) = (status, text) else {
-        return Err(internal(format!("instance {id} {op:?}: not a [status, body] answer")));
+        return Err(internal(format!(
+            "instance {id} {op:?}: not a [status, body] answer"
+        )));
     };
     let value: Value = serde_json::from_str(&text).map_err(internal)?;
     Ok((status as u16, value))
