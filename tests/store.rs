@@ -674,6 +674,8 @@ fn the_instance_record_round_trips_and_another_version_is_refused() {
             .storage()
             .exec("UPDATE instance SET record = ?1", &[Param::Text(record)])
             .unwrap();
+        // Written past the journal, which holds what it saved last.
+        w.journal.reread();
     };
     // Spaced out, as another writer might: still version 1, the same record.
     let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -688,6 +690,62 @@ fn the_instance_record_round_trips_and_another_version_is_refused() {
         refused.to_string().contains("instance record version 2"),
         "{refused}"
     );
+}
+
+/// The journal holds the record and the kept interrupt it wrote last
+/// (`SqlJournal`'s `Held`): after every write, what it answers is what a
+/// read of its storage answers, a kept terminate stays one, and a journal
+/// opened over that storage reads the same.
+#[test]
+fn what_the_journal_holds_is_what_its_storage_has() {
+    use sluice::journal::Interrupt;
+    use sluice::store::journal::JournalStore;
+    let w = World::new();
+    let agrees = |when: &str| {
+        let held = (
+            w.journal.load_instance().unwrap(),
+            w.journal.kept_interrupt().unwrap(),
+        );
+        w.journal.reread();
+        let stored = (
+            w.journal.load_instance().unwrap(),
+            w.journal.kept_interrupt().unwrap(),
+        );
+        assert_eq!(held, stored, "{when}");
+        stored
+    };
+    assert_eq!(agrees("fresh"), (None, None));
+    create(&w, "held");
+    let (rec, _) = agrees("created");
+    let mut rec = rec.expect("the record");
+    rec.passes += 1;
+    w.journal.save_instance(&rec).unwrap();
+    assert_eq!(agrees("saved").0.unwrap().passes, rec.passes);
+    for (kept, then) in [
+        (Some(Interrupt::Pause), Some(Interrupt::Pause)),
+        (Some(Interrupt::Terminate), Some(Interrupt::Terminate)),
+        (Some(Interrupt::Pause), Some(Interrupt::Terminate)),
+        (None, None),
+        (Some(Interrupt::Pause), Some(Interrupt::Pause)),
+    ] {
+        w.journal.keep_interrupt(kept).unwrap();
+        assert_eq!(agrees("kept").1, then, "after keeping {kept:?}");
+    }
+    // A write the storage refuses leaves what the journal holds as it was.
+    w.journal
+        .storage()
+        .exec(
+            "CREATE TRIGGER refuse_record BEFORE INSERT ON instance \
+             BEGIN SELECT RAISE(FAIL, 'storage full'); END",
+            &[],
+        )
+        .unwrap();
+    let mut refused = rec.clone();
+    refused.passes += 1;
+    assert!(w.journal.save_instance(&refused).is_err());
+    assert_eq!(agrees("refused").0.unwrap().passes, rec.passes);
+    w.journal.clear().unwrap();
+    assert_eq!(agrees("cleared"), (None, None));
 }
 
 /// A first pass writes the row and its state as one statement: on an

@@ -1,6 +1,8 @@
 //! `JournalStore` over any synchronous SQL storage: a Durable Object's
 //! SQLite in the Worker, `rusqlite` natively. The SQL is written once here.
 
+use std::cell::RefCell;
+
 use serde::Deserialize;
 
 use crate::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord, Interrupt};
@@ -47,22 +49,80 @@ pub const JOURNAL_SCHEMA: &str = include_str!("journal.sql");
 /// Version of the record JSON, so a future field change can be migrated.
 const RECORD_VERSION: u32 = 1;
 
+/// What `open` reads once the schema is applied: the record and the kept
+/// interrupt, in one row (one statement where a pass made two).
+const OPEN_READ: &str = "SELECT (SELECT record FROM instance WHERE singleton = 1) AS record, \
+     (SELECT kind FROM pending_interrupt WHERE singleton = 1) AS interrupt";
+
+/// A value the journal holds as its storage does (`Some`), or has not
+/// read (`None`): it is the storage's only writer, so what it wrote last
+/// is what a read returns (a Durable Object runs one instance of itself,
+/// and a failed write leaves the held value as it was).
+type Held<T> = RefCell<Option<T>>;
+
 pub struct SqlJournal<S: SyncSql> {
     sql: S,
+    /// The record as last read or saved: a pass and a command read it
+    /// back (JSON decoded) several times a creation.
+    record: Held<Option<InstanceRecord>>,
+    /// The kept interrupt as last read or written.
+    interrupt: Held<Option<Interrupt>>,
 }
 
 impl<S: SyncSql> SqlJournal<S> {
-    /// Wraps the storage and ensures the schema exists.
+    /// Wraps the storage, ensures the schema exists, and reads the record
+    /// and the kept interrupt in one statement (a pass reads both first).
     pub fn open(sql: S) -> Result<SqlJournal<S>, StoreError> {
-        for s in split_statements(JOURNAL_SCHEMA) {
-            sql.exec(&s, &[])?;
+        for s in schema_statements() {
+            sql.exec(s, &[])?;
         }
-        Ok(SqlJournal { sql })
+        let rows = sql.exec(OPEN_READ, &[])?;
+        let journal = SqlJournal {
+            sql,
+            record: RefCell::new(None),
+            interrupt: RefCell::new(None),
+        };
+        if let Some(row) = decode::<OpenRow>(rows)?.into_iter().next() {
+            // A record this version cannot read is left to `load_instance`,
+            // which reports it; nothing is held then.
+            if let Ok(record) = row.record.as_deref().map(decode_record).transpose() {
+                *journal.record.borrow_mut() = Some(record);
+            }
+            if let Ok(kept) = row.interrupt.as_deref().map(parse_interrupt).transpose() {
+                *journal.interrupt.borrow_mut() = Some(kept);
+            }
+        }
+        Ok(journal)
     }
 
     pub fn storage(&self) -> &S {
         &self.sql
     }
+
+    /// Forgets what the journal holds, so its next reads go to storage:
+    /// for a write that did not go through it (a test's direct statement).
+    pub fn reread(&self) {
+        self.record.borrow_mut().take();
+        self.interrupt.borrow_mut().take();
+    }
+}
+
+/// `JOURNAL_SCHEMA`'s statements, split once per isolate. Each is its own
+/// `exec`: the storage's counts of rows written then cover every one
+/// (a Durable Object's cursor of a script counts its last statement).
+fn schema_statements() -> &'static [String] {
+    static STATEMENTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    STATEMENTS.get_or_init(|| split_statements(JOURNAL_SCHEMA))
+}
+
+#[derive(Deserialize)]
+struct OpenRow {
+    record: Option<String>,
+    interrupt: Option<String>,
+}
+
+fn parse_interrupt(kind: &str) -> Result<Interrupt, StoreError> {
+    Interrupt::parse(kind).ok_or_else(|| StoreError::Decode(format!("kept interrupt {kind:?}")))
 }
 
 #[derive(Deserialize)]
@@ -328,13 +388,18 @@ impl<S: SyncSql> SqlJournal<S> {
 
 impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn load_instance(&self) -> Result<Option<InstanceRecord>, StoreError> {
+        if let Some(held) = self.record.borrow().as_ref() {
+            return Ok(held.clone());
+        }
         let rows = self
             .sql
             .exec("SELECT record FROM instance WHERE singleton = 1", &[])?;
-        let Some(row) = decode::<RecordRow>(rows)?.into_iter().next() else {
-            return Ok(None);
+        let record = match decode::<RecordRow>(rows)?.into_iter().next() {
+            None => None,
+            Some(row) => Some(decode_record(&row.record)?),
         };
-        decode_record(&row.record).map(Some)
+        *self.record.borrow_mut() = Some(record.clone());
+        Ok(record)
     }
 
     fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError> {
@@ -347,6 +412,7 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
             "INSERT OR REPLACE INTO instance (singleton, record) VALUES (1, ?1)",
             &[Param::Text(json)],
         )?;
+        *self.record.borrow_mut() = Some(Some(record.clone()));
         Ok(())
     }
 
@@ -475,6 +541,8 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         self.sql.exec("DELETE FROM events", &[])?;
         self.sql.exec("DELETE FROM instance", &[])?;
         self.sql.exec("DELETE FROM pending_interrupt", &[])?;
+        *self.record.borrow_mut() = Some(None);
+        *self.interrupt.borrow_mut() = Some(None);
         Ok(())
     }
 
@@ -489,6 +557,10 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
                 &[Param::from(i.as_str())],
             )?,
         };
+        // As the statement merges it (`Interrupt` orders pause first).
+        if let Some(held) = self.interrupt.borrow_mut().as_mut() {
+            *held = interrupt.and_then(|i| (*held).max(Some(i)));
+        }
         Ok(())
     }
 
@@ -497,15 +569,18 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         struct Kind {
             kind: String,
         }
+        if let Some(held) = *self.interrupt.borrow() {
+            return Ok(held);
+        }
         let rows = self.sql.exec(
             "SELECT kind FROM pending_interrupt WHERE singleton = 1",
             &[],
         )?;
-        match decode::<Kind>(rows)?.into_iter().next() {
-            None => Ok(None),
-            Some(k) => Interrupt::parse(&k.kind)
-                .map(Some)
-                .ok_or_else(|| StoreError::Decode(format!("kept interrupt {:?}", k.kind))),
-        }
+        let kept = match decode::<Kind>(rows)?.into_iter().next() {
+            None => None,
+            Some(k) => Some(parse_interrupt(&k.kind)?),
+        };
+        *self.interrupt.borrow_mut() = Some(kept);
+        Ok(kept)
     }
 }
