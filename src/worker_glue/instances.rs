@@ -69,6 +69,15 @@ extern "C" {
     type RawStub;
     #[wasm_bindgen(method, catch)]
     fn serve(this: &RawStub, op: &str, body: &str) -> Result<Promise, JsValue>;
+    #[wasm_bindgen(method, catch)]
+    fn fetch(this: &RawStub, url: &str, init: &js_sys::Object) -> Result<Promise, JsValue>;
+
+    /// The `Response` a stub's `fetch` resolves to.
+    type RawResponse;
+    #[wasm_bindgen(method, getter)]
+    fn status(this: &RawResponse) -> u16;
+    #[wasm_bindgen(method, catch)]
+    fn text(this: &RawResponse) -> Result<Promise, JsValue>;
 }
 
 fn js_error(e: JsValue) -> ApiError {
@@ -90,8 +99,18 @@ pub async fn request(
         .and_then(|i| i.get_stub())
         .map_err(internal)?
         .into_rpc();
-    let sent = stub.serve(op.name(), &body.to_string()).map_err(js_error)?;
-    let answer = JsFuture::from(sent).await.map_err(js_error)?;
+    let body = body.to_string();
+    let sent = stub.serve(op.name(), &body).map_err(js_error)?;
+    let answer = match JsFuture::from(sent).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let message = super::platform::js_err(e);
+            if crate::net::rpc_method_missing(&message) {
+                return request_by_fetch(&stub, op, body).await;
+            }
+            return Err(internal(message));
+        }
+    };
     let pair: js_sys::Array = answer.dyn_into().map_err(js_error)?;
     let (status, text) = (pair.get(0).as_f64(), pair.get(1).as_string());
     let (Some(status), Some(text)) = (status, text) else {
@@ -101,6 +120,33 @@ pub async fn request(
     };
     let value: Value = serde_json::from_str(&text).map_err(internal)?;
     Ok((status as u16, value))
+}
+
+/// The operation sent as the release before RPC sent it, a POST to
+/// `/<name>`: for an object still running that release during a deploy
+/// (`net::rpc_method_missing`). This release's objects serve it too.
+async fn request_by_fetch(
+    stub: &RawStub,
+    op: InstanceOp,
+    body: String,
+) -> Result<(u16, Value), ApiError> {
+    let init = js_sys::Object::new();
+    for (k, v) in [("method", "POST"), ("body", body.as_str())] {
+        js_sys::Reflect::set(&init, &k.into(), &v.into()).map_err(js_error)?;
+    }
+    let url = format!("https://instance/{}", op.name());
+    let sent = stub.fetch(&url, &init).map_err(js_error)?;
+    let resp: RawResponse = JsFuture::from(sent)
+        .await
+        .map_err(js_error)?
+        .unchecked_into();
+    let text = JsFuture::from(resp.text().map_err(js_error)?)
+        .await
+        .map_err(js_error)?
+        .as_string()
+        .unwrap_or_default();
+    let value: Value = serde_json::from_str(&text).map_err(internal)?;
+    Ok((resp.status(), value))
 }
 
 /// An operation whose only good answer is 200.
