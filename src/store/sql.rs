@@ -189,7 +189,10 @@ pub fn returns_rows(sql: &str) -> bool {
         || sql
             .as_bytes()
             .windows("RETURNING".len())
-            .any(|w| w.eq_ignore_ascii_case(b"RETURNING"))
+            // The first byte alone rules out almost every window: a step's
+            // write scanned its 300 bytes a letter-case comparison each,
+            // 4% of the step's CPU.
+            .any(|w| matches!(w[0], b'R' | b'r') && w.eq_ignore_ascii_case(b"RETURNING"))
 }
 
 /// Decodes rows into a typed shape.
