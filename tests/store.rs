@@ -744,6 +744,22 @@ fn what_the_journal_holds_is_what_its_storage_has() {
     refused.passes += 1;
     assert!(w.journal.save_instance(&refused).is_err());
     assert_eq!(agrees("refused").0.unwrap().passes, rec.passes);
+    // A purge refused half way (the record deleted, the interrupt kept).
+    let sql = w.journal.storage();
+    sql.exec("DROP TRIGGER refuse_record", &[]).unwrap();
+    sql.exec(
+        "CREATE TRIGGER refuse_forget BEFORE DELETE ON pending_interrupt \
+         BEGIN SELECT RAISE(FAIL, 'storage full'); END",
+        &[],
+    )
+    .unwrap();
+    assert!(w.journal.clear().is_err());
+    assert_eq!(
+        agrees("half cleared"),
+        (None, Some(Interrupt::Pause)),
+        "the record is gone, the interrupt stays"
+    );
+    sql.exec("DROP TRIGGER refuse_forget", &[]).unwrap();
     w.journal.clear().unwrap();
     assert_eq!(agrees("cleared"), (None, None));
 }

@@ -56,8 +56,9 @@ const OPEN_READ: &str = "SELECT (SELECT record FROM instance WHERE singleton = 1
 
 /// A value the journal holds as its storage does (`Some`), or has not
 /// read (`None`): it is the storage's only writer, so what it wrote last
-/// is what a read returns (a Durable Object runs one instance of itself,
-/// and a failed write leaves the held value as it was).
+/// is what a read returns (a Durable Object runs one instance of itself).
+/// A failed statement leaves the held value as it was; a write of several
+/// statements forgets it first.
 type Held<T> = RefCell<Option<T>>;
 
 pub struct SqlJournal<S: SyncSql> {
@@ -537,6 +538,9 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn clear(&self) -> Result<(), StoreError> {
+        // Unknown until every statement ran: one that fails leaves a part
+        // deleted.
+        self.reread();
         self.sql.exec("DELETE FROM journal", &[])?;
         self.sql.exec("DELETE FROM events", &[])?;
         self.sql.exec("DELETE FROM instance", &[])?;
