@@ -21,15 +21,19 @@ import { inPool } from './bench-pool.mjs';
 import { median } from './bench-stats.mjs';
 import { REQUEST_TIMEOUT_MS, pollUntil } from '../tools/stack/index.mjs';
 
-// Rounds of the rate: eleven, alternating, so neither side always follows the other's leftovers, and
+// Rounds of the rate: nine, alternating, so neither side always follows the other's leftovers, and
 // the median of the pairs' ratios is not moved by two or three rounds a busy machine disturbed.
-const CREATION_ROUNDS = 11;
+const CREATION_ROUNDS = 9;
 // Unmeasured rounds of WARM_CREATES on each side first: V8 compiles the wasm and the JavaScript
 // it runs lazily (baseline first, optimized once hot). Without them the first rounds' ratios
-// read 0.5-0.75; with them they still rise through a run, which is why the figure is a median
-// of many rounds and read over runs.
-const WARM_ROUNDS = 2;
-const WARM_CREATES = 100;
+// read 0.5-0.75. With 200 they still rose through a run: on 2026-12-07 Sluice's workerd CPU
+// per creation fell from 3.45-4.30 ms in its first five rounds to 2.45-2.75 ms in its last four
+// (the peer's from 2.95-4.55 to 2.45-3.00), its ratio from 0.72-0.86 to 0.86-1.10: Sluice's
+// wasm is the larger code to tier up. 600 a side, within the peer's budget below, measures
+// nearer the steady state an isolate in service runs in; the figure is still a median of
+// many rounds, read over runs.
+const WARM_ROUNDS = 3;
+const WARM_CREATES = 200;
 // Creates per round: a steady rate at the concurrency, as the scale section's. The peer's
 // instances of a run (WARM_ROUNDS * WARM_CREATES + CREATION_ROUNDS * CREATES, 2,400) stay under
 // what one local Workflows session creates: it keeps every instance's engine object open (three
