@@ -65,7 +65,7 @@ function cpuOf(pids, before, after, units) {
 const probe = (stack, key, input) => stack.api('/v1/executions', { method: 'POST', body: { key, run: 'probe', input } });
 
 async function creationRound(side, tag) {
-  // Both stacks' objects of earlier rounds evicted first: past about 2,600 open ones a workerd's
+  // Both stacks' objects of earlier rounds evicted first: past about 2,770 open ones a workerd's
   // SQLite fails (scripts/bench-cpu.mjs), and a pair's two halves would not be alike.
   const eviction = await awaitIdleObjectsEvicted();
   if (!eviction.evicted) console.error(`ab: round ${tag} starts with a workerd still holding ${eviction.openFiles} open files`);

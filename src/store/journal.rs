@@ -49,9 +49,9 @@ pub const JOURNAL_SCHEMA: &str = include_str!("journal.sql");
 /// Version of the record JSON, so a future field change can be migrated.
 const RECORD_VERSION: u32 = 1;
 
-/// What `open` reads once the schema is applied: the record and the kept
-/// interrupt, in one row (one statement where a pass made two).
-const OPEN_READ: &str = "SELECT (SELECT record FROM instance WHERE singleton = 1) AS record, \
+/// The record and the kept interrupt, in one row: one statement where a
+/// pass made two (`read_held`).
+const READ_HELD: &str = "SELECT (SELECT record FROM instance WHERE singleton = 1) AS record, \
      (SELECT kind FROM pending_interrupt WHERE singleton = 1) AS interrupt";
 
 /// A value the journal holds as its storage does (`Some`), or has not
@@ -60,6 +60,9 @@ const OPEN_READ: &str = "SELECT (SELECT record FROM instance WHERE singleton = 1
 /// A failed statement leaves the held value as it was; a write of several
 /// statements forgets it first.
 type Held<T> = RefCell<Option<T>>;
+
+/// A stored value as this version decodes it (None: there is none).
+type Decoded<T> = Result<Option<T>, StoreError>;
 
 pub struct SqlJournal<S: SyncSql> {
     sql: S,
@@ -72,28 +75,43 @@ pub struct SqlJournal<S: SyncSql> {
 
 impl<S: SyncSql> SqlJournal<S> {
     /// Wraps the storage, ensures the schema exists, and reads the record
-    /// and the kept interrupt in one statement (a pass reads both first).
+    /// and the kept interrupt (a pass reads both first).
     pub fn open(sql: S) -> Result<SqlJournal<S>, StoreError> {
         for s in schema_statements() {
             sql.exec(s, &[])?;
         }
-        let rows = sql.exec(OPEN_READ, &[])?;
         let journal = SqlJournal {
             sql,
             record: RefCell::new(None),
             interrupt: RefCell::new(None),
         };
-        if let Some(row) = decode::<OpenRow>(rows)?.into_iter().next() {
-            // A record this version cannot read is left to `load_instance`,
-            // which reports it; nothing is held then.
-            if let Ok(record) = row.record.as_deref().map(decode_record).transpose() {
-                *journal.record.borrow_mut() = Some(record);
-            }
-            if let Ok(kept) = row.interrupt.as_deref().map(parse_interrupt).transpose() {
-                *journal.interrupt.borrow_mut() = Some(kept);
-            }
-        }
+        // A value this version cannot read is reported by the read that
+        // wants it (`load_instance`, `kept_interrupt`), not by the open.
+        let _ = journal.read_held()?;
         Ok(journal)
+    }
+
+    /// Reads the record and the kept interrupt in one statement and holds
+    /// each that decodes; answers both as decoded.
+    fn read_held(&self) -> Result<(Decoded<InstanceRecord>, Decoded<Interrupt>), StoreError> {
+        #[derive(Deserialize)]
+        struct HeldRow {
+            record: Option<String>,
+            interrupt: Option<String>,
+        }
+        let rows = self.sql.exec(READ_HELD, &[])?;
+        // The statement always answers one row, of two NULLs at worst.
+        let row = decode::<HeldRow>(rows)?.into_iter().next();
+        let (record, interrupt) = row.map_or((None, None), |r| (r.record, r.interrupt));
+        let record = record.as_deref().map(decode_record).transpose();
+        let interrupt = interrupt.as_deref().map(parse_interrupt).transpose();
+        if let Ok(held) = &record {
+            *self.record.borrow_mut() = Some(held.clone());
+        }
+        if let Ok(held) = interrupt {
+            *self.interrupt.borrow_mut() = Some(held);
+        }
+        Ok((record, interrupt))
     }
 
     pub fn storage(&self) -> &S {
@@ -116,19 +134,8 @@ fn schema_statements() -> &'static [String] {
     STATEMENTS.get_or_init(|| split_statements(JOURNAL_SCHEMA))
 }
 
-#[derive(Deserialize)]
-struct OpenRow {
-    record: Option<String>,
-    interrupt: Option<String>,
-}
-
 fn parse_interrupt(kind: &str) -> Result<Interrupt, StoreError> {
     Interrupt::parse(kind).ok_or_else(|| StoreError::Decode(format!("kept interrupt {kind:?}")))
-}
-
-#[derive(Deserialize)]
-struct RecordRow {
-    record: String,
 }
 
 /// The record as stored: its fields and the version beside them.
@@ -392,15 +399,7 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         if let Some(held) = self.record.borrow().as_ref() {
             return Ok(held.clone());
         }
-        let rows = self
-            .sql
-            .exec("SELECT record FROM instance WHERE singleton = 1", &[])?;
-        let record = match decode::<RecordRow>(rows)?.into_iter().next() {
-            None => None,
-            Some(row) => Some(decode_record(&row.record)?),
-        };
-        *self.record.borrow_mut() = Some(record.clone());
-        Ok(record)
+        self.read_held()?.0
     }
 
     fn save_instance(&self, record: &InstanceRecord) -> Result<(), StoreError> {
@@ -569,22 +568,9 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn kept_interrupt(&self) -> Result<Option<Interrupt>, StoreError> {
-        #[derive(Deserialize)]
-        struct Kind {
-            kind: String,
-        }
         if let Some(held) = *self.interrupt.borrow() {
             return Ok(held);
         }
-        let rows = self.sql.exec(
-            "SELECT kind FROM pending_interrupt WHERE singleton = 1",
-            &[],
-        )?;
-        let kept = match decode::<Kind>(rows)?.into_iter().next() {
-            None => None,
-            Some(k) => Some(parse_interrupt(&k.kind)?),
-        };
-        *self.interrupt.borrow_mut() = Some(kept);
-        Ok(kept)
+        self.read_held()?.1
     }
 }
