@@ -21,30 +21,48 @@ import { inPool } from './bench-pool.mjs';
 import { median } from './bench-stats.mjs';
 import { REQUEST_TIMEOUT_MS, pollUntil } from '../tools/stack/index.mjs';
 
-// Rounds of the rate: nine, alternating, so neither side always follows the other's leftovers, and
+// Rounds of the rate, alternating, so neither side always follows the other's leftovers, and
 // the median of the pairs' ratios is not moved by two or three rounds a busy machine disturbed.
-const CREATION_ROUNDS = 9;
-// Unmeasured rounds of WARM_CREATES on each side first: V8 compiles the wasm and the JavaScript
-// it runs lazily (baseline first, optimized once hot). Without them the first rounds' ratios
-// read 0.5-0.75. With 200 they still rose through a run: on 2026-12-07 Sluice's workerd CPU
-// per creation fell from 3.45-4.30 ms in its first five rounds to 2.45-2.75 ms in its last four
-// (the peer's from 2.95-4.55 to 2.45-3.00), its ratio from 0.72-0.86 to 0.86-1.10: Sluice's
-// wasm is the larger code to tier up. 600 a side, within the peer's budget below, measures
-// nearer the steady state an isolate in service runs in; the figure is still a median of
-// many rounds, read over runs.
-const WARM_ROUNDS = 3;
+const CREATION_ROUNDS = 7;
+// Creates per round: about half a second at the concurrency, few enough that the peer stays
+// under PEER_INSTANCES_FAIR_MAX through the measured rounds.
+const CREATES = 110;
+// The two sides are warmed differently, because their histories move their figures in
+// opposite directions (`--only creation-trend`, 2026-12-07, three runs of twelve alternating
+// rounds of 200 from fresh stacks):
+// - Sluice's wasm is compiled lazily and tiered up by V8: its first round ran at 175-282/s and
+//   3.65-5.5 ms of workerd CPU per instance, its rounds from the 600th instance on at
+//   230-330/s and 3.5-4.8 ms; in a full run warmed with 600 its CPU per instance still fell
+//   from 4.9 to 3.3 ms through the measured rounds. It lets idle objects go, so its history
+//   costs it nothing further. It is warmed with SLUICE_WARM_ROUNDS of WARM_CREATES.
+// - The local Workflows peer is near its best from its first round (276-389/s) and keeps every
+//   instance's engine object open: from somewhere between its 1,200th and 1,800th instance its
+//   CPU per instance rose from 2.75-4.25 ms to 4.2-5.65 ms and its rate fell to 213-268/s.
+//   Rounds measured there compare Sluice with a slowed peer: this section read 0.99-1.17x that
+//   way, where the same runs' rounds at up to 1,200 peer instances read 0.56-0.93x. It is
+//   warmed with one round and measured while it holds at most PEER_INSTANCES_FAIR_MAX.
+const SLUICE_WARM_ROUNDS = 5;
+const PEER_WARM_ROUNDS = 1;
 const WARM_CREATES = 200;
-// Creates per round: a steady rate at the concurrency, as the scale section's. The peer's
-// instances of a run (WARM_ROUNDS * WARM_CREATES + CREATION_ROUNDS * CREATES, 2,400) stay under
-// what one local Workflows session creates: it keeps every instance's engine object open (three
-// file descriptors each, none let go after 80 s idle), and past about 2,550-2,640 instances it
-// still answers most creates 200 while the instance never exists (its status reads 500, still
-// 35 s later; docs/capacity.md). Sluice's stack lets idle objects go, and a round waits for that
+// The most instances the peer holds by the last measured round (its warm-up plus every round;
+// the full run's engine rows add a few dozen): under the earliest slide seen above.
+const PEER_INSTANCES_FAIR_MAX = 1_000;
+if (PEER_WARM_ROUNDS * WARM_CREATES + CREATION_ROUNDS * CREATES > PEER_INSTANCES_FAIR_MAX) {
+  throw new Error('bench-creation: the measured rounds would take the peer past PEER_INSTANCES_FAIR_MAX');
+}
+// The trend (`--only creation-trend`): rounds of TREND_CREATES from fresh stacks, each side's
+// figures against how many instances it has created. Its 2,400 peer instances stay under what
+// one local Workflows session creates before it loses some (below).
+const TREND_ROUNDS = 12;
+const TREND_CREATES = 200;
+// One local Workflows session keeps every instance's engine object open (three file
+// descriptors each, none let go after 80 s idle), and past about 2,550-2,640 instances it still
+// answers most creates 200 while the instance never exists (its status reads 500, still 35 s
+// later; docs/capacity.md). Sluice's stack lets idle objects go, and a round waits for that
 // when it holds many (bench-cpu.mjs, awaitIdleObjectsEvicted). Either side's runtime also
 // restarts now and then at far fewer objects (wrangler's proxy answers 503 "Your worker
 // restarted mid-request"), for a reason not found: a round that loses creates is printed, and
 // the ratio is a median.
-const CREATES = 200;
 export const CREATION_CONCURRENCY = 50;
 // Sequential creates per probe for the fixed cost: enough for a mean to resolve a tenth of a
 // millisecond from whole-millisecond timestamps.
@@ -143,9 +161,8 @@ export function creators(stack, peer) {
 
 export async function benchCreation(stack, peer) {
   const { sluice, workflows } = creators(stack, peer);
-  for (let r = 0; r < WARM_ROUNDS; r++) {
-    for (const side of [sluice, workflows]) await creationRound(side, `warm-${r}`, peer.pgid, WARM_CREATES);
-  }
+  for (let r = 0; r < SLUICE_WARM_ROUNDS; r++) await creationRound(sluice, `warm-${r}`, peer.pgid, WARM_CREATES);
+  for (let r = 0; r < PEER_WARM_ROUNDS; r++) await creationRound(workflows, `warm-${r}`, peer.pgid, WARM_CREATES);
   const rounds = [];
   for (let r = 0; r < CREATION_ROUNDS; r++) {
     const sides = r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice'];
@@ -179,6 +196,29 @@ export async function benchCreation(stack, peer) {
   rows.push({ figure: 'creation: CPU ms per instance by process (to completion), last round', sluice: cpu('sluice'), peer: cpu('peer'), target: '' });
   rows.push(...(await trivialRequests(stack, peer, last)));
   rows.push(...(await fixedCost(stack)));
+  return rows;
+}
+
+// The trend behind the warm-ups above: TREND_ROUNDS alternating rounds of TREND_CREATES from
+// fresh stacks, with no warm-up, each side's rate and workerd CPU per instance against the
+// instances it has created so far.
+export async function benchCreationTrend(stack, peer) {
+  const sides = creators(stack, peer);
+  const rows = [];
+  for (let r = 0; r < TREND_ROUNDS; r++) {
+    const got = {};
+    for (const side of r % 2 === 0 ? ['sluice', 'workflows'] : ['workflows', 'sluice']) {
+      got[side] = await creationRound(sides[side], `trend-${side}-${r}`, peer.pgid, TREND_CREATES);
+    }
+    const cell = (side, key) => `${got[side].rate.toFixed(0)}/s, workerd ${workerdMs(got[side].cpu, key).toFixed(2)} ms`;
+    rows.push({
+      figure: `creation trend: round ${r}, instances ${r * TREND_CREATES + 1}-${(r + 1) * TREND_CREATES} of each side (answers per second, workerd CPU per instance)`,
+      sluice: cell('sluice', 'sluice'),
+      peer: cell('workflows', 'peer'),
+      ratio: `${(got.sluice.rate / got.workflows.rate).toFixed(2)}x`,
+      target: '',
+    });
+  }
   return rows;
 }
 

@@ -1,5 +1,4 @@
-// Scale figures for `npm run bench`: a burst of signed pull_request deliveries, instance creation
-// throughput against the Workflows peer's `create` under the same wrangler, a crowd of trivial
+// Scale figures for `npm run bench`: a burst of signed pull_request deliveries, a crowd of trivial
 // checks through the sandbox pool, Sluice's own overhead per check (from the GitHub stand-in's
 // record of each check-run update), and what checks and deploys cost (from `GET /v1/costs`)
 // against the same runs modeled on Workflows' step billing. Timing is measured here only, never
@@ -10,15 +9,12 @@ import http from 'node:http';
 import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
 import { TERMINAL, pollUntil } from '../tools/stack/index.mjs';
 import { median, pct } from './bench-stats.mjs';
-import { CREATION_CONCURRENCY, creationRound, creators } from './bench-creation.mjs';
 import { inPool } from './bench-pool.mjs';
 
 const OWNER = 'scale';
 // The burst: what a monorepo opening pull requests at once, or a bot, sends.
 const BURST_DELIVERIES = 500;
 const BURST_CONCURRENCY = 50;
-// Instance creation: enough creates for a steady rate at the same concurrency on both sides.
-const CREATES = 200;
 // The pool crowd: 100 trivial checks at once through POOL_CAPACITY sandboxes.
 const CROWD_CHECKS = 100;
 // Each crowd check's command: long enough to see sandboxes busy at once, short enough for 100.
@@ -171,35 +167,6 @@ async function burst(stack) {
   }
 }
 
-// Creates per second at 50 in flight: Sluice's POST /v1/executions against the peer's create.
-// Rounds of the creation figure; their order alternates, so neither side always runs while the
-// other's instances are still finishing their passes on the same two cores.
-const CREATION_ROUNDS = 3;
-
-async function creation(stack, peer, tag) {
-  const sides = creators(stack, peer);
-  const rounds = [];
-  for (let r = 0; r < CREATION_ROUNDS; r++) {
-    const round = {};
-    for (const side of r % 2 === 0 ? ['sluice', 'workflows'] : ['workflows', 'sluice']) {
-      // The creation section's round (scripts/bench-creation.mjs): it starts once both stacks
-      // are idle (a Workflows create answers before its instance runs), and counts the
-      // instances each side answered for but never ran.
-      const got = await creationRound(sides[side], `scale-${tag}-${side}-${r}`, peer.pgid, CREATES);
-      if (!got.settled) console.error(`scale: the stacks were still busy around ${side}'s creation round ${r}`);
-      round[side] = got;
-    }
-    rounds.push(round);
-  }
-  const col = (side, k) => rounds.map((x) => x[side][k]);
-  return {
-    sluice: median(col('sluice', 'rate')),
-    peer: median(col('workflows', 'rate')),
-    ratios: rounds.map((x) => x.sluice.rate / x.workflows.rate),
-    unfinished: { sluice: col('sluice', 'unfinished').reduce((a, b) => a + b, 0), peer: col('workflows', 'unfinished').reduce((a, b) => a + b, 0) },
-  };
-}
-
 // The most intervals open at once, from [start, end] pairs.
 export function maxOverlap(intervals) {
   const events = intervals.flatMap(([s, e]) => [[s, 1], [e, -1]]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
@@ -337,13 +304,11 @@ function costRows(label, c) {
 }
 
 // `ackFirst`: whether the stack runs with burst deferral (ACK_FIRST), for the burst rows' labels.
-export async function benchScale(stack, peer, { ackFirst = 'on' } = {}) {
+export async function benchScale(stack, { ackFirst = 'on' } = {}) {
   const since = Date.now();
   // Each section's raw figures as they come, so a later failure loses none.
   const b = await burst(stack);
   console.log('scale: burst', JSON.stringify(b));
-  const c = await creation(stack, peer, since);
-  console.log('scale: creation', JSON.stringify(c));
   const o = await overhead(stack);
   console.log('scale: overhead', JSON.stringify(o));
   const cr = await crowd(stack);
@@ -358,7 +323,6 @@ export async function benchScale(stack, peer, { ackFirst = 'on' } = {}) {
     { figure: 'burst: ack latency p50 / p99', sluice: `${ms(b.p50)} / ${ms(b.p99)}`, target: 'p99 <= 250 ms', met: b.p99 <= 250 },
     { figure: "burst: deliveries lost (no instance of its own, or it never finished) / 5xx answers (of which wrangler dev's 'worker restarted mid-request')", sluice: `${b.lost} / ${b.fiveXx} (${b.restarts})`, target: '0 / 0', met: b.lost === 0 && b.fiveXx === 0 },
     { figure: `burst: from the first delivery until every instance ran to its end (${ackFirst === 'on' ? `creations wait for the answers, at most ${CREATE_DEFER_MAX_S} s` : 'creations go at once'})`, sluice: ms(b.settledMs), target: '' },
-    { figure: `instance creation at ${CREATION_CONCURRENCY} concurrent (Sluice POST /v1/executions vs Workflows create; answers per second; --only creation's rounds, with no warm-up), p50 of ${CREATION_ROUNDS} rounds of ${CREATES}, order alternating; ratio: p50 of the rounds' (${c.ratios.map((x) => x.toFixed(2)).join(', ')})`, sluice: `${c.sluice.toFixed(0)}/s (${c.unfinished.sluice} of ${CREATION_ROUNDS * CREATES} not found complete)`, peer: `${c.peer.toFixed(0)}/s (${c.unfinished.peer} of ${CREATION_ROUNDS * CREATES} not found complete)`, ratio: `${median(c.ratios).toFixed(2)}x`, target: '>= 1x, every Sluice instance complete', met: median(c.ratios) >= 1 && c.unfinished.sluice === 0 },
     { figure: `${CROWD_CHECKS} concurrent trivial checks through POOL_CAPACITY=${POOL_CAPACITY}: total time`, sluice: ms(cr.totalMs), target: `all ${CROWD_CHECKS} ran`, met: cr.ran === CROWD_CHECKS },
     { figure: 'pool crowd: most commands running at once / admissions that overtook an earlier waiter', sluice: `${cr.busyMax} / ${cr.overtakes}`, target: `<= ${POOL_CAPACITY} / 0`, met: cr.busyMax <= POOL_CAPACITY && cr.overtakes === 0 },
     { figure: 'one check: webhook -> check run in_progress p50 / p99', sluice: `${ms(pct(col('inProgress'), 50))} / ${ms(pct(col('inProgress'), 99))}`, target: 'p50 <= 60 ms', met: pct(col('inProgress'), 50) <= 60 },

@@ -4,13 +4,13 @@
 // wrangler. Both sides are timed by server-side timestamps taken inside steps. Timing belongs
 // here, never in tests: these machines are shared and noisy, so read ratios, not absolutes.
 //
-// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|creation|perf|check-latency|pipelines|caches|snapshots|profile|ab] [-- --ack-first off]   (builds
+// Usage: npm run bench [-- --rounds N] [-- --only engine|scale|creation|creation-trend|perf|check-latency|pipelines|caches|snapshots|profile|ab] [-- --ack-first off]   (builds
 // the Worker first unless SLUICE_PREBUILT=1). `--only engine` runs the engine's figures against the
 // Workflows peer (steps, inline steps, sleep, events); `--only profile` a CPU profile of one creation
 // and one step (scripts/bench-profile.mjs), with no peer. `--only creation` the creation rate with
-// each process's CPU per create, and an instance's fixed cost as a mean (scripts/bench-creation.mjs); `--only perf`
-// where each side's workerd spends a creation's CPU, by Linux perf (scripts/bench-perf.mjs). `--only scale` runs the scale section alone (and quotes
-// the last soak); `--only check-latency` only one trivial check's webhook -> in_progress and
+// each process's CPU per create, and an instance's fixed cost as a mean (scripts/bench-creation.mjs); `--only creation-trend` each side's creation rate and CPU round by round from fresh stacks, which is why the two are warmed differently; `--only perf`
+// where each side's workerd spends a creation's CPU, by Linux perf (scripts/bench-perf.mjs). `--only scale` runs the scale section alone, with no peer (and
+// quotes the last soak); the full run measures creation with the creation section's rounds; `--only check-latency` only one trivial check's webhook -> in_progress and
 // webhook -> completed, --rounds times (default 10), with no peer; `--only pipelines` the pipeline figures (scripts/bench-pipelines.mjs), 3 rounds by default, with no peer; `--only caches` the agent's pack and unpack of a 200 MB dependency-like tree (scripts/bench-agent.mjs) and a real npm install cold and warm (scripts/bench-pipelines.mjs); `--only snapshots` the agent's snapshot after a step that made that tree, after one that changed a little of it, and the restore of both over a fresh checkout (ADR-0015). `--ack-first off` measures with burst deferral off, as on Cloudflare (ACK_FIRST;
 // src/http/ack_first.rs); the default is `on`, as `npm start` and the test stacks run.
 // `--only ab --base <dir>` this build against another commit's build/ copied to <dir>: two Sluice
@@ -32,7 +32,7 @@ import { benchGates } from './bench-gates.mjs';
 import { benchInstall, benchPipelines } from './bench-pipelines.mjs';
 import { benchContainers } from './bench-containers.mjs';
 import { benchCheckLatency, benchScale, POOL_CAPACITY } from './bench-scale.mjs';
-import { benchCreation } from './bench-creation.mjs';
+import { benchCreation, benchCreationTrend } from './bench-creation.mjs';
 import { benchPerf } from './bench-perf.mjs';
 import { benchAb } from './bench-ab.mjs';
 import { soakSummary } from './soak.mjs';
@@ -257,6 +257,14 @@ async function main() {
       await stack.stop();
     }
   }
+  // The scale section needs no peer: its creation figure is the creation section's (below).
+  if (args.only === 'scale') {
+    try {
+      return finish([...(await benchScale(stack, { ackFirst })), ...soakSummary()]);
+    } finally {
+      await stack.stop();
+    }
+  }
   const peer = await startPeer();
   const rows = [];
   try {
@@ -265,12 +273,11 @@ async function main() {
     if (args.only === 'creation') {
       return finish(await benchCreation(stack, peer));
     }
+    if (args.only === 'creation-trend') {
+      return finish(await benchCreationTrend(stack, peer));
+    }
     if (args.only === 'perf') {
       return finish(await benchPerf(stack, peer));
-    }
-    if (args.only === 'scale') {
-      rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
-      return finish(rows);
     }
     const r = await benchEngine(stack, peer, 'run');
     const sSteps = median(r.sSteps);
@@ -295,12 +302,17 @@ async function main() {
     rows.push({ figure: 'D1 round trips per completed step', sluice: fmt(median(r.d1PerStep), ''), peer: 'n/a', target: '~0 (one batch per pass)', met: median(r.d1PerStep) <= 0.05 });
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
     if (args.only === 'engine') return finish(rows);
+    // Creation next, while both stacks have run only the engine's rounds: the peer's local
+    // Workflows slows as its instances pile up, so a figure taken after Sluice's burst and crowd
+    // (as the scale section once did) compared stacks of unequal history. This is the one
+    // creation figure, each side warmed alike (scripts/bench-creation.mjs).
+    rows.push(...(await benchCreation(stack, peer)));
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
     rows.push(...(await benchArchives(stack, { rounds })), ...(await benchInstall(stack)));
     rows.push(...(await benchSnapshots(stack, { rounds })));
     rows.push(...(await benchPipelines(stack, { rounds: PIPELINE_ROUNDS_DEFAULT })));
-    rows.push(...(await benchScale(stack, peer, { ackFirst })), ...soakSummary());
+    rows.push(...(await benchScale(stack, { ackFirst })), ...soakSummary());
   } finally {
     await peer.stop();
     await stack.stop();
