@@ -250,7 +250,11 @@ async function overhead(stack, { rounds: n = OVERHEAD_ROUNDS, warmup = 0, repo =
 async function callsBeforeInProgress(stack, sentMs, inProgressMs, sha) {
   const { calls } = await stack.standinGet('/_standin/calls');
   const named = (c) => `${c.method} ${c.path.replace(/^\/repos\/[^/]+\/[^/]+/, '')}${c.query?.ref ? `?ref=${c.query.ref.slice(0, 12)}` : ''}`;
-  const window = calls.filter((c) => c.at_ms >= sentMs && c.at_ms <= inProgressMs);
+  // The log is in arrival order and its times are whole milliseconds: a call the check made just
+  // after its in_progress POST can carry the POST's millisecond, so the window ends at that POST.
+  const inWindow = calls.filter((c) => c.at_ms >= sentMs && c.at_ms <= inProgressMs);
+  const post = inWindow.findIndex((c) => c.method === 'POST' && c.path.endsWith('/check-runs'));
+  const window = post < 0 ? inWindow : inWindow.slice(0, post + 1);
   const othersRead = (c) => c.path.includes('/contents/') && c.query?.ref && c.query.ref !== sha;
   return { calls: window.filter((c) => !othersRead(c)).map(named), others: window.filter(othersRead).map(named) };
 }
