@@ -1,5 +1,5 @@
-// CPU read from /proc for the bench's figures (scripts/bench-creation.mjs, whose rounds the
-// scale section runs too, bench-perf.mjs and bench-ab.mjs): each workerd and node process's
+// CPU read from /proc for the bench's figures (scripts/bench-creation.mjs, bench-perf.mjs and
+// bench-ab.mjs): each workerd and node process's
 // CPU seconds, a wait until the stacks have finished what a round set going, and one until
 // they have let go of the objects earlier rounds left open. Linux only.
 

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { pullRequestPayload, pushPayload, signedDelivery } from '../tools/github-standin/webhooks.mjs';
 import { TERMINAL, pollUntil } from '../tools/stack/index.mjs';
-import { median, pct } from './bench-stats.mjs';
+import { pct } from './bench-stats.mjs';
 import { inPool } from './bench-pool.mjs';
 
 const OWNER = 'scale';
@@ -239,7 +239,7 @@ async function overhead(stack, { rounds: n = OVERHEAD_ROUNDS, warmup = 0, repo =
     if (i >= warmup) rounds.push(round);
   }
   const last = rounds.at(-1);
-  const { calls, others } = await callsBeforeInProgress(stack, last.sent, last.sent + last.inProgress, last.sha);
+  const { calls, others } = await callsBeforeInProgress(stack, last.sent, last.sent + last.inProgress, { repo, sha: last.sha });
   return { rounds, calls, others, bytes: last.bytes };
 }
 
@@ -247,13 +247,14 @@ async function overhead(stack, { rounds: n = OVERHEAD_ROUNDS, warmup = 0, repo =
 // in_progress (its installation token cached by the earlier rounds), from the stand-in's call log.
 // The same delivery starts a preview instance, which reads `.sluice.toml` on the default branch
 // meanwhile: a read at another ref than the check's commit is that instance's, listed apart.
-async function callsBeforeInProgress(stack, sentMs, inProgressMs, sha) {
+async function callsBeforeInProgress(stack, sentMs, inProgressMs, { repo, sha }) {
   const { calls } = await stack.standinGet('/_standin/calls');
   const named = (c) => `${c.method} ${c.path.replace(/^\/repos\/[^/]+\/[^/]+/, '')}${c.query?.ref ? `?ref=${c.query.ref.slice(0, 12)}` : ''}`;
   // The log is in arrival order and its times are whole milliseconds: a call the check made just
-  // after its in_progress POST can carry the POST's millisecond, so the window ends at that POST.
+  // after its in_progress POST can carry the in_progress record's millisecond, so the window ends
+  // at the POST that created this commit's check run (a failed one, retried, does not end it).
   const inWindow = calls.filter((c) => c.at_ms >= sentMs && c.at_ms <= inProgressMs);
-  const post = inWindow.findIndex((c) => c.method === 'POST' && c.path.endsWith('/check-runs'));
+  const post = inWindow.findIndex((c) => c.method === 'POST' && c.path === `/repos/${OWNER}/${repo}/check-runs` && c.status === 201 && c.body?.head_sha === sha);
   const window = post < 0 ? inWindow : inWindow.slice(0, post + 1);
   const othersRead = (c) => c.path.includes('/contents/') && c.query?.ref && c.query.ref !== sha;
   return { calls: window.filter((c) => !othersRead(c)).map(named), others: window.filter(othersRead).map(named) };

@@ -32,7 +32,7 @@ import { benchGates } from './bench-gates.mjs';
 import { benchInstall, benchPipelines } from './bench-pipelines.mjs';
 import { benchContainers } from './bench-containers.mjs';
 import { benchCheckLatency, benchScale, POOL_CAPACITY } from './bench-scale.mjs';
-import { benchCreation, benchCreationTrend } from './bench-creation.mjs';
+import { assertCreationPeerBudget, benchCreation, benchCreationTrend } from './bench-creation.mjs';
 import { benchPerf } from './bench-perf.mjs';
 import { benchAb } from './bench-ab.mjs';
 import { soakSummary } from './soak.mjs';
@@ -55,6 +55,9 @@ const POLL_MS = 10;
 // still suspending.
 const SETTLE_BEFORE_EVENT_MS = 100;
 const PEER_START_TIMEOUT_MS = 60_000;
+// Peer instances one round of benchEngine creates (steps, 0 steps, many steps, sleep, event): the
+// creation section measures the peer while it holds few (scripts/bench-creation.mjs).
+const ENGINE_PEER_INSTANCES_PER_ROUND = 5;
 const STOP_GRACE_MS = 5_000;
 
 const { values: args } = parseArgs({ options: { rounds: { type: 'string' }, only: { type: 'string' }, 'ack-first': { type: 'string' }, 'log-level': { type: 'string' }, base: { type: 'string' } } });
@@ -210,6 +213,12 @@ export function printTable(rows) {
   for (const l of lines) console.log(row(l));
 }
 
+// Peer instances the engine rows create before the creation section: their warm-up round and,
+// in the full run, their measured rounds, `rounds` iterations each.
+function enginePeerInstances() {
+  return ENGINE_PEER_INSTANCES_PER_ROUND * rounds * (args.only === 'creation' ? 1 : 2);
+}
+
 async function main() {
   if (args.only === 'ab') {
     console.log(`bench: this build against ${args.base}, two Sluice stacks (wrangler dev each)...`);
@@ -217,7 +226,10 @@ async function main() {
     if (!args.base) throw new Error('--only ab needs --base <a built build/ directory of another commit>');
     return finish(await benchAb(args.base));
   }
-  console.log(`bench: ${rounds} rounds per figure; starting Sluice and the Workflows peer (wrangler dev each)...`);
+  const peerless = ['profile', 'check-latency', 'snapshots', 'caches', 'pipelines', 'scale'].includes(args.only);
+  console.log(`bench: ${rounds} rounds per figure; starting Sluice${peerless ? '' : ' and the Workflows peer'} (wrangler dev each)...`);
+  // Refused before anything starts, not after the engine rows.
+  if (args.only === undefined || args.only === 'creation') assertCreationPeerBudget(enginePeerInstances());
   if (args.only === 'profile') {
     // Its own stack: the inspector stays off everywhere else (tools/stack/env.mjs says why).
     const profiled = await startStack({ inspector: true });
@@ -257,7 +269,8 @@ async function main() {
       await stack.stop();
     }
   }
-  // The scale section needs no peer: its creation figure is the creation section's (below).
+  // The scale section has no creation rows and needs no peer: the full run's creation figure is
+  // the creation section's (below).
   if (args.only === 'scale') {
     try {
       return finish([...(await benchScale(stack, { ackFirst })), ...soakSummary()]);
@@ -268,13 +281,14 @@ async function main() {
   const peer = await startPeer();
   const rows = [];
   try {
+    // From fresh stacks: the trend shows each side's warm-up itself.
+    if (args.only === 'creation-trend') {
+      return finish(await benchCreationTrend(stack, peer));
+    }
     // One warm-up round on each side, not counted (first-request compilation).
     await benchEngine(stack, peer, 'warmup').catch(() => {});
     if (args.only === 'creation') {
-      return finish(await benchCreation(stack, peer));
-    }
-    if (args.only === 'creation-trend') {
-      return finish(await benchCreationTrend(stack, peer));
+      return finish(await benchCreation(stack, peer, { peerInstancesBefore: enginePeerInstances() }));
     }
     if (args.only === 'perf') {
       return finish(await benchPerf(stack, peer));
@@ -302,11 +316,11 @@ async function main() {
     rows.push({ figure: 'D1 round trips per completed step', sluice: fmt(median(r.d1PerStep), ''), peer: 'n/a', target: '~0 (one batch per pass)', met: median(r.d1PerStep) <= 0.05 });
     rows.push({ figure: 'object-storage writes per step', sluice: fmt(median(r.writesPerStep), ''), peer: 'n/a', target: '1', met: median(r.writesPerStep) <= 1 });
     if (args.only === 'engine') return finish(rows);
-    // Creation next, while both stacks have run only the engine's rounds: the peer's local
-    // Workflows slows as its instances pile up, so a figure taken after Sluice's burst and crowd
-    // (as the scale section once did) compared stacks of unequal history. This is the one
-    // creation figure, each side warmed alike (scripts/bench-creation.mjs).
-    rows.push(...(await benchCreation(stack, peer)));
+    // Creation next, while both stacks have run only the engine's rounds: the scale section once
+    // measured it after Sluice's burst (and, in the full run, the gates, agent and pipeline
+    // sections) against a peer that had run only the engine rows, stacks of unequal history.
+    // This is the one creation figure, each side warmed as scripts/bench-creation.mjs says.
+    rows.push(...(await benchCreation(stack, peer, { peerInstancesBefore: enginePeerInstances() })));
     rows.push(...(await benchGates(stack, { rounds })));
     rows.push(...(await benchAgent(stack, { rounds })));
     rows.push(...(await benchArchives(stack, { rounds })), ...(await benchInstall(stack)));
