@@ -141,7 +141,7 @@ export function creators(stack, peer) {
         return e?.status === 'complete' ? e.finished_ms : null;
       },
     },
-    workflows: {
+    peer: {
       create: async (key) => {
         const id = `creation-${key}`;
         const res = await fetch(`${peer.url}/create?id=${id}`, { method: 'POST', body: JSON.stringify({ steps: 0 }), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) }).catch(() => null);
@@ -169,17 +169,10 @@ export function assertCreationPeerBudget(peerInstancesBefore) {
 
 export async function benchCreation(stack, peer, { peerInstancesBefore = 0 } = {}) {
   assertCreationPeerBudget(peerInstancesBefore);
-  const { sluice, workflows } = creators(stack, peer);
-  for (let r = 0; r < SLUICE_WARM_ROUNDS; r++) await creationRound(sluice, `warm-${r}`, peer.pgid, WARM_CREATES);
-  for (let r = 0; r < PEER_WARM_ROUNDS; r++) await creationRound(workflows, `warm-${r}`, peer.pgid, WARM_CREATES);
-  const rounds = [];
-  for (let r = 0; r < CREATION_ROUNDS; r++) {
-    const sides = r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice'];
-    const got = {};
-    for (const side of sides) got[side] = await creationRound(side === 'sluice' ? sluice : workflows, `${side}-${r}`, peer.pgid);
-    rounds.push(got);
-    console.error(`creation round ${r}: ${['sluice', 'peer'].map((k) => `${k} ${got[k].rate.toFixed(0)}/s answered, ${got[k].completedRate.toFixed(0)}/s completed, workerd ${workerdMs(got[k].cpu, k).toFixed(2)} ms, settled in ${got[k].settleMs} ms`).join('; ')}`);
-  }
+  const sides = creators(stack, peer);
+  for (let r = 0; r < SLUICE_WARM_ROUNDS; r++) await creationRound(sides.sluice, `warm-${r}`, peer.pgid, WARM_CREATES);
+  for (let r = 0; r < PEER_WARM_ROUNDS; r++) await creationRound(sides.peer, `warm-${r}`, peer.pgid, WARM_CREATES);
+  const rounds = await alternatingRounds(sides, peer.pgid, { n: CREATION_ROUNDS, creates: CREATES, label: 'measured' });
   const ratioRow = (key, figure) => {
     const ratios = rounds.map((x) => x.sluice[key] / x.peer[key]);
     return {
@@ -212,23 +205,32 @@ export async function benchCreation(stack, peer, { peerInstancesBefore = 0 } = {
 // fresh stacks, with no warm-up, each side's rate and workerd CPU per instance against the
 // instances it has created so far.
 export async function benchCreationTrend(stack, peer) {
-  const sides = creators(stack, peer);
-  const rows = [];
-  for (let r = 0; r < TREND_ROUNDS; r++) {
-    const got = {};
-    for (const side of r % 2 === 0 ? ['sluice', 'workflows'] : ['workflows', 'sluice']) {
-      got[side] = await creationRound(sides[side], `trend-${side}-${r}`, peer.pgid, TREND_CREATES);
-    }
-    const cell = (side, key) => `${got[side].rate.toFixed(0)}/s, workerd ${workerdMs(got[side].cpu, key).toFixed(2)} ms`;
-    rows.push({
+  const rounds = await alternatingRounds(creators(stack, peer), peer.pgid, { n: TREND_ROUNDS, creates: TREND_CREATES, label: 'trend' });
+  return rounds.map((got, r) => {
+    const cell = (side) => `${got[side].rate.toFixed(0)}/s, workerd ${workerdMs(got[side].cpu, side).toFixed(2)} ms`;
+    return {
       figure: `creation trend: round ${r}, instances ${r * TREND_CREATES + 1}-${(r + 1) * TREND_CREATES} of each side (answers per second, workerd CPU per instance)`,
-      sluice: cell('sluice', 'sluice'),
-      peer: cell('workflows', 'peer'),
-      ratio: `${(got.sluice.rate / got.workflows.rate).toFixed(2)}x`,
+      sluice: cell('sluice'),
+      peer: cell('peer'),
+      ratio: `${(got.sluice.rate / got.peer.rate).toFixed(2)}x`,
       target: '',
-    });
+    };
+  });
+}
+
+// `n` rounds of `creates` on each side, the order alternating so neither side always follows the
+// other's leftovers; each round as { sluice, peer }, and printed as it ends.
+async function alternatingRounds(sides, peerPgid, { n, creates, label }) {
+  const rounds = [];
+  for (let r = 0; r < n; r++) {
+    const got = {};
+    for (const side of r % 2 === 0 ? ['sluice', 'peer'] : ['peer', 'sluice']) {
+      got[side] = await creationRound(sides[side], `${label}-${side}-${r}`, peerPgid, creates);
+    }
+    rounds.push(got);
+    console.error(`creation ${label} round ${r}: ${['sluice', 'peer'].map((k) => `${k} ${got[k].rate.toFixed(0)}/s answered, ${got[k].completedRate.toFixed(0)}/s completed, workerd ${workerdMs(got[k].cpu, k).toFixed(2)} ms, settled in ${got[k].settleMs} ms`).join('; ')}`);
   }
-  return rows;
+  return rounds;
 }
 
 // What a request costs before any instance: Sluice's GET /healthz and the peer's 404, each

@@ -92,7 +92,7 @@ async function recordSide(side, creator, peerPgid, dir) {
 
 export async function benchPerf(stack, peer) {
   if (!hasPerf()) return [{ figure: 'perf of a creation', sluice: 'perf is not installed here (Debian: linux-perf)', target: '' }];
-  const { sluice, workflows } = creators(stack, peer);
+  const { sluice, peer: workflows } = creators(stack, peer);
   const dir = mkdtempSync(join(tmpdir(), 'sluice-perf-'));
   try {
     const s = await recordSide('sluice', sluice, peer.pgid, dir);

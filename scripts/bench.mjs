@@ -69,6 +69,7 @@ if (!['on', 'off'].includes(ackFirst)) throw new Error(`--ack-first takes on or 
 const until = (fn, what, timeoutMs = RUN_TIMEOUT_MS) => pollUntil(fn, { what, timeoutMs, intervalMs: POLL_MS });
 
 async function startPeer() {
+  console.log('bench: starting the Workflows peer (wrangler dev)...');
   const port = await freePort();
   // On the same scratch storage as Sluice's stack, so both pay the same for their commits; a
   // fresh directory each run (Workflows keeps instances by id across restarts), removed at stop.
@@ -226,8 +227,7 @@ async function main() {
     if (!args.base) throw new Error('--only ab needs --base <a built build/ directory of another commit>');
     return finish(await benchAb(args.base));
   }
-  const peerless = ['profile', 'check-latency', 'snapshots', 'caches', 'pipelines', 'scale'].includes(args.only);
-  console.log(`bench: ${rounds} rounds per figure; starting Sluice${peerless ? '' : ' and the Workflows peer'} (wrangler dev each)...`);
+  console.log(`bench: ${rounds} rounds per figure; starting Sluice (wrangler dev)...`);
   // Refused before anything starts, not after the engine rows.
   if (args.only === undefined || args.only === 'creation') assertCreationPeerBudget(enginePeerInstances());
   if (args.only === 'profile') {
