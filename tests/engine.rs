@@ -1603,6 +1603,7 @@ fn a_pass_whose_body_swallowed_a_failed_journal_write_counts_as_crashed() {
 /// RAISE(FAIL) keeps the trigger's own mark).
 fn refuse_first_write_of(w: &World, name: &str) {
     let sql = w.journal.storage();
+    common::create_every_journal_table(&w.journal);
     sql.exec("CREATE TABLE refused (n INTEGER)", &[]).unwrap();
     sql.exec(
         &format!(

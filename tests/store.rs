@@ -535,6 +535,7 @@ fn a_write_of_many_entries_splits_and_fails_as_a_prefix() {
         journal.put_entries(&many).unwrap();
         assert_eq!(journal.entries().unwrap(), many, "plain: {plain}");
         let journal = SqlJournal::open(SqliteDb::open_in_memory().unwrap()).unwrap();
+        common::create_every_journal_table(&journal);
         journal
             .storage()
             .exec(
@@ -675,7 +676,7 @@ fn the_instance_record_round_trips_and_another_version_is_refused() {
             .exec("UPDATE instance SET record = ?1", &[Param::Text(record)])
             .unwrap();
         // Written past the journal, which holds what it saved last.
-        w.journal.reread();
+        w.journal.reread().unwrap();
     };
     // Spaced out, as another writer might: still version 1, the same record.
     let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -706,7 +707,7 @@ fn what_the_journal_holds_is_what_its_storage_has() {
             w.journal.load_instance().unwrap(),
             w.journal.kept_interrupt().unwrap(),
         );
-        w.journal.reread();
+        w.journal.reread().unwrap();
         let stored = (
             w.journal.load_instance().unwrap(),
             w.journal.kept_interrupt().unwrap(),
@@ -914,4 +915,135 @@ fn every_entry_reads_back_as_written_alone_or_batched() {
     for (i, e) in others(3).into_iter().enumerate() {
         reads_back(&[Entry { seq: i as u32, ..e }]);
     }
+}
+
+/// A storage shared by two journals: the same object's storage, opened
+/// again after an eviction.
+struct SharedDb(std::rc::Rc<SqliteDb>);
+
+impl SyncSql for SharedDb {
+    fn exec(
+        &self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Vec<sluice::store::Row>, sluice::store::StoreError> {
+        self.0.exec(sql, params)
+    }
+}
+
+/// A new object's journal creates no table until a write needs one (issue
+/// 26: the four `CREATE TABLE`s were a creation's largest SQL cost). Reads
+/// of a table not there answer as the empty table would, removals of
+/// nothing do nothing, and a journal opened again over storage holding
+/// some of the tables reads what is there.
+#[test]
+fn a_journal_creates_each_table_with_the_first_write_that_needs_it() {
+    use sluice::journal::{Entry, EntryKind, EntryState, Interrupt};
+    use sluice::store::journal::{JournalStore, SqlJournal};
+    let w = World::new();
+    create(&w, "lazy");
+    let rec = w.journal.load_instance().unwrap().unwrap();
+    let db = std::rc::Rc::new(SqliteDb::open_in_memory().unwrap());
+    let tables = || -> Vec<String> {
+        let rows = db
+            .exec(
+                "SELECT name FROM sqlite_master WHERE type = 'table' \
+                   AND name NOT LIKE 'sqlite_%' ORDER BY name",
+                &[],
+            )
+            .unwrap();
+        rows.iter()
+            .map(|r| r["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let journal = SqlJournal::open(SharedDb(db.clone())).unwrap();
+    assert_eq!(journal.load_instance().unwrap(), None);
+    assert_eq!(journal.entries().unwrap(), []);
+    assert_eq!(journal.entries_since(0).unwrap(), []);
+    assert_eq!(journal.entry_count().unwrap(), 0);
+    assert_eq!(journal.next_event("go").unwrap(), None);
+    assert_eq!(journal.kept_interrupt().unwrap(), None);
+    journal.truncate_from(0).unwrap();
+    journal.clear_events().unwrap();
+    journal.keep_interrupt(None).unwrap();
+    journal.clear().unwrap();
+    assert_eq!(
+        tables(),
+        Vec::<String>::new(),
+        "reads and removals create nothing"
+    );
+
+    journal.save_instance(&rec).unwrap();
+    assert_eq!(tables(), ["instance"]);
+    let step = Entry {
+        seq: 0,
+        name: "build".into(),
+        kind: EntryKind::Step,
+        state: EntryState::Done,
+        value: Some("1".into()),
+        error_tag: None,
+        error_message: None,
+        attempts: 1,
+        started_ms: T0,
+        finished_ms: Some(T0),
+        wake_at_ms: None,
+        rev: 1,
+    };
+    journal.put_entry(&step).unwrap();
+    assert_eq!(tables(), ["instance", "journal"]);
+    // Opened again over these two tables: what was written, and nothing
+    // of the two it has not.
+    let again = SqlJournal::open(SharedDb(db.clone())).unwrap();
+    assert_eq!(again.load_instance().unwrap(), Some(rec.clone()));
+    assert_eq!(again.entries().unwrap(), [step.clone()]);
+    assert_eq!(again.entry_count().unwrap(), 1);
+    assert_eq!(
+        (
+            again.kept_interrupt().unwrap(),
+            again.next_event("go").unwrap()
+        ),
+        (None, None)
+    );
+    drop(again);
+
+    let seq = journal.push_event("go", "{}", T0).unwrap();
+    assert_eq!(journal.next_event("go").unwrap().map(|e| e.seq), Some(seq));
+    assert_eq!(tables(), ["events", "instance", "journal"]);
+    journal.keep_interrupt(Some(Interrupt::Pause)).unwrap();
+    assert_eq!(
+        tables(),
+        ["events", "instance", "journal", "pending_interrupt"]
+    );
+    let again = SqlJournal::open(SharedDb(db.clone())).unwrap();
+    assert_eq!(again.kept_interrupt().unwrap(), Some(Interrupt::Pause));
+    // Only the interrupt's table (a pause kept before any record, which a
+    // create then finds): read alone.
+    let bare = std::rc::Rc::new(SqliteDb::open_in_memory().unwrap());
+    SqlJournal::open(SharedDb(bare.clone()))
+        .unwrap()
+        .keep_interrupt(Some(Interrupt::Terminate))
+        .unwrap();
+    let reopened = SqlJournal::open(SharedDb(bare)).unwrap();
+    assert_eq!(
+        reopened.kept_interrupt().unwrap(),
+        Some(Interrupt::Terminate)
+    );
+    assert_eq!(reopened.load_instance().unwrap(), None);
+    // A purge empties every table there is.
+    journal.clear().unwrap();
+    let purged = SqlJournal::open(SharedDb(db.clone())).unwrap();
+    assert_eq!(
+        (
+            purged.load_instance().unwrap(),
+            purged.kept_interrupt().unwrap()
+        ),
+        (None, None)
+    );
+    assert_eq!(
+        (
+            purged.entry_count().unwrap(),
+            purged.next_event("go").unwrap()
+        ),
+        (0, None)
+    );
 }

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 use crate::journal::{Entry, EntryKind, EntryState, Event, InstanceRecord, Interrupt};
 
-use super::sql::{decode, split_statements, Param, StoreError, SyncSql};
+use super::journal_tables::{Table, Tables};
+use super::sql::{decode, Param, StoreError, SyncSql};
 
 /// The instance's own storage. Synchronous, as a Durable Object's SQLite
 /// storage is; every method is one local write or read.
@@ -43,8 +44,7 @@ pub trait JournalStore {
     fn kept_interrupt(&self) -> Result<Option<Interrupt>, StoreError>;
 }
 
-/// The journal schema, applied by every instance on start.
-pub const JOURNAL_SCHEMA: &str = include_str!("journal.sql");
+pub use super::journal_tables::JOURNAL_SCHEMA;
 
 /// Version of the record JSON, so a future field change can be migrated.
 const RECORD_VERSION: u32 = 1;
@@ -53,6 +53,11 @@ const RECORD_VERSION: u32 = 1;
 /// pass made two (`read_held`).
 const READ_HELD: &str = "SELECT (SELECT record FROM instance WHERE singleton = 1) AS record, \
      (SELECT kind FROM pending_interrupt WHERE singleton = 1) AS interrupt";
+/// `READ_HELD` where only the record's table exists.
+const READ_RECORD: &str = "SELECT record, NULL AS interrupt FROM instance WHERE singleton = 1";
+/// `READ_HELD` where only the interrupt's table exists.
+const READ_INTERRUPT: &str =
+    "SELECT NULL AS record, kind AS interrupt FROM pending_interrupt WHERE singleton = 1";
 
 /// A value the journal holds as its storage does (`Some`), or has not
 /// read (`None`): it is the storage's only writer, so what it wrote last
@@ -66,6 +71,8 @@ type Decoded<T> = Result<Option<T>, StoreError>;
 
 pub struct SqlJournal<S: SyncSql> {
     sql: S,
+    /// Which of its tables exist (`journal_tables`).
+    tables: Tables,
     /// The record as last read or saved: a pass and a command read it
     /// back (JSON decoded) several times a creation.
     record: Held<Option<InstanceRecord>>,
@@ -74,13 +81,12 @@ pub struct SqlJournal<S: SyncSql> {
 }
 
 impl<S: SyncSql> SqlJournal<S> {
-    /// Wraps the storage, ensures the schema exists, and reads the record
+    /// Wraps the storage, reads which of its tables exist (none in a new
+    /// object: each is created by its first write), and reads the record
     /// and the kept interrupt (a pass reads both first).
     pub fn open(sql: S) -> Result<SqlJournal<S>, StoreError> {
-        for s in schema_statements() {
-            sql.exec(s, &[])?;
-        }
         let journal = SqlJournal {
+            tables: Tables::read(&sql)?,
             sql,
             record: RefCell::new(None),
             interrupt: RefCell::new(None),
@@ -99,8 +105,20 @@ impl<S: SyncSql> SqlJournal<S> {
             record: Option<String>,
             interrupt: Option<String>,
         }
-        let rows = self.sql.exec(READ_HELD, &[])?;
-        // The statement always answers one row, of two NULLs at worst.
+        let read = match (
+            self.tables.has(Table::Instance),
+            self.tables.has(Table::PendingInterrupt),
+        ) {
+            (true, true) => Some(READ_HELD),
+            (true, false) => Some(READ_RECORD),
+            (false, true) => Some(READ_INTERRUPT),
+            (false, false) => None,
+        };
+        let rows = match read {
+            Some(statement) => self.sql.exec(statement, &[])?,
+            None => Vec::new(),
+        };
+        // At most one row (READ_HELD's always, of two NULLs at worst).
         let row = decode::<HeldRow>(rows)?.into_iter().next();
         let (record, interrupt) = row.map_or((None, None), |r| (r.record, r.interrupt));
         let record = record.as_deref().map(decode_record).transpose();
@@ -119,19 +137,17 @@ impl<S: SyncSql> SqlJournal<S> {
     }
 
     /// Forgets what the journal holds, so its next reads go to storage:
-    /// for a write that did not go through it (a test's direct statement).
-    pub fn reread(&self) {
+    /// for a write that did not go through it (a test's direct statement,
+    /// which may have created a table too).
+    pub fn reread(&self) -> Result<(), StoreError> {
+        self.forget_held();
+        self.tables.read_again(&self.sql)
+    }
+
+    fn forget_held(&self) {
         self.record.borrow_mut().take();
         self.interrupt.borrow_mut().take();
     }
-}
-
-/// `JOURNAL_SCHEMA`'s statements, split once per isolate. Each is its own
-/// `exec`: the storage's counts of rows written then cover every one
-/// (a Durable Object's cursor of a script counts its last statement).
-fn schema_statements() -> &'static [String] {
-    static STATEMENTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    STATEMENTS.get_or_init(|| split_statements(JOURNAL_SCHEMA))
 }
 
 fn parse_interrupt(kind: &str) -> Result<Interrupt, StoreError> {
@@ -387,6 +403,7 @@ impl<S: SyncSql> SqlJournal<S> {
             return Ok(());
         }
         array.push(']');
+        self.tables.ensure(&self.sql, Table::Journal)?;
         self.sql
             .exec(form.batched(), &[Param::from(array.as_str())])?;
         array.truncate(1);
@@ -408,6 +425,7 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
             record,
         })
         .map_err(|e| StoreError::Decode(e.to_string()))?;
+        self.tables.ensure(&self.sql, Table::Instance)?;
         self.sql.exec(
             "INSERT OR REPLACE INTO instance (singleton, record) VALUES (1, ?1)",
             &[Param::Text(json)],
@@ -417,6 +435,9 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn entries(&self) -> Result<Vec<Entry>, StoreError> {
+        if !self.tables.has(Table::Journal) {
+            return Ok(Vec::new());
+        }
         let rows = self
             .sql
             .exec(&format!("{SELECT_ENTRIES} ORDER BY seq"), &[])?;
@@ -428,6 +449,7 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
 
     fn put_entry(&self, entry: &Entry) -> Result<(), StoreError> {
         let form = RowForm::of(entry);
+        self.tables.ensure(&self.sql, Table::Journal)?;
         self.sql.exec(form.single(), &form.params(entry))?;
         Ok(())
     }
@@ -462,17 +484,26 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn truncate_from(&self, seq: u32) -> Result<(), StoreError> {
+        if !self.tables.has(Table::Journal) {
+            return Ok(());
+        }
         self.sql
             .exec("DELETE FROM journal WHERE seq >= ?1", &[Param::from(seq)])?;
         Ok(())
     }
 
     fn clear_events(&self) -> Result<(), StoreError> {
+        if !self.tables.has(Table::Events) {
+            return Ok(());
+        }
         self.sql.exec("DELETE FROM events", &[])?;
         Ok(())
     }
 
     fn entries_since(&self, rev: i64) -> Result<Vec<Entry>, StoreError> {
+        if !self.tables.has(Table::Journal) {
+            return Ok(Vec::new());
+        }
         let rows = self.sql.exec(
             &format!("{SELECT_ENTRIES} WHERE rev > ?1 ORDER BY seq"),
             &[Param::from(rev)],
@@ -488,11 +519,15 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         struct Count {
             n: u32,
         }
+        if !self.tables.has(Table::Journal) {
+            return Ok(0);
+        }
         let rows = self.sql.exec("SELECT COUNT(*) AS n FROM journal", &[])?;
         Ok(decode::<Count>(rows)?.first().map_or(0, |c| c.n))
     }
 
     fn push_event(&self, event_type: &str, payload: &str, now_ms: i64) -> Result<i64, StoreError> {
+        self.tables.ensure(&self.sql, Table::Events)?;
         let rows = self.sql.exec(
             "INSERT INTO events (type, payload, received_ms) VALUES (?1, ?2, ?3) RETURNING seq",
             &[
@@ -513,6 +548,9 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     }
 
     fn next_event(&self, event_type: &str) -> Result<Option<Event>, StoreError> {
+        if !self.tables.has(Table::Events) {
+            return Ok(None);
+        }
         let rows = self.sql.exec(
             "SELECT seq, type, payload, received_ms FROM events \
              WHERE type = ?1 AND consumed_by IS NULL ORDER BY seq LIMIT 1",
@@ -529,6 +567,7 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn consume_event(&self, event_seq: i64, entry: &Entry) -> Result<(), StoreError> {
         // Both writes land in one implicit transaction in a Durable Object
         // (no await between them); natively the test store is in memory.
+        self.tables.ensure(&self.sql, Table::Events)?;
         self.sql.exec(
             "UPDATE events SET consumed_by = ?1 WHERE seq = ?2",
             &[Param::from(entry.seq), Param::from(event_seq)],
@@ -539,11 +578,10 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
     fn clear(&self) -> Result<(), StoreError> {
         // Unknown until every statement ran: one that fails leaves a part
         // deleted.
-        self.reread();
-        self.sql.exec("DELETE FROM journal", &[])?;
-        self.sql.exec("DELETE FROM events", &[])?;
-        self.sql.exec("DELETE FROM instance", &[])?;
-        self.sql.exec("DELETE FROM pending_interrupt", &[])?;
+        self.forget_held();
+        for table in Table::ALL.into_iter().filter(|t| self.tables.has(*t)) {
+            self.sql.exec(table.delete_all(), &[])?;
+        }
         *self.record.borrow_mut() = Some(None);
         *self.interrupt.borrow_mut() = Some(None);
         Ok(())
@@ -551,15 +589,21 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
 
     fn keep_interrupt(&self, interrupt: Option<Interrupt>) -> Result<(), StoreError> {
         match interrupt {
-            None => self.sql.exec("DELETE FROM pending_interrupt", &[])?,
+            None if !self.tables.has(Table::PendingInterrupt) => {}
+            None => {
+                self.sql.exec("DELETE FROM pending_interrupt", &[])?;
+            }
             // Never softened here either: a kept terminate stays one.
-            Some(i) => self.sql.exec(
-                "INSERT INTO pending_interrupt (singleton, kind) VALUES (1, ?1) \
-                 ON CONFLICT (singleton) DO UPDATE SET kind = \
-                 CASE WHEN kind = 'terminate' THEN kind ELSE excluded.kind END",
-                &[Param::from(i.as_str())],
-            )?,
-        };
+            Some(i) => {
+                self.tables.ensure(&self.sql, Table::PendingInterrupt)?;
+                self.sql.exec(
+                    "INSERT INTO pending_interrupt (singleton, kind) VALUES (1, ?1) \
+                     ON CONFLICT (singleton) DO UPDATE SET kind = \
+                     CASE WHEN kind = 'terminate' THEN kind ELSE excluded.kind END",
+                    &[Param::from(i.as_str())],
+                )?;
+            }
+        }
         // As the statement merges it (`Interrupt` orders pause first).
         if let Some(held) = self.interrupt.borrow_mut().as_mut() {
             *held = interrupt.and_then(|i| (*held).max(Some(i)));

@@ -8,8 +8,11 @@
 -- a mirror in one batch per suspension or completion (migrations/0001).
 --
 -- Owner: src/store/journal.rs on behalf of src/engine/.
--- Applied by the object at construction; every statement is idempotent
--- (IF NOT EXISTS) so applying it on every start is safe.
+-- Each table is created by the first write that needs it
+-- (src/store/journal_tables.rs): a new object creates none until its
+-- create saves the record, and a run that never waits for an event or
+-- keeps an interrupt never creates those tables. Every statement is
+-- idempotent (IF NOT EXISTS).
 -- Times are ms since the Unix epoch.
 
 CREATE TABLE IF NOT EXISTS instance (

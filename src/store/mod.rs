@@ -11,6 +11,7 @@ pub mod caches;
 pub mod dispatch;
 pub mod executions;
 pub mod journal;
+pub mod journal_tables;
 pub mod metered;
 pub mod previews;
 pub mod releases;

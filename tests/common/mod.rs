@@ -384,3 +384,13 @@ impl Effects {
         self.0.borrow().get(name).copied().unwrap_or(0)
     }
 }
+
+/// Creates every table of a journal, which its first writes would, so a
+/// test can put a trigger on one before anything was written there.
+pub fn create_every_journal_table<S: sluice::store::SyncSql>(journal: &SqlJournal<S>) {
+    let statements = sluice::store::sql::split_statements(sluice::store::journal::JOURNAL_SCHEMA);
+    for s in statements {
+        journal.storage().exec(&s, &[]).unwrap();
+    }
+    journal.reread().unwrap();
+}
