@@ -1029,6 +1029,19 @@ fn a_journal_creates_each_table_with_the_first_write_that_needs_it() {
         Some(Interrupt::Terminate)
     );
     assert_eq!(reopened.load_instance().unwrap(), None);
+    // A purge refused at the entries keeps the record, so a later create
+    // finds the old life and does not replay its entries as its own.
+    db.exec(
+        "CREATE TRIGGER refuse_purge BEFORE DELETE ON journal \
+         BEGIN SELECT RAISE(FAIL, 'storage full'); END",
+        &[],
+    )
+    .unwrap();
+    assert!(journal.clear().is_err());
+    let half = SqlJournal::open(SharedDb(db.clone())).unwrap();
+    assert_eq!(half.load_instance().unwrap(), Some(rec.clone()));
+    assert_eq!(half.entry_count().unwrap(), 1);
+    db.exec("DROP TRIGGER refuse_purge", &[]).unwrap();
     // A purge empties every table there is.
     journal.clear().unwrap();
     let purged = SqlJournal::open(SharedDb(db.clone())).unwrap();

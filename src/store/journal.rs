@@ -579,7 +579,17 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         // Unknown until every statement ran: one that fails leaves a part
         // deleted.
         self.forget_held();
-        for table in Table::ALL.into_iter().filter(|t| self.tables.has(*t)) {
+        // The record before the interrupt, after the entries and events:
+        // a purge that fails half way leaves the record while any of the
+        // old life's entries or events stay, so a later create finds it
+        // and does not replay them as its own.
+        let order = [
+            Table::Journal,
+            Table::Events,
+            Table::Instance,
+            Table::PendingInterrupt,
+        ];
+        for table in order.into_iter().filter(|t| self.tables.has(*t)) {
             self.sql.exec(table.delete_all(), &[])?;
         }
         *self.record.borrow_mut() = Some(None);

@@ -140,6 +140,15 @@ mod tests {
     use super::Table;
 
     #[test]
+    fn the_query_of_present_tables_names_every_table() {
+        let named = super::PRESENT_TABLES.matches('\'').count() / 2;
+        assert_eq!(named, Table::ALL.len() + 1, "each table and 'table'");
+        for t in Table::ALL {
+            assert!(super::PRESENT_TABLES.contains(&format!("'{}'", t.name())));
+        }
+    }
+
+    #[test]
     fn every_table_has_its_create_statement_in_the_schema() {
         for t in Table::ALL {
             let create = t.create_statement().unwrap();
