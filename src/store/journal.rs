@@ -44,8 +44,6 @@ pub trait JournalStore {
     fn kept_interrupt(&self) -> Result<Option<Interrupt>, StoreError>;
 }
 
-pub use super::journal_tables::JOURNAL_SCHEMA;
-
 /// Version of the record JSON, so a future field change can be migrated.
 const RECORD_VERSION: u32 = 1;
 
@@ -579,18 +577,9 @@ impl<S: SyncSql> JournalStore for SqlJournal<S> {
         // Unknown until every statement ran: one that fails leaves a part
         // deleted.
         self.forget_held();
-        // The record before the interrupt, after the entries and events:
-        // a purge that fails half way leaves the record while any of the
-        // old life's entries or events stay, so a later create finds it
-        // and does not replay them as its own.
-        let order = [
-            Table::Journal,
-            Table::Events,
-            Table::Instance,
-            Table::PendingInterrupt,
-        ];
-        for table in order.into_iter().filter(|t| self.tables.has(*t)) {
-            self.sql.exec(table.delete_all(), &[])?;
+        // In `Table::ALL`'s order: the record after the entries and events.
+        for table in Table::ALL.into_iter().filter(|t| self.tables.has(*t)) {
+            self.sql.exec(&table.delete_all(), &[])?;
         }
         *self.record.borrow_mut() = Some(None);
         *self.interrupt.borrow_mut() = Some(None);

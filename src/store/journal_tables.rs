@@ -26,10 +26,14 @@ pub enum Table {
 }
 
 impl Table {
+    /// Every table, in the order a purge empties them: the record after
+    /// the entries and events, so a purge that fails half way leaves the
+    /// record while any of the old life's entries or events stay, and a
+    /// later create finds it instead of replaying them as its own.
     pub const ALL: [Table; 4] = [
-        Table::Instance,
         Table::Journal,
         Table::Events,
+        Table::Instance,
         Table::PendingInterrupt,
     ];
 
@@ -51,13 +55,8 @@ impl Table {
     }
 
     /// The statement deleting every row (a purge).
-    pub fn delete_all(self) -> &'static str {
-        match self {
-            Table::Instance => "DELETE FROM instance",
-            Table::Journal => "DELETE FROM journal",
-            Table::Events => "DELETE FROM events",
-            Table::PendingInterrupt => "DELETE FROM pending_interrupt",
-        }
+    pub fn delete_all(self) -> String {
+        format!("DELETE FROM {}", self.name())
     }
 
     /// Its `CREATE TABLE IF NOT EXISTS` statement, as `journal.sql` has it.

@@ -388,7 +388,8 @@ impl Effects {
 /// Creates every table of a journal, which its first writes would, so a
 /// test can put a trigger on one before anything was written there.
 pub fn create_every_journal_table<S: sluice::store::SyncSql>(journal: &SqlJournal<S>) {
-    let statements = sluice::store::sql::split_statements(sluice::store::journal::JOURNAL_SCHEMA);
+    let statements =
+        sluice::store::sql::split_statements(sluice::store::journal_tables::JOURNAL_SCHEMA);
     for s in statements {
         journal.storage().exec(&s, &[]).unwrap();
     }
